@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* include/crun/store.h: the key-value store that agents and workers meet through. */
+#ifndef CRUN_STORE_H
+#define CRUN_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <crun/export.h>
+
+/*
+ * One interface over every backend (TCP store daemon "HOST:PORT" or "tcp://HOST:PORT",
+ * shared file "file:///path"). Semantics follow torch's TCPStore where they overlap.
+ * A handle is blocking and NOT thread-safe: use one handle per thread (open more, they are
+ * cheap). Every key argument is borrowed and is relative to the handle's prefix.
+ */
+struct crun_store;
+
+/* Wire-level limits every backend enforces (docs/protocol.md). */
+#define CRUN_STORE_MAX_KEY_LEN 4096
+#define CRUN_STORE_MAX_VALUE_LEN (16u << 20)
+#define CRUN_STORE_MAX_KEYS 4096
+
+struct crun_store_opts {
+	const char *endpoint;   /* "HOST:PORT", "tcp://HOST:PORT", "[V6]:PORT", "file:///PATH" */
+	const char *prefix;     /* prepended to every key; NULL or "" for none */
+	const char *token;      /* shared secret for the handshake; NULL for none */
+	int connect_timeout_ms; /* retry with backoff+jitter until this deadline; <=0: 30000 */
+	int timeout_ms;         /* default deadline of one operation; <=0: 300000 */
+};
+
+/**
+ * Connect to (or open) the store. On success *out is owned by the caller (crun_store_close()).
+ * Returns 0, -ETIMEDOUT (no server answered in time), -EINVAL (endpoint does not parse),
+ * CRUN_EVERSION/CRUN_EMAGIC/CRUN_EAUTH (handshake refused), or another negative code.
+ * @err, if not NULL, receives a one-line human message ("store 127.0.0.1:29400: connect: ...").
+ */
+CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
+				char *err, size_t errlen);
+/** Close and free; NULL is a no-op. */
+CRUN_EXPORT void crun_store_close(struct crun_store *st);
+
+/** A new handle to the same store with prefix = parent prefix + @subprefix. */
+CRUN_EXPORT int crun_store_clone(struct crun_store *st, const char *subprefix,
+				 struct crun_store **out);
+
+/** Set @key to @val (borrowed). */
+CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const void *val,
+			       size_t len);
+/** Set with a time-to-live: the key disappears @ttl_ms after this write unless written again. */
+CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
+				   size_t len, int64_t ttl_ms);
+/**
+ * Non-blocking get. On success *val is a malloc'd copy, NUL-terminated for convenience (not
+ * counted in *len), owned by the caller (free()). Returns -ENOENT when the key is absent.
+ */
+CRUN_EXPORT int crun_store_get(struct crun_store *st, const char *key, void **val, size_t *len);
+/**
+ * Wait until every key in @keys exists, or @timeout_ms passes (-ETIMEDOUT; <0 uses the
+ * handle's default). The server holds the reply: no polling on the wire.
+ */
+CRUN_EXPORT int crun_store_wait(struct crun_store *st, const char *const *keys, size_t n,
+				int timeout_ms);
+/**
+ * Wait until ANY key in @keys exists. Returns the index (>= 0) of one that exists, or a
+ * negative code (-ETIMEDOUT).
+ */
+CRUN_EXPORT int crun_store_wait_any(struct crun_store *st, const char *const *keys, size_t n,
+				    int timeout_ms);
+/** Atomically add @delta to the 64-bit counter at @key (created at 0); *result = new value. */
+CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t delta,
+			       int64_t *result);
+/**
+ * If the current value equals @expected (a missing key matches an empty @expected), set
+ * @desired. Either way *cur (malloc'd, caller frees; may be NULL to skip) receives the value
+ * now stored: @desired when the swap happened. Returns 0 either way.
+ */
+CRUN_EXPORT int crun_store_compare_set(struct crun_store *st, const char *key,
+				       const void *expected, size_t elen, const void *desired,
+				       size_t dlen, void **cur, size_t *curlen);
+/** Delete @key. Returns 0 if it was deleted, -ENOENT if it did not exist. */
+CRUN_EXPORT int crun_store_delete(struct crun_store *st, const char *key);
+/** *all = whether every key exists now (no waiting). */
+CRUN_EXPORT int crun_store_check(struct crun_store *st, const char *const *keys, size_t n,
+				 bool *all);
+/** Number of keys in the whole store (all prefixes), as TCPStore's num_keys. */
+CRUN_EXPORT int crun_store_num_keys(struct crun_store *st, int64_t *n);
+/** Append @val to @key (created empty when missing). */
+CRUN_EXPORT int crun_store_append(struct crun_store *st, const char *key, const void *val,
+				  size_t len);
+/**
+ * Get @n keys at once. On success vals[i] is malloc'd (caller frees each) or NULL when key i
+ * is absent (lens[i] = 0).
+ */
+CRUN_EXPORT int crun_store_multi_get(struct crun_store *st, const char *const *keys, size_t n,
+				     void **vals, size_t *lens);
+/** Set @n keys at once, atomically with respect to other clients. */
+CRUN_EXPORT int crun_store_multi_set(struct crun_store *st, const char *const *keys, size_t n,
+				     const void *const *vals, const size_t *lens);
+/** Round trip to the server (the file backend checks the file is readable). */
+CRUN_EXPORT int crun_store_ping(struct crun_store *st);
+
+/** The handle's prefix (borrowed, valid until close). */
+CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st);
+
+#endif

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/rdzv.h: dynamic rendezvous rounds, liveness and fail-fast over the store. */
+#ifndef CRUN_RENDEZVOUS_RDZV_H
+#define CRUN_RENDEZVOUS_RDZV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <crun/store.h>
+
+#include "rendezvous/util.h"
+
+/*
+ * Nothing here knows about workers: the agent asks for the next round, gets its node rank and
+ * the job's shape, runs its workers, and tells this module when they failed or finished. All
+ * state lives in the store under "rdzv/<run_id>/" (docs/rendezvous.md).
+ */
+struct rdzv;
+
+struct rdzv_conf {
+	const char *run_id;
+	int min_nodes, max_nodes;
+	int node_rank;              /* >= 0: fixed rank (static mode); -1: assigned by join order */
+	int local_world_size;       /* this node's worker count */
+	const char *advertise_addr; /* literal IP other nodes use to reach this node */
+	const char *hostname;       /* for messages */
+	int max_restarts;           /* job-wide budget of failure restarts */
+	int64_t join_timeout_ms;    /* torchrun default 600 s */
+	int64_t last_call_timeout_ms;  /* default 30 s */
+	int64_t close_timeout_ms;      /* default 30 s */
+	int64_t heartbeat_timeout_ms;  /* default 30 s */
+	int64_t keep_alive_interval_ms; /* default 5 s */
+	int keep_alive_max_attempt;     /* default 3 */
+	int64_t read_timeout_ms;        /* one store operation; default 60 s */
+	int64_t progress_interval_ms;   /* how often an open round is reported; default 5 s */
+};
+
+/** torchrun's defaults for every field but the identity ones. */
+void rdzv_conf_defaults(struct rdzv_conf *c);
+
+struct rdzv_assignment {
+	int round;               /* rendezvous round number (0, 1, ...) */
+	int group_rank;          /* node rank: GROUP_RANK */
+	int group_world_size;    /* node count: GROUP_WORLD_SIZE */
+	int rank_offset;         /* global RANK of this node's LOCAL_RANK 0 */
+	int world_size;          /* WORLD_SIZE: workers on all nodes */
+	int restart_count;       /* failure restarts spent job-wide: TORCHELASTIC_RESTART_COUNT */
+	char master_addr[256];   /* rank-0 node's advertised address */
+	int master_port;         /* a port on that node verified free at rendezvous time */
+	char worker_prefix[512]; /* store prefix for this attempt's workers (CRUN_STORE_PREFIX) */
+};
+
+/** Connect with @store (borrowed) and remember @conf (strings copied). *out: rdzv_destroy(). */
+int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *conf,
+		struct rdzv **out, struct crun_diag *d);
+void rdzv_destroy(struct rdzv *r);
+
+/**
+ * Join the next round and block until it closes (reporting progress every few seconds on
+ * stderr) or join_timeout passes (-ETIMEDOUT, naming who never came), the job is closed to
+ * late joiners (CRUN_ECLOSED), or the restart budget is spent (CRUN_ERESTARTS).
+ */
+int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag *d);
+
+enum rdzv_event {
+	RDZV_EV_PEER_FAILED, /* some node marked this round failed: stop workers, next round */
+	RDZV_EV_SCALE_UP,    /* a new node waits for the next round (and the job is below max) */
+	RDZV_EV_NODE_LOST,   /* a node's heartbeat lapsed; the round was marked failed */
+	RDZV_EV_STORE_LOST,  /* the store stopped answering */
+};
+typedef void (*rdzv_event_cb)(void *arg, enum rdzv_event ev, const char *detail);
+
+/**
+ * While workers run: keep this node's heartbeat and watch for the events above on a thread of
+ * its own (own store connection). @cb runs on that thread, at most once per round; the agent
+ * hands it over to its loop (uv_async_send). rdzv_watch_stop() joins the thread.
+ */
+int rdzv_watch_start(struct rdzv *r, rdzv_event_cb cb, void *arg);
+void rdzv_watch_stop(struct rdzv *r);
+
+/**
+ * This node's workers failed: mark the round failed (first reporter wins and spends one
+ * restart of the budget). *restart is set to whether the job should run another round.
+ */
+int rdzv_report_failure(struct rdzv *r, const char *what, bool *restart, struct crun_diag *d);
+/** Scale-up or lost node: mark the round for re-formation without spending the budget. */
+int rdzv_request_reform(struct rdzv *r, const char *why);
+/**
+ * This node's workers all exited 0: record it, then wait (up to @timeout_ms) until every node
+ * of the round has finished or one failed. Returns 0 when the whole job succeeded.
+ */
+int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d);
+
+#endif

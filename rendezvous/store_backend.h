@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store_backend.h: the interface every store backend implements (private). */
+#ifndef CRUN_RENDEZVOUS_STORE_BACKEND_H
+#define CRUN_RENDEZVOUS_STORE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <crun/store.h>
+
+/*
+ * rendezvous/store.c owns struct crun_store: it parses the endpoint, picks the backend,
+ * prefixes every key, checks sizes against the limits, and then calls these with FULL keys
+ * (prefix applied). @timeout_ms is always resolved (>= 0) by the generic layer.
+ * Semantics and return codes are those documented in include/crun/store.h.
+ */
+struct store_backend;
+
+struct store_ops {
+	const char *name; /* "tcp", "file" */
+	int (*set)(struct store_backend *b, const char *key, const void *val, size_t len,
+		   int64_t ttl_ms /* 0: no ttl */, int timeout_ms);
+	int (*get)(struct store_backend *b, const char *key, void **val, size_t *len,
+		   int timeout_ms);
+	/* any=false: all keys; returns 0. any=true: returns index of an existing key. */
+	int (*wait)(struct store_backend *b, const char *const *keys, size_t n, bool any,
+		    int timeout_ms);
+	int (*add)(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
+		   int timeout_ms);
+	int (*compare_set)(struct store_backend *b, const char *key, const void *expected,
+			   size_t elen, const void *desired, size_t dlen, void **cur,
+			   size_t *curlen, int timeout_ms);
+	int (*del)(struct store_backend *b, const char *key, int timeout_ms);
+	int (*check)(struct store_backend *b, const char *const *keys, size_t n, bool *all,
+		     int timeout_ms);
+	int (*num_keys)(struct store_backend *b, int64_t *n, int timeout_ms);
+	int (*append)(struct store_backend *b, const char *key, const void *val, size_t len,
+		      int timeout_ms);
+	int (*multi_get)(struct store_backend *b, const char *const *keys, size_t n, void **vals,
+			 size_t *lens, int timeout_ms);
+	int (*multi_set)(struct store_backend *b, const char *const *keys, size_t n,
+			 const void *const *vals, const size_t *lens, int timeout_ms);
+	int (*ping)(struct store_backend *b, int timeout_ms);
+	void (*close)(struct store_backend *b);
+};
+
+/* Opened by the generic layer according to the endpoint scheme. Fill *err on failure. */
+int store_tcp_open(const char *host, int port, const char *token, int connect_timeout_ms,
+		   struct store_backend **out, const struct store_ops **ops, char *err,
+		   size_t errlen);
+int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
+		    const struct store_ops **ops, char *err, size_t errlen);
+
+#endif
