@@ -1,0 +1,815 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/client_tcp.c: the blocking TCP store client (docs/protocol.md). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "rendezvous/log.h"
+#include "rendezvous/store_backend.h"
+#include "rendezvous/util.h"
+#include "rendezvous/wire.h"
+
+#define WAIT_MARGIN_MS 5000   /* socket deadline beyond a wait's own timeout */
+#define BACKOFF_FIRST_MS 10
+#define BACKOFF_MAX_MS 1000
+
+struct store_backend {
+	int fd;                /* -1 when disconnected: the next operation reconnects */
+	char *host;
+	int port;
+	char *token;
+	int connect_timeout_ms;
+	uint32_t next_id;
+	struct wire_buf out;   /* the request being sent; reused */
+	uint8_t *rb;           /* received bytes: [rb_off, rb_off + rb_len) not yet consumed */
+	size_t rb_cap;
+	size_t rb_off;
+	size_t rb_len;
+	const uint8_t *in;     /* the last reply's payload, inside rb until the next read */
+	struct wire_hdr rh;    /* the reply header */
+	uint32_t max_value_len;
+	char where[300];       /* "store HOST:PORT" */
+	char msg[512];         /* the last error message (server's, or ours) */
+};
+
+static int fail(struct store_backend *b, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct store_backend *b, int code, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(b->msg, sizeof(b->msg), "%s: ", b->where);
+	if (n < 0 || (size_t)n >= sizeof(b->msg)) {
+		return code;
+	}
+	va_start(ap, fmt);
+	vsnprintf(b->msg + n, sizeof(b->msg) - (size_t)n, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+static void disconnect(struct store_backend *b)
+{
+	if (b->fd >= 0) {
+		close(b->fd);
+		b->fd = -1;
+	}
+	b->rb_off = b->rb_len = 0;
+}
+
+static int remaining(int64_t deadline)
+{
+	int64_t left = deadline - crun_now_ms();
+
+	if (left <= 0) {
+		return 0;
+	}
+	return left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+/* Wait for @events on the socket until @deadline. Returns 0, -ETIMEDOUT or -errno. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd p = {fd, events, 0};
+	int rc;
+
+	for (;;) {
+		rc = poll(&p, 1, remaining(deadline));
+		if (rc > 0) {
+			return 0;
+		}
+		if (rc == 0) {
+			return -ETIMEDOUT;
+		}
+		if (errno != EINTR) {
+			return -errno;
+		}
+	}
+}
+
+static int send_all(struct store_backend *b, const uint8_t *p, size_t n, int64_t deadline)
+{
+	ssize_t k;
+	int rc;
+
+	while (n > 0) {
+		k = send(b->fd, p, n, MSG_NOSIGNAL);
+		if (k > 0) {
+			p += k;
+			n -= (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR) {
+			continue;
+		}
+		if (k < 0 && errno != EAGAIN) {
+			return -errno;
+		}
+		rc = wait_fd(b->fd, POLLOUT, deadline);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Make @need bytes available at b->rb + b->rb_off, reading as much as the socket has (one
+ * poll + one recv per reply in the common case). Returns 0, -ETIMEDOUT or -errno.
+ */
+static int fill(struct store_backend *b, size_t need, int64_t deadline)
+{
+	size_t cap;
+	uint8_t *p;
+	ssize_t k;
+	int rc;
+
+	while (b->rb_len < need) {
+		if (b->rb_off + need > b->rb_cap) {
+			if (b->rb_off > 0) {
+				memmove(b->rb, b->rb + b->rb_off, b->rb_len);
+				b->rb_off = 0;
+			}
+			if (need > b->rb_cap) {
+				cap = b->rb_cap ? b->rb_cap : 4096;
+				while (cap < need) {
+					cap *= 2;
+				}
+				p = realloc(b->rb, cap);
+				if (p == NULL) {
+					return -ENOMEM;
+				}
+				b->rb = p;
+				b->rb_cap = cap;
+			}
+		}
+		rc = wait_fd(b->fd, POLLIN, deadline);
+		if (rc < 0) {
+			return rc;
+		}
+		k = recv(b->fd, b->rb + b->rb_off + b->rb_len, b->rb_cap - b->rb_off - b->rb_len,
+			 0);
+		if (k > 0) {
+			b->rb_len += (size_t)k;
+		} else if (k == 0) {
+			return -ECONNRESET;
+		} else if (errno != EINTR && errno != EAGAIN) {
+			return -errno;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Send the frame in b->out and read its reply into b->rh / b->in. Returns 0 (the reply
+ * status is OK), the mapped code of an error reply (message kept in b->msg), or a transport
+ * error, after which the connection is dropped and the next call reconnects.
+ */
+static int roundtrip(struct store_backend *b, int64_t deadline)
+{
+	uint32_t id = b->rh.id;
+	size_t plen = 0;
+	int rc;
+
+	if (b->out.oom) {
+		wire_buf_finish(&b->out);
+		return fail(b, -ENOMEM, "out of memory");
+	}
+	rc = send_all(b, b->out.p, b->out.len, deadline);
+	if (rc < 0) {
+		disconnect(b);
+		return fail(b, rc, "send: %s", crun_strerror(rc));
+	}
+	rc = fill(b, WIRE_HDR_LEN, deadline);
+	if (rc == 0) {
+		rc = wire_hdr_decode(b->rb + b->rb_off, WIRE_MAX_FRAME, &b->rh);
+		if (rc < 0) {
+			disconnect(b);
+			return fail(b, -EPROTO, "reply: bad frame length %u", b->rh.len);
+		}
+		plen = b->rh.len - 8;
+		rc = fill(b, WIRE_HDR_LEN + plen, deadline);
+	}
+	if (rc < 0) {
+		disconnect(b);
+		if (rc == -ETIMEDOUT) {
+			return fail(b, rc, "no reply in time");
+		}
+		return fail(b, rc, "receive: %s", crun_strerror(rc));
+	}
+	b->in = b->rb + b->rb_off + WIRE_HDR_LEN;
+	b->rb_off += WIRE_HDR_LEN + plen;
+	b->rb_len -= WIRE_HDR_LEN + plen;
+	if (b->rb_len == 0) {
+		b->rb_off = 0; /* b->in stays valid: nothing is read before it is parsed */
+	}
+	if (!(b->rh.flags & WIRE_FLAG_REPLY) || (b->rh.id != id && b->rh.id != 0)) {
+		disconnect(b);
+		return fail(b, -EPROTO, "reply: unexpected frame (id %u, expected %u)", b->rh.id,
+			    id);
+	}
+	if (b->rh.status != WIRE_OK) {
+		rc = wire_status_to_code(b->rh.status);
+		/* Op 0: a connection-level error (too many connections, a bad frame): no op. */
+		fail(b, rc, "%s%s%.*s", b->rh.op != 0 ? wire_op_name(b->rh.op) : "",
+		     b->rh.op != 0 ? ": " : "", (int)(plen > 400 ? 400 : plen),
+		     (const char *)b->in);
+		/* The server closes the connection after these (docs/protocol.md). */
+		if (b->rh.id != id || rc == -EPROTO || rc == -EOPNOTSUPP || rc == CRUN_EMAGIC ||
+		    rc == CRUN_EVERSION || rc == CRUN_EAUTH || rc == -ESHUTDOWN) {
+			disconnect(b);
+		}
+		return rc;
+	}
+	return 0;
+}
+
+static size_t begin(struct store_backend *b, uint8_t op)
+{
+	b->out.len = 0;
+	b->rh.id = ++b->next_id;
+	if (b->rh.id == 0) {
+		b->rh.id = b->next_id = 1;
+	}
+	return wire_frame_begin(&b->out, op, 0, 0, b->rh.id);
+}
+
+static void cur_init(struct store_backend *b, struct wire_cur *c)
+{
+	c->p = b->in;
+	c->end = b->in + (b->rh.len - 8);
+	c->bad = false;
+}
+
+/* Run the request in b->out; on success @c reads the reply payload. */
+static int call(struct store_backend *b, int timeout_ms);
+
+static int call_reply(struct store_backend *b, int timeout_ms, struct wire_cur *c)
+{
+	int rc = call(b, timeout_ms);
+
+	if (rc == 0) {
+		cur_init(b, c);
+	}
+	return rc;
+}
+
+/* The reply was read exactly: nothing missing, nothing left over. */
+static bool cur_done(const struct wire_cur *c)
+{
+	return !c->bad && c->p == c->end;
+}
+
+static void put_key(struct store_backend *b, const char *key)
+{
+	wire_put_bytes(&b->out, key, strlen(key));
+}
+
+static int bad_reply(struct store_backend *b)
+{
+	disconnect(b);
+	return fail(b, -EPROTO, "%s: malformed reply", wire_op_name(b->rh.op));
+}
+
+static int handshake(struct store_backend *b, int64_t deadline)
+{
+	struct wire_cur c;
+	size_t off;
+	int rc;
+
+	off = begin(b, WIRE_OP_HELLO);
+	wire_put_u32(&b->out, WIRE_MAGIC);
+	wire_put_u16(&b->out, WIRE_VERSION);
+	wire_put_u16(&b->out, 0);
+	wire_put_bytes(&b->out, b->token, b->token ? strlen(b->token) : 0);
+	wire_frame_end(&b->out, off);
+	rc = roundtrip(b, deadline);
+	if (rc < 0) {
+		/* Keep the message, and name the step. */
+		char m[sizeof(b->msg)];
+
+		snprintf(m, sizeof(m), "%s", b->msg + strlen(b->where) + 2);
+		fail(b, rc, "handshake: %s", m);
+		disconnect(b);
+		return rc;
+	}
+	cur_init(b, &c);
+	(void)wire_get_u16(&c);
+	(void)wire_get_u16(&c);
+	(void)wire_get_u32(&c);
+	(void)wire_get_u32(&c);
+	b->max_value_len = wire_get_u32(&c);
+	if (c.bad) {
+		return bad_reply(b);
+	}
+	return 0;
+}
+
+static int connect_once(struct store_backend *b, const struct addrinfo *ai, int64_t deadline)
+{
+	int fd, rc, one = 1, soerr = 0;
+	socklen_t sl = sizeof(soerr);
+
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		return -errno;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		if (errno != EINPROGRESS) {
+			rc = -errno;
+			close(fd);
+			return rc;
+		}
+		rc = wait_fd(fd, POLLOUT, deadline);
+		if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+		    soerr != 0) {
+			rc = -soerr;
+		}
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	b->fd = fd;
+	return 0;
+}
+
+static unsigned jitter_seed(void)
+{
+	return (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
+}
+
+/*
+ * Connect and handshake, retrying refused/unreachable with backoff + jitter until the connect
+ * timeout, or @op_deadline if that comes first (0: none; an operation's own deadline).
+ */
+static int reconnect(struct store_backend *b, int64_t op_deadline)
+{
+	int64_t start = crun_now_ms(), deadline = start + b->connect_timeout_ms;
+	struct addrinfo hints, *res = NULL, *ai;
+	unsigned seed = jitter_seed();
+	int backoff = BACKOFF_FIRST_MS, rc = -ETIMEDOUT, gai, sleep_ms;
+	char port_s[16];
+	struct timespec ts;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if (op_deadline > 0 && op_deadline < deadline) {
+		deadline = op_deadline;
+	}
+	snprintf(port_s, sizeof(port_s), "%d", b->port);
+	for (;;) {
+		gai = getaddrinfo(b->host, port_s, &hints, &res);
+		if (gai == 0) {
+			for (ai = res; ai != NULL; ai = ai->ai_next) {
+				rc = connect_once(b, ai, deadline);
+				if (rc == 0) {
+					break;
+				}
+			}
+			freeaddrinfo(res);
+			res = NULL;
+			if (rc == 0) {
+				rc = handshake(b, deadline);
+				/* A refused handshake is final; a dropped one is worth a retry. */
+				if (rc == 0 || (rc != -ECONNRESET && rc != -EPIPE)) {
+					return rc;
+				}
+			} else {
+				fail(b, rc, "connect: %s", crun_strerror(rc));
+			}
+		} else if (gai == EAI_AGAIN) {
+			rc = fail(b, -EAGAIN, "resolve %s: %s", b->host, gai_strerror(gai));
+		} else {
+			return fail(b, -EINVAL, "resolve %s: %s", b->host, gai_strerror(gai));
+		}
+		if (remaining(deadline) == 0) {
+			char m[sizeof(b->msg)];
+
+			snprintf(m, sizeof(m), "%s", b->msg + strlen(b->where) + 2);
+			return fail(b, -ETIMEDOUT, "%s (gave up after %d ms)", m,
+				    (int)(crun_now_ms() - start));
+		}
+		/* Exponential backoff with jitter in [backoff/2, backoff]. */
+		sleep_ms = backoff / 2 + (int)(rand_r(&seed) % (unsigned)(backoff / 2 + 1));
+		if (sleep_ms > remaining(deadline)) {
+			sleep_ms = remaining(deadline);
+		}
+		ts.tv_sec = sleep_ms / 1000;
+		ts.tv_nsec = (long)(sleep_ms % 1000) * 1000000;
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+		}
+		backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+	}
+}
+
+/* Make sure there is a connection, then run the request in b->out. */
+static int call(struct store_backend *b, int timeout_ms)
+{
+	int64_t deadline = crun_now_ms() + (timeout_ms < 0 ? 300000 : timeout_ms);
+	int rc;
+
+	if (b->fd < 0) {
+		/* A request built before the reconnect is kept aside: the handshake reuses out. */
+		struct wire_buf saved = b->out;
+		uint32_t id = b->rh.id;
+
+		memset(&b->out, 0, sizeof(b->out));
+		/* The operation's deadline covers reconnecting: a call never outlasts it. */
+		rc = reconnect(b, deadline);
+		wire_buf_finish(&b->out);
+		b->out = saved;
+		b->rh.id = id;
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	return roundtrip(b, deadline);
+}
+
+/* ---- operations ---- */
+
+static int tcp_set(struct store_backend *b, const char *key, const void *val, size_t len,
+		   int64_t ttl_ms, int timeout_ms)
+{
+	size_t off = begin(b, WIRE_OP_SET);
+
+	put_key(b, key);
+	wire_put_bytes(&b->out, val, len);
+	wire_put_i64(&b->out, ttl_ms);
+	wire_frame_end(&b->out, off);
+	return call(b, timeout_ms);
+}
+
+static int copy_out(struct store_backend *b, struct wire_str s, void **val, size_t *len)
+{
+	char *p = malloc((size_t)s.len + 1);
+
+	if (p == NULL) {
+		return fail(b, -ENOMEM, "out of memory");
+	}
+	if (s.len > 0) {
+		memcpy(p, s.p, s.len);
+	}
+	p[s.len] = '\0';
+	*val = p;
+	if (len != NULL) {
+		*len = s.len;
+	}
+	return 0;
+}
+
+static int tcp_get(struct store_backend *b, const char *key, void **val, size_t *len,
+		   int timeout_ms)
+{
+	struct wire_cur c;
+	struct wire_str s;
+	size_t off = begin(b, WIRE_OP_GET);
+	uint8_t found;
+	int rc;
+
+	put_key(b, key);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	found = wire_get_u8(&c);
+	s = found ? wire_get_bytes(&c) : (struct wire_str){NULL, 0};
+	if (!cur_done(&c)) {
+		return bad_reply(b);
+	}
+	if (!found) {
+		return -ENOENT;
+	}
+	return copy_out(b, s, val, len);
+}
+
+static void put_keys(struct store_backend *b, const char *const *keys, size_t n)
+{
+	size_t i;
+
+	wire_put_u32(&b->out, (uint32_t)n);
+	for (i = 0; i < n; i++) {
+		put_key(b, keys[i]);
+	}
+}
+
+static int tcp_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
+		    int timeout_ms)
+{
+	struct wire_cur c;
+	size_t off = begin(b, WIRE_OP_WAIT);
+	uint32_t idx;
+	int rc;
+
+	wire_put_u8(&b->out, any ? WIRE_WAIT_ANY : WIRE_WAIT_ALL);
+	wire_put_i64(&b->out, timeout_ms);
+	put_keys(b, keys, n);
+	wire_frame_end(&b->out, off);
+	/* The server times the wait; the socket only guards against a dead server. */
+	if (timeout_ms >= 0) {
+		timeout_ms = timeout_ms > INT32_MAX - WAIT_MARGIN_MS ? INT32_MAX
+								      : timeout_ms + WAIT_MARGIN_MS;
+	}
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	idx = wire_get_u32(&c);
+	if (!cur_done(&c) || (any && idx >= n)) {
+		return bad_reply(b);
+	}
+	return any ? (int)idx : 0;
+}
+
+static int tcp_add(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
+		   int timeout_ms)
+{
+	struct wire_cur c;
+	size_t off = begin(b, WIRE_OP_ADD);
+	int64_t v;
+	int rc;
+
+	put_key(b, key);
+	wire_put_i64(&b->out, delta);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	v = wire_get_i64(&c);
+	if (!cur_done(&c)) {
+		return bad_reply(b);
+	}
+	if (result != NULL) {
+		*result = v;
+	}
+	return 0;
+}
+
+static int tcp_compare_set(struct store_backend *b, const char *key, const void *expected,
+			   size_t elen, const void *desired, size_t dlen, void **cur,
+			   size_t *curlen, int timeout_ms)
+{
+	struct wire_cur c;
+	struct wire_str s;
+	size_t off = begin(b, WIRE_OP_CAS);
+	int rc;
+
+	put_key(b, key);
+	wire_put_bytes(&b->out, expected, elen);
+	wire_put_bytes(&b->out, desired, dlen);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	(void)wire_get_u8(&c);
+	s = wire_get_bytes(&c);
+	if (!cur_done(&c)) {
+		return bad_reply(b);
+	}
+	if (cur == NULL) {
+		return 0;
+	}
+	return copy_out(b, s, cur, curlen);
+}
+
+static int tcp_del(struct store_backend *b, const char *key, int timeout_ms)
+{
+	struct wire_cur c;
+	size_t off = begin(b, WIRE_OP_DELETE);
+	uint8_t existed;
+	int rc;
+
+	put_key(b, key);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	existed = wire_get_u8(&c);
+	if (!cur_done(&c)) {
+		return bad_reply(b);
+	}
+	return existed ? 0 : -ENOENT;
+}
+
+static int tcp_check(struct store_backend *b, const char *const *keys, size_t n, bool *all,
+		     int timeout_ms)
+{
+	struct wire_cur c;
+	size_t off = begin(b, WIRE_OP_CHECK);
+	uint8_t v;
+	int rc;
+
+	put_keys(b, keys, n);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	v = wire_get_u8(&c);
+	if (!cur_done(&c)) {
+		return bad_reply(b);
+	}
+	*all = v != 0;
+	return 0;
+}
+
+static int tcp_num_keys(struct store_backend *b, int64_t *n, int timeout_ms)
+{
+	struct wire_cur c;
+	size_t off = begin(b, WIRE_OP_NUM_KEYS);
+	int64_t v;
+	int rc;
+
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	v = wire_get_i64(&c);
+	if (!cur_done(&c)) {
+		return bad_reply(b);
+	}
+	*n = v;
+	return 0;
+}
+
+static int tcp_append(struct store_backend *b, const char *key, const void *val, size_t len,
+		      int timeout_ms)
+{
+	size_t off = begin(b, WIRE_OP_APPEND);
+
+	put_key(b, key);
+	wire_put_bytes(&b->out, val, len);
+	wire_frame_end(&b->out, off);
+	return call(b, timeout_ms);
+}
+
+static int tcp_multi_get(struct store_backend *b, const char *const *keys, size_t n,
+			 void **vals, size_t *lens, int timeout_ms)
+{
+	struct wire_cur c;
+	struct wire_str s;
+	size_t off = begin(b, WIRE_OP_MULTI_GET), i, j;
+	uint32_t m;
+	int rc;
+
+	put_keys(b, keys, n);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	m = wire_get_u32(&c);
+	if (c.bad || m != n) {
+		return bad_reply(b);
+	}
+	for (i = 0; i < n; i++) {
+		vals[i] = NULL;
+		lens[i] = 0;
+	}
+	for (i = 0; i < n; i++) {
+		if (wire_get_u8(&c)) {
+			s = wire_get_bytes(&c);
+			if (!c.bad) {
+				rc = copy_out(b, s, &vals[i], &lens[i]);
+			}
+		}
+		if (c.bad || rc < 0) {
+			for (j = 0; j <= i; j++) {
+				free(vals[j]);
+				vals[j] = NULL;
+				lens[j] = 0;
+			}
+			return rc < 0 ? rc : bad_reply(b);
+		}
+	}
+	if (c.p != c.end) {
+		for (i = 0; i < n; i++) {
+			free(vals[i]);
+			vals[i] = NULL;
+		}
+		return bad_reply(b);
+	}
+	return 0;
+}
+
+static int tcp_multi_set(struct store_backend *b, const char *const *keys, size_t n,
+			 const void *const *vals, const size_t *lens, int timeout_ms)
+{
+	size_t off = begin(b, WIRE_OP_MULTI_SET), i;
+
+	wire_put_u32(&b->out, (uint32_t)n);
+	for (i = 0; i < n; i++) {
+		put_key(b, keys[i]);
+		wire_put_bytes(&b->out, vals[i], lens[i]);
+	}
+	wire_frame_end(&b->out, off);
+	return call(b, timeout_ms);
+}
+
+static int tcp_ping(struct store_backend *b, int timeout_ms)
+{
+	size_t off = begin(b, WIRE_OP_PING);
+
+	wire_frame_end(&b->out, off);
+	return call(b, timeout_ms);
+}
+
+static void tcp_close(struct store_backend *b)
+{
+	if (b == NULL) {
+		return;
+	}
+	disconnect(b);
+	wire_buf_finish(&b->out);
+	free(b->rb);
+	free(b->host);
+	free(b->token);
+	free(b);
+}
+
+static const struct store_ops tcp_ops = {
+	.name = "tcp",
+	.set = tcp_set,
+	.get = tcp_get,
+	.wait = tcp_wait,
+	.add = tcp_add,
+	.compare_set = tcp_compare_set,
+	.del = tcp_del,
+	.check = tcp_check,
+	.num_keys = tcp_num_keys,
+	.append = tcp_append,
+	.multi_get = tcp_multi_get,
+	.multi_set = tcp_multi_set,
+	.ping = tcp_ping,
+	.close = tcp_close,
+};
+
+const char *store_tcp_last_error(const struct store_backend *b)
+{
+	return b->msg;
+}
+
+int store_tcp_open(const char *host, int port, const char *token, int connect_timeout_ms,
+		   struct store_backend **out, const struct store_ops **ops, char *err,
+		   size_t errlen)
+{
+	struct store_backend *b;
+	int rc;
+
+	if (host == NULL || *host == '\0' || port <= 0 || port > 65535) {
+		if (err != NULL && errlen > 0) {
+			snprintf(err, errlen, "store %s:%d: bad address", host ? host : "", port);
+		}
+		return -EINVAL;
+	}
+	b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		return -ENOMEM;
+	}
+	b->fd = -1;
+	b->port = port;
+	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
+	b->host = strdup(host);
+	b->token = token != NULL && *token != '\0' ? strdup(token) : NULL;
+	if (b->host == NULL || (token != NULL && *token != '\0' && b->token == NULL)) {
+		tcp_close(b);
+		return -ENOMEM;
+	}
+	snprintf(b->where, sizeof(b->where), strchr(host, ':') ? "store [%s]:%d" : "store %s:%d",
+		 host, port);
+	rc = reconnect(b, 0);
+	if (rc < 0) {
+		if (err != NULL && errlen > 0) {
+			snprintf(err, errlen, "%s", b->msg);
+		}
+		tcp_close(b);
+		return rc;
+	}
+	*out = b;
+	*ops = &tcp_ops;
+	return 0;
+}

@@ -90,5 +90,14 @@ int rdzv_request_reform(struct rdzv *r, const char *why);
  * of the round has finished or one failed. Returns 0 when the whole job succeeded.
  */
 int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d);
+/**
+ * For the agent that hosts the store in-process, once the job is over for it (rdzv_finish()
+ * returned 0, rdzv_report_failure() said no restart, or rdzv_next_round() returned
+ * CRUN_ERESTARTS/CRUN_ECLOSED): wait (up to @timeout_ms) until as many nodes as its last round
+ * had have seen the end, so that stopping the store does not cut a slower node off before it
+ * read the outcome. Returns 0, -ETIMEDOUT, -EINVAL (the job is not over for this node) or a
+ * store error.
+ */
+int rdzv_wait_left(struct rdzv *r, int64_t timeout_ms);
 
 #endif

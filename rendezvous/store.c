@@ -1,0 +1,583 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store.c: the public store API (include/crun/store.h) over the backend vtable. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "rendezvous/store_backend.h"
+#include "rendezvous/util.h"
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 30000
+#define DEFAULT_TIMEOUT_MS 300000
+
+struct crun_store {
+	const struct store_ops *ops;
+	struct store_backend *b;
+	char *endpoint;   /* as given, for clone and messages */
+	char *token;      /* NULL: none */
+	char *prefix;     /* never NULL; "" for none */
+	size_t prefix_len;
+	int connect_timeout_ms;
+	int timeout_ms;
+	char *key;        /* scratch buffer for one full key */
+	size_t key_cap;
+};
+
+static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err != NULL && errlen > 0) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/*
+ * Endpoint forms: "file:///abs/path", "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT".
+ * Anything else is -EINVAL with a message that names the endpoint.
+ */
+static int open_backend(const char *endpoint, const char *token, int connect_timeout_ms,
+			struct store_backend **b, const struct store_ops **ops, char *err,
+			size_t errlen)
+{
+	char host[256];
+	const char *hp;
+	int port;
+	int rc;
+
+	if (endpoint == NULL || *endpoint == '\0') {
+		return errf(err, errlen, -EINVAL,
+			    "store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
+	}
+	if (strncmp(endpoint, "file://", 7) == 0) {
+		const char *path = endpoint + 7;
+
+		if (path[0] != '/') {
+			return errf(err, errlen, -EINVAL,
+				    "store %s: endpoint: expected file:///ABSOLUTE/PATH", endpoint);
+		}
+		if (path[strlen(path) - 1] == '/') {
+			return errf(err, errlen, -EINVAL,
+				    "store %s: endpoint: names a directory, expected a file",
+				    endpoint);
+		}
+		return store_file_open(path, connect_timeout_ms, b, ops, err, errlen);
+	}
+	hp = endpoint;
+	if (strncmp(endpoint, "tcp://", 6) == 0) {
+		hp = endpoint + 6;
+	} else if (strstr(endpoint, "://") != NULL) {
+		return errf(err, errlen, -EINVAL,
+			    "store %s: endpoint: unsupported scheme (expected tcp:// or file://)",
+			    endpoint);
+	}
+	rc = crun_parse_hostport(hp, -1, host, sizeof(host), &port);
+	if (rc < 0 || port == 0) {
+		return errf(err, errlen, -EINVAL,
+			    "store %s: endpoint: expected HOST:PORT, [V6]:PORT, tcp://HOST:PORT "
+			    "or file:///PATH with a port in 1..65535",
+			    endpoint);
+	}
+	return store_tcp_open(host, port, token, connect_timeout_ms, b, ops, err, errlen);
+}
+
+static int handle_create(const char *endpoint, const char *token, const char *prefix1,
+			 const char *prefix2, int connect_timeout_ms, int timeout_ms,
+			 struct crun_store **out, char *err, size_t errlen)
+{
+	struct crun_store *st;
+	size_t l1, l2;
+	int rc;
+
+	if (endpoint == NULL || *endpoint == '\0') {
+		return errf(err, errlen, -EINVAL,
+			    "store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
+	}
+	l1 = prefix1 ? strlen(prefix1) : 0;
+	l2 = prefix2 ? strlen(prefix2) : 0;
+	if (l1 + l2 >= CRUN_STORE_MAX_KEY_LEN) {
+		return errf(err, errlen, -EMSGSIZE,
+			    "store %s: prefix: %zu bytes, longer than the key limit of %d",
+			    endpoint, l1 + l2, CRUN_STORE_MAX_KEY_LEN);
+	}
+	st = calloc(1, sizeof(*st));
+	if (st == NULL) {
+		return errf(err, errlen, -ENOMEM, "store: out of memory");
+	}
+	st->connect_timeout_ms =
+		connect_timeout_ms > 0 ? connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+	st->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
+	st->endpoint = crun_strdup(endpoint);
+	st->token = crun_strdup(token);
+	st->prefix = malloc(l1 + l2 + 1);
+	if (st->endpoint == NULL || (token != NULL && st->token == NULL) || st->prefix == NULL) {
+		rc = errf(err, errlen, -ENOMEM, "store: out of memory");
+		goto err;
+	}
+	if (l1 > 0) {
+		memcpy(st->prefix, prefix1, l1);
+	}
+	if (l2 > 0) {
+		memcpy(st->prefix + l1, prefix2, l2);
+	}
+	st->prefix[l1 + l2] = '\0';
+	st->prefix_len = l1 + l2;
+	rc = open_backend(endpoint, token, st->connect_timeout_ms, &st->b, &st->ops, err,
+			  errlen);
+	if (rc < 0) {
+		goto err;
+	}
+	*out = st;
+	return 0;
+err:
+	free(st->prefix);
+	free(st->token);
+	free(st->endpoint);
+	free(st);
+	return rc;
+}
+
+CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
+				char *err, size_t errlen)
+{
+	if (err != NULL && errlen > 0) {
+		err[0] = '\0';
+	}
+	if (opts == NULL || out == NULL) {
+		return errf(err, errlen, -EINVAL, "store: open: no options or result pointer");
+	}
+	*out = NULL;
+	return handle_create(opts->endpoint, opts->token, opts->prefix, NULL,
+			     opts->connect_timeout_ms, opts->timeout_ms, out, err, errlen);
+}
+
+CRUN_EXPORT void crun_store_close(struct crun_store *st)
+{
+	if (st == NULL) {
+		return;
+	}
+	if (st->ops != NULL) {
+		st->ops->close(st->b);
+	}
+	free(st->key);
+	free(st->prefix);
+	free(st->token);
+	free(st->endpoint);
+	free(st);
+}
+
+CRUN_EXPORT int crun_store_clone(struct crun_store *st, const char *subprefix,
+				 struct crun_store **out)
+{
+	if (st == NULL || out == NULL) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	return handle_create(st->endpoint, st->token, st->prefix, subprefix,
+			     st->connect_timeout_ms, st->timeout_ms, out, NULL, 0);
+}
+
+CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st)
+{
+	return st == NULL ? NULL : st->prefix;
+}
+
+/* Length of prefix + @key, or a negative code when it is missing or over the limit. */
+static int full_len(const struct crun_store *st, const char *key, size_t *len)
+{
+	size_t l;
+
+	if (key == NULL) {
+		return -EINVAL;
+	}
+	l = st->prefix_len + strlen(key);
+	if (l == 0) {
+		return -EINVAL;
+	}
+	if (l > CRUN_STORE_MAX_KEY_LEN) {
+		return -EMSGSIZE;
+	}
+	*len = l;
+	return 0;
+}
+
+static char *join(const struct crun_store *st, const char *key, size_t len, char *dst)
+{
+	memcpy(dst, st->prefix, st->prefix_len);
+	memcpy(dst + st->prefix_len, key, len - st->prefix_len + 1);
+	return dst;
+}
+
+/* The full key in the handle's scratch buffer (valid until the next call on @st). */
+static int one_key(struct crun_store *st, const char *key, const char **full)
+{
+	size_t len;
+	char *p;
+	int rc;
+
+	rc = full_len(st, key, &len);
+	if (rc < 0) {
+		return rc;
+	}
+	if (len + 1 > st->key_cap) {
+		p = realloc(st->key, len + 1);
+		if (p == NULL) {
+			return -ENOMEM;
+		}
+		st->key = p;
+		st->key_cap = len + 1;
+	}
+	*full = join(st, key, len, st->key);
+	return 0;
+}
+
+/*
+ * Full keys for a multi-key request: one allocation holding the pointer array and the
+ * strings. Checks every limit before any I/O. The caller frees *out with free().
+ */
+static int many_keys(struct crun_store *st, const char *const *keys, size_t n, bool allow_empty,
+		     const char ***out)
+{
+	size_t total = 0, len, i;
+	const char **arr;
+	char *p;
+	int rc;
+
+	if (n == 0 && !allow_empty) {
+		return -EINVAL;
+	}
+	if (n > CRUN_STORE_MAX_KEYS) {
+		return -EMSGSIZE;
+	}
+	if (n > 0 && keys == NULL) {
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++) {
+		rc = full_len(st, keys[i], &len);
+		if (rc < 0) {
+			return rc;
+		}
+		total += len + 1;
+	}
+	arr = malloc(n * sizeof(*arr) + total + 1);
+	if (arr == NULL) {
+		return -ENOMEM;
+	}
+	p = (char *)(arr + n);
+	for (i = 0; i < n; i++) {
+		len = st->prefix_len + strlen(keys[i]);
+		arr[i] = join(st, keys[i], len, p);
+		p += len + 1;
+	}
+	*out = arr;
+	return 0;
+}
+
+static int resolve_timeout(const struct crun_store *st, int timeout_ms)
+{
+	return timeout_ms < 0 ? st->timeout_ms : timeout_ms;
+}
+
+static int check_value(const void *val, size_t len)
+{
+	if (len > CRUN_STORE_MAX_VALUE_LEN) {
+		return -EMSGSIZE;
+	}
+	if (len > 0 && val == NULL) {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
+				   size_t len, int64_t ttl_ms)
+{
+	const char *k;
+	int rc;
+
+	if (st == NULL || ttl_ms < 0) {
+		return -EINVAL;
+	}
+	rc = check_value(val, len);
+	if (rc == 0) {
+		rc = one_key(st, key, &k);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	return st->ops->set(st->b, k, len ? val : "", len, ttl_ms, st->timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const void *val,
+			       size_t len)
+{
+	return crun_store_set_ttl(st, key, val, len, 0);
+}
+
+CRUN_EXPORT int crun_store_get(struct crun_store *st, const char *key, void **val, size_t *len)
+{
+	const char *k;
+	size_t l;
+	int rc;
+
+	if (st == NULL || val == NULL) {
+		return -EINVAL;
+	}
+	*val = NULL;
+	rc = one_key(st, key, &k);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = st->ops->get(st->b, k, val, &l, st->timeout_ms);
+	if (rc == 0 && len != NULL) {
+		*len = l;
+	}
+	return rc;
+}
+
+static int do_wait(struct crun_store *st, const char *const *keys, size_t n, bool any,
+		   int timeout_ms)
+{
+	const char **full;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = many_keys(st, keys, n, !any, &full);
+	if (rc < 0) {
+		return rc;
+	}
+	if (n == 0) {
+		free(full);
+		return 0;
+	}
+	rc = st->ops->wait(st->b, full, n, any, resolve_timeout(st, timeout_ms));
+	free(full);
+	return rc;
+}
+
+CRUN_EXPORT int crun_store_wait(struct crun_store *st, const char *const *keys, size_t n,
+				int timeout_ms)
+{
+	int rc = do_wait(st, keys, n, false, timeout_ms);
+
+	return rc > 0 ? 0 : rc;
+}
+
+CRUN_EXPORT int crun_store_wait_any(struct crun_store *st, const char *const *keys, size_t n,
+				    int timeout_ms)
+{
+	return do_wait(st, keys, n, true, timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t delta,
+			       int64_t *result)
+{
+	const char *k;
+	int64_t r;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = one_key(st, key, &k);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = st->ops->add(st->b, k, delta, &r, st->timeout_ms);
+	if (rc == 0 && result != NULL) {
+		*result = r;
+	}
+	return rc;
+}
+
+CRUN_EXPORT int crun_store_compare_set(struct crun_store *st, const char *key,
+				       const void *expected, size_t elen, const void *desired,
+				       size_t dlen, void **cur, size_t *curlen)
+{
+	const char *k;
+	void *c = NULL;
+	size_t cl = 0;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	if (cur != NULL) {
+		*cur = NULL;
+	}
+	rc = check_value(expected, elen);
+	if (rc == 0) {
+		rc = check_value(desired, dlen);
+	}
+	if (rc == 0) {
+		rc = one_key(st, key, &k);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	rc = st->ops->compare_set(st->b, k, elen ? expected : "", elen, dlen ? desired : "", dlen,
+				  &c, &cl, st->timeout_ms);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	if (cur != NULL) {
+		*cur = c;
+	} else {
+		free(c);
+	}
+	if (curlen != NULL) {
+		*curlen = cl;
+	}
+	return 0;
+}
+
+CRUN_EXPORT int crun_store_delete(struct crun_store *st, const char *key)
+{
+	const char *k;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = one_key(st, key, &k);
+	if (rc < 0) {
+		return rc;
+	}
+	return st->ops->del(st->b, k, st->timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_check(struct crun_store *st, const char *const *keys, size_t n,
+				 bool *all)
+{
+	const char **full;
+	int rc;
+
+	if (st == NULL || all == NULL) {
+		return -EINVAL;
+	}
+	rc = many_keys(st, keys, n, true, &full);
+	if (rc < 0) {
+		return rc;
+	}
+	if (n == 0) {
+		free(full);
+		*all = true;
+		return 0;
+	}
+	rc = st->ops->check(st->b, full, n, all, st->timeout_ms);
+	free(full);
+	return rc;
+}
+
+CRUN_EXPORT int crun_store_num_keys(struct crun_store *st, int64_t *n)
+{
+	if (st == NULL || n == NULL) {
+		return -EINVAL;
+	}
+	return st->ops->num_keys(st->b, n, st->timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_append(struct crun_store *st, const char *key, const void *val,
+				  size_t len)
+{
+	const char *k;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = check_value(val, len);
+	if (rc == 0) {
+		rc = one_key(st, key, &k);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	return st->ops->append(st->b, k, len ? val : "", len, st->timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_multi_get(struct crun_store *st, const char *const *keys, size_t n,
+				     void **vals, size_t *lens)
+{
+	const char **full;
+	size_t i;
+	int rc;
+
+	if (st == NULL || (n > 0 && (vals == NULL || lens == NULL))) {
+		return -EINVAL;
+	}
+	rc = many_keys(st, keys, n, true, &full);
+	if (rc < 0) {
+		return rc;
+	}
+	for (i = 0; i < n; i++) {
+		vals[i] = NULL;
+		lens[i] = 0;
+	}
+	if (n == 0) {
+		free(full);
+		return 0;
+	}
+	rc = st->ops->multi_get(st->b, full, n, vals, lens, st->timeout_ms);
+	free(full);
+	if (rc < 0) {
+		/* All or nothing: the caller has nothing to free after an error. */
+		for (i = 0; i < n; i++) {
+			free(vals[i]);
+			vals[i] = NULL;
+			lens[i] = 0;
+		}
+	}
+	return rc;
+}
+
+CRUN_EXPORT int crun_store_multi_set(struct crun_store *st, const char *const *keys, size_t n,
+				     const void *const *vals, const size_t *lens)
+{
+	const char **full;
+	size_t i;
+	int rc;
+
+	if (st == NULL || (n > 0 && (vals == NULL || lens == NULL))) {
+		return -EINVAL;
+	}
+	for (i = 0; i < n && i <= CRUN_STORE_MAX_KEYS; i++) {
+		rc = check_value(vals[i], lens[i]);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	rc = many_keys(st, keys, n, true, &full);
+	if (rc < 0) {
+		return rc;
+	}
+	if (n == 0) {
+		free(full);
+		return 0;
+	}
+	rc = st->ops->multi_set(st->b, full, n, vals, lens, st->timeout_ms);
+	free(full);
+	return rc;
+}
+
+CRUN_EXPORT int crun_store_ping(struct crun_store *st)
+{
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	return st->ops->ping(st->b, st->timeout_ms);
+}

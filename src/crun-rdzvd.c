@@ -1,6 +1,273 @@
-/* placeholder until the entry point lands */
-int main(void);
-int main(void)
+/* SPDX-License-Identifier: MIT */
+/* src/crun-rdzvd.c: the store as a standalone daemon (man crun-rdzvd(8)). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "config.h"
+#include "rendezvous/log.h"
+#include "rendezvous/server.h"
+#include "rendezvous/util.h"
+
+#define EXIT_USAGE 2
+
+static const char usage[] =
+	"Usage: crun-rdzvd --listen ADDR:PORT [OPTIONS]\n"
+	"\n"
+	"The crun rendezvous store as a daemon (see crun-rdzvd(8), docs/protocol.md).\n"
+	"\n"
+	"  -l, --listen ADDR:PORT     bind exactly this address (port 0 picks one); required.\n"
+	"                             The bound ADDR:PORT is printed as the first line of stdout.\n"
+	"  -c, --max-connections N    refuse connections beyond N (default 65536)\n"
+	"  -t, --token TOKEN          require this shared token (not empty) in the handshake\n"
+	"                             (prefer --token-file or CRUN_STORE_TOKEN: argv is public)\n"
+	"      --token-file FILE      read the token from the first line of FILE\n"
+	"  -i, --idle-timeout SEC     close connections idle SEC seconds with no wait pending\n"
+	"                             (default 0: never)\n"
+	"      --max-pending N        pending waits per connection (default 1024)\n"
+	"      --max-value-len BYTES  largest value accepted (default and maximum 16777216)\n"
+	"  -v, --verbose              log at debug level (dropped connections are logged\n"
+	"                             at info level either way)\n"
+	"  -q, --quiet                log only warnings and errors\n"
+	"  -h, --help                 show this help and exit\n"
+	"  -V, --version              show the version and exit\n"
+	"\n"
+	"Exit status: 0 after SIGTERM or SIGINT, 1 on a runtime failure (address in use, ...),\n"
+	"2 on bad usage.\n";
+
+struct daemon {
+	uv_loop_t loop;
+	uv_signal_t sigterm;
+	uv_signal_t sigint;
+	struct store_server *srv;
+};
+
+static void on_signal(uv_signal_t *h, int signum)
 {
-	return 1;
+	struct daemon *d = h->data;
+
+	log_info("%s: shutting down", strsignal(signum));
+	store_server_close(d->srv);
+	d->srv = NULL;
+	uv_close((uv_handle_t *)&d->sigterm, NULL);
+	uv_close((uv_handle_t *)&d->sigint, NULL);
+}
+
+static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int bad_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "crun-rdzvd: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'crun-rdzvd --help'.\n");
+	return EXIT_USAGE;
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	if (s == NULL || *s == '\0') {
+		return false;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi) {
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+static char *read_token_file(const char *path)
+{
+	char buf[CRUN_STORE_MAX_KEY_LEN + 2];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (f == NULL) {
+		fprintf(stderr, "crun-rdzvd: --token-file %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	if (fgets(buf, sizeof(buf), f) == NULL) {
+		fclose(f);
+		fprintf(stderr, "crun-rdzvd: --token-file %s: empty file\n", path);
+		return NULL;
+	}
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = '\0';
+	if (n == 0) {
+		fprintf(stderr, "crun-rdzvd: --token-file %s: empty token\n", path);
+		return NULL;
+	}
+	return strdup(buf);
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_TOKEN_FILE = 256, OPT_MAX_PENDING, OPT_MAX_VALUE };
+	static const struct option longopts[] = {
+		{"listen", required_argument, NULL, 'l'},
+		{"max-connections", required_argument, NULL, 'c'},
+		{"token", required_argument, NULL, 't'},
+		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+		{"idle-timeout", required_argument, NULL, 'i'},
+		{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
+		{"max-value-len", required_argument, NULL, OPT_MAX_VALUE},
+		{"verbose", no_argument, NULL, 'v'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	struct store_server_opts o = {0};
+	struct crun_diag diag = {0};
+	struct daemon d;
+	char *token = NULL;
+	const char *env;
+	long v;
+	int opt, rc;
+
+	log_set_ident("crun-rdzvd");
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":l:c:t:i:vqhV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'l':
+			o.listen = optarg;
+			break;
+		case 'c':
+			if (!parse_long(optarg, 1, INT_MAX, &v)) {
+				return bad_usage("--max-connections: expected a positive integer, "
+						 "got \"%s\"", optarg);
+			}
+			o.max_connections = (int)v;
+			break;
+		case 't':
+			/* An empty token would silently mean "no token" (an unset shell variable
+			 * in --token "$TOKEN"): refuse it rather than serve everyone. */
+			free(token);
+			if (*optarg == '\0') {
+				return bad_usage("%s", "--token: the token must not be empty");
+			}
+			token = strdup(optarg);
+			if (token == NULL) {
+				fprintf(stderr, "crun-rdzvd: out of memory\n");
+				return 1;
+			}
+			break;
+		case OPT_TOKEN_FILE:
+			free(token);
+			token = read_token_file(optarg);
+			if (token == NULL) {
+				return EXIT_USAGE;
+			}
+			break;
+		case 'i':
+			if (!parse_long(optarg, 0, INT_MAX / 1000, &v)) {
+				return bad_usage("--idle-timeout: expected seconds (a non-negative "
+						 "integer), got \"%s\"", optarg);
+			}
+			o.idle_timeout_ms = (int)(v * 1000);
+			break;
+		case OPT_MAX_PENDING:
+			if (!parse_long(optarg, 1, 1 << 20, &v)) {
+				return bad_usage("--max-pending: expected an integer in 1..1048576, "
+						 "got \"%s\"", optarg);
+			}
+			o.max_pending_per_conn = (int)v;
+			break;
+		case OPT_MAX_VALUE:
+			if (!parse_long(optarg, 1, CRUN_STORE_MAX_VALUE_LEN, &v)) {
+				return bad_usage("--max-value-len: expected an integer in "
+						 "1..16777216, got \"%s\"", optarg);
+			}
+			o.max_value_len = (size_t)v;
+			break;
+		case 'v':
+			log_set_level(LOG_DEBUG);
+			break;
+		case 'q':
+			log_set_level(LOG_WARN);
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			free(token);
+			return 0;
+		case 'V':
+			printf("crun-rdzvd %s (store protocol 1)\n", CRUN_VERSION);
+			free(token);
+			return 0;
+		case ':':
+			free(token);
+			return bad_usage("%s: missing argument", argv[optind - 1]);
+		default:
+			free(token);
+			return bad_usage("unknown option \"%s\"", argv[optind - 1]);
+		}
+	}
+	if (optind < argc) {
+		free(token);
+		return bad_usage("unexpected argument \"%s\"", argv[optind]);
+	}
+	if (o.listen == NULL) {
+		free(token);
+		return bad_usage("%s", "--listen ADDR:PORT is required");
+	}
+	env = getenv("CRUN_STORE_TOKEN");
+	if (token == NULL && env != NULL && *env != '\0') {
+		token = strdup(env);
+	}
+	o.token = token;
+
+	signal(SIGPIPE, SIG_IGN);
+	rc = uv_loop_init(&d.loop);
+	if (rc < 0) {
+		log_error("event loop: %s", uv_strerror(rc));
+		free(token);
+		return 1;
+	}
+	rc = store_server_create(&d.loop, &o, &d.srv, &diag);
+	if (rc < 0) {
+		log_error("%s", diag.msg);
+		uv_loop_close(&d.loop);
+		free(token);
+		return rc == -EINVAL ? EXIT_USAGE : 1;
+	}
+	uv_signal_init(&d.loop, &d.sigterm);
+	uv_signal_init(&d.loop, &d.sigint);
+	d.sigterm.data = d.sigint.data = &d;
+	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&d.sigint, on_signal, SIGINT);
+
+	printf("%s\n", store_server_address(d.srv));
+	fflush(stdout);
+	log_info("listening on %s%s", store_server_address(d.srv),
+		 token != NULL ? " (token required)" : "");
+
+	uv_run(&d.loop, UV_RUN_DEFAULT);
+	rc = uv_loop_close(&d.loop);
+	free(token);
+	if (rc != 0) {
+		log_error("shutdown: %s", uv_strerror(rc));
+		return 1;
+	}
+	log_info("stopped");
+	return 0;
 }

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/comm.c: collectives API: argument checks, backend choice, dispatch, poisoning. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <crun/comm.h>
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "config.h"
+#include "rendezvous/log.h"
+#include "rendezvous/util.h"
+#include "worker_api/comm_internal.h"
+
+int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffix)
+{
+	int n;
+
+	n = snprintf(buf, len, "%s/%llu/%s", c->name, (unsigned long long)c->generation, suffix);
+	if (n < 0 || (size_t)n >= len) {
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+static const char *backend_name(enum crun_backend b)
+{
+	switch (b) {
+	case CRUN_BACKEND_CPU:
+		return "cpu";
+	case CRUN_BACKEND_NCCL:
+		return "nccl";
+	default:
+		return "auto";
+	}
+}
+
+/* Resolve AUTO: the CRUN_BACKEND environment variable, then nccl if a GPU is visible, else cpu. */
+static int choose_backend(enum crun_backend want, enum crun_backend *out, struct crun_diag *d)
+{
+	const char *env;
+
+	if (want != CRUN_BACKEND_AUTO && want != CRUN_BACKEND_CPU && want != CRUN_BACKEND_NCCL) {
+		return diag_set(d, -EINVAL, "comm: backend: unknown value %d", (int)want);
+	}
+	if (want == CRUN_BACKEND_AUTO) {
+		env = getenv("CRUN_BACKEND");
+		if (env != NULL && *env != '\0') {
+			if (strcmp(env, "cpu") == 0) {
+				want = CRUN_BACKEND_CPU;
+			} else if (strcmp(env, "nccl") == 0) {
+				want = CRUN_BACKEND_NCCL;
+			} else if (strcmp(env, "auto") != 0) {
+				return diag_set(d, CRUN_ECONFIG,
+						"comm: CRUN_BACKEND: expected cpu, nccl or auto, "
+						"got \"%s\"",
+						env);
+			}
+		}
+	}
+	if (want == CRUN_BACKEND_AUTO) {
+#if CRUN_HAVE_NCCL
+		want = comm_nccl_gpu_visible() ? CRUN_BACKEND_NCCL : CRUN_BACKEND_CPU;
+#else
+		want = CRUN_BACKEND_CPU;
+#endif
+	}
+#if !CRUN_HAVE_NCCL
+	if (want == CRUN_BACKEND_NCCL) {
+		return diag_set(d, CRUN_EBACKEND,
+				"comm: backend nccl: this libcrun-worker was built without NCCL");
+	}
+#endif
+	*out = want;
+	return 0;
+}
+
+/*
+ * Every rank adds 1 to "<name>/join"; the n-th creation of a communicator of this name in
+ * this store prefix is generation (n - 1) / size. Backends end their setup with a round trip
+ * through every rank, so no rank starts generation g + 1 before all of g have joined.
+ */
+static int join_generation(struct crun_comm *c, struct crun_store *st)
+{
+	char key[COMM_MAX_NAME + 16];
+	int64_t n;
+	int rc;
+
+	snprintf(key, sizeof(key), "%s/join", c->name);
+	rc = crun_store_add(st, key, 1, &n);
+	if (rc < 0) {
+		return diag_set(&c->diag, rc, "comm %s: store add %s: %s", c->name, key,
+				crun_strerror(rc));
+	}
+	if (n < 1) {
+		return diag_set(&c->diag, -EPROTO, "comm %s: store add %s: got %lld", c->name, key,
+				(long long)n);
+	}
+	c->generation = (uint64_t)(n - 1) / (uint64_t)c->size;
+	return 0;
+}
+
+CRUN_EXPORT int crun_comm_create(struct crun_store *st, int rank, int size,
+				 const struct crun_comm_opts *opts, struct crun_comm **out)
+{
+	struct crun_comm *c;
+	const char *name;
+	int rc;
+
+	if (out == NULL) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (st == NULL) {
+		log_error("comm: create: no store handle");
+		return -EINVAL;
+	}
+	if (size < 1 || size > COMM_MAX_RANKS || rank < 0 || rank >= size) {
+		log_error("comm: create: rank %d of size %d: expected 0 <= rank < size <= %d", rank,
+			  size, COMM_MAX_RANKS);
+		return -EINVAL;
+	}
+	name = opts != NULL && opts->name != NULL ? opts->name : "default";
+	if (*name == '\0' || strlen(name) >= COMM_MAX_NAME - 24) {
+		log_error("comm: create: name \"%s\": expected 1 to %d characters", name,
+			  COMM_MAX_NAME - 25);
+		return -EINVAL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		return -ENOMEM;
+	}
+	c->rank = rank;
+	c->size = size;
+	c->timeout_ms =
+		opts != NULL && opts->timeout_ms > 0 ? opts->timeout_ms : COMM_DEFAULT_TIMEOUT_MS;
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	rc = choose_backend(opts != NULL ? opts->backend : CRUN_BACKEND_AUTO, &c->backend,
+			    &c->diag);
+	if (rc < 0) {
+		goto err;
+	}
+	rc = join_generation(c, st);
+	if (rc < 0) {
+		goto err;
+	}
+	if (c->backend == CRUN_BACKEND_CPU) {
+		rc = comm_cpu_init(c, st);
+	} else {
+#if CRUN_HAVE_NCCL
+		rc = comm_nccl_init(c, st);
+#else
+		rc = CRUN_EBACKEND;
+#endif
+	}
+	if (rc < 0) {
+		goto err;
+	}
+	log_debug("comm %s: rank %d of %d up (%s, generation %llu)", c->name, rank, size,
+		  backend_name(c->backend), (unsigned long long)c->generation);
+	*out = c;
+	return 0;
+err:
+	if (c->diag.msg[0] != '\0') {
+		log_error("%s", c->diag.msg);
+	} else {
+		log_error("comm %s: rank %d: create (%s): %s", c->name, rank,
+			  backend_name(c->backend), crun_strerror(rc));
+	}
+	free(c);
+	return rc;
+}
+
+CRUN_EXPORT void crun_comm_destroy(struct crun_comm *c)
+{
+	if (c == NULL) {
+		return;
+	}
+	if (c->ops != NULL) {
+		c->ops->destroy(c);
+	}
+	free(c);
+}
+
+/* A failed collective poisons the comm; the first error is the one every later call returns. */
+static int finish(struct crun_comm *c, const char *what, int rc)
+{
+	if (rc < 0 && c->poisoned == 0) {
+		c->poisoned = rc;
+		if (c->diag.msg[0] == '\0') {
+			diag_set(&c->diag, rc, "comm %s: rank %d: %s: %s", c->name, c->rank, what,
+				 crun_strerror(rc));
+		}
+		log_error("%s", c->diag.msg);
+	}
+	return rc;
+}
+
+static int check_common(struct crun_comm *c, const char *what, enum crun_dtype dt)
+{
+	if (c == NULL) {
+		return -EINVAL;
+	}
+	if (c->poisoned != 0) {
+		return c->poisoned;
+	}
+	c->diag.msg[0] = '\0';
+	c->diag.code = 0;
+	if (dt != CRUN_FLOAT32 && dt != CRUN_FLOAT64) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: %s: unknown dtype %d", c->name, what,
+				(int)dt);
+	}
+	return 0;
+}
+
+static int check_op(struct crun_comm *c, const char *what, enum crun_redop op)
+{
+	if (op != CRUN_SUM && op != CRUN_AVG) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: %s: unknown reduction %d", c->name,
+				what, (int)op);
+	}
+	return 0;
+}
+
+/* Bytes of @count elements times @mult, or -EOVERFLOW. */
+static int span(struct crun_comm *c, const char *what, size_t count, size_t mult,
+		enum crun_dtype dt, size_t *bytes)
+{
+	size_t es = comm_dtype_size(dt);
+
+	if (count > SIZE_MAX / es / mult) {
+		return diag_set(&c->diag, -EOVERFLOW, "comm %s: %s: %zu elements overflow", c->name,
+				what, count);
+	}
+	*bytes = count * mult * es;
+	return 0;
+}
+
+static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
+{
+	uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+
+	return pa < pb + blen && pb < pa + alen;
+}
+
+CRUN_EXPORT int crun_comm_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,
+				    enum crun_dtype dt, enum crun_redop op)
+{
+	size_t bytes = 0;
+	int rc;
+
+	rc = check_common(c, "allreduce", dt);
+	if (rc < 0 || (rc = check_op(c, "allreduce", op)) < 0 ||
+	    (rc = span(c, "allreduce", count, 1, dt, &bytes)) < 0) {
+		return rc;
+	}
+	if (count == 0) {
+		return 0;
+	}
+	if (send == NULL || recv == NULL) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: allreduce: NULL buffer", c->name);
+	}
+	if (send != recv && c->backend == CRUN_BACKEND_CPU && overlaps(send, bytes, recv, bytes)) {
+		return diag_set(&c->diag, -EINVAL,
+				"comm %s: allreduce: send and recv overlap without being equal",
+				c->name);
+	}
+	return finish(c, "allreduce", c->ops->allreduce(c, send, recv, count, dt, op));
+}
+
+CRUN_EXPORT int crun_comm_broadcast(struct crun_comm *c, void *buf, size_t count,
+				    enum crun_dtype dt, int root)
+{
+	size_t bytes;
+	int rc;
+
+	rc = check_common(c, "broadcast", dt);
+	if (rc < 0 || (rc = span(c, "broadcast", count, 1, dt, &bytes)) < 0) {
+		return rc;
+	}
+	if (root < 0 || root >= c->size) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: broadcast: root %d not in [0, %d)",
+				c->name, root, c->size);
+	}
+	if (count == 0) {
+		return 0;
+	}
+	if (buf == NULL) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: broadcast: NULL buffer", c->name);
+	}
+	return finish(c, "broadcast", c->ops->broadcast(c, buf, count, dt, root));
+}
+
+CRUN_EXPORT int crun_comm_allgather(struct crun_comm *c, const void *send, void *recv, size_t count,
+				    enum crun_dtype dt)
+{
+	size_t bytes;
+	int rc;
+
+	rc = check_common(c, "allgather", dt);
+	if (rc < 0 || (rc = span(c, "allgather", count, (size_t)c->size, dt, &bytes)) < 0) {
+		return rc;
+	}
+	if (count == 0) {
+		return 0;
+	}
+	if (send == NULL || recv == NULL) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: allgather: NULL buffer", c->name);
+	}
+	return finish(c, "allgather", c->ops->allgather(c, send, recv, count, dt));
+}
+
+CRUN_EXPORT int crun_comm_reduce_scatter(struct crun_comm *c, const void *send, void *recv,
+					 size_t recvcount, enum crun_dtype dt, enum crun_redop op)
+{
+	size_t bytes = 0, es;
+	int rc;
+
+	rc = check_common(c, "reduce_scatter", dt);
+	if (rc < 0 || (rc = check_op(c, "reduce_scatter", op)) < 0 ||
+	    (rc = span(c, "reduce_scatter", recvcount, (size_t)c->size, dt, &bytes)) < 0) {
+		return rc;
+	}
+	if (recvcount == 0) {
+		return 0;
+	}
+	if (send == NULL || recv == NULL) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: reduce_scatter: NULL buffer", c->name);
+	}
+	es = comm_dtype_size(dt);
+	if (c->backend == CRUN_BACKEND_CPU &&
+	    (const char *)recv != (const char *)send + (size_t)c->rank * recvcount * es &&
+	    overlaps(send, bytes, recv, recvcount * es)) {
+		return diag_set(
+			&c->diag, -EINVAL,
+			"comm %s: reduce_scatter: recv overlaps send other than at block %d",
+			c->name, c->rank);
+	}
+	return finish(c, "reduce_scatter",
+		      c->ops->reduce_scatter(c, send, recv, recvcount, dt, op));
+}
+
+CRUN_EXPORT int crun_comm_barrier(struct crun_comm *c)
+{
+	int rc;
+
+	rc = check_common(c, "barrier", CRUN_FLOAT32);
+	if (rc < 0) {
+		return rc;
+	}
+	return finish(c, "barrier", c->ops->barrier(c));
+}
+
+CRUN_EXPORT int crun_comm_rank(const struct crun_comm *c)
+{
+	return c == NULL ? -EINVAL : c->rank;
+}
+
+CRUN_EXPORT int crun_comm_size(const struct crun_comm *c)
+{
+	return c == NULL ? -EINVAL : c->size;
+}
+
+CRUN_EXPORT enum crun_backend crun_comm_backend(const struct crun_comm *c)
+{
+	return c == NULL ? CRUN_BACKEND_AUTO : c->backend;
+}
+
+CRUN_EXPORT const char *crun_comm_last_error(const struct crun_comm *c)
+{
+	return c == NULL ? "comm: NULL communicator" : c->diag.msg;
+}
+
+CRUN_EXPORT int crun_comm_set_stream(struct crun_comm *c, void *stream)
+{
+	if (c == NULL) {
+		return -EINVAL;
+	}
+#if CRUN_HAVE_NCCL
+	if (c->backend == CRUN_BACKEND_NCCL) {
+		return comm_nccl_set_stream(c, stream);
+	}
+#endif
+	return CRUN_EBACKEND;
+}

@@ -24,6 +24,24 @@ struct crun_comm_opts {
  * Create a communicator of @size ranks; this process is @rank. Peers meet through @st
  * (borrowed; must outlive the call only). Blocks until every rank has joined or timeout_ms.
  * On success *out is owned by the caller (crun_comm_destroy()).
+ * Returns 0, -EINVAL (bad rank/size/name/backend), CRUN_ECONFIG (bad CRUN_BACKEND or
+ * CRUN_COMM_ADDR), CRUN_EBACKEND (nccl asked for but not built), CRUN_ENODEV (nccl without a
+ * usable GPU), -ETIMEDOUT (a rank did not arrive), -ECONNRESET, or another negative code.
+ * Every rank of one communicator must pass the same @size, name and backend.
+ *
+ * Store keys (under the handle's prefix): "<name>/join" (a counter: the n-th creation of a
+ * name is generation (n-1)/size), "<name>/<generation>/addr/<rank>" (cpu: "host:port" this
+ * rank listens on), "<name>/<generation>/nccl_id" (nccl: rank 0's ncclUniqueId).
+ *
+ * Environment: CRUN_BACKEND=cpu|nccl|auto (only when opts->backend is AUTO); CRUN_COMM_ADDR
+ * (cpu: address to listen on; default: the local address that routes to MASTER_ADDR, else
+ * 127.0.0.1); CRUN_COMM_SHM=0 (cpu: no shared memory even when every rank is on one host);
+ * CRUN_COMM_CMA=0 (cpu, one host: copy through the shared rings instead of reading peers'
+ * buffers with process_vm_readv); CRUN_COMM_SHM_RING (bytes per shared-memory link, default
+ * 1 MiB); CRUN_COMM_SOCKBUF (SO_SNDBUF/SO_RCVBUF bytes; default 0: kernel autotuning);
+ * LOCAL_RANK (nccl: the device, modulo the visible device count).
+ * The cpu backend uses shared memory when every rank is on one host (same hostname and boot
+ * id) and /dev/shm works for all, else TCP; its segments are unlinked once mapped.
  */
 CRUN_EXPORT int crun_comm_create(struct crun_store *st, int rank, int size,
 				 const struct crun_comm_opts *opts, struct crun_comm **out);
@@ -51,5 +69,18 @@ CRUN_EXPORT int crun_comm_barrier(struct crun_comm *c);
 CRUN_EXPORT int crun_comm_rank(const struct crun_comm *c);
 CRUN_EXPORT int crun_comm_size(const struct crun_comm *c);
 CRUN_EXPORT enum crun_backend crun_comm_backend(const struct crun_comm *c);
+
+/**
+ * The message of the last failed call on @c, "<where>: <what>: <why>", or "" when none.
+ * Borrowed; valid until the next call on @c. Once a collective has failed (peer dead, timeout,
+ * protocol error) the communicator is poisoned: every later collective returns that first error
+ * at once; destroy it and create a new one.
+ */
+CRUN_EXPORT const char *crun_comm_last_error(const struct crun_comm *c);
+/**
+ * nccl only: enqueue later collectives on @stream (a cudaStream_t, borrowed; NULL: the comm's
+ * own stream). Returns 0, or CRUN_EBACKEND for the cpu backend.
+ */
+CRUN_EXPORT int crun_comm_set_stream(struct crun_comm *c, void *stream);
 
 #endif

@@ -1,0 +1,737 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/agent.c: the agent loop: store, rendezvous rounds, worker group, restarts, report. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ftw.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "agent/agent.h"
+#include "agent/errfile.h"
+#include "agent/group.h"
+#include "agent/spawn.h"
+#include "rendezvous/log.h"
+#include "rendezvous/rdzv.h"
+#include "rendezvous/server.h"
+
+extern char **environ;
+
+/* How long a node whose workers succeeded waits for the other nodes to finish. */
+#define AGENT_FINISH_TIMEOUT_MS (24LL * 3600 * 1000)
+/* How long the agent hosting the store keeps it up for nodes that have not seen the end. */
+#define AGENT_LEFT_TIMEOUT_MS (60LL * 1000)
+
+struct agent {
+	const struct job_spec *spec;
+	uv_loop_t loop;
+	uv_async_t async;
+	uv_signal_t sigs[JOBSPEC_MAX_SIGNALS];
+	int nsigs;
+	struct group *g;
+	bool group_done;
+	int got_signal;
+
+	pthread_mutex_t ev_lock;
+	bool ev_pending;
+	enum rdzv_event ev;
+	char ev_detail[ERRFILE_MAX_MESSAGE + 512];
+	bool ev_seen;
+	enum rdzv_event stop_ev;
+	char stop_detail[ERRFILE_MAX_MESSAGE + 512];
+	int64_t stop_wall_ms;
+
+	struct rdzv *r;
+	struct store_server_thread *srv;
+	char self_exe[PATH_MAX];
+	char hostname[256];
+	char advertise[256];
+	char endpoint[PATH_MAX + 16];
+	const char *token;
+	char tmpbase[PATH_MAX];
+	int attempt;
+	bool loop_ok;
+};
+
+/* ---- the store and addresses ---- */
+
+/* Whether @host names an address of this machine. */
+static bool addr_is_local(const char *host)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *res = NULL, *ai;
+	struct ifaddrs *ifs = NULL, *i;
+	bool local = false;
+
+	if (strcmp(host, "localhost") == 0) {
+		return true;
+	}
+	if (getaddrinfo(host, NULL, &hints, &res) != 0) {
+		return false;
+	}
+	if (getifaddrs(&ifs) != 0) {
+		freeaddrinfo(res);
+		return false;
+	}
+	for (ai = res; ai != NULL && !local; ai = ai->ai_next) {
+		for (i = ifs; i != NULL && !local; i = i->ifa_next) {
+			if (i->ifa_addr == NULL || i->ifa_addr->sa_family != ai->ai_family) {
+				continue;
+			}
+			if (ai->ai_family == AF_INET) {
+				local = ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr ==
+					((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+			} else if (ai->ai_family == AF_INET6) {
+				local = memcmp(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr,
+					       &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+					       sizeof(struct in6_addr)) == 0;
+			}
+		}
+	}
+	freeifaddrs(ifs);
+	freeaddrinfo(res);
+	return local;
+}
+
+/* The local address the kernel would use to reach @host (no packet is sent). */
+static int route_source(const char *host, char *out, size_t len)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+	struct addrinfo *res = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd, rc = -EHOSTUNREACH;
+
+	if (getaddrinfo(host, "9", &hints, &res) != 0) {
+		return -EHOSTUNREACH;
+	}
+	fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+	    getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)len, NULL, 0,
+			NI_NUMERICHOST) == 0) {
+		rc = 0;
+	}
+	if (fd >= 0) {
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return rc;
+}
+
+static void join_hostport(char *out, size_t len, const char *host, int port)
+{
+	if (strchr(host, ':') != NULL) {
+		snprintf(out, len, "[%s]:%d", host, port);
+	} else {
+		snprintf(out, len, "%s:%d", host, port);
+	}
+}
+
+static int host_store(struct agent *a, const char *host, int port, struct crun_diag *d)
+{
+	struct store_server_opts so = {0};
+	char listen[300];
+	int rc;
+
+	join_hostport(listen, sizeof(listen), host, port);
+	so.listen = listen;
+	so.token = a->token;
+	rc = store_server_thread_start(&so, &a->srv, d);
+	if (rc < 0) {
+		return rc;
+	}
+	join_hostport(a->endpoint, sizeof(a->endpoint), host, store_server_thread_port(a->srv));
+	log_info("hosting the rendezvous store at %s", a->endpoint);
+	return 0;
+}
+
+/* Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
+static int setup_store(struct agent *a, struct crun_diag *d)
+{
+	const struct job_spec *spec = a->spec;
+	bool host_it;
+	int rc;
+
+	switch (spec->rdzv_kind) {
+	case RDZV_KIND_FILE:
+		snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
+		return 0;
+	case RDZV_KIND_STATIC:
+		if (spec->max_nodes <= 1) {
+			/* Nobody else needs to find it: a private port. */
+			return host_store(a, "127.0.0.1", 0, d);
+		}
+		/* torchrun's static mode: the store sits next to the master, one port up. */
+		if (spec->master_port + 1 > 65535) {
+			return diag_set(d, CRUN_ECONFIG, "--master-port: %d leaves no port for the store",
+					spec->master_port);
+		}
+		if (spec->node_rank == 0) {
+			return host_store(a, spec->master_addr, spec->master_port + 1, d);
+		}
+		join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr,
+			      spec->master_port + 1);
+		return 0;
+	case RDZV_KIND_C10D:
+		if (spec->standalone || spec->rdzv_port == 0) {
+			return host_store(a, spec->rdzv_host, spec->rdzv_port, d);
+		}
+		host_it = spec->is_host == 1 || (spec->is_host == -1 && addr_is_local(spec->rdzv_host));
+		if (host_it) {
+			struct crun_diag hd = {0};
+
+			rc = host_store(a, spec->rdzv_host, spec->rdzv_port, &hd);
+			if (rc == 0) {
+				return 0;
+			}
+			if (spec->is_host == 1 || rc != UV_EADDRINUSE) {
+				return diag_set(d, rc, "%s", hd.msg);
+			}
+			/* Another agent on this machine (or crun-rdzvd) already hosts it. */
+			log_info("store %s is already served here; joining it as a client",
+				 spec->rdzv_endpoint);
+		}
+		join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
+		return 0;
+	case RDZV_KIND_ETCD:
+	default:
+		return diag_set(d, CRUN_ECONFIG, "--rdzv-backend: etcd is not supported yet");
+	}
+}
+
+/* ---- temp dirs ---- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static int nfiles;
+
+static int count_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)path;
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_F) {
+		nfiles++;
+	}
+	return 0;
+}
+
+/* Regular files under @path (the agent is single-threaded when it asks). */
+static int count_files(const char *path)
+{
+	nfiles = 0;
+	if (path[0] != '\0') {
+		nftw(path, count_entry, 16, FTW_PHYS);
+	}
+	return nfiles;
+}
+
+static void rm_rf(const char *path)
+{
+	if (path[0] != '\0') {
+		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	}
+}
+
+/* ---- one attempt on the loop ---- */
+
+static void close_loop_handles(struct agent *a)
+{
+	int i;
+
+	for (i = 0; i < a->nsigs; i++) {
+		uv_signal_stop(&a->sigs[i]);
+		uv_close((uv_handle_t *)&a->sigs[i], NULL);
+	}
+	a->nsigs = 0;
+	uv_close((uv_handle_t *)&a->async, NULL);
+}
+
+static void on_group_done(struct group *g, void *arg)
+{
+	struct agent *a = arg;
+
+	(void)g;
+	a->group_done = true;
+	log_debug("workers and their pipes are closed");
+	/* After this no event callback runs, so the async handle can go. */
+	rdzv_watch_stop(a->r);
+	log_debug("rendezvous watch stopped");
+	close_loop_handles(a);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct agent *a = h->data;
+	char name[32];
+
+	if (a->group_done) {
+		return;
+	}
+	if (a->got_signal != 0) {
+		log_warn("received %s again: killing the workers now",
+			 errfile_signal_name(signum, name, sizeof(name)));
+		group_stop(a->g, SIGKILL);
+		return;
+	}
+	a->got_signal = signum;
+	log_warn("received %s: forwarding it to the workers (SIGKILL after %lld ms)",
+		 errfile_signal_name(signum, name, sizeof(name)),
+		 (long long)a->spec->shutdown_timeout_ms);
+	group_stop(a->g, signum);
+}
+
+static void on_async(uv_async_t *h)
+{
+	struct agent *a = h->data;
+	static const char *const names[] = {"a peer failed", "a new node is waiting (scale-up)",
+					    "a node was lost", "the store stopped answering"};
+
+	pthread_mutex_lock(&a->ev_lock);
+	if (!a->ev_pending || a->ev_seen) {
+		pthread_mutex_unlock(&a->ev_lock);
+		return;
+	}
+	a->ev_seen = true;
+	a->stop_ev = a->ev;
+	a->stop_wall_ms = crun_wall_ms();
+	snprintf(a->stop_detail, sizeof(a->stop_detail), "%s", a->ev_detail);
+	pthread_mutex_unlock(&a->ev_lock);
+	if (a->group_done) {
+		return;
+	}
+	log_warn("stopping the workers: %s%s%s", names[a->stop_ev],
+		 a->stop_detail[0] != '\0' ? ": " : "", a->stop_detail);
+	group_stop(a->g, SIGTERM);
+}
+
+/* Runs on the rendezvous watch thread. */
+static void on_rdzv_event(void *arg, enum rdzv_event ev, const char *detail)
+{
+	struct agent *a = arg;
+
+	pthread_mutex_lock(&a->ev_lock);
+	if (!a->ev_pending) {
+		a->ev_pending = true;
+		a->ev = ev;
+		snprintf(a->ev_detail, sizeof(a->ev_detail), "%s", detail != NULL ? detail : "");
+	}
+	pthread_mutex_unlock(&a->ev_lock);
+	uv_async_send(&a->async);
+}
+
+enum outcome {
+	OUT_SUCCESS,
+	OUT_FAILED,   /* local workers failed */
+	OUT_EVENT,    /* stopped by a rendezvous event */
+	OUT_SIGNAL,   /* the agent was signalled */
+	OUT_ERROR,    /* could not run the attempt at all */
+};
+
+static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *as, char *errdir,
+				int *exit_code, char *summary, size_t sumlen)
+{
+	const struct job_spec *spec = a->spec;
+	struct group_opts o = {0};
+	struct crun_diag d = {0};
+	char logdir[PATH_MAX], *logdirp = NULL;
+	bool any_file = false;
+	enum outcome out;
+	int rc, i;
+
+	if (snprintf(errdir, PATH_MAX, "%s/attempt_%d", a->tmpbase, a->attempt) >= PATH_MAX ||
+	    (mkdir(errdir, 0700) != 0 && errno != EEXIST)) {
+		log_error("temp dir %s: mkdir: %s", errdir, strerror(errno));
+		*exit_code = 1;
+		return OUT_ERROR;
+	}
+	for (i = 0; i <= 1024; i++) {
+		if (spec->redirects[i] != STD_NONE || spec->tee[i] != STD_NONE) {
+			any_file = true;
+			break;
+		}
+	}
+	if (spec->log_dir != NULL) {
+		if (snprintf(logdir, sizeof(logdir), "%s/%s/attempt_%d", spec->log_dir,
+			     spec->rdzv_id, a->attempt) >= (int)sizeof(logdir)) {
+			log_error("--log-dir: %s: path too long", spec->log_dir);
+			*exit_code = 1;
+			return OUT_ERROR;
+		}
+		logdirp = logdir;
+	} else if (any_file) {
+		/* torchrun writes redirected output to a temp dir too; ours goes on success. */
+		if (snprintf(logdir, sizeof(logdir), "%s/logs", errdir) >= (int)sizeof(logdir)) {
+			*exit_code = 1;
+			return OUT_ERROR;
+		}
+		logdirp = logdir;
+		log_info("no --log-dir: redirected output goes to %s", logdir);
+	}
+
+	o.spec = spec;
+	o.self_exe = a->self_exe;
+	o.hostname = a->hostname;
+	o.run_id = spec->rdzv_id;
+	o.restart_count = as->restart_count;
+	o.group_rank = as->group_rank;
+	o.group_world_size = as->group_world_size;
+	o.rank_offset = as->rank_offset;
+	o.world_size = as->world_size;
+	if (spec->rdzv_kind == RDZV_KIND_STATIC) {
+		o.master_addr = spec->master_addr;
+		o.master_port = spec->master_port;
+	} else {
+		o.master_addr = as->master_addr;
+		o.master_port = as->master_port;
+	}
+	o.store_endpoint = a->endpoint;
+	o.store_prefix = as->worker_prefix;
+	o.store_token = a->token;
+	o.errdir = errdir;
+	o.logdir = logdirp;
+	o.base_env = environ;
+
+	a->group_done = false;
+	a->got_signal = 0;
+	a->ev_pending = false;
+	a->ev_seen = false;
+	uv_async_init(&a->loop, &a->async, on_async);
+	a->async.data = a;
+	for (i = 0; i < spec->nsignals && i < JOBSPEC_MAX_SIGNALS; i++) {
+		uv_signal_init(&a->loop, &a->sigs[i]);
+		a->sigs[i].data = a;
+		a->nsigs++;
+		rc = uv_signal_start(&a->sigs[i], on_signal, spec->signals[i]);
+		if (rc < 0) {
+			log_warn("signal %d: cannot handle it: %s", spec->signals[i], uv_strerror(rc));
+		}
+	}
+	rc = group_start(&a->loop, &o, on_group_done, a, &a->g, &d);
+	if (rc < 0) {
+		log_error("%s", d.msg);
+		close_loop_handles(a);
+		uv_run(&a->loop, UV_RUN_DEFAULT);
+		*exit_code = 1;
+		return OUT_ERROR;
+	}
+	log_debug("attempt %d: workers spawned", a->attempt);
+	rc = rdzv_watch_start(a->r, on_rdzv_event, a);
+	if (rc < 0) {
+		log_error("rendezvous: watching the job: %s", crun_strerror(rc));
+		pthread_mutex_lock(&a->ev_lock);
+		a->ev_pending = a->ev_seen = true;
+		a->stop_ev = RDZV_EV_STORE_LOST;
+		snprintf(a->stop_detail, sizeof(a->stop_detail), "cannot watch the job: %s",
+			 crun_strerror(rc));
+		pthread_mutex_unlock(&a->ev_lock);
+		group_stop(a->g, SIGTERM);
+	}
+	uv_run(&a->loop, UV_RUN_DEFAULT);
+	log_debug("attempt %d: every worker has exited", a->attempt);
+	spawn_reap_orphans();
+
+	switch (group_result(a->g)) {
+	case GROUP_SUCCEEDED:
+		out = OUT_SUCCESS;
+		*exit_code = 0;
+		break;
+	case GROUP_FAILED: {
+		struct errfile_failure f[8];
+		char heading[512];
+		int n = group_failures(a->g, f, (int)ARRAY_SIZE(f));
+
+		out = OUT_FAILED;
+		*exit_code = group_exit_code(a->g);
+		if (n == 0) {
+			snprintf(summary, sumlen, "node %s: %s", a->hostname,
+				 group_spawn_error(a->g));
+			break;
+		}
+		snprintf(heading, sizeof(heading),
+			 "crun: worker failure on %s (node rank %d, attempt %d, restart %d of %d):",
+			 a->hostname, as->group_rank, a->attempt, as->restart_count,
+			 spec->max_restarts);
+		errfile_report(STDERR_FILENO, heading, f, n);
+		errfile_summary(&f[0], summary, sumlen);
+		break;
+	}
+	case GROUP_STOPPED:
+	default:
+		if (a->got_signal != 0) {
+			out = OUT_SIGNAL;
+			*exit_code = 128 + a->got_signal;
+		} else {
+			out = OUT_EVENT;
+			*exit_code = 1;
+		}
+		break;
+	}
+	if (a->got_signal != 0 && out != OUT_SIGNAL) {
+		/* A signal that arrived while workers were already failing still ends the job. */
+		out = OUT_SIGNAL;
+		*exit_code = 128 + a->got_signal;
+	}
+	group_destroy(a->g);
+	a->g = NULL;
+	return out;
+}
+
+/* ---- the job ---- */
+
+/* Another node's failure ended the job: show the same table its agent printed. */
+static void report_peer_failure(struct agent *a)
+{
+	struct errfile_failure f;
+	char host[256], msg[ERRFILE_MAX_MESSAGE], heading[128];
+
+	if (errfile_parse_summary(a->stop_detail, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
+		return;
+	}
+	f.wall_ms = a->stop_wall_ms;
+	snprintf(heading, sizeof(heading), "crun: the job failed on another node (seen here at the"
+					   " time below):");
+	errfile_report(STDERR_FILENO, heading, &f, 1);
+}
+
+
+static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_diag *d)
+{
+	ssize_t n;
+	const char *tmp;
+	int rc;
+
+	a->spec = spec;
+	pthread_mutex_init(&a->ev_lock, NULL);
+	n = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
+	if (n < 0) {
+		return diag_set(d, -errno, "agent: /proc/self/exe: %s", strerror(errno));
+	}
+	a->self_exe[n] = '\0';
+	if (gethostname(a->hostname, sizeof(a->hostname) - 1) != 0) {
+		snprintf(a->hostname, sizeof(a->hostname), "localhost");
+	}
+	a->token = getenv("CRUN_STORE_TOKEN");
+	if (a->token != NULL && a->token[0] == '\0') {
+		a->token = NULL;
+	}
+	tmp = getenv("TMPDIR");
+	if (tmp == NULL || tmp[0] == '\0') {
+		tmp = "/tmp";
+	}
+	snprintf(a->tmpbase, sizeof(a->tmpbase), "%s/crun-XXXXXX", tmp);
+	if (mkdtemp(a->tmpbase) == NULL) {
+		rc = -errno;
+		a->tmpbase[0] = '\0';
+		return diag_set(d, rc, "agent: temp dir in %s: %s", tmp, strerror(-rc));
+	}
+	rc = uv_loop_init(&a->loop);
+	if (rc < 0) {
+		return diag_set(d, rc, "agent: event loop: %s", uv_strerror(rc));
+	}
+	a->loop_ok = true;
+	return 0;
+}
+
+static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
+{
+	const struct job_spec *spec = a->spec;
+	struct crun_store_opts so = {0};
+	struct rdzv_conf conf = spec->rdzv;
+	int rc;
+
+	rc = setup_store(a, d);
+	if (rc < 0) {
+		return rc;
+	}
+	if (spec->advertise_addr != NULL) {
+		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
+	} else if (spec->rdzv_kind == RDZV_KIND_FILE || spec->standalone ||
+		   (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes <= 1) ||
+		   route_source(spec->rdzv_host, a->advertise, sizeof(a->advertise)) < 0) {
+		snprintf(a->advertise, sizeof(a->advertise), "%s",
+			 spec->max_nodes <= 1 ? "127.0.0.1" : a->hostname);
+	}
+	conf.run_id = spec->rdzv_id;
+	conf.min_nodes = spec->min_nodes;
+	conf.max_nodes = spec->max_nodes;
+	conf.node_rank = spec->rdzv_kind == RDZV_KIND_STATIC ? spec->node_rank : -1;
+	conf.local_world_size = spec->nproc_per_node;
+	conf.advertise_addr = a->advertise;
+	conf.hostname = a->hostname;
+	conf.max_restarts = spec->max_restarts;
+	so.endpoint = a->endpoint;
+	so.token = a->token;
+	so.timeout_ms = (int)(conf.read_timeout_ms > 0 ? conf.read_timeout_ms : 60000);
+	so.connect_timeout_ms = (int)(conf.join_timeout_ms > 0 && conf.join_timeout_ms < 600000
+					      ? conf.join_timeout_ms
+					      : 600000);
+	return rdzv_create(&so, &conf, &a->r, d);
+}
+
+static void agent_finish(struct agent *a, bool keep_tmp)
+{
+	rdzv_destroy(a->r);
+	a->r = NULL;
+	store_server_thread_stop(a->srv);
+	a->srv = NULL;
+	if (a->loop_ok && uv_loop_close(&a->loop) != 0) {
+		log_warn("agent: event loop closed with handles still open");
+	}
+	if (!keep_tmp || count_files(a->tmpbase) == 0) {
+		rm_rf(a->tmpbase);
+	} else if (a->tmpbase[0] != '\0') {
+		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
+	}
+	pthread_mutex_destroy(&a->ev_lock);
+}
+
+int agent_run(const struct job_spec *spec)
+{
+	struct agent *a;
+	struct crun_diag d = {0};
+	int rc, exit_code = 1;
+	bool keep_tmp = false;
+
+	a = calloc(1, sizeof(*a));
+	if (a == NULL) {
+		fprintf(stderr, "crun: out of memory\n");
+		return 1;
+	}
+	/* A closed console must not kill the agent; workers get default dispositions back. */
+	signal(SIGPIPE, SIG_IGN);
+	/* Orphaned grandchildren come to us, and the guard kills the groups if we die. */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+		log_warn("prctl(PR_SET_CHILD_SUBREAPER): %s", strerror(errno));
+	}
+	rc = agent_init(a, spec, &d);
+	if (rc == 0) {
+		/* Before any thread exists: the guard is a fork of this process. */
+		rc = spawn_guard_start(a->tmpbase);
+		if (rc < 0) {
+			diag_set(&d, rc, "agent: starting the process-group guard: %s", strerror(-rc));
+		}
+	}
+	if (rc == 0) {
+		rc = agent_rendezvous_setup(a, &d);
+	}
+	if (rc < 0) {
+		log_error("%s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		goto out;
+	}
+	for (;;) {
+		struct rdzv_assignment as;
+		char errdir[PATH_MAX], summary[ERRFILE_MAX_MESSAGE + 256];
+		enum outcome oc;
+		bool restart = false;
+
+		memset(&as, 0, sizeof(as));
+		rc = rdzv_next_round(a->r, &as, &d);
+		if (rc < 0) {
+			if (rc == CRUN_ERESTARTS && a->stop_detail[0] != '\0') {
+				report_peer_failure(a);
+				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
+					  a->stop_detail);
+			} else {
+				log_error("rendezvous: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+			}
+			exit_code = 1;
+			goto out;
+		}
+		log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
+			 as.round, as.group_rank, as.group_world_size, as.rank_offset,
+			 as.rank_offset + spec->nproc_per_node - 1, as.world_size, as.restart_count,
+			 spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_addr : as.master_addr,
+			 spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_port : as.master_port);
+		summary[0] = '\0';
+		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));
+		a->attempt++;
+		switch (oc) {
+		case OUT_SUCCESS:
+			rm_rf(errdir);
+			rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
+			if (rc == CRUN_EPEERFAIL) {
+				/* Another node failed after ours finished: the job runs again. */
+				log_warn("%s; joining the next round", d.msg);
+				snprintf(a->stop_detail, sizeof(a->stop_detail), "%s", d.msg);
+				a->stop_wall_ms = crun_wall_ms();
+				continue;
+			}
+			if (rc < 0) {
+				log_error("job did not finish on every node: %s",
+					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+				exit_code = 1;
+			} else {
+				exit_code = 0;
+			}
+			goto out;
+		case OUT_FAILED:
+			rc = rdzv_report_failure(a->r, summary, &restart, &d);
+			if (rc < 0) {
+				log_error("rendezvous: reporting the failure: %s",
+					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+				keep_tmp = true;
+				goto out;
+			}
+			if (!restart) {
+				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
+					  summary);
+				keep_tmp = true;
+				goto out;
+			}
+			log_warn("restarting the workers (%s)", summary);
+			rm_rf(errdir);
+			continue;
+		case OUT_EVENT:
+			rm_rf(errdir);
+			if (a->stop_ev == RDZV_EV_STORE_LOST) {
+				log_error("rendezvous: the store stopped answering: %s", a->stop_detail);
+				exit_code = 1;
+				goto out;
+			}
+			continue;
+		case OUT_SIGNAL:
+			rm_rf(errdir);
+			goto out;
+		case OUT_ERROR:
+		default:
+			keep_tmp = true;
+			goto out;
+		}
+	}
+out:
+	if (a->srv != NULL && a->r != NULL) {
+		/* Keep serving until every node has read how the job ended. */
+		rc = rdzv_wait_left(a->r, AGENT_LEFT_TIMEOUT_MS);
+		if (rc < 0 && rc != -EINVAL) {
+			log_warn("store: not every node saw the end of the job: %s", crun_strerror(rc));
+		}
+	}
+	agent_finish(a, keep_tmp);
+	spawn_guard_stop();
+	free(a);
+	return exit_code;
+}

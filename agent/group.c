@@ -1,0 +1,546 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/group.c: spawn the workers, watch them event-driven, stop them, route their output. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+
+#include "agent/group.h"
+#include "agent/logroute.h"
+#include "agent/spawn.h"
+#include "rendezvous/log.h"
+
+#define GROUP_READ_BUF (64u * 1024u)
+
+struct worker {
+	struct group *g;
+	uv_process_t proc; /* proc.data == this */
+	uv_pipe_t out, err;
+	struct logroute_stream lout, lerr;
+	int local_rank, rank;
+	int pid;            /* 0: never started */
+	bool started, exited, pipes_open[2];
+	int64_t exit_status;
+	int term_signal;
+	int64_t exit_wall_ms;
+	bool failed;        /* counted as a failure (not a casualty of the stop) */
+	char errfile[PATH_MAX];
+	char message[ERRFILE_MAX_MESSAGE];
+};
+
+struct group {
+	uv_loop_t *loop;
+	const struct job_spec *spec;
+	char *hostname;
+	struct worker *w;
+	int n;
+	int running;        /* started workers not yet exited */
+	int pipes;          /* pipes not yet closed */
+	int handles;        /* every handle not yet closed */
+	uv_timer_t grace;   /* SIGTERM -> SIGKILL */
+	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
+	bool stopping, failed, stopped_outside, finishing, reaped;
+	int stop_signal;
+	int nfail;
+	struct worker **fail; /* failures in the order seen */
+	char spawn_err[256];
+	group_done_cb done;
+	void *arg;
+	char rbuf[GROUP_READ_BUF];
+};
+
+static void on_closed(uv_handle_t *h);
+
+static void kill_groups(struct group *g, int sig)
+{
+	int i;
+
+	for (i = 0; i < g->n; i++) {
+		if (g->w[i].pid > 0) {
+			kill(-g->w[i].pid, sig);
+		}
+	}
+}
+
+static void maybe_finish(struct group *g)
+{
+	if (g->finishing || g->running > 0 || g->pipes > 0) {
+		return;
+	}
+	g->finishing = true;
+	uv_close((uv_handle_t *)&g->grace, on_closed);
+	uv_close((uv_handle_t *)&g->drain, on_closed);
+}
+
+/* Close callback of every handle: timers carry the group, pipes and processes the worker. */
+static void on_closed(uv_handle_t *h)
+{
+	struct group *g;
+
+	if (h->type == UV_TIMER) {
+		g = h->data;
+	} else {
+		g = ((struct worker *)h->data)->g;
+	}
+	if (h->type == UV_NAMED_PIPE) {
+		g->pipes--;
+		maybe_finish(g);
+	}
+	if (--g->handles == 0 && g->finishing) {
+		g->done(g, g->arg);
+	}
+}
+
+static void close_pipe(struct worker *w, int which)
+{
+	uv_pipe_t *p = which == 0 ? &w->out : &w->err;
+
+	if (!w->pipes_open[which]) {
+		return;
+	}
+	w->pipes_open[which] = false;
+	logroute_flush(which == 0 ? &w->lout : &w->lerr);
+	uv_close((uv_handle_t *)p, on_closed);
+}
+
+static void on_drain(uv_timer_t *t)
+{
+	struct group *g = t->data;
+	int i;
+
+	log_warn("workers: output pipes still open %d ms after the last worker exited; closing them",
+		 GROUP_DRAIN_MS);
+	for (i = 0; i < g->n; i++) {
+		close_pipe(&g->w[i], 0);
+		close_pipe(&g->w[i], 1);
+	}
+}
+
+static void on_grace(uv_timer_t *t)
+{
+	struct group *g = t->data;
+
+	log_warn("workers: still running %lld ms after SIGTERM; sending SIGKILL",
+		 (long long)g->spec->shutdown_timeout_ms);
+	kill_groups(g, SIGKILL);
+}
+
+/* Every worker has exited: kill what is left of their process groups, then drain the pipes. */
+static void all_exited(struct group *g)
+{
+	int i;
+
+	log_debug("workers: all %d exited", g->n);
+	uv_timer_stop(&g->grace);
+	kill_groups(g, SIGKILL);
+	for (i = 0; i < g->n; i++) {
+		if (g->w[i].pid > 0) {
+			spawn_guard_remove(g->w[i].pid);
+		}
+	}
+	if (g->pipes > 0) {
+		uv_timer_start(&g->drain, on_drain, GROUP_DRAIN_MS, 0);
+	}
+	maybe_finish(g);
+}
+
+static void stop(struct group *g, int sig)
+{
+	if (g->stopping) {
+		if (sig == SIGKILL) {
+			kill_groups(g, SIGKILL);
+		}
+		return;
+	}
+	g->stopping = true;
+	g->stop_signal = sig;
+	kill_groups(g, sig);
+	if (g->running > 0 && sig != SIGKILL) {
+		uv_timer_start(&g->grace, on_grace, (uint64_t)g->spec->shutdown_timeout_ms, 0);
+	}
+}
+
+void group_stop(struct group *g, int sig)
+{
+	if (g->running == 0) {
+		return; /* every worker already exited: nothing to stop, the result stands */
+	}
+	if (!g->stopping && !g->failed) {
+		g->stopped_outside = true;
+	}
+	stop(g, sig);
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+{
+	struct worker *w = p->data;
+	struct group *g = w->g;
+
+	w->exited = true;
+	w->exit_status = exit_status;
+	w->term_signal = term_signal;
+	w->exit_wall_ms = crun_wall_ms();
+	g->running--;
+	if ((exit_status != 0 || term_signal != 0) && !g->stopping) {
+		int rc = errfile_read_message(w->errfile, w->message, sizeof(w->message));
+
+		if (rc < 0 && rc != -ENOENT) {
+			log_warn("worker rank %d: error file %s: %s", w->rank, w->errfile,
+				 crun_strerror(rc));
+		}
+		w->failed = true;
+		g->fail[g->nfail++] = w;
+		g->failed = true;
+		stop(g, SIGTERM);
+	}
+	uv_close((uv_handle_t *)p, on_closed);
+	if (g->running == 0) {
+		all_exited(g);
+	}
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct worker *w = h->data;
+
+	(void)suggested;
+	*buf = uv_buf_init(w->g->rbuf, sizeof(w->g->rbuf));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct worker *w = s->data;
+	int which = s == (uv_stream_t *)&w->out ? 0 : 1;
+
+	if (nread == 0) {
+		return;
+	}
+	if (nread < 0) {
+		close_pipe(w, which);
+		return;
+	}
+	logroute_feed(which == 0 ? &w->lout : &w->lerr, buf->base, (size_t)nread);
+}
+
+static int open_log(const char *dir, const char *name, int *fd, struct crun_diag *d)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	*fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+	if (*fd < 0) {
+		return diag_set(d, -errno, "log file %s: open: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+static int mkdir_p(const char *path)
+{
+	char tmp[PATH_MAX];
+	size_t i;
+
+	if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) {
+		return -ENAMETOOLONG;
+	}
+	for (i = 1; tmp[i] != '\0'; i++) {
+		if (tmp[i] != '/') {
+			continue;
+		}
+		tmp[i] = '\0';
+		if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+			return -errno;
+		}
+		tmp[i] = '/';
+	}
+	if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+		return -errno;
+	}
+	return 0;
+}
+
+/* Set up the output routes of one worker (console, files) as the spec asks. */
+static int setup_routes(struct group *g, struct worker *w, const struct group_opts *o,
+			struct crun_diag *d)
+{
+	const struct job_spec *spec = g->spec;
+	int lr = w->local_rank;
+	enum std_mask redir, tee;
+	int fds[2] = {-1, -1}, rc, i;
+	char *prefix;
+	bool shown = spec->ranks_filter == NULL || spec->ranks_filter[lr];
+
+	redir = lr < 1024 && spec->redirects[lr] != STD_NONE ? spec->redirects[lr]
+							     : spec->redirects[1024];
+	tee = lr < 1024 && spec->tee[lr] != STD_NONE ? spec->tee[lr] : spec->tee[1024];
+	if (o->logdir != NULL) {
+		char dir[PATH_MAX];
+
+		snprintf(dir, sizeof(dir), "%s/%d", o->logdir, w->rank);
+		rc = mkdir_p(dir);
+		if (rc < 0) {
+			return diag_set(d, rc, "--log-dir: mkdir %s: %s", dir, strerror(-rc));
+		}
+		rc = open_log(dir, "stdout.log", &fds[0], d);
+		if (rc == 0) {
+			rc = open_log(dir, "stderr.log", &fds[1], d);
+		}
+		if (rc < 0) {
+			if (fds[0] >= 0) {
+				close(fds[0]);
+			}
+			return rc;
+		}
+	}
+	prefix = logroute_format_prefix(spec->log_prefix != NULL ? spec->log_prefix
+								  : "[rank{rank}]:",
+					w->rank, w->local_rank, g->hostname,
+					spec->role != NULL ? spec->role : "default");
+	if (prefix == NULL) {
+		close(fds[0]);
+		close(fds[1]);
+		return diag_set(d, -ENOMEM, "workers: out of memory");
+	}
+	for (i = 0; i < 2; i++) {
+		int bit = i == 0 ? STD_OUT : STD_ERR;
+		int console = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+
+		if ((redir & bit) && !(tee & bit)) {
+			console = -1;
+		}
+		if (!shown) {
+			console = -1;
+		}
+		rc = logroute_init(i == 0 ? &w->lout : &w->lerr, prefix, console, fds[i]);
+		fds[i] = -1;
+		if (rc < 0) {
+			free(prefix);
+			if (fds[1] >= 0) {
+				close(fds[1]);
+			}
+			return diag_set(d, rc, "workers: out of memory");
+		}
+	}
+	free(prefix);
+	return 0;
+}
+
+static int spawn_one(struct group *g, struct worker *w, const struct group_opts *o,
+		     struct crun_diag *d)
+{
+	const struct job_spec *spec = g->spec;
+	struct spawn_worker_info wi = {
+		.spec = spec,
+		.local_rank = w->local_rank,
+		.rank = w->rank,
+		.world_size = o->world_size,
+		.group_rank = o->group_rank,
+		.group_world_size = o->group_world_size,
+		.restart_count = o->restart_count,
+		.run_id = o->run_id,
+		.master_addr = o->master_addr,
+		.master_port = o->master_port,
+		.store_endpoint = o->store_endpoint,
+		.store_prefix = o->store_prefix,
+		.store_token = o->store_token,
+		.error_file = w->errfile,
+	};
+	uv_process_options_t po;
+	uv_stdio_container_t stdio[3];
+	struct spawn_env env;
+	char **argv = NULL;
+	int rc;
+
+	rc = setup_routes(g, w, o, d);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = spawn_worker_env(&wi, o->base_env, &env);
+	if (rc < 0) {
+		return diag_set(d, rc, "worker rank %d: environment: %s", w->rank, crun_strerror(rc));
+	}
+	rc = spawn_worker_argv(spec, o->self_exe, w->local_rank, &argv);
+	if (rc < 0) {
+		spawn_env_finish(&env);
+		return diag_set(d, rc, "worker rank %d: argv: %s", w->rank, crun_strerror(rc));
+	}
+	uv_pipe_init(g->loop, &w->out, 0);
+	uv_pipe_init(g->loop, &w->err, 0);
+	w->out.data = w;
+	w->err.data = w;
+	g->handles += 2;
+	g->pipes += 2;
+	w->pipes_open[0] = w->pipes_open[1] = true;
+
+	memset(&po, 0, sizeof(po));
+	stdio[0].flags = UV_IGNORE;
+	stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+	stdio[1].data.stream = (uv_stream_t *)&w->out;
+	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+	stdio[2].data.stream = (uv_stream_t *)&w->err;
+	po.exit_cb = on_exit_cb;
+	po.file = argv[0];
+	po.args = argv;
+	po.env = env.v;
+	po.stdio = stdio;
+	po.stdio_count = 3;
+	/* setsid(): the worker leads its own process group (and session). */
+	po.flags = UV_PROCESS_DETACHED;
+	w->proc.data = w;
+	rc = uv_spawn(g->loop, &w->proc, &po);
+	spawn_argv_free(argv);
+	spawn_env_finish(&env);
+	if (rc < 0) {
+		uv_close((uv_handle_t *)&w->proc, NULL);
+		close_pipe(w, 0);
+		close_pipe(w, 1);
+		return diag_set(d, rc, "worker rank %d: spawn %s: %s", w->rank, o->self_exe,
+				uv_strerror(rc));
+	}
+	g->handles++;
+	w->pid = w->proc.pid;
+	w->started = true;
+	g->running++;
+	spawn_guard_add(w->pid);
+	uv_read_start((uv_stream_t *)&w->out, on_alloc, on_read);
+	uv_read_start((uv_stream_t *)&w->err, on_alloc, on_read);
+	return 0;
+}
+
+int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done, void *arg,
+		struct group **out, struct crun_diag *d)
+{
+	const struct job_spec *spec = o->spec;
+	struct group *g;
+	int i;
+
+	if (spec->nproc_per_node <= 0) {
+		return diag_set(d, CRUN_ECONFIG, "workers: nproc_per_node must be positive");
+	}
+	g = calloc(1, sizeof(*g));
+	if (g == NULL) {
+		return diag_set(d, -ENOMEM, "workers: out of memory");
+	}
+	g->loop = loop;
+	g->spec = spec;
+	g->n = spec->nproc_per_node;
+	g->done = done;
+	g->arg = arg;
+	g->hostname = strdup(o->hostname != NULL ? o->hostname : "localhost");
+	g->w = calloc((size_t)g->n, sizeof(*g->w));
+	g->fail = calloc((size_t)g->n, sizeof(*g->fail));
+	if (g->w == NULL || g->fail == NULL || g->hostname == NULL) {
+		group_destroy(g);
+		return diag_set(d, -ENOMEM, "workers: out of memory");
+	}
+	uv_timer_init(loop, &g->grace);
+	uv_timer_init(loop, &g->drain);
+	g->grace.data = g;
+	g->drain.data = g;
+	g->handles = 2;
+	for (i = 0; i < g->n; i++) {
+		struct worker *w = &g->w[i];
+
+		w->g = g;
+		w->local_rank = i;
+		w->rank = o->rank_offset + i;
+		w->lout.file_fd = w->lerr.file_fd = -1;
+		snprintf(w->errfile, sizeof(w->errfile), "%s/error_%d.json", o->errdir, w->rank);
+	}
+	for (i = 0; i < g->n; i++) {
+		struct crun_diag sd = {0};
+		int rc = spawn_one(g, &g->w[i], o, &sd);
+
+		if (rc < 0) {
+			snprintf(g->spawn_err, sizeof(g->spawn_err), "%s", sd.msg);
+			log_error("%s", sd.msg);
+			g->failed = true;
+			stop(g, SIGKILL);
+			break;
+		}
+	}
+	*out = g;
+	if (g->running == 0) {
+		all_exited(g);
+	}
+	return 0;
+}
+
+enum group_result group_result(const struct group *g)
+{
+	if (g->failed) {
+		return GROUP_FAILED;
+	}
+	return g->stopped_outside ? GROUP_STOPPED : GROUP_SUCCEEDED;
+}
+
+int group_failures(const struct group *g, struct errfile_failure *out, int max)
+{
+	int i;
+
+	for (i = 0; i < g->nfail && i < max; i++) {
+		const struct worker *w = g->fail[i];
+
+		out[i] = (struct errfile_failure){
+			.wall_ms = w->exit_wall_ms,
+			.host = g->hostname,
+			.rank = w->rank,
+			.local_rank = w->local_rank,
+			.exit_code = (int)w->exit_status,
+			.signal = w->term_signal,
+			.pid = w->pid,
+			.message = w->message,
+		};
+	}
+	return i;
+}
+
+int group_exit_code(const struct group *g)
+{
+	const struct worker *w;
+
+	if (!g->failed) {
+		return g->stopped_outside ? 1 : 0;
+	}
+	if (g->nfail == 0) {
+		return 1;
+	}
+	w = g->fail[0];
+	if (w->term_signal > 0) {
+		return 128 + w->term_signal;
+	}
+	return w->exit_status > 0 && w->exit_status < 256 ? (int)w->exit_status : 1;
+}
+
+const char *group_spawn_error(const struct group *g)
+{
+	return g->spawn_err;
+}
+
+int group_size(const struct group *g)
+{
+	return g->n;
+}
+
+void group_destroy(struct group *g)
+{
+	int i;
+
+	if (g == NULL) {
+		return;
+	}
+	for (i = 0; g->w != NULL && i < g->n; i++) {
+		logroute_finish(&g->w[i].lout);
+		logroute_finish(&g->w[i].lerr);
+	}
+	free(g->w);
+	free(g->fail);
+	free(g->hostname);
+	free(g);
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/jobspec.c: defaults and release of struct job_spec. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/jobspec.h"
+
+/*
+ * torchrun's rendezvous defaults (torch.distributed.elastic). They are set here rather than by
+ * rdzv_conf_defaults() so that the command line, which prints them in --help and checks
+ * --rdzv-conf against them, does not depend on the rendezvous module being linked.
+ */
+static void rdzv_timeouts_default(struct rdzv_conf *c)
+{
+	c->join_timeout_ms = 600 * 1000;
+	c->last_call_timeout_ms = 30 * 1000;
+	c->close_timeout_ms = 30 * 1000;
+	c->heartbeat_timeout_ms = 30 * 1000;
+	c->keep_alive_interval_ms = 5 * 1000;
+	c->keep_alive_max_attempt = 3;
+	c->read_timeout_ms = 60 * 1000;
+	c->progress_interval_ms = 5 * 1000;
+}
+
+int jobspec_defaults(struct job_spec *spec)
+{
+	size_t i;
+
+	memset(spec, 0, sizeof(*spec));
+	spec->min_nodes = 1;
+	spec->max_nodes = 1;
+	spec->nproc_per_node = 1;
+	spec->rdzv_kind = RDZV_KIND_STATIC;
+	spec->rdzv_port = 29400;
+	spec->is_host = -1;
+	spec->node_rank = -1;
+	spec->master_port = 29500;
+	spec->max_restarts = 0;
+	spec->shutdown_timeout_ms = 30 * 1000;
+	spec->monitor_interval_s = 5.0;
+	spec->signals[0] = SIGTERM;
+	spec->signals[1] = SIGINT;
+	spec->signals[2] = SIGHUP;
+	spec->signals[3] = SIGQUIT;
+	spec->nsignals = 4;
+	spec->program_kind = PROGRAM_EXEC;
+	for (i = 0; i < sizeof(spec->redirects) / sizeof(spec->redirects[0]); i++) {
+		spec->redirects[i] = STD_NONE;
+		spec->tee[i] = STD_NONE;
+	}
+	rdzv_timeouts_default(&spec->rdzv);
+	spec->rdzv.node_rank = -1;
+	spec->rdzv.min_nodes = 1;
+	spec->rdzv.max_nodes = 1;
+	spec->rdzv.local_world_size = 1;
+
+	spec->rdzv_id = strdup("none");
+	spec->master_addr = strdup("127.0.0.1");
+	spec->role = strdup("default");
+	spec->log_prefix = strdup("[rank{rank}]:");
+	spec->python_exec = strdup("python3");
+	if (spec->rdzv_id == NULL || spec->master_addr == NULL || spec->role == NULL ||
+	    spec->log_prefix == NULL || spec->python_exec == NULL) {
+		return -ENOMEM;
+	}
+	spec->rdzv.run_id = spec->rdzv_id;
+	return 0;
+}
+
+void jobspec_finish(struct job_spec *spec)
+{
+	int i;
+
+	if (spec == NULL) {
+		return;
+	}
+	free(spec->rdzv_endpoint);
+	free(spec->rdzv_host);
+	free(spec->rdzv_path);
+	free(spec->rdzv_id);
+	free(spec->master_addr);
+	free(spec->local_addr);
+	free(spec->advertise_addr);
+	free(spec->socket_ifname);
+	free(spec->role);
+	free(spec->program);
+	if (spec->args != NULL) {
+		for (i = 0; i < spec->nargs; i++) {
+			free(spec->args[i]);
+		}
+		free(spec->args);
+	}
+	free(spec->python_exec);
+	free(spec->log_dir);
+	free(spec->ranks_filter);
+	free(spec->log_prefix);
+	memset(spec, 0, sizeof(*spec));
+}

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/jobspec.h: everything the agent needs to run a job, parsed from flags/PET_ env/YAML. */
+#ifndef CRUN_AGENT_JOBSPEC_H
+#define CRUN_AGENT_JOBSPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rendezvous/rdzv.h"
+
+enum rdzv_kind {
+	RDZV_KIND_C10D = 0, /* "c10d" or "tcp": crun store at --rdzv-endpoint */
+	RDZV_KIND_STATIC,   /* --node-rank/--master-addr/--master-port */
+	RDZV_KIND_FILE,     /* file:///shared/path */
+	RDZV_KIND_ETCD,     /* later */
+};
+
+/* torchrun's Std: which streams of a local rank go to files (--redirects) / are tee'd. */
+enum std_mask { STD_NONE = 0, STD_OUT = 1, STD_ERR = 2, STD_ALL = 3 };
+
+enum program_kind {
+	PROGRAM_EXEC = 0, /* an executable, run directly (also --no-python) */
+	PROGRAM_PYTHON,   /* a .py file (or --run-path): $PYTHON_EXEC/python3 -u FILE */
+	PROGRAM_MODULE,   /* -m: python3 -u -m MODULE */
+};
+
+#define JOBSPEC_MAX_SIGNALS 16
+
+struct job_spec {
+	/* Shape. */
+	int min_nodes, max_nodes;   /* --nnodes N or MIN:MAX */
+	int nproc_per_node;         /* resolved count (gpu/cpu/auto already counted) */
+	bool nproc_is_gpu;          /* nproc came from counting GPUs: narrow CUDA_VISIBLE_DEVICES */
+
+	/* Rendezvous. */
+	enum rdzv_kind rdzv_kind;
+	char *rdzv_endpoint;        /* as given, e.g. "10.0.0.1:29400" or "file:///nfs/x" */
+	char *rdzv_host;            /* parsed host (c10d) */
+	int rdzv_port;              /* parsed port, default 29400 (c10d) */
+	char *rdzv_path;            /* file backend path */
+	char *rdzv_id;              /* --rdzv-id (run id); default "none" as torchrun */
+	int is_host;                /* rdzv-conf is_host: -1 unset, 0, 1 */
+	struct rdzv_conf rdzv;      /* timeouts from --rdzv-conf (identity fields filled later) */
+	bool standalone;
+	int node_rank;              /* -1 unless given (static) */
+	char *master_addr;          /* static mode; default 127.0.0.1 */
+	int master_port;            /* static mode; default 29500 */
+
+	/* Restarts and shutdown. */
+	int max_restarts;           /* default 0 */
+	int64_t shutdown_timeout_ms;  /* grace between SIGTERM and SIGKILL; default 30 s */
+	double monitor_interval_s;  /* accepted for compatibility; crun is event-driven */
+	int signals[JOBSPEC_MAX_SIGNALS]; /* --signals-to-handle; default INT TERM HUP QUIT */
+	int nsignals;
+
+	/* Addresses. */
+	char *local_addr;           /* --local-addr as given (IP, hostname or interface) */
+	char *advertise_addr;       /* the literal IP this node advertises */
+	char *socket_ifname;        /* set when --local-addr named an interface */
+
+	/* Workers. */
+	char *role;                 /* default "default" */
+	enum program_kind program_kind;
+	char *program;              /* path or module */
+	char **args;                /* NULL-terminated, passed through byte for byte */
+	int nargs;
+	char *python_exec;          /* $PYTHON_EXEC or "python3" */
+	bool virtual_local_rank;
+	bool local_rank_arg;        /* --local-rank-arg: append --local_rank=N */
+
+	/* Output. */
+	char *log_dir;              /* --log-dir; NULL: none */
+	enum std_mask redirects[1024 + 1]; /* per local rank; index 1024 holds the default */
+	enum std_mask tee[1024 + 1];
+	bool *ranks_filter;         /* --local-ranks-filter: NULL = all; else nproc bools */
+	char *log_prefix;           /* console prefix template; default "[rank{rank}]:" */
+};
+
+/**
+ * Zero @spec and set torchrun's defaults (1 node, 1 process, static rendezvous on
+ * 127.0.0.1:29500, run id "none", role "default", rdzv timeouts, INT TERM HUP QUIT, 30 s
+ * shutdown grace, prefix "[rank{rank}]:"). Strings are malloc'd: jobspec_finish() frees them.
+ * Returns 0 or -ENOMEM (the spec is then still safe to finish).
+ */
+int jobspec_defaults(struct job_spec *spec);
+
+/** Free everything a spec owns (not the struct itself); a zeroed spec is a no-op. */
+void jobspec_finish(struct job_spec *spec);
+
+#endif

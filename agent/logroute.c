@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/logroute.c: cut worker output into whole lines, prefix them, write each at once. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/logroute.h"
+
+int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd)
+{
+	memset(s, 0, sizeof(*s));
+	s->console_fd = console_fd;
+	s->file_fd = file_fd;
+	s->prefix = strdup(prefix != NULL ? prefix : "");
+	if (s->prefix == NULL) {
+		s->file_fd = -1;
+		return -ENOMEM;
+	}
+	s->prefix_len = strlen(s->prefix);
+	return 0;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR || errno == EAGAIN) {
+				continue;
+			}
+			return; /* a closed console must not stop the workers */
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Write one line (@p, @n; it may lack its newline) to the console and the file. */
+static void emit(struct logroute_stream *s, const char *p, size_t n)
+{
+	bool nl = n > 0 && p[n - 1] == '\n';
+	size_t total;
+	char stackbuf[4096];
+	char *out;
+
+	if (s->file_fd >= 0) {
+		write_all(s->file_fd, p, n);
+		if (!nl) {
+			write_all(s->file_fd, "\n", 1);
+		}
+	}
+	if (s->console_fd < 0) {
+		return;
+	}
+	total = s->prefix_len + n + (nl ? 0 : 1);
+	out = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+	if (out == NULL) {
+		/* No memory for one buffer: two writes are better than losing the line. */
+		write_all(s->console_fd, s->prefix, s->prefix_len);
+		write_all(s->console_fd, p, n);
+		if (!nl) {
+			write_all(s->console_fd, "\n", 1);
+		}
+		return;
+	}
+	memcpy(out, s->prefix, s->prefix_len);
+	memcpy(out + s->prefix_len, p, n);
+	if (!nl) {
+		out[total - 1] = '\n';
+	}
+	write_all(s->console_fd, out, total);
+	if (out != stackbuf) {
+		free(out);
+	}
+}
+
+/* Keep @n bytes of a partial line; past LOGROUTE_MAX_LINE the line goes out in pieces. */
+static void keep(struct logroute_stream *s, const char *p, size_t n)
+{
+	while (n > 0) {
+		size_t k;
+
+		if (s->len == s->cap) {
+			size_t ncap = s->cap == 0 ? 256 : s->cap * 2;
+			char *nb;
+
+			if (ncap > LOGROUTE_MAX_LINE) {
+				ncap = LOGROUTE_MAX_LINE;
+			}
+			if (ncap == s->cap) {
+				emit(s, s->buf, s->len);
+				s->len = 0;
+				continue;
+			}
+			nb = realloc(s->buf, ncap);
+			if (nb == NULL) {
+				/* Out of memory: write what we hold and the rest as it comes. */
+				if (s->len > 0) {
+					emit(s, s->buf, s->len);
+					s->len = 0;
+				}
+				emit(s, p, n);
+				return;
+			}
+			s->buf = nb;
+			s->cap = ncap;
+		}
+		k = s->cap - s->len;
+		if (k > n) {
+			k = n;
+		}
+		memcpy(s->buf + s->len, p, k);
+		s->len += k;
+		p += k;
+		n -= k;
+	}
+}
+
+void logroute_feed(struct logroute_stream *s, const char *data, size_t n)
+{
+	while (n > 0) {
+		const char *nl = memchr(data, '\n', n);
+		size_t seg;
+
+		if (nl == NULL) {
+			keep(s, data, n);
+			return;
+		}
+		seg = (size_t)(nl - data) + 1;
+		if (s->len == 0 && seg <= LOGROUTE_MAX_LINE) {
+			emit(s, data, seg);
+		} else {
+			keep(s, data, seg);
+			if (s->len > 0) {
+				emit(s, s->buf, s->len);
+				s->len = 0;
+			}
+		}
+		data += seg;
+		n -= seg;
+	}
+}
+
+void logroute_flush(struct logroute_stream *s)
+{
+	if (s->len > 0) {
+		emit(s, s->buf, s->len);
+		s->len = 0;
+	}
+}
+
+void logroute_finish(struct logroute_stream *s)
+{
+	if (s->prefix == NULL && s->buf == NULL) {
+		return;
+	}
+	logroute_flush(s);
+	if (s->file_fd >= 0) {
+		close(s->file_fd);
+	}
+	free(s->buf);
+	free(s->prefix);
+	memset(s, 0, sizeof(*s));
+	s->console_fd = -1;
+	s->file_fd = -1;
+}
+
+char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const char *host,
+			     const char *role)
+{
+	static const char *const keys[] = {"{rank}", "{local_rank}", "{host}", "{role}"};
+	size_t cap = 64, len = 0;
+	char *out = malloc(cap);
+
+	if (out == NULL) {
+		return NULL;
+	}
+	while (*tmpl != '\0') {
+		char num[16];
+		const char *rep = NULL;
+		size_t adv = 1, rl, i;
+
+		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			size_t kl = strlen(keys[i]);
+
+			if (strncmp(tmpl, keys[i], kl) != 0) {
+				continue;
+			}
+			adv = kl;
+			if (i == 0 || i == 1) {
+				snprintf(num, sizeof(num), "%d", i == 0 ? rank : local_rank);
+				rep = num;
+			} else {
+				rep = i == 2 ? host : role;
+			}
+			break;
+		}
+		if (rep == NULL) {
+			rep = tmpl;
+			rl = 1;
+		} else {
+			rl = strlen(rep);
+		}
+		if (len + rl + 1 > cap) {
+			char *n2;
+
+			while (len + rl + 1 > cap) {
+				cap *= 2;
+			}
+			n2 = realloc(out, cap);
+			if (n2 == NULL) {
+				free(out);
+				return NULL;
+			}
+			out = n2;
+		}
+		memcpy(out + len, rep, rl);
+		len += rl;
+		tmpl += adv;
+	}
+	out[len] = '\0';
+	return out;
+}

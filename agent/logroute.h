@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/logroute.h: line-prefixed routing of worker output to the console and to files. */
+#ifndef CRUN_AGENT_LOGROUTE_H
+#define CRUN_AGENT_LOGROUTE_H
+
+#include <stddef.h>
+
+/* A line longer than this is written in pieces of this size, each ending with a newline. */
+#define LOGROUTE_MAX_LINE (64u * 1024u)
+
+/*
+ * One stream (stdout or stderr) of one worker. Bytes are cut into whole lines; each line goes
+ * to the console as ONE write() of prefix + line, and to the file as is. All streams of an
+ * agent are fed from one thread, so console lines never interleave mid-line.
+ */
+struct logroute_stream {
+	char *buf;        /* the partial line, owned; NULL until needed */
+	size_t len, cap;
+	char *prefix;     /* owned */
+	size_t prefix_len;
+	int console_fd;   /* -1: not shown on the console */
+	int file_fd;      /* -1: no file; owned (closed by finish) */
+};
+
+/** Set up @s; @prefix is copied, @file_fd is owned from now on. Returns 0 or -ENOMEM. */
+int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd);
+/** Route @n bytes (borrowed): every complete line is written out at once. */
+void logroute_feed(struct logroute_stream *s, const char *data, size_t n);
+/** End of stream: write a pending partial line (a newline is added). */
+void logroute_flush(struct logroute_stream *s);
+/** Flush, close the file, free. A zeroed or finished stream is a no-op. */
+void logroute_finish(struct logroute_stream *s);
+
+/**
+ * Expand a prefix template: {rank} {local_rank} {host} {role}; any other text is copied.
+ * Returns a malloc'd string (caller frees) or NULL on allocation failure.
+ */
+char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const char *host,
+			     const char *role);
+
+#endif

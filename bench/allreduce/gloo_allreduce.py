@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: MIT
+# bench/allreduce/gloo_allreduce.py: one rank of PyTorch gloo's allreduce, for comparison (see run).
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def iters_for(nbytes):
+    return max(2, min(100, (32 << 20) // nbytes))
+
+
+def main():
+    store_file, rank, world, minb, maxb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+        int(sys.argv[4]), int(sys.argv[5])
+    torch.set_num_threads(1)
+    store = dist.FileStore(store_file, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    buf = torch.zeros(maxb // 4, dtype=torch.float32)
+    b = minb
+    while b <= maxb:
+        t = buf[: b // 4]
+        iters = iters_for(b)
+        dist.all_reduce(t)  # warm up
+        best = 1e30
+        # The machine is shared: the best of 5 timed loops, each timed by its slowest rank.
+        for _ in range(5):
+            dist.barrier()
+            t0 = time.monotonic()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            dt = torch.tensor([(time.monotonic() - t0) / iters], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            best = min(best, dt.item())
+        if rank == 0:
+            print(b, iters, "%.9f" % best, flush=True)
+        b *= 4
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* src/cli.h: the crun command line: torchrun's flags, PET_* environment, validation. */
+#ifndef CRUN_SRC_CLI_H
+#define CRUN_SRC_CLI_H
+
+#include <stdio.h>
+
+#include "agent/jobspec.h"
+#include "rendezvous/util.h"
+
+/* cli_parse() results, also crun's exit status for the first two. */
+#define CLI_OK 0
+#define CLI_EXIT 1  /* --help or --version: already printed on stdout; exit 0 */
+#define CLI_USAGE 2 /* bad command line: one line already printed on stderr; exit 2 */
+
+/**
+ * Parse @argv (borrowed) plus the PET_<FLAG> environment (the command line wins) into @spec,
+ * which is initialised here (jobspec_defaults()) and owned by the caller afterwards: release it
+ * with jobspec_finish() whatever this returns.
+ *
+ * Everything is validated and resolved before anything starts: nproc "gpu|cpu|auto" is counted,
+ * --local-addr is turned into a literal address (an interface name also sets socket_ifname),
+ * the endpoint is split into host/port or path, the program is found (PATH search like execvp,
+ * or the .py file must exist) and the rdzv timeouts land in spec->rdzv (milliseconds).
+ *
+ * Returns CLI_OK; CLI_EXIT after printing --help/--version on stdout; or CLI_USAGE after
+ * printing exactly one line "crun: --flag: problem" on stderr.
+ */
+int cli_parse(int argc, char **argv, struct job_spec *spec);
+
+/**
+ * cli_parse() without printing the error: on CLI_USAGE, @d->msg holds the line without the
+ * "crun: " prefix and without a newline (e.g. "--nnodes: MIN 3 is above MAX 2"), and @d->code
+ * is CRUN_ECONFIG. --help/--version still print on stdout.
+ */
+int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_diag *d);
+
+/** Print the --help text on @out (borrowed). */
+void cli_usage(FILE *out);
+
+/**
+ * Count the CUDA devices the driver reports (so CUDA_VISIBLE_DEVICES is honoured), by loading
+ * libcuda.so.1 at run time in a short-lived child process so the agent itself never holds a
+ * CUDA context. Returns the count (>= 0; 0 when there is no driver or no visible device, with
+ * the reason in @d) or a negative code on an OS failure. Blocks for at most 60 s.
+ */
+int cli_count_gpus(struct crun_diag *d);
+
+/**
+ * Resolve --local-addr @s: an IP literal (kept, normalised), an interface name such as "eth0"
+ * or "lo" (its first IPv4 address; *ifname = the name), or a host name (resolved to a literal,
+ * IPv4 first). *addr and *ifname are malloc'd, caller frees (*ifname is NULL unless @s named
+ * an interface). Returns 0, -ENOENT (nothing by that name) or -ENOMEM; @d says why.
+ */
+int cli_resolve_local_addr(const char *s, char **addr, char **ifname, struct crun_diag *d);
+
+#endif

@@ -1,0 +1,40 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/agent/kill9.sh: SIGKILL the agent; no worker and no worker's child survives 1 s later.
+. "$(dirname "$0")/lib.sh"
+
+alive() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ]
+}
+
+n=4
+"$CRUN" --standalone --nproc-per-node $n "$W" grandchild:"$T" sleep:120000 >"$T/out" 2>"$T/err" &
+agent=$!
+track $agent
+for ((r = 0; r < n; r++)); do
+	wait_for 30 test -s "$T/pids.$r"
+done
+pids=$(cat "$T"/pids.*)
+for p in $pids; do
+	track "$p"
+	alive "$p" || fail "process $p should be running before the kill"
+done
+guard=$(ps -o pid=,comm= --ppid $agent | awk '$2 == "crun-guard" { print $1 }')
+[ -n "$guard" ] || fail "no crun-guard child of the agent"
+track "$guard"
+note "killing agent $agent with SIGKILL; watching $(echo $pids | wc -w) workers and children"
+kill -9 $agent
+wait $agent 2>/dev/null
+sleep 1
+for p in $pids; do
+	if alive "$p"; then
+		ps -o pid,ppid,pgid,stat,cmd -p "$p" >&2
+		fail "process $p survived the agent's SIGKILL by 1 s"
+	fi
+done
+alive "$guard" && fail "the guard $guard outlived its work"
+# The agent could not clean up after itself; the guard removed its temp dir.
+[ -z "$(ls "$T" | grep '^crun-' || true)" ] || fail "temp dir left behind: $(ls "$T")"
+echo "kill9: ok"

@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: MIT
+# tests/agent/lib.sh: helpers for the agent tests (sourced). Every wait is bounded, every
+# process started here is killed by PID on exit, and the temp dir is removed.
+set -u
+
+BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
+SRC=${CRUN_SOURCE_DIR:?}
+CRUN=${CRUN_EXE:-$BUILD/src/crun}
+RDZVD=${CRUN_RDZVD_EXE:-$BUILD/src/crun-rdzvd}
+W=$BUILD/tests/agent/agent-test-worker
+T=$(mktemp -d "${TMPDIR:-/tmp}/crun-agent-test.XXXXXX")
+export TMPDIR=$T
+PIDS=""
+
+cleanup() {
+	local p
+	for p in $PIDS; do
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in $PIDS; do
+		wait "$p" 2>/dev/null
+	done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+note() {
+	echo "--- $*" >&2
+}
+
+# track PID: remember a background process so cleanup kills it.
+track() {
+	PIDS="$PIDS $1"
+}
+
+# wait_for SECONDS CMD...: poll CMD every 20 ms until it succeeds, or fail.
+wait_for() {
+	local limit=$1 i
+	shift
+	for ((i = 0; i < limit * 50; i++)); do
+		if "$@"; then
+			return 0
+		fi
+		sleep 0.02
+	done
+	fail "timed out after ${limit}s waiting for: $*"
+}
+
+# wait_pid SECONDS PID: wait for a tracked child to exit; sets RC to its status.
+wait_pid() {
+	local limit=$1 pid=$2
+	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null || [ \"\$(ps -o stat= -p $pid)\" = Z ]"
+	wait "$pid"
+	RC=$?
+}
+
+# run_crun SECONDS OUT ERR ARGS...: run crun in the foreground with a time limit; sets RC.
+run_crun() {
+	local limit=$1 out=$2 err=$3
+	shift 3
+	timeout -s KILL "$limit" "$CRUN" "$@" >"$out" 2>"$err"
+	RC=$?
+	if [ $RC -eq 137 ]; then
+		cat "$err" >&2
+		fail "crun $* did not finish in ${limit}s"
+	fi
+}
+
+# start_rdzvd: a store daemon on 127.0.0.1, port 0; sets ENDPOINT and RDZVD_PID.
+start_rdzvd() {
+	"$RDZVD" --listen 127.0.0.1:0 -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	RDZVD_PID=$!
+	track $RDZVD_PID
+	wait_for 20 test -s "$T/rdzvd.out"
+	ENDPOINT=$(head -n1 "$T/rdzvd.out")
+}
+
+expect_eq() {
+	[ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"
+}
+
+expect_grep() {
+	grep -q -- "$1" "$2" || { cat "$2" >&2; fail "$3: '$1' not found in $2"; }
+}

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/agent/test_units.c: error-file parsing, line routing and worker env/argv building. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/errfile.h"
+#include "agent/jobspec.h"
+#include "agent/logroute.h"
+#include "agent/spawn.h"
+
+static int parse(const char *doc, char *msg, size_t len)
+{
+	return errfile_parse_message(doc, strlen(doc), msg, len);
+}
+
+static void errfile_reads_torchrun_record_shape(void **state)
+{
+	char m[256];
+
+	(void)state;
+	assert_int_equal(parse("{\"message\": {\"message\": \"ValueError: bad lr\", \"extraInfo\": "
+			       "{\"py_callstack\": \"Traceback ...\", \"timestamp\": \"17\"}}}",
+			       m, sizeof(m)),
+			 0);
+	assert_string_equal(m, "ValueError: bad lr");
+	/* extraInfo first, nested objects and arrays skipped. */
+	assert_int_equal(parse("{\"x\": [1, {\"message\": \"no\"}, null], \"message\": {\"extraInfo\": "
+			       "{\"a\": true}, \"message\": \"yes\"}}",
+			       m, sizeof(m)),
+			 0);
+	assert_string_equal(m, "yes");
+}
+
+static void errfile_reads_plain_message(void **state)
+{
+	char m[256];
+
+	(void)state;
+	assert_int_equal(parse("  {\"message\": \"line1\\nline2 \\u0041\"}  ", m, sizeof(m)), 0);
+	assert_string_equal(m, "line1 | line2 A");
+}
+
+static void errfile_rejects_garbage_without_crashing(void **state)
+{
+	static const char *const bad[] = {
+		"", "[]", "{", "{\"message\"", "{\"message\": }", "{\"other\": 1}", "null",
+		"{\"message\": {\"extraInfo\": {}}}", "{\"message\": \"unterminated",
+		"{\"message\": \"\\u12\"}", "\"message\"",
+	};
+	char m[64];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(parse(bad[i], m, sizeof(m)), -EPROTO);
+	}
+}
+
+static void errfile_bounds_depth_and_length(void **state)
+{
+	size_t n = 100000, i;
+	char *doc = malloc(n + 1), m[16];
+
+	(void)state;
+	assert_non_null(doc);
+	for (i = 0; i < n; i++) {
+		doc[i] = i % 2 ? '[' : '{';
+	}
+	doc[n] = '\0';
+	memcpy(doc, "{\"a\":", 5);
+	assert_int_equal(parse(doc, m, sizeof(m)), -EPROTO);
+	free(doc);
+	/* A long message is cut to fit, NUL-terminated. */
+	assert_int_equal(parse("{\"message\": \"0123456789012345678901234567890\"}", m, sizeof(m)), 0);
+	assert_string_equal(m, "012345678901234");
+}
+
+static void errfile_missing_file_is_enoent(void **state)
+{
+	char m[16];
+
+	(void)state;
+	assert_int_equal(errfile_read_message("/nonexistent/crun/error.json", m, sizeof(m)), -ENOENT);
+}
+
+static void errfile_names_signals(void **state)
+{
+	char b[32];
+
+	(void)state;
+	assert_string_equal(errfile_signal_name(9, b, sizeof(b)), "SIGKILL");
+	assert_string_equal(errfile_signal_name(11, b, sizeof(b)), "SIGSEGV");
+}
+
+/* Read everything written so far to @fd into @buf. */
+static size_t drain(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	while (n < cap && (r = read(fd, buf + n, cap - n)) > 0) {
+		n += (size_t)r;
+	}
+	return n;
+}
+
+static void logroute_prefixes_whole_lines(void **state)
+{
+	struct logroute_stream s;
+	int p[2];
+	char out[4096];
+	size_t n;
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+	assert_int_equal(logroute_init(&s, "[rank3]:", p[1], -1), 0);
+	logroute_feed(&s, "ab", 2);
+	logroute_feed(&s, "c\nde", 4);
+	logroute_feed(&s, "f\n\ng", 4);
+	logroute_finish(&s);
+	n = drain(p[0], out, sizeof(out));
+	out[n] = '\0';
+	assert_string_equal(out, "[rank3]:abc\n[rank3]:def\n[rank3]:\n[rank3]:g\n");
+	close(p[0]);
+	close(p[1]);
+}
+
+static void logroute_cuts_overlong_lines(void **state)
+{
+	struct logroute_stream s;
+	size_t len = LOGROUTE_MAX_LINE * 2 + 10, n, i, lines = 0;
+	char *big = malloc(len), *out = malloc(len + 1000);
+	int p[2];
+
+	(void)state;
+	assert_non_null(big);
+	assert_non_null(out);
+	memset(big, 'x', len);
+	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	assert_int_equal(logroute_init(&s, "P", p[1], -1), 0);
+	for (i = 0; i < len; i += 1000) {
+		logroute_feed(&s, big + i, len - i < 1000 ? len - i : 1000);
+	}
+	logroute_feed(&s, "\n", 1);
+	logroute_finish(&s);
+	n = drain(p[0], out, len + 1000);
+	for (i = 0; i < n; i++) {
+		lines += out[i] == '\n';
+	}
+	assert_int_equal(lines, 3);
+	assert_int_equal(n, len + 3 * 2);
+	assert_int_equal(out[0], 'P');
+	assert_int_equal(out[LOGROUTE_MAX_LINE + 2], 'P');
+	close(p[0]);
+	close(p[1]);
+	free(big);
+	free(out);
+}
+
+static void logroute_formats_prefix_templates(void **state)
+{
+	char *p;
+
+	(void)state;
+	p = logroute_format_prefix("[{role}:{host}:{rank}/{local_rank}] {x}", 12, 4, "h1", "trainer");
+	assert_string_equal(p, "[trainer:h1:12/4] {x}");
+	free(p);
+}
+
+static void spawn_env_has_torchrun_names(void **state)
+{
+	struct job_spec spec;
+	struct spawn_env e;
+	struct spawn_worker_info wi = {
+		.spec = &spec, .local_rank = 1, .rank = 5, .world_size = 8, .group_rank = 1,
+		.group_world_size = 2, .restart_count = 2, .run_id = "job", .master_addr = "10.0.0.1",
+		.master_port = 29500, .store_endpoint = "10.0.0.1:29400", .store_prefix = "p/",
+		.error_file = "/tmp/e.json",
+	};
+	char e1[] = "OMP_NUM_THREADS=4", e2[] = "CUDA_VISIBLE_DEVICES=2,3", e3[] = "PATH=/bin";
+	char ifname[] = "eth7";
+	char *base[] = {e1, e2, e3, NULL};
+
+	(void)state;
+	memset(&spec, 0, sizeof(spec));
+	spec.nproc_per_node = 4;
+	spec.max_restarts = 3;
+	spec.virtual_local_rank = true;
+	spec.socket_ifname = ifname;
+	assert_int_equal(spawn_worker_env(&wi, base, &e), 0);
+	assert_string_equal(spawn_env_get(&e, "RANK"), "5");
+	assert_string_equal(spawn_env_get(&e, "LOCAL_RANK"), "0");
+	assert_string_equal(spawn_env_get(&e, "CUDA_VISIBLE_DEVICES"), "3");
+	assert_string_equal(spawn_env_get(&e, "OMP_NUM_THREADS"), "4");
+	assert_string_equal(spawn_env_get(&e, "ROLE_NAME"), "default");
+	assert_string_equal(spawn_env_get(&e, "GROUP_RANK"), "1");
+	assert_string_equal(spawn_env_get(&e, "TORCHELASTIC_RESTART_COUNT"), "2");
+	assert_string_equal(spawn_env_get(&e, "TORCHELASTIC_MAX_RESTARTS"), "3");
+	assert_string_equal(spawn_env_get(&e, "NCCL_SOCKET_IFNAME"), "eth7");
+	assert_string_equal(spawn_env_get(&e, "CRUN_STORE_PREFIX"), "p/");
+	assert_string_equal(spawn_env_get(&e, "PATH"), "/bin");
+	assert_null(spawn_env_get(&e, "CRUN_STORE_TOKEN"));
+	spawn_env_finish(&e);
+}
+
+static void spawn_argv_expands_only_the_macro(void **state)
+{
+	struct job_spec spec;
+	char a1[] = "--x=${local_rank}${local_rank}", a2[] = "$$", a3[] = "${local_rankx}";
+	char prog[] = "pkg.train", py[] = "py3";
+	char *args[] = {a1, a2, a3, NULL};
+	char **argv;
+
+	(void)state;
+	memset(&spec, 0, sizeof(spec));
+	spec.program_kind = PROGRAM_MODULE;
+	spec.program = prog;
+	spec.python_exec = py;
+	spec.args = args;
+	spec.nargs = 3;
+	spec.local_rank_arg = true;
+	assert_int_equal(spawn_worker_argv(&spec, "/crun", 7, &argv), 0);
+	assert_string_equal(argv[0], "/crun");
+	assert_string_equal(argv[1], SPAWN_SHIM_FLAG);
+	assert_string_equal(argv[3], "py3");
+	assert_string_equal(argv[4], "-u");
+	assert_string_equal(argv[5], "-m");
+	assert_string_equal(argv[6], "pkg.train");
+	assert_string_equal(argv[7], "--x=77");
+	assert_string_equal(argv[8], "$$");
+	assert_string_equal(argv[9], "${local_rankx}");
+	assert_string_equal(argv[10], "--local_rank=7");
+	assert_null(argv[11]);
+	spawn_argv_free(argv);
+}
+
+static void errfile_summary_round_trips(void **state)
+{
+	struct errfile_failure f = {.host = "node7", .rank = 12, .local_rank = 4, .exit_code = 3,
+				    .pid = 999, .message = "CUDA out of memory"};
+	struct errfile_failure g;
+	char buf[512], wrapped[600], host[64], msg[256];
+
+	(void)state;
+	errfile_summary(&f, buf, sizeof(buf));
+	snprintf(wrapped, sizeof(wrapped), "workers failed: %s (reported by node rank 1, host x)", buf);
+	assert_int_equal(errfile_parse_summary(wrapped, &g, host, sizeof(host), msg, sizeof(msg)), 0);
+	assert_string_equal(g.host, "node7");
+	assert_int_equal(g.rank, 12);
+	assert_int_equal(g.local_rank, 4);
+	assert_int_equal(g.exit_code, 3);
+	assert_int_equal(g.pid, 999);
+	assert_string_equal(g.message, "CUDA out of memory");
+	f.signal = 9;
+	f.message = NULL;
+	errfile_summary(&f, buf, sizeof(buf));
+	assert_int_equal(errfile_parse_summary(buf, &g, host, sizeof(host), msg, sizeof(msg)), 0);
+	assert_int_equal(g.signal, 9);
+	assert_string_equal(g.message, "");
+	assert_int_equal(errfile_parse_summary("rank x (host", &g, host, sizeof(host), msg,
+					       sizeof(msg)),
+			 -EINVAL);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(errfile_reads_torchrun_record_shape),
+		cmocka_unit_test(errfile_reads_plain_message),
+		cmocka_unit_test(errfile_rejects_garbage_without_crashing),
+		cmocka_unit_test(errfile_bounds_depth_and_length),
+		cmocka_unit_test(errfile_missing_file_is_enoent),
+		cmocka_unit_test(errfile_names_signals),
+		cmocka_unit_test(errfile_summary_round_trips),
+		cmocka_unit_test(logroute_prefixes_whole_lines),
+		cmocka_unit_test(logroute_cuts_overlong_lines),
+		cmocka_unit_test(logroute_formats_prefix_templates),
+		cmocka_unit_test(spawn_env_has_torchrun_names),
+		cmocka_unit_test(spawn_argv_expands_only_the_macro),
+	};
+
+	if (argc > 1) {
+		cmocka_set_test_filter(argv[1]);
+	}
+	return cmocka_run_group_tests_name("agent-units", tests, NULL, NULL);
+}

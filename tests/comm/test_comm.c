@@ -1,0 +1,489 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/comm/test_comm.c: start a real crun-rdzvd and N comm_worker processes per test. */
+#include <stdarg.h> /* cmocka 1.x wants these before cmocka.h */
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rendezvous/util.h"
+
+#define MAX_PROCS 16
+#define S(lit) ((char *)(lit)) /* execv() takes char *const[]; it does not write them */
+#define EXIT_SAW_ERROR 3
+
+static const char *worker_exe, *rdzvd_exe;
+
+struct proc {
+	pid_t pid;
+	int out; /* read end of its stdout, or -1 */
+};
+
+struct store_daemon {
+	struct proc p;
+	char endpoint[128];
+};
+
+static int prefix_seq;
+
+/* Start @argv with stdout on a pipe (when @pipe_out) and stderr inherited. */
+static struct proc spawn(char *const argv[], bool pipe_out)
+{
+	struct proc p = {.pid = -1, .out = -1};
+	int fds[2] = {-1, -1};
+
+	if (pipe_out) {
+		assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	}
+	fflush(stdout);
+	fflush(stderr);
+	p.pid = fork();
+	assert_true(p.pid >= 0);
+	if (p.pid == 0) {
+		if (pipe_out) {
+			dup2(fds[1], STDOUT_FILENO);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	if (pipe_out) {
+		close(fds[1]);
+		p.out = fds[0];
+	}
+	return p;
+}
+
+/* Wait up to @timeout_ms for @pid: its wait status, or -ETIMEDOUT (the process is left). */
+static int wait_proc(pid_t pid, int timeout_ms)
+{
+	int64_t deadline = crun_now_ms() + timeout_ms;
+	int pfd, st, rc;
+
+	pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	assert_true(pfd >= 0);
+	for (;;) {
+		struct pollfd pf = {.fd = pfd, .events = POLLIN};
+		int left = (int)(deadline - crun_now_ms());
+
+		if (left <= 0) {
+			close(pfd);
+			return -ETIMEDOUT;
+		}
+		rc = poll(&pf, 1, left);
+		if (rc > 0) {
+			break;
+		}
+	}
+	close(pfd);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static void kill_proc(struct proc *p)
+{
+	if (p->pid > 0) {
+		kill(p->pid, SIGKILL);
+		waitpid(p->pid, NULL, 0);
+		p->pid = -1;
+	}
+	if (p->out >= 0) {
+		close(p->out);
+		p->out = -1;
+	}
+}
+
+/* Read one line from @fd into @buf within @timeout_ms. */
+static int read_line(int fd, char *buf, size_t len, int timeout_ms)
+{
+	int64_t deadline = crun_now_ms() + timeout_ms;
+	size_t n = 0;
+
+	while (n + 1 < len) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		int left = (int)(deadline - crun_now_ms());
+		ssize_t r;
+
+		if (left <= 0 || poll(&pf, 1, left) <= 0) {
+			return -ETIMEDOUT;
+		}
+		r = read(fd, buf + n, 1);
+		if (r <= 0) {
+			return -EPIPE;
+		}
+		if (buf[n] == '\n') {
+			break;
+		}
+		n++;
+	}
+	buf[n] = '\0';
+	return 0;
+}
+
+static void daemon_start(struct store_daemon *d)
+{
+	char *argv[] = {(char *)rdzvd_exe, S("--listen"), S("127.0.0.1:0"), NULL};
+	char line[128];
+
+	d->p = spawn(argv, true);
+	if (read_line(d->p.out, line, sizeof(line), 20000) < 0) {
+		kill_proc(&d->p);
+		fail_msg("crun-rdzvd printed no address within 20 s");
+	}
+	snprintf(d->endpoint, sizeof(d->endpoint), "%s", line);
+}
+
+static void daemon_stop(struct store_daemon *d)
+{
+	kill(d->p.pid, SIGTERM);
+	if (wait_proc(d->p.pid, 10000) >= 0) {
+		d->p.pid = -1;
+	}
+	kill_proc(&d->p);
+}
+
+/*
+ * Run ranks @first .. @last of a world of @size on @endpoint, each "comm_worker ENDPOINT
+ * PREFIX RANK SIZE SCENARIO TIMEOUT"; wait up to @wait_ms for all and check every exit status
+ * is @want_exit. A process still running at the deadline fails the test (and is killed).
+ */
+static void run_group(const char *endpoint, int first, int last, int size, const char *scen,
+		      int timeout_ms, int wait_ms, int want_exit)
+{
+	struct proc ps[MAX_PROCS];
+	char prefix[64], ranks[MAX_PROCS][16], sizes[16], tmo[16];
+	int64_t deadline = crun_now_ms() + wait_ms;
+	int bad = 0, n = last - first + 1;
+
+	snprintf(prefix, sizeof(prefix), "test%d-%d/", (int)getpid(), ++prefix_seq);
+	snprintf(sizes, sizeof(sizes), "%d", size);
+	snprintf(tmo, sizeof(tmo), "%d", timeout_ms);
+	for (int i = 0; i < n; i++) {
+		char *argv[] = {(char *)worker_exe,
+				(char *)endpoint,
+				prefix,
+				ranks[i],
+				sizes,
+				(char *)scen,
+				tmo,
+				NULL};
+
+		snprintf(ranks[i], sizeof(ranks[i]), "%d", first + i);
+		ps[i] = spawn(argv, false);
+	}
+	for (int i = 0; i < n; i++) {
+		int left = (int)(deadline - crun_now_ms());
+		int st = wait_proc(ps[i].pid, left > 0 ? left : 1);
+
+		if (st == -ETIMEDOUT) {
+			fprintf(stderr, "rank %d (%s, size %d) still running after %d ms\n",
+				first + i, scen, size, wait_ms);
+			bad++;
+			continue;
+		}
+		ps[i].pid = -1;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != want_exit) {
+			fprintf(stderr, "rank %d (%s, size %d): %s %d, want exit %d\n", first + i,
+				scen, size, WIFEXITED(st) ? "exit" : "signal",
+				WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), want_exit);
+			bad++;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		kill_proc(&ps[i]);
+	}
+	assert_int_equal(bad, 0);
+}
+
+static int setup_daemon(void **state)
+{
+	struct store_daemon *d = calloc(1, sizeof(*d));
+
+	if (d == NULL) {
+		return -1;
+	}
+	daemon_start(d);
+	*state = d;
+	return 0;
+}
+
+static int teardown_daemon(void **state)
+{
+	struct store_daemon *d = *state;
+
+	daemon_stop(d);
+	free(d);
+	return 0;
+}
+
+/* Every collective against the serial reference, world sizes 1 to 8. */
+static void collectives_match_reference_sizes_1_to_8(void **state)
+{
+	struct store_daemon *d = *state;
+
+	for (int n = 1; n <= 8; n++) {
+		run_group(d->endpoint, 0, n - 1, n, "all", 60000, 120000, 0);
+	}
+}
+
+/* The same with shared memory turned off: every link over TCP, as between hosts. */
+static void collectives_over_tcp_match_reference_sizes_1_to_8(void **state)
+{
+	struct store_daemon *d = *state;
+
+	setenv("CRUN_COMM_SHM", "0", 1);
+	for (int n = 1; n <= 8; n++) {
+		run_group(d->endpoint, 0, n - 1, n, "all", 60000, 120000, 0);
+	}
+	unsetenv("CRUN_COMM_SHM");
+}
+
+/* Shared memory, but every byte copied through the rings (no process_vm_readv). */
+static void collectives_over_shm_copy_match_reference_sizes_1_to_8(void **state)
+{
+	struct store_daemon *d = *state;
+
+	setenv("CRUN_COMM_CMA", "0", 1);
+	for (int n = 1; n <= 8; n++) {
+		run_group(d->endpoint, 0, n - 1, n, "all", 60000, 120000, 0);
+	}
+	unsetenv("CRUN_COMM_CMA");
+}
+
+static void allreduce_and_broadcast_64mib_at_2_and_4_ranks(void **state)
+{
+	struct store_daemon *d = *state;
+
+	run_group(d->endpoint, 0, 1, 2, "big", 60000, 120000, 0);
+	run_group(d->endpoint, 0, 3, 4, "big", 60000, 120000, 0);
+}
+
+static void missing_peer_times_out_within_the_timeout(void **state)
+{
+	struct store_daemon *d = *state;
+
+	/* Rank 3 of 4 never starts; the others must give up with -ETIMEDOUT in ~1.5 s. */
+	run_group(d->endpoint, 0, 2, 4, "missing", 1500, 20000, EXIT_SAW_ERROR);
+}
+
+/*
+ * Four ranks loop allreduces; rank 2 is killed (@stop false) or stopped with SIGSTOP (@stop
+ * true: alive but silent, so its neighbours must time out). The others must all report an
+ * error (-ECONNRESET or -ETIMEDOUT, then fail fast) within the timeout plus slack.
+ */
+static void broken_peer(struct store_daemon *d, bool stop)
+{
+	struct proc ps[4];
+	char prefix[64], ranks[4][8], line[64];
+	int bad = 0;
+
+	snprintf(prefix, sizeof(prefix), "die%d-%d/", (int)getpid(), ++prefix_seq);
+	for (int i = 0; i < 4; i++) {
+		char *argv[] = {(char *)worker_exe, d->endpoint, prefix, ranks[i], S("4"),
+				S("die"),	    S("2000"),	 NULL};
+
+		snprintf(ranks[i], sizeof(ranks[i]), "%d", i);
+		ps[i] = spawn(argv, true);
+	}
+	/* Once every rank has finished one allreduce they are all inside the loop. */
+	for (int i = 0; i < 4; i++) {
+		if (read_line(ps[i].out, line, sizeof(line), 30000) < 0 ||
+		    strcmp(line, "ready") != 0) {
+			bad++;
+		}
+	}
+	if (stop) {
+		kill(ps[2].pid, SIGSTOP);
+	} else {
+		kill_proc(&ps[2]);
+	}
+	for (int i = 0; i < 4 && bad == 0; i++) {
+		int st;
+
+		if (i == 2) {
+			continue;
+		}
+		st = wait_proc(ps[i].pid, 20000);
+		if (st == -ETIMEDOUT) {
+			fprintf(stderr, "rank %d hangs after its peer was killed\n", i);
+			bad++;
+			continue;
+		}
+		ps[i].pid = -1;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != EXIT_SAW_ERROR) {
+			fprintf(stderr, "rank %d: status 0x%x\n", i, st);
+			bad++;
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		kill_proc(&ps[i]);
+	}
+	assert_int_equal(bad, 0);
+}
+
+static void killed_peer_gives_errors_not_a_hang(void **state)
+{
+	broken_peer(*state, false);
+}
+
+static void killed_peer_over_tcp_gives_errors_not_a_hang(void **state)
+{
+	setenv("CRUN_COMM_SHM", "0", 1);
+	broken_peer(*state, false);
+	unsetenv("CRUN_COMM_SHM");
+}
+
+static void stopped_peer_gives_timeouts_not_a_hang(void **state)
+{
+	broken_peer(*state, true);
+}
+
+static void stopped_peer_over_tcp_gives_timeouts_not_a_hang(void **state)
+{
+	setenv("CRUN_COMM_SHM", "0", 1);
+	broken_peer(*state, true);
+	unsetenv("CRUN_COMM_SHM");
+}
+
+static void stray_connections_are_rejected(void **state)
+{
+	struct store_daemon *d = *state;
+
+	run_group(d->endpoint, 0, 2, 3, "stray", 60000, 120000, 0);
+}
+
+static void mismatched_collectives_fail_fast(void **state)
+{
+	struct store_daemon *d = *state;
+
+	run_group(d->endpoint, 0, 2, 3, "mismatch", 20000, 15000, EXIT_SAW_ERROR);
+}
+
+static void bad_arguments_are_rejected(void **state)
+{
+	struct store_daemon *d = *state;
+
+	run_group(d->endpoint, 0, 0, 1, "args", 10000, 30000, 0);
+}
+
+/* CRUN_COMM_ADDR picks the listening address (127.0.0.2 here); a bad one is refused. */
+static void comm_addr_is_honoured_and_checked(void **state)
+{
+	struct store_daemon *d = *state;
+
+	setenv("CRUN_COMM_ADDR", "127.0.0.2", 1);
+	setenv("CRUN_COMM_SHM", "0", 1);
+	run_group(d->endpoint, 0, 2, 3, "all", 60000, 120000, 0);
+	setenv("CRUN_COMM_ADDR", "no.such.host.invalid", 1);
+	run_group(d->endpoint, 0, 1, 2, "badaddr", 10000, 30000, EXIT_SAW_ERROR);
+	unsetenv("CRUN_COMM_ADDR");
+	unsetenv("CRUN_COMM_SHM");
+}
+
+static void file_store_works_too(void **state)
+{
+	char dir[] = "/tmp/crun-comm-XXXXXX", ep[128], path[96];
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/store", dir);
+	snprintf(ep, sizeof(ep), "file://%s", path);
+	run_group(ep, 0, 2, 3, "all", 60000, 120000, 0);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* NCCL: skip (77) without a GPU, else it must pass. One rank: any GPU machine has one device. */
+static int run_nccl(void)
+{
+	struct store_daemon d;
+	struct proc p;
+	char prefix[64];
+	int st, code;
+
+	daemon_start(&d);
+	snprintf(prefix, sizeof(prefix), "nccl%d/", (int)getpid());
+	{
+		char *argv[] = {(char *)worker_exe, d.endpoint, prefix, S("0"), S("1"),
+				S("nccl"),	    S("30000"), NULL};
+
+		p = spawn(argv, false);
+	}
+	st = wait_proc(p.pid, 120000);
+	code = st == -ETIMEDOUT ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (st != -ETIMEDOUT) {
+		p.pid = -1;
+	}
+	kill_proc(&p);
+	daemon_stop(&d);
+	if (code == 77) {
+		printf("nccl: no GPU visible: skipped\n");
+		return 77;
+	}
+	if (code != 0) {
+		fprintf(stderr, "nccl worker: %s %d\n", code < 0 ? "timed out" : "exit", code);
+		return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(bad_arguments_are_rejected, setup_daemon,
+						teardown_daemon),
+		cmocka_unit_test_setup_teardown(collectives_match_reference_sizes_1_to_8,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(collectives_over_tcp_match_reference_sizes_1_to_8,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(
+			collectives_over_shm_copy_match_reference_sizes_1_to_8, setup_daemon,
+			teardown_daemon),
+		cmocka_unit_test_setup_teardown(allreduce_and_broadcast_64mib_at_2_and_4_ranks,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(missing_peer_times_out_within_the_timeout,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(killed_peer_gives_errors_not_a_hang, setup_daemon,
+						teardown_daemon),
+		cmocka_unit_test_setup_teardown(killed_peer_over_tcp_gives_errors_not_a_hang,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(stopped_peer_gives_timeouts_not_a_hang,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(stopped_peer_over_tcp_gives_timeouts_not_a_hang,
+						setup_daemon, teardown_daemon),
+		cmocka_unit_test_setup_teardown(stray_connections_are_rejected, setup_daemon,
+						teardown_daemon),
+		cmocka_unit_test_setup_teardown(mismatched_collectives_fail_fast, setup_daemon,
+						teardown_daemon),
+		cmocka_unit_test_setup_teardown(comm_addr_is_honoured_and_checked, setup_daemon,
+						teardown_daemon),
+		cmocka_unit_test(file_store_works_too),
+	};
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s COMM_WORKER CRUN_RDZVD [--nccl | TEST_FILTER]\n",
+			argv[0]);
+		return 2;
+	}
+	worker_exe = argv[1];
+	rdzvd_exe = argv[2];
+	signal(SIGPIPE, SIG_IGN);
+	if (argc > 3 && strcmp(argv[3], "--nccl") == 0) {
+		return run_nccl();
+	}
+	if (argc > 3) {
+		cmocka_set_test_filter(argv[3]);
+	}
+	return cmocka_run_group_tests_name("comm", tests, NULL, NULL);
+}

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/rdzv/rdzv_scale.c: N agents (threads, one store handle each) complete one round. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+
+#include "rendezvous/log.h"
+#include "rendezvous/rdzv.h"
+#include "tests/rdzv/harness.h"
+
+struct agent {
+	struct rdzv *r;
+	struct rdzv_assignment a;
+	struct crun_diag d;
+	int rc;
+	int64_t done_ns;
+	pthread_t thr;
+};
+
+static pthread_barrier_t start_line;
+static int phase; /* 0: next_round, 1: finish */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *agent_main(void *arg)
+{
+	struct agent *ag = arg;
+
+	pthread_barrier_wait(&start_line);
+	if (phase == 0) {
+		ag->rc = rdzv_next_round(ag->r, &ag->a, &ag->d);
+	} else {
+		ag->rc = rdzv_finish(ag->r, 120000, &ag->d);
+	}
+	ag->done_ns = now_ns();
+	return NULL;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Release every agent at once; returns ms until the last one returned, or -1. */
+static double run_phase(struct agent *ags, int n, int which)
+{
+	pthread_attr_t attr;
+	int64_t t0, last = 0;
+	int i, bad = 0;
+
+	phase = which;
+	pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	for (i = 0; i < n; i++) {
+		if (pthread_create(&ags[i].thr, &attr, agent_main, &ags[i]) != 0) {
+			fprintf(stderr, "rdzv_scale: pthread_create %d: %s\n", i, strerror(errno));
+			exit(1);
+		}
+	}
+	pthread_attr_destroy(&attr);
+	t0 = now_ns();
+	pthread_barrier_wait(&start_line);
+	for (i = 0; i < n; i++) {
+		pthread_join(ags[i].thr, NULL);
+		if (ags[i].rc != 0 && bad++ < 5) {
+			fprintf(stderr, "rdzv_scale: agent %d: %s: %s\n", i,
+				crun_strerror(ags[i].rc), ags[i].d.msg);
+		}
+		if (ags[i].done_ns > last) {
+			last = ags[i].done_ns;
+		}
+	}
+	pthread_barrier_destroy(&start_line);
+	if (bad == 0) {
+		int64_t *d = malloc((size_t)n * sizeof(*d));
+
+		for (i = 0; d != NULL && i < n; i++) {
+			d[i] = ags[i].done_ns - t0;
+		}
+		if (d != NULL) {
+			qsort(d, (size_t)n, sizeof(*d), cmp64);
+			printf("rdzv_scale: %s: per agent p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+			       which == 0 ? "round" : "finish", (double)d[n / 2] / 1e6,
+			       (double)d[(n * 99) / 100] / 1e6, (double)d[n - 1] / 1e6);
+		}
+		free(d);
+	}
+	return bad ? -1.0 : (double)(last - t0) / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+	struct store_fixture fx;
+	struct crun_store_opts o = {0};
+	struct rlimit rl;
+	struct agent *ags;
+	const char *backend, *rdzvd = NULL;
+	char endpoint[600], run_id[64];
+	double join_ms, fin_ms, conn_ms, max_ms = 0;
+	int n = 1000, i, argi = 1, rc = 1;
+	int64_t t0;
+	char *seen;
+
+	while (argi < argc && argv[argi][0] == '-') {
+		if (strcmp(argv[argi], "--agents") == 0 && argi + 1 < argc) {
+			n = atoi(argv[argi + 1]);
+			argi += 2;
+		} else if (strcmp(argv[argi], "--max-ms") == 0 && argi + 1 < argc) {
+			max_ms = atof(argv[argi + 1]);
+			argi += 2;
+		} else {
+			fprintf(stderr, "rdzv_scale: unknown option %s\n", argv[argi]);
+			return 2;
+		}
+	}
+	if (n < 1 || n > 10000 || argi >= argc) {
+		fprintf(stderr,
+			"usage: %s [--agents 1..10000] [--max-ms MS] tcp CRUN-RDZVD | file\n",
+			argv[0]);
+		return 2;
+	}
+	backend = argv[argi];
+	if (strcmp(backend, "tcp") == 0) {
+		if (argi + 1 >= argc) {
+			fprintf(stderr, "rdzv_scale: tcp: the crun-rdzvd path is missing\n");
+			return 2;
+		}
+		rdzvd = argv[argi + 1];
+	}
+	/* One connection per agent, plus the daemon's own: raise the descriptor limit. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)n + 64) {
+		fprintf(stderr, "rdzv_scale: %d agents need %d descriptors, the limit is %lu\n", n,
+			n + 64, (unsigned long)rl.rlim_cur);
+		return 1;
+	}
+	log_set_level(LOG_WARN);
+	if (fixture_start(&fx, backend, rdzvd, NULL) != 0) {
+		return 1;
+	}
+	fixture_endpoint(&fx, "scale", endpoint, sizeof(endpoint));
+	snprintf(run_id, sizeof(run_id), "scale-%d", (int)getpid());
+	ags = calloc((size_t)n, sizeof(*ags));
+	seen = calloc((size_t)n, 1);
+	if (ags == NULL || seen == NULL) {
+		fprintf(stderr, "rdzv_scale: out of memory\n");
+		goto out;
+	}
+	o.endpoint = endpoint;
+	o.connect_timeout_ms = 30000;
+	t0 = now_ns();
+	for (i = 0; i < n; i++) {
+		struct rdzv_conf c;
+		char host[32];
+
+		rdzv_conf_defaults(&c);
+		snprintf(host, sizeof(host), "sim%d", i);
+		c.run_id = run_id;
+		c.min_nodes = n;
+		c.max_nodes = n;
+		c.local_world_size = 8;
+		c.advertise_addr = "127.0.0.1";
+		c.hostname = host;
+		c.join_timeout_ms = 120000;
+		if (rdzv_create(&o, &c, &ags[i].r, &ags[i].d) != 0) {
+			fprintf(stderr, "rdzv_scale: agent %d: %s\n", i, ags[i].d.msg);
+			goto out;
+		}
+	}
+	conn_ms = (double)(now_ns() - t0) / 1e6;
+	join_ms = run_phase(ags, n, 0);
+	if (join_ms < 0) {
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		const struct rdzv_assignment *a = &ags[i].a;
+
+		if (a->group_world_size != n || a->world_size != 8 * n || a->group_rank < 0 ||
+		    a->group_rank >= n || seen[a->group_rank] ||
+		    a->rank_offset != 8 * a->group_rank ||
+		    strcmp(a->master_addr, ags[0].a.master_addr) != 0 ||
+		    a->master_port != ags[0].a.master_port) {
+			fprintf(stderr,
+				"rdzv_scale: agent %d: inconsistent assignment (rank %d of %d)\n",
+				i, a->group_rank, a->group_world_size);
+			goto out;
+		}
+		seen[a->group_rank] = 1;
+	}
+	fin_ms = run_phase(ags, n, 1);
+	if (fin_ms < 0) {
+		goto out;
+	}
+	printf("rdzv_scale: backend %s, %d agents (one thread and one store handle each): "
+	       "connect %.1f ms, one round (release -> last agent assigned) %.1f ms, "
+	       "finish (all done) %.1f ms\n",
+	       backend, n, conn_ms, join_ms, fin_ms);
+	if (max_ms > 0 && join_ms > max_ms) {
+		fprintf(stderr, "rdzv_scale: the round took %.1f ms, over the %.1f ms bound\n",
+			join_ms, max_ms);
+		goto out;
+	}
+	rc = 0;
+out:
+	for (i = 0; ags != NULL && i < n; i++) {
+		rdzv_destroy(ags[i].r);
+	}
+	free(ags);
+	free(seen);
+	fixture_stop(&fx);
+	return rc;
+}

@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/store/helpers.c: start a real crun-rdzvd, speak raw frames to it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "rendezvous/util.h"
+#include "tests/store/helpers.h"
+
+static const char *rdzvd_path(void)
+{
+	const char *p = getenv("CRUN_RDZVD");
+
+	return p != NULL ? p : "crun-rdzvd";
+}
+
+static int pidfd_open_(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static pid_t spawn(const char *const *args, const char *listen, int out_fd, int err_fd)
+{
+	const char *argv[32];
+	size_t n = 0, i;
+	pid_t pid;
+
+	argv[n++] = rdzvd_path();
+	if (listen != NULL) {
+		argv[n++] = "--listen";
+		argv[n++] = listen;
+	}
+	for (i = 0; args != NULL && args[i] != NULL && n < 30; i++) {
+		argv[n++] = args[i];
+	}
+	argv[n] = NULL;
+	pid = fork();
+	if (pid == 0) {
+		if (out_fd >= 0) {
+			dup2(out_fd, 1);
+		}
+		if (err_fd >= 0) {
+			dup2(err_fd, 2);
+		}
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+int daemon_start(struct daemon *d, const char *const *args)
+{
+	struct pollfd p;
+	int pfd[2], rc;
+	size_t len = 0;
+	ssize_t k;
+	char host[64];
+
+	memset(d, 0, sizeof(*d));
+	d->pidfd = -1;
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		return -errno;
+	}
+	d->pid = spawn(args, "127.0.0.1:0", pfd[1], -1);
+	close(pfd[1]);
+	if (d->pid < 0) {
+		close(pfd[0]);
+		return -errno;
+	}
+	d->pidfd = pidfd_open_(d->pid);
+	/* The first stdout line is the bound address. */
+	while (len < sizeof(d->addr) - 1 && memchr(d->addr, '\n', len) == NULL) {
+		p.fd = pfd[0];
+		p.events = POLLIN;
+		rc = poll(&p, 1, IO_TIMEOUT_MS);
+		if (rc <= 0) {
+			break;
+		}
+		k = read(pfd[0], d->addr + len, sizeof(d->addr) - 1 - len);
+		if (k <= 0) {
+			break;
+		}
+		len += (size_t)k;
+	}
+	close(pfd[0]);
+	d->addr[len] = '\0';
+	d->addr[strcspn(d->addr, "\n")] = '\0';
+	if (crun_parse_hostport(d->addr, -1, host, sizeof(host), &d->port) < 0 || d->port == 0) {
+		daemon_stop(d, SIGKILL);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int reap(pid_t pid, int pidfd, int timeout_ms)
+{
+	struct pollfd p;
+	int status;
+
+	if (pidfd >= 0) {
+		p.fd = pidfd;
+		p.events = POLLIN;
+		if (poll(&p, 1, timeout_ms) <= 0) {
+			return -1;
+		}
+	}
+	if (waitpid(pid, &status, 0) != pid) {
+		return -1;
+	}
+	return status;
+}
+
+int daemon_stop(struct daemon *d, int sig)
+{
+	int status;
+
+	if (d->pid <= 0) {
+		return -1;
+	}
+	kill(d->pid, sig);
+	status = reap(d->pid, d->pidfd, IO_TIMEOUT_MS);
+	if (status == -1) {
+		kill(d->pid, SIGKILL);
+		reap(d->pid, d->pidfd, IO_TIMEOUT_MS);
+	}
+	if (d->pidfd >= 0) {
+		close(d->pidfd);
+	}
+	d->pid = 0;
+	d->pidfd = -1;
+	return status;
+}
+
+int daemon_run(const char *const *args, char *err, size_t errlen)
+{
+	int efd[2], pidfd, status;
+	size_t len = 0;
+	ssize_t k;
+	pid_t pid;
+
+	if (pipe2(efd, O_CLOEXEC) < 0) {
+		return -1;
+	}
+	pid = spawn(args, NULL, -1, efd[1]);
+	close(efd[1]);
+	pidfd = pidfd_open_(pid);
+	while (err != NULL && len + 1 < errlen) {
+		struct pollfd p = {efd[0], POLLIN, 0};
+
+		if (poll(&p, 1, IO_TIMEOUT_MS) <= 0) {
+			break;
+		}
+		k = read(efd[0], err + len, errlen - 1 - len);
+		if (k <= 0) {
+			break;
+		}
+		len += (size_t)k;
+	}
+	if (err != NULL && errlen > 0) {
+		err[len] = '\0';
+	}
+	close(efd[0]);
+	status = reap(pid, pidfd, IO_TIMEOUT_MS);
+	if (status == -1) {
+		kill(pid, SIGKILL);
+		reap(pid, pidfd, IO_TIMEOUT_MS);
+	}
+	if (pidfd >= 0) {
+		close(pidfd);
+	}
+	return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+long rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL) {
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "VmRSS: %ld kB", &v) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+int raw_connect(int port)
+{
+	struct sockaddr_in a;
+	struct timeval tv = {IO_TIMEOUT_MS / 1000, 0};
+	int fd, one = 1;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		return -errno;
+	}
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int raw_send(int fd, const void *p, size_t n)
+{
+	const uint8_t *q = p;
+	ssize_t k;
+
+	while (n > 0) {
+		k = send(fd, q, n, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR) {
+			continue;
+		}
+		if (k <= 0) {
+			return -errno;
+		}
+		q += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+int raw_frame(int fd, uint8_t op, uint32_t id, const void *payload, size_t plen)
+{
+	struct wire_buf b = {0};
+	size_t off;
+	int rc;
+
+	off = wire_frame_begin(&b, op, 0, 0, id);
+	wire_put_raw(&b, payload, plen);
+	wire_frame_end(&b, off);
+	rc = raw_send(fd, b.p, b.len);
+	wire_buf_finish(&b);
+	return rc;
+}
+
+static int recv_all(int fd, uint8_t *p, size_t n)
+{
+	ssize_t k;
+
+	while (n > 0) {
+		k = recv(fd, p, n, 0);
+		if (k < 0 && errno == EINTR) {
+			continue;
+		}
+		if (k == 0) {
+			return -ECONNRESET;
+		}
+		if (k < 0) {
+			return -errno;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+int raw_read(int fd, struct wire_hdr *h, uint8_t *buf, size_t cap)
+{
+	uint8_t hdr[WIRE_HDR_LEN];
+	int rc;
+
+	rc = recv_all(fd, hdr, sizeof(hdr));
+	if (rc < 0) {
+		return rc;
+	}
+	if (wire_hdr_decode(hdr, WIRE_MAX_FRAME, h) < 0 || h->len - 8 + 1 > cap) {
+		return -EMSGSIZE;
+	}
+	rc = recv_all(fd, buf, h->len - 8);
+	if (rc < 0) {
+		return rc;
+	}
+	buf[h->len - 8] = '\0';
+	return 0;
+}
+
+int raw_hello(int fd, const char *token)
+{
+	struct wire_buf b = {0};
+	struct wire_hdr h;
+	uint8_t buf[256];
+	int rc;
+
+	wire_put_u32(&b, WIRE_MAGIC);
+	wire_put_u16(&b, WIRE_VERSION);
+	wire_put_u16(&b, 0);
+	wire_put_bytes(&b, token, token ? strlen(token) : 0);
+	rc = raw_frame(fd, WIRE_OP_HELLO, 1, b.p, b.len);
+	wire_buf_finish(&b);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = raw_read(fd, &h, buf, sizeof(buf));
+	if (rc < 0) {
+		return rc;
+	}
+	if (h.op != WIRE_OP_HELLO || h.status != WIRE_OK || h.id != 1) {
+		return -EPROTO;
+	}
+	return 0;
+}
+
+void raw_expect_error(int fd, uint8_t op, uint32_t id, uint16_t status, const char *msg)
+{
+	struct wire_hdr h;
+	uint8_t buf[1024];
+
+	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
+	assert_int_equal(h.flags, WIRE_FLAG_REPLY);
+	assert_int_equal(h.status, status);
+	assert_int_equal(h.op, op);
+	assert_int_equal(h.id, id);
+	assert_string_equal((const char *)buf, msg);
+}
+
+void raw_expect_closed(int fd)
+{
+	uint8_t b[4096];
+	ssize_t k;
+
+	do {
+		k = recv(fd, b, sizeof(b), 0);
+	} while (k > 0 || (k < 0 && errno == EINTR));
+	/* EOF, or a reset; a timeout (EAGAIN) means the server kept the connection open. */
+	assert_true(k == 0 || errno == ECONNRESET);
+}
+
+void raw_expect_served(int port)
+{
+	struct wire_hdr h;
+	uint8_t buf[64];
+	int fd = raw_connect(port);
+
+	assert_true(fd >= 0);
+	assert_int_equal(raw_hello(fd, NULL), 0);
+	assert_int_equal(raw_frame(fd, WIRE_OP_PING, 77, NULL, 0), 0);
+	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
+	assert_int_equal(h.op, WIRE_OP_PING);
+	assert_int_equal(h.id, 77);
+	assert_int_equal(h.status, WIRE_OK);
+	close(fd);
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/store/helpers.h: start a real crun-rdzvd, speak raw frames to it. */
+#ifndef CRUN_TESTS_STORE_HELPERS_H
+#define CRUN_TESTS_STORE_HELPERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rendezvous/wire.h"
+
+#define IO_TIMEOUT_MS 20000
+
+struct daemon {
+	pid_t pid;
+	int pidfd;
+	char addr[80]; /* "127.0.0.1:PORT" as printed by the daemon */
+	int port;
+};
+
+/* Start crun-rdzvd ($CRUN_RDZVD) with --listen 127.0.0.1:0 and @args (NULL-terminated,
+ * may be NULL); read the bound address from its stdout. Returns 0 or -errno. */
+int daemon_start(struct daemon *d, const char *const *args);
+/* Send @sig and wait (bounded) for the exit; returns the wait status, or -1 on timeout
+ * (the daemon is then killed with SIGKILL and reaped). */
+int daemon_stop(struct daemon *d, int sig);
+/* Run crun-rdzvd with @args to completion (bounded); returns the exit code or -1. */
+int daemon_run(const char *const *args, char *err, size_t errlen);
+/* VmRSS of @pid in KiB, or -1. */
+long rss_kib(pid_t pid);
+
+/* A blocking TCP connection to 127.0.0.1:@port with IO_TIMEOUT_MS send/receive timeouts. */
+int raw_connect(int port);
+int raw_send(int fd, const void *p, size_t n);
+/* Build and send one request frame. */
+int raw_frame(int fd, uint8_t op, uint32_t id, const void *payload, size_t plen);
+/* Send HELLO (magic, version, token) and check the OK reply. */
+int raw_hello(int fd, const char *token);
+/* Read one frame: header into @h, payload (NUL-terminated) into @buf of @cap bytes. */
+int raw_read(int fd, struct wire_hdr *h, uint8_t *buf, size_t cap);
+/* Read one frame and check it is an error reply with @status and exactly @msg. */
+void raw_expect_error(int fd, uint8_t op, uint32_t id, uint16_t status, const char *msg);
+/* Check that the server closed the connection (EOF or reset within the timeout). */
+void raw_expect_closed(int fd);
+/* A fresh connection that completes HELLO and PING: the server still serves others. */
+void raw_expect_served(int port);
+
+#endif

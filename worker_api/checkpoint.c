@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/checkpoint.c: rank-0 checkpoints written atomically, validated on load. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <crun/ddp.h>
+#include <crun/error.h>
+#include <crun/worker.h>
+
+/*
+ * File layout, all integers little-endian:
+ *   0  magic "CRUNCKPT"     8  u32 version (1)     12 u32 nsegs
+ *   16 u64 epoch            24 u64 step            32 u64 payload length
+ *   40 u32 payload CRC-32   44 u32 reserved (0)    48 u64 segment length x nsegs
+ *   48 + 8 nsegs: u32 CRC-32 of every header byte before it, then the payload.
+ */
+#define CKPT_MAGIC "CRUNCKPT"
+#define CKPT_VERSION 1u
+#define CKPT_FIXED 48
+#define CKPT_MAX_SEGS 1024
+#define CKPT_KEEP 2
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+	uint32_t c;
+	int i, k;
+
+	for (i = 0; i < 256; i++) {
+		c = (uint32_t)i;
+		for (k = 0; k < 8; k++) {
+			c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+		}
+		crc_table[i] = c;
+	}
+}
+
+/* CRC-32 (IEEE), continued from @crc (start with 0). */
+static uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+
+	pthread_once(&crc_once, crc_init);
+	crc = ~crc;
+	while (len-- > 0) {
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	}
+	return ~crc;
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++) {
+		p[i] = (unsigned char)(v >> (8 * i));
+	}
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		p[i] = (unsigned char)(v >> (8 * i));
+	}
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	ssize_t n;
+
+	while (len > 0) {
+		n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Returns 0, or -EBADMSG when the file ends early. */
+static int read_all(int fd, void *data, size_t len)
+{
+	char *p = data;
+	ssize_t n;
+
+	while (len > 0) {
+		n = read(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			return -errno;
+		}
+		if (n == 0) {
+			return -EBADMSG;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rc = 0;
+
+	if (fd < 0) {
+		return -errno;
+	}
+	if (fsync(fd) < 0) {
+		rc = -errno;
+	}
+	close(fd);
+	return rc;
+}
+
+/* "ckpt-<20 digits>.bin" -> step; false for anything else (temp files start with '.'). */
+static bool parse_name(const char *name, uint64_t *step)
+{
+	unsigned long long v;
+	int n = 0;
+
+	if (strlen(name) != 29 || sscanf(name, "ckpt-%20llu.bin%n", &v, &n) != 1 || n != 29) {
+		return false;
+	}
+	*step = v;
+	return true;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of every checkpoint in @dir, newest first. *out malloc'd (caller frees). */
+static int list_steps(const char *dir, uint64_t **out, size_t *n)
+{
+	struct dirent *de;
+	uint64_t *v = NULL, *nv, step;
+	size_t cnt = 0, cap = 0;
+	DIR *d = opendir(dir);
+
+	*out = NULL;
+	*n = 0;
+	if (d == NULL) {
+		return -errno;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (!parse_name(de->d_name, &step)) {
+			continue;
+		}
+		if (cnt == cap) {
+			cap = cap == 0 ? 16 : cap * 2;
+			nv = realloc(v, cap * sizeof(*v));
+			if (nv == NULL) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[cnt++] = step;
+	}
+	closedir(d);
+	if (cnt > 1) {
+		qsort(v, cnt, sizeof(*v), cmp_desc);
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+/* mkdir -p: create @dir and any missing parents. */
+static int make_dirs(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t len = strlen(dir);
+	char *p;
+
+	if (len == 0 || len >= sizeof(path)) {
+		return len == 0 ? -EINVAL : -ENAMETOOLONG;
+	}
+	memcpy(path, dir, len + 1);
+	for (p = path + 1; *p != '\0'; p++) {
+		if (*p != '/') {
+			continue;
+		}
+		*p = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+			return -errno;
+		}
+		*p = '/';
+	}
+	if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+		return -errno;
+	}
+	return 0;
+}
+
+static int write_file(const char *dir, uint64_t epoch, uint64_t step,
+		      const struct crun_ckpt_seg *segs, size_t nsegs)
+{
+	char tmp[PATH_MAX], final[PATH_MAX];
+	unsigned char *hdr;
+	size_t hlen = CKPT_FIXED + 8 * nsegs + 4, i;
+	uint64_t total = 0;
+	uint32_t crc = 0;
+	int fd, rc;
+
+	rc = make_dirs(dir);
+	if (rc < 0) {
+		return rc;
+	}
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.ckpt-%020" PRIu64 ".bin.tmp.%ld", dir, step,
+			     (long)getpid()) >= sizeof(tmp) ||
+	    (size_t)snprintf(final, sizeof(final), "%s/ckpt-%020" PRIu64 ".bin", dir, step) >=
+		    sizeof(final)) {
+		return -ENAMETOOLONG;
+	}
+	hdr = calloc(1, hlen);
+	if (hdr == NULL) {
+		return -ENOMEM;
+	}
+	for (i = 0; i < nsegs; i++) {
+		total += segs[i].len;
+		crc = crc32_update(crc, segs[i].data, segs[i].len);
+		put_u64(hdr + CKPT_FIXED + 8 * i, segs[i].len);
+	}
+	memcpy(hdr, CKPT_MAGIC, 8);
+	put_u32(hdr + 8, CKPT_VERSION);
+	put_u32(hdr + 12, (uint32_t)nsegs);
+	put_u64(hdr + 16, epoch);
+	put_u64(hdr + 24, step);
+	put_u64(hdr + 32, total);
+	put_u32(hdr + 40, crc);
+	put_u32(hdr + hlen - 4, crc32_update(0, hdr, hlen - 4));
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		free(hdr);
+		return rc;
+	}
+	rc = write_all(fd, hdr, hlen);
+	for (i = 0; rc == 0 && i < nsegs; i++) {
+		rc = write_all(fd, segs[i].data, segs[i].len);
+	}
+	if (rc == 0 && fsync(fd) < 0) {
+		rc = -errno;
+	}
+	if (close(fd) < 0 && rc == 0) {
+		rc = -errno;
+	}
+	if (rc == 0 && rename(tmp, final) < 0) {
+		rc = -errno;
+	}
+	if (rc < 0) {
+		unlink(tmp);
+	} else {
+		rc = fsync_dir(dir);
+	}
+	free(hdr);
+	return rc;
+}
+
+/* ".ckpt-<20 digits>.bin.tmp.<pid>": a temporary file of write_file(). */
+static bool is_temp_name(const char *name)
+{
+	size_t i;
+
+	if (strncmp(name, ".ckpt-", 6) != 0 || strlen(name) < 6 + 20 + 9 + 1) {
+		return false;
+	}
+	for (i = 6; i < 26; i++) {
+		if (name[i] < '0' || name[i] > '9') {
+			return false;
+		}
+	}
+	return strncmp(name + 26, ".bin.tmp.", 9) == 0;
+}
+
+/*
+ * Keep the CKPT_KEEP newest checkpoints, and remove temporary files that writers killed
+ * mid-write left behind (only rank 0 writes, one save at a time, and its own temp file has
+ * just been renamed, so any temp file here is stale).
+ */
+static void prune(const char *dir)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	uint64_t *steps;
+	size_t n, i;
+	DIR *d;
+
+	d = opendir(dir);
+	if (d != NULL) {
+		while ((de = readdir(d)) != NULL) {
+			if (is_temp_name(de->d_name) &&
+			    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) <
+				    sizeof(path)) {
+				unlink(path);
+			}
+		}
+		closedir(d);
+	}
+	if (list_steps(dir, &steps, &n) < 0) {
+		return;
+	}
+	for (i = CKPT_KEEP; i < n; i++) {
+		snprintf(path, sizeof(path), "%s/ckpt-%020" PRIu64 ".bin", dir, steps[i]);
+		unlink(path);
+	}
+	free(steps);
+}
+
+CRUN_EXPORT int crun_checkpoint_save(const char *dir, uint64_t epoch, uint64_t step,
+				     const struct crun_ckpt_seg *segs, size_t nsegs,
+				     int timeout_ms)
+{
+	int rank, world, rc = 0, brc;
+
+	if (dir == NULL || (segs == NULL && nsegs > 0) || nsegs > CKPT_MAX_SEGS) {
+		return -EINVAL;
+	}
+	rank = crun_rank();
+	if (rank < 0) {
+		return rank;
+	}
+	world = crun_world_size();
+	if (rank == 0) {
+		rc = write_file(dir, epoch, step, segs, nsegs);
+		if (rc < 0) {
+			fprintf(stderr, "libcrun-worker: checkpoint %s step %" PRIu64 ": %s\n", dir,
+				step, crun_strerror(rc));
+		} else {
+			prune(dir);
+		}
+	}
+	/* Every rank meets here even when rank 0 failed, so nobody waits for a timeout. */
+	if (world > 1) {
+		brc = crun_barrier(timeout_ms);
+		if (rc == 0) {
+			rc = brc;
+		}
+	}
+	return rc;
+}
+
+CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t *step,
+				     const struct crun_ckpt_seg *segs, size_t nsegs)
+{
+	unsigned char fixed[CKPT_FIXED], *hdr = NULL, extra;
+	uint32_t fnsegs, crc = 0;
+	uint64_t total = 0;
+	size_t hlen, i;
+	ssize_t n;
+	int fd, rc;
+
+	if (path == NULL || (segs == NULL && nsegs > 0)) {
+		return -EINVAL;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		return -errno;
+	}
+	rc = read_all(fd, fixed, sizeof(fixed));
+	if (rc < 0) {
+		goto out;
+	}
+	if (memcmp(fixed, CKPT_MAGIC, 8) != 0) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	if (get_u32(fixed + 8) != CKPT_VERSION) {
+		rc = -EPROTO;
+		goto out;
+	}
+	fnsegs = get_u32(fixed + 12);
+	if (fnsegs > CKPT_MAX_SEGS) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	hlen = CKPT_FIXED + 8 * (size_t)fnsegs + 4;
+	hdr = malloc(hlen);
+	if (hdr == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	memcpy(hdr, fixed, CKPT_FIXED);
+	rc = read_all(fd, hdr + CKPT_FIXED, hlen - CKPT_FIXED);
+	if (rc < 0) {
+		goto out;
+	}
+	if (get_u32(hdr + hlen - 4) != crc32_update(0, hdr, hlen - 4)) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	for (i = 0; i < fnsegs; i++) {
+		total += get_u64(hdr + CKPT_FIXED + 8 * i);
+	}
+	if (total != get_u64(hdr + 32)) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	if (fnsegs != nsegs) {
+		rc = -EINVAL;
+		goto out;
+	}
+	for (i = 0; i < nsegs; i++) {
+		if (get_u64(hdr + CKPT_FIXED + 8 * i) != segs[i].len) {
+			rc = -EINVAL;
+			goto out;
+		}
+	}
+	for (i = 0; i < nsegs; i++) {
+		rc = read_all(fd, segs[i].data, segs[i].len);
+		if (rc < 0) {
+			goto out;
+		}
+		crc = crc32_update(crc, segs[i].data, segs[i].len);
+	}
+	n = read(fd, &extra, 1);
+	if (n != 0 || crc != get_u32(hdr + 40)) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	if (epoch != NULL) {
+		*epoch = get_u64(hdr + 16);
+	}
+	if (step != NULL) {
+		*step = get_u64(hdr + 24);
+	}
+	rc = 0;
+out:
+	free(hdr);
+	close(fd);
+	return rc;
+}
+
+CRUN_EXPORT int crun_checkpoint_load_latest(const char *dir, uint64_t *epoch, uint64_t *step,
+					    const struct crun_ckpt_seg *segs, size_t nsegs,
+					    char *path, size_t pathlen)
+{
+	char p[PATH_MAX];
+	uint64_t *steps;
+	size_t n, i;
+	int rc;
+
+	if (dir == NULL) {
+		return -EINVAL;
+	}
+	rc = list_steps(dir, &steps, &n);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = -ENOENT;
+	for (i = 0; i < n; i++) {
+		snprintf(p, sizeof(p), "%s/ckpt-%020" PRIu64 ".bin", dir, steps[i]);
+		rc = crun_checkpoint_load(p, epoch, step, segs, nsegs);
+		if (rc == 0) {
+			if (path != NULL && pathlen > 0) {
+				snprintf(path, pathlen, "%s", p);
+			}
+			break;
+		}
+		if (rc != -EBADMSG && rc != -EPROTO) {
+			fprintf(stderr, "libcrun-worker: checkpoint %s: %s\n", p, crun_strerror(rc));
+			break;
+		}
+		fprintf(stderr, "libcrun-worker: checkpoint %s: %s: skipped, trying an older one\n",
+			p, crun_strerror(rc));
+		rc = -ENOENT;
+	}
+	free(steps);
+	return rc;
+}

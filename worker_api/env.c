@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/env.c: read the worker environment the agent sets, once; single-process mode. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+#include <crun/worker.h>
+
+#include "worker_api/worker_internal.h"
+
+static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct worker_env g_env;
+static int g_ready; /* 1 once g_env is complete; read with acquire, written with release */
+static char g_err[256];
+
+#define ENV_REQUIRED INT_MIN
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g_err, sizeof(g_err), fmt, ap);
+	va_end(ap);
+	if (err != NULL && errlen > 0) {
+		snprintf(err, errlen, "%s", g_err);
+	}
+	return code;
+}
+
+/* Parse integer variable @name into *out: @def when unset. */
+static int env_int(const char *name, int def, int lo, int hi, int *out, char *err, size_t errlen)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	if (s == NULL || *s == '\0') {
+		if (def == ENV_REQUIRED) {
+			return fail(err, errlen, CRUN_ECONFIG,
+				    "libcrun-worker: environment: %s is not set", name);
+		}
+		*out = def;
+		return 0;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+		return fail(err, errlen, CRUN_ECONFIG,
+			    "libcrun-worker: environment: %s: expected an integer in [%d, %d], "
+			    "got \"%.64s\"",
+			    name, lo, hi, s);
+	}
+	*out = (int)v;
+	return 0;
+}
+
+static int env_str(const char *name, const char *def, char **out)
+{
+	const char *s = getenv(name);
+
+	if (s == NULL || *s == '\0') {
+		s = def;
+	}
+	if (s == NULL) {
+		*out = NULL;
+		return 0;
+	}
+	*out = strdup(s);
+	return *out == NULL ? -ENOMEM : 0;
+}
+
+static void env_free(struct worker_env *e)
+{
+	free(e->run_id);
+	free(e->master_addr);
+	free(e->store_endpoint);
+	free(e->store_prefix);
+	free(e->store_token);
+	free(e->error_file);
+	free(e->single_dir);
+	memset(e, 0, sizeof(*e));
+}
+
+static int read_single(struct worker_env *e, char *err, size_t errlen)
+{
+	char tmpl[PATH_MAX];
+	const char *tmp = getenv("TMPDIR");
+	int rc;
+
+	if (tmp == NULL || *tmp == '\0') {
+		tmp = "/tmp";
+	}
+	if ((size_t)snprintf(tmpl, sizeof(tmpl), "%s/crun-single-XXXXXX", tmp) >= sizeof(tmpl)) {
+		return fail(err, errlen, -ENAMETOOLONG,
+			    "libcrun-worker: single mode: TMPDIR is too long");
+	}
+	if (mkdtemp(tmpl) == NULL) {
+		rc = -errno;
+		return fail(err, errlen, rc, "libcrun-worker: single mode: mkdtemp %s: %s", tmpl,
+			    strerror(-rc));
+	}
+	e->single = true;
+	e->world_size = 1;
+	e->local_world_size = 1;
+	e->node_count = 1;
+	e->master_port = -ENOENT;
+	e->single_dir = strdup(tmpl);
+	if (asprintf(&e->store_endpoint, "file://%s/store", tmpl) < 0) {
+		e->store_endpoint = NULL;
+	}
+	if (e->single_dir == NULL || e->store_endpoint == NULL ||
+	    env_str("TORCHELASTIC_RUN_ID", "single", &e->run_id) < 0 ||
+	    env_str("CRUN_STORE_PREFIX", "single/", &e->store_prefix) < 0 ||
+	    env_str("TORCHELASTIC_ERROR_FILE", NULL, &e->error_file) < 0) {
+		rmdir(tmpl);
+		return fail(err, errlen, -ENOMEM, "libcrun-worker: single mode: out of memory");
+	}
+	return 0;
+}
+
+static int read_env(struct worker_env *e, char *err, size_t errlen)
+{
+	int rc;
+
+	if (getenv("RANK") == NULL || getenv("WORLD_SIZE") == NULL) {
+		return fail(err, errlen, CRUN_ENOTCRUN,
+			    "libcrun-worker: environment: RANK and WORLD_SIZE are not set: start "
+			    "this program under crun, or set CRUN_SINGLE=1 for a single-process run");
+	}
+	if ((rc = env_int("WORLD_SIZE", ENV_REQUIRED, 1, 1 << 24, &e->world_size, err, errlen)) < 0 ||
+	    (rc = env_int("RANK", ENV_REQUIRED, 0, e->world_size - 1, &e->rank, err, errlen)) < 0 ||
+	    (rc = env_int("LOCAL_WORLD_SIZE", e->world_size, 1, e->world_size,
+			  &e->local_world_size, err, errlen)) < 0 ||
+	    (rc = env_int("LOCAL_RANK", e->rank % e->local_world_size, 0,
+			  e->local_world_size - 1, &e->local_rank, err, errlen)) < 0 ||
+	    (rc = env_int("GROUP_WORLD_SIZE", 1, 1, e->world_size, &e->node_count, err,
+			  errlen)) < 0 ||
+	    (rc = env_int("GROUP_RANK", 0, 0, e->node_count - 1, &e->node_rank, err, errlen)) <
+		    0 ||
+	    (rc = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, INT_MAX, &e->restart_count, err,
+			  errlen)) < 0 ||
+	    (rc = env_int("TORCHELASTIC_MAX_RESTARTS", 0, 0, INT_MAX, &e->max_restarts, err,
+			  errlen)) < 0 ||
+	    (rc = env_int("MASTER_PORT", -ENOENT, 1, 65535, &e->master_port, err, errlen)) < 0) {
+		return rc;
+	}
+	if (env_str("TORCHELASTIC_RUN_ID", "none", &e->run_id) < 0 ||
+	    env_str("MASTER_ADDR", NULL, &e->master_addr) < 0 ||
+	    env_str("CRUN_STORE_ENDPOINT", NULL, &e->store_endpoint) < 0 ||
+	    env_str("CRUN_STORE_PREFIX", "", &e->store_prefix) < 0 ||
+	    env_str("TORCHELASTIC_ERROR_FILE", NULL, &e->error_file) < 0) {
+		return fail(err, errlen, -ENOMEM, "libcrun-worker: environment: out of memory");
+	}
+	return 0;
+}
+
+CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t errlen)
+{
+	struct worker_env e;
+	const char *single = getenv("CRUN_SINGLE");
+	bool want_single = opts != NULL && opts->single;
+	int rc;
+
+	if (__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) {
+		return 0;
+	}
+	pthread_mutex_lock(&env_lock);
+	if (g_ready) {
+		pthread_mutex_unlock(&env_lock);
+		return 0;
+	}
+	memset(&e, 0, sizeof(e));
+	if (single != NULL && *single != '\0') {
+		if (strcmp(single, "1") == 0) {
+			want_single = true;
+		} else if (strcmp(single, "0") != 0) {
+			rc = fail(err, errlen, CRUN_ECONFIG,
+				  "libcrun-worker: environment: CRUN_SINGLE: expected 0 or 1, "
+				  "got \"%.32s\"",
+				  single);
+			goto out;
+		}
+	}
+	rc = want_single ? read_single(&e, err, errlen) : read_env(&e, err, errlen);
+	if (rc < 0) {
+		env_free(&e);
+		goto out;
+	}
+	if (env_str("CRUN_STORE_TOKEN", NULL, &e.store_token) < 0) {
+		env_free(&e);
+		rc = fail(err, errlen, -ENOMEM, "libcrun-worker: environment: out of memory");
+		goto out;
+	}
+	e.store_timeout_ms = opts != NULL && opts->store_timeout_ms > 0 ? opts->store_timeout_ms
+									  : 300000;
+	g_env = e;
+	g_err[0] = '\0';
+	__atomic_store_n(&g_ready, 1, __ATOMIC_RELEASE);
+out:
+	pthread_mutex_unlock(&env_lock);
+	return rc;
+}
+
+/* Remove the single-mode directory: the store backend may leave files beside its own. */
+static void remove_dir(const char *path)
+{
+	char sub[PATH_MAX];
+	struct dirent *de;
+	DIR *dir = opendir(path);
+
+	if (dir != NULL) {
+		while ((de = readdir(dir)) != NULL) {
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) {
+				continue;
+			}
+			if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) <
+			    sizeof(sub)) {
+				unlink(sub);
+			}
+		}
+		closedir(dir);
+	}
+	rmdir(path);
+}
+
+CRUN_EXPORT void crun_finish(void)
+{
+	worker_store_finish();
+	pthread_mutex_lock(&env_lock);
+	if (g_ready) {
+		if (g_env.single_dir != NULL) {
+			remove_dir(g_env.single_dir);
+		}
+		env_free(&g_env);
+		__atomic_store_n(&g_ready, 0, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&env_lock);
+}
+
+CRUN_EXPORT const char *crun_init_error(void)
+{
+	return g_err;
+}
+
+const struct worker_env *worker_env_get(int *rc)
+{
+	int r = crun_init(NULL, NULL, 0);
+
+	if (rc != NULL) {
+		*rc = r;
+	}
+	return r < 0 ? NULL : &g_env;
+}
+
+#define QUERY_INT(fn, field)                                                                   \
+	CRUN_EXPORT int fn(void)                                                               \
+	{                                                                                      \
+		int rc;                                                                        \
+		const struct worker_env *e = worker_env_get(&rc);                              \
+		return e == NULL ? rc : e->field;                                              \
+	}
+
+QUERY_INT(crun_rank, rank)
+QUERY_INT(crun_local_rank, local_rank)
+QUERY_INT(crun_world_size, world_size)
+QUERY_INT(crun_local_world_size, local_world_size)
+QUERY_INT(crun_node_rank, node_rank)
+QUERY_INT(crun_node_count, node_count)
+QUERY_INT(crun_restart_count, restart_count)
+QUERY_INT(crun_max_restarts, max_restarts)
+QUERY_INT(crun_master_port, master_port)
+
+#define QUERY_STR(fn, field)                                                                   \
+	CRUN_EXPORT const char *fn(void)                                                       \
+	{                                                                                      \
+		const struct worker_env *e = worker_env_get(NULL);                             \
+		return e == NULL ? NULL : e->field;                                            \
+	}
+
+QUERY_STR(crun_run_id, run_id)
+QUERY_STR(crun_master_addr, master_addr)
+QUERY_STR(crun_store_endpoint, store_endpoint)
+QUERY_STR(crun_store_key_prefix, store_prefix)

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/worker_internal.h: state shared by the libcrun-worker core files (private). */
+#ifndef CRUN_WORKER_API_WORKER_INTERNAL_H
+#define CRUN_WORKER_API_WORKER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* What the environment said, read once by crun_init(). */
+struct worker_env {
+	int rank;
+	int local_rank;
+	int world_size;
+	int local_world_size;
+	int node_rank;
+	int node_count;
+	int restart_count;
+	int max_restarts;
+	int master_port; /* -ENOENT when unset */
+	char *run_id;
+	char *master_addr;
+	char *store_endpoint;
+	char *store_prefix;
+	char *store_token;
+	char *error_file;
+	char *single_dir; /* single mode: the private temp dir, removed by crun_finish() */
+	int store_timeout_ms;
+	bool single;
+};
+
+/** Initialise if needed; returns the environment or NULL (then *rc holds the code). */
+const struct worker_env *worker_env_get(int *rc);
+
+/** Close the library-owned store handle used by crun_barrier() (store.c). */
+void worker_store_finish(void);
+
+#endif
