@@ -190,6 +190,13 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 		wire_buf_finish(&b->out);
 		return fail(b, -ENOMEM, "out of memory");
 	}
+	/* Only MULTI_SET can outgrow a frame (4096 values of 16 MiB). Refuse it here: the server
+	 * would drop the connection, and past 2^32 the length field would wrap and the values
+	 * would be read as frames. Nothing was sent, so the connection stays in sync. */
+	if (b->out.len - 4 > WIRE_MAX_FRAME) {
+		return fail(b, -EMSGSIZE, "%s: request of %zu bytes exceeds the frame limit %u",
+			    wire_op_name(b->out.p[4]), b->out.len - 4, (unsigned)WIRE_MAX_FRAME);
+	}
 	rc = send_all(b, b->out.p, b->out.len, deadline);
 	if (rc < 0) {
 		disconnect(b);

@@ -978,9 +978,11 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 						 sizeof(members));
 			}
 			if (lc_start != 0) {
+				/* The join timeout closes it too, if it comes first. */
 				snprintf(when, sizeof(when),
 					 "last call closes the round in %" PRId64 " s",
-					 (lc_start + c->last_call_timeout_ms - now + 999) / 1000);
+					 (min64(lc_start + c->last_call_timeout_ms, deadline) - now +
+					  999) / 1000);
 			} else if (!prev_ended) {
 				snprintf(when, sizeof(when), "waiting for round %d to end", R - 1);
 			} else {

@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -391,17 +392,59 @@ static void comm_addr_is_honoured_and_checked(void **state)
 	unsetenv("CRUN_COMM_SHM");
 }
 
+struct tmp_store {
+	char dir[32];
+	char path[64];
+};
+
+static int setup_tmpdir(void **state)
+{
+	struct tmp_store *t = calloc(1, sizeof(*t));
+
+	if (t == NULL) {
+		return -1;
+	}
+	snprintf(t->dir, sizeof(t->dir), "/tmp/crun-comm-XXXXXX");
+	if (mkdtemp(t->dir) == NULL) {
+		free(t);
+		return -1;
+	}
+	snprintf(t->path, sizeof(t->path), "%s/store", t->dir);
+	*state = t;
+	return 0;
+}
+
+/* Runs even when the test failed: remove whatever the file store left, then the folder. */
+static int teardown_tmpdir(void **state)
+{
+	struct tmp_store *t = *state;
+	struct dirent *e;
+	DIR *d = opendir(t->dir);
+	char path[320];
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+			snprintf(path, sizeof(path), "%s/%s", t->dir, e->d_name);
+			unlink(path);
+		}
+	}
+	if (d != NULL) {
+		closedir(d);
+	}
+	if (rmdir(t->dir) < 0) {
+		fprintf(stderr, "could not remove %s: %s\n", t->dir, strerror(errno));
+	}
+	free(t);
+	return 0;
+}
+
 static void file_store_works_too(void **state)
 {
-	char dir[] = "/tmp/crun-comm-XXXXXX", ep[128], path[96];
+	struct tmp_store *t = *state;
+	char ep[96];
 
-	(void)state;
-	assert_non_null(mkdtemp(dir));
-	snprintf(path, sizeof(path), "%s/store", dir);
-	snprintf(ep, sizeof(ep), "file://%s", path);
+	snprintf(ep, sizeof(ep), "file://%s", t->path);
 	run_group(ep, 0, 2, 3, "all", 60000, 120000, 0);
-	unlink(path);
-	rmdir(dir);
 }
 
 /* NCCL: skip (77) without a GPU, else it must pass. One rank: any GPU machine has one device. */
@@ -468,7 +511,8 @@ int main(int argc, char **argv)
 						teardown_daemon),
 		cmocka_unit_test_setup_teardown(comm_addr_is_honoured_and_checked, setup_daemon,
 						teardown_daemon),
-		cmocka_unit_test(file_store_works_too),
+		cmocka_unit_test_setup_teardown(file_store_works_too, setup_tmpdir,
+						teardown_tmpdir),
 	};
 
 	if (argc < 3) {

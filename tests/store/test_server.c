@@ -531,6 +531,35 @@ static void multi_get_reply_over_frame_limit(void **state)
 	free(big);
 }
 
+/*
+ * A MULTI_SET whose frame would exceed the limit is refused by the client before a byte is
+ * sent (a length field past 2^32 would wrap and the server would read the values as frames):
+ * -EMSGSIZE naming the size, and the connection stays in sync.
+ */
+static void multi_set_request_over_frame_limit(void **state)
+{
+	enum { VLEN = 12 << 20 };
+	const char *keys[] = {"ms/1", "ms/2", "ms/3"};
+	char *big = calloc(1, VLEN);
+	const void *vals[3] = {big, big, big};
+	size_t lens[3] = {VLEN, VLEN, VLEN};
+	struct cli c;
+
+	(void)state;
+	assert_non_null(big);
+	cli_open(&c);
+	assert_int_equal(c.ops->multi_set(c.b, keys, 3, vals, lens, T), -EMSGSIZE);
+	assert_non_null(strstr(store_tcp_last_error(c.b),
+			       "MULTI_SET: request of 37748784 bytes exceeds the frame limit "
+			       "34603008"));
+	assert_int_equal(c.ops->ping(c.b, T), 0);
+	assert_int_equal(c.ops->multi_set(c.b, keys, 2, vals, lens, T), 0);
+	assert_int_equal(c.ops->del(c.b, keys[0], T), 0);
+	assert_int_equal(c.ops->del(c.b, keys[1], T), 0);
+	cli_close(&c);
+	free(big);
+}
+
 static void max_connections_is_enforced(void **state)
 {
 	const char *args[] = {"--max-connections", "2", NULL};
@@ -892,6 +921,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(token_is_required),
 		cmocka_unit_test(token_from_file_and_environment),
 		cmocka_unit_test(multi_get_reply_over_frame_limit),
+		cmocka_unit_test(multi_set_request_over_frame_limit),
 		cmocka_unit_test(max_connections_is_enforced),
 		cmocka_unit_test(value_limit_is_enforced),
 		cmocka_unit_test(pending_wait_limit_is_enforced),

@@ -332,6 +332,47 @@ static void wire_cursor_never_reads_past_end(void **state)
 	assert_int_equal(wire_get_i64(&c), 0);
 }
 
+/* Lengths and counts near 2^32 inside a small frame: named, never an overread or a wrap. */
+static void wire_decode_survives_lengths_near_2_32(void **state)
+{
+	struct wire_buf b = {0};
+	struct wire_req r;
+	char msg[256];
+	size_t off;
+
+	(void)state;
+	/* A key that claims 4 GiB - 1 bytes with 3 present. */
+	off = wire_frame_begin(&b, WIRE_OP_GET, 0, 0, 1);
+	wire_put_u32(&b, UINT32_MAX);
+	wire_put_raw(&b, "abc", 3);
+	wire_frame_end(&b, off);
+	assert_int_equal(decode(&b, &r, msg, sizeof(msg)), WIRE_E_BAD_FRAME);
+	assert_string_equal(msg, "malformed GET request: truncated payload");
+	/* A key count of 2^32 - 1. */
+	b.len = 0;
+	off = wire_frame_begin(&b, WIRE_OP_CHECK, 0, 0, 2);
+	wire_put_u32(&b, UINT32_MAX);
+	wire_put_bytes(&b, "k", 1);
+	wire_frame_end(&b, off);
+	assert_int_equal(decode(&b, &r, msg, sizeof(msg)), WIRE_E_TOO_BIG);
+	assert_string_equal(msg, "CHECK: 4294967295 keys exceeds limit 4096");
+	/* A MULTI_SET whose second value length would wrap a 32-bit offset. */
+	b.len = 0;
+	off = wire_frame_begin(&b, WIRE_OP_MULTI_SET, 0, 0, 3);
+	wire_put_u32(&b, 2);
+	wire_put_bytes(&b, "a", 1);
+	wire_put_bytes(&b, "1", 1);
+	wire_put_bytes(&b, "b", 1);
+	wire_put_u32(&b, UINT32_MAX - 8);
+	wire_put_raw(&b, "xy", 2);
+	wire_frame_end(&b, off);
+	assert_int_equal(decode(&b, &r, msg, sizeof(msg)), WIRE_E_BAD_FRAME);
+	assert_string_equal(msg, "malformed MULTI_SET request: truncated payload");
+	/* The same bytes as a stream: the first bad frame stops the count. */
+	assert_int_equal(wire_decode_stream(b.p, b.len), ~0);
+	wire_buf_finish(&b);
+}
+
 static void wire_decode_stream_counts_frames(void **state)
 {
 	struct wire_buf b = {0};
@@ -364,6 +405,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(wire_error_reply_carries_message),
 		cmocka_unit_test(wire_status_maps_to_codes),
 		cmocka_unit_test(wire_cursor_never_reads_past_end),
+		cmocka_unit_test(wire_decode_survives_lengths_near_2_32),
 		cmocka_unit_test(wire_decode_stream_counts_frames),
 	};
 
