@@ -66,6 +66,13 @@ struct agent {
 	char tmpbase[PATH_MAX];
 	int attempt;
 	bool loop_ok;
+
+	/* This attempt's failure, published at once (on_first_failure) rather than after the stop. */
+	bool reported;
+	int report_rc;
+	bool report_restart;
+	struct crun_diag report_diag;
+	char report_summary[ERRFILE_MAX_MESSAGE + 256];
 };
 
 /* ---- the store and addresses ---- */
@@ -343,6 +350,37 @@ static void on_rdzv_event(void *arg, enum rdzv_event ev, const char *detail)
 	uv_async_send(&a->async);
 }
 
+/*
+ * The first worker failed; SIGTERM is on its way to the others. Publish the failure now so the
+ * other nodes stop their workers at once (fail fast) instead of after this node's grace period,
+ * and so the next round's bookkeeping overlaps with the stop. It blocks the loop for the store
+ * round trips (bounded by the store's read timeout); the workers are already signalled.
+ */
+static void on_first_failure(struct group *g, void *arg)
+{
+	struct agent *a = arg;
+	struct errfile_failure f;
+
+	if (a->got_signal != 0 || group_failures(g, &f, 1) != 1) {
+		return;
+	}
+	errfile_summary(&f, a->report_summary, sizeof(a->report_summary));
+	memset(&a->report_diag, 0, sizeof(a->report_diag));
+	a->report_restart = false;
+	a->report_rc = rdzv_report_failure(a->r, a->report_summary, &a->report_restart,
+					   &a->report_diag);
+	a->reported = true;
+	/*
+	 * This round is over for this node: no peer event can change what happens next, so stop the
+	 * watch thread now, while the workers die, rather than after. The async handle stays open
+	 * until on_group_done(), so an event already on its way is harmless. Not when the store just
+	 * failed us: stopping the thread costs a store round trip, which can wait after the stop.
+	 */
+	if (a->report_rc == 0) {
+		rdzv_watch_stop(a->r);
+	}
+}
+
 enum outcome {
 	OUT_SUCCESS,
 	OUT_FAILED,   /* local workers failed */
@@ -414,6 +452,8 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 	o.errdir = errdir;
 	o.logdir = logdirp;
 	o.base_env = environ;
+	o.first_failure = on_first_failure;
+	a->reported = false;
 
 	a->group_done = false;
 	a->got_signal = 0;
@@ -502,21 +542,31 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 
 /* ---- the job ---- */
 
-/* Another node's failure ended the job: show the same table its agent printed. */
-static void report_peer_failure(struct agent *a)
+/*
+ * Another node's failure ended the job: show the same table its agent printed and return the
+ * exit status that node exits with (its first failed worker's), so every node of the job ends
+ * the same way. The rendezvous' "budget exhausted" message carries the final round's failure
+ * summary; the stop event this node saw carries it too when that message does not.
+ * Returns 1 when neither names a worker failure.
+ */
+static int report_peer_failure(struct agent *a, const char *end_msg)
 {
 	struct errfile_failure f;
 	char host[256], msg[ERRFILE_MAX_MESSAGE], heading[128];
 
-	if (errfile_parse_summary(a->stop_detail, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
-		return;
+	if (errfile_parse_summary(end_msg, &f, host, sizeof(host), msg, sizeof(msg)) < 0 &&
+	    errfile_parse_summary(a->stop_detail, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
+		return 1;
 	}
-	f.wall_ms = a->stop_wall_ms;
+	f.wall_ms = a->stop_wall_ms != 0 ? a->stop_wall_ms : crun_wall_ms();
 	snprintf(heading, sizeof(heading), "crun: the job failed on another node (seen here at the"
 					   " time below):");
 	errfile_report(STDERR_FILENO, heading, &f, 1);
+	if (f.signal > 0) {
+		return 128 + f.signal;
+	}
+	return f.exit_code > 0 && f.exit_code < 256 ? f.exit_code : 1;
 }
-
 
 static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_diag *d)
 {
@@ -651,14 +701,14 @@ int agent_run(const struct job_spec *spec)
 		memset(&as, 0, sizeof(as));
 		rc = rdzv_next_round(a->r, &as, &d);
 		if (rc < 0) {
-			if (rc == CRUN_ERESTARTS && a->stop_detail[0] != '\0') {
-				report_peer_failure(a);
+			exit_code = 1;
+			if (rc == CRUN_ERESTARTS) {
+				exit_code = report_peer_failure(a, d.msg);
 				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
-					  a->stop_detail);
+					  a->stop_detail[0] != '\0' ? a->stop_detail : d.msg);
 			} else {
 				log_error("rendezvous: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 			}
-			exit_code = 1;
 			goto out;
 		}
 		log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
@@ -689,7 +739,14 @@ int agent_run(const struct job_spec *spec)
 			}
 			goto out;
 		case OUT_FAILED:
-			rc = rdzv_report_failure(a->r, summary, &restart, &d);
+			if (a->reported) {
+				/* Published when the first worker failed (on_first_failure). */
+				rc = a->report_rc;
+				restart = a->report_restart;
+				d = a->report_diag;
+			} else {
+				rc = rdzv_report_failure(a->r, summary, &restart, &d);
+			}
 			if (rc < 0) {
 				log_error("rendezvous: reporting the failure: %s",
 					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));

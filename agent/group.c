@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <crun/error.h>
@@ -21,7 +22,8 @@
 
 struct worker {
 	struct group *g;
-	uv_process_t proc; /* proc.data == this */
+	uv_poll_t exitw;    /* readable pidfd: the worker exited; exitw.data == this */
+	int pidfd;          /* -1 when none */
 	uv_pipe_t out, err;
 	struct logroute_stream lout, lerr;
 	int local_rank, rank;
@@ -49,9 +51,11 @@ struct group {
 	bool stopping, failed, stopped_outside, finishing, reaped;
 	int stop_signal;
 	int nfail;
+	int devnull;        /* the workers' stdin */
 	struct worker **fail; /* failures in the order seen */
 	char spawn_err[256];
 	group_done_cb done;
+	void (*first_failure)(struct group *g, void *arg);
 	void *arg;
 	char rbuf[GROUP_READ_BUF];
 };
@@ -79,7 +83,7 @@ static void maybe_finish(struct group *g)
 	uv_close((uv_handle_t *)&g->drain, on_closed);
 }
 
-/* Close callback of every handle: timers carry the group, pipes and processes the worker. */
+/* Close callback of every handle: timers carry the group, pipes and exit watchers the worker. */
 static void on_closed(uv_handle_t *h)
 {
 	struct group *g;
@@ -87,7 +91,13 @@ static void on_closed(uv_handle_t *h)
 	if (h->type == UV_TIMER) {
 		g = h->data;
 	} else {
-		g = ((struct worker *)h->data)->g;
+		struct worker *w = h->data;
+
+		g = w->g;
+		if (h->type == UV_POLL && w->pidfd >= 0) {
+			close(w->pidfd);
+			w->pidfd = -1;
+		}
 	}
 	if (h->type == UV_NAMED_PIPE) {
 		g->pipes--;
@@ -178,19 +188,33 @@ void group_stop(struct group *g, int sig)
 	stop(g, sig);
 }
 
-static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+static void on_exit_cb(uv_poll_t *h, int status, int events)
 {
-	struct worker *w = p->data;
+	struct worker *w = h->data;
 	struct group *g = w->g;
+	int exit_status = 0, term_signal = 0, rc;
+	bool exited = false;
 
+	(void)events;
+	rc = status < 0 ? status : spawn_reap(w->pidfd, &exited, &exit_status, &term_signal);
+	if (rc < 0) {
+		/* Cannot happen short of a bug elsewhere (someone else reaped it): count it failed. */
+		log_warn("worker rank %d (pid %d): waiting for it: %s", w->rank, w->pid,
+			 crun_strerror(rc));
+		exited = true;
+		exit_status = 1;
+	}
+	if (!exited) {
+		return;
+	}
+	uv_poll_stop(h);
 	w->exited = true;
 	w->exit_status = exit_status;
 	w->term_signal = term_signal;
 	w->exit_wall_ms = crun_wall_ms();
 	g->running--;
 	if ((exit_status != 0 || term_signal != 0) && !g->stopping) {
-		int rc = errfile_read_message(w->errfile, w->message, sizeof(w->message));
-
+		rc = errfile_read_message(w->errfile, w->message, sizeof(w->message));
 		if (rc < 0 && rc != -ENOENT) {
 			log_warn("worker rank %d: error file %s: %s", w->rank, w->errfile,
 				 crun_strerror(rc));
@@ -199,8 +223,11 @@ static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
 		g->fail[g->nfail++] = w;
 		g->failed = true;
 		stop(g, SIGTERM);
+		if (g->nfail == 1 && g->first_failure != NULL) {
+			g->first_failure(g, g->arg);
+		}
 	}
-	uv_close((uv_handle_t *)p, on_closed);
+	uv_close((uv_handle_t *)h, on_closed);
 	if (g->running == 0) {
 		all_exited(g);
 	}
@@ -303,8 +330,11 @@ static int setup_routes(struct group *g, struct worker *w, const struct group_op
 					w->rank, w->local_rank, g->hostname,
 					spec->role != NULL ? spec->role : "default");
 	if (prefix == NULL) {
-		close(fds[0]);
-		close(fds[1]);
+		for (i = 0; i < 2; i++) {
+			if (fds[i] >= 0) {
+				close(fds[i]);
+			}
+		}
 		return diag_set(d, -ENOMEM, "workers: out of memory");
 	}
 	for (i = 0; i < 2; i++) {
@@ -317,6 +347,7 @@ static int setup_routes(struct group *g, struct worker *w, const struct group_op
 		if (!shown) {
 			console = -1;
 		}
+		/* logroute_init owns fds[i] from here, on success and on failure alike. */
 		rc = logroute_init(i == 0 ? &w->lout : &w->lerr, prefix, console, fds[i]);
 		fds[i] = -1;
 		if (rc < 0) {
@@ -328,6 +359,44 @@ static int setup_routes(struct group *g, struct worker *w, const struct group_op
 		}
 	}
 	free(prefix);
+	return 0;
+}
+
+/*
+ * A close-on-exec pipe whose ends are not 0, 1 or 2 (the agent may have been started with a
+ * closed stdio): the child dup2()s the write end onto 1 or 2, which must clear close-on-exec.
+ */
+static int lift_fd(int fd)
+{
+	int nfd;
+
+	if (fd > STDERR_FILENO) {
+		return fd;
+	}
+	nfd = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+	close(fd);
+	return nfd < 0 ? -errno : nfd;
+}
+
+static int make_pipe(int p[2])
+{
+	int rc;
+
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		return -errno;
+	}
+	p[0] = lift_fd(p[0]);
+	p[1] = lift_fd(p[1]);
+	if (p[0] < 0 || p[1] < 0) {
+		rc = p[0] < 0 ? p[0] : p[1];
+		if (p[0] >= 0) {
+			close(p[0]);
+		}
+		if (p[1] >= 0) {
+			close(p[1]);
+		}
+		return rc;
+	}
 	return 0;
 }
 
@@ -351,11 +420,10 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 		.store_token = o->store_token,
 		.error_file = w->errfile,
 	};
-	uv_process_options_t po;
-	uv_stdio_container_t stdio[3];
 	struct spawn_env env;
 	char **argv = NULL;
-	int rc;
+	int rc, po[2], pe[2], pidfd = -1;
+	pid_t pid = 0;
 
 	rc = setup_routes(g, w, o, d);
 	if (rc < 0) {
@@ -365,7 +433,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	if (rc < 0) {
 		return diag_set(d, rc, "worker rank %d: environment: %s", w->rank, crun_strerror(rc));
 	}
-	rc = spawn_worker_argv(spec, o->self_exe, w->local_rank, &argv);
+	rc = spawn_worker_argv(spec, w->local_rank, &argv);
 	if (rc < 0) {
 		spawn_env_finish(&env);
 		return diag_set(d, rc, "worker rank %d: argv: %s", w->rank, crun_strerror(rc));
@@ -378,38 +446,75 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	g->pipes += 2;
 	w->pipes_open[0] = w->pipes_open[1] = true;
 
-	memset(&po, 0, sizeof(po));
-	stdio[0].flags = UV_IGNORE;
-	stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-	stdio[1].data.stream = (uv_stream_t *)&w->out;
-	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-	stdio[2].data.stream = (uv_stream_t *)&w->err;
-	po.exit_cb = on_exit_cb;
-	po.file = argv[0];
-	po.args = argv;
-	po.env = env.v;
-	po.stdio = stdio;
-	po.stdio_count = 3;
-	/* setsid(): the worker leads its own process group (and session). */
-	po.flags = UV_PROCESS_DETACHED;
-	w->proc.data = w;
-	rc = uv_spawn(g->loop, &w->proc, &po);
+	rc = make_pipe(po);
+	if (rc == 0) {
+		rc = make_pipe(pe);
+		if (rc < 0) {
+			close(po[0]);
+			close(po[1]);
+		}
+	}
+	if (rc == 0) {
+		struct spawn_proc sp = {
+			.argv = argv,
+			.envp = env.v,
+			.stdin_fd = g->devnull,
+			.stdout_fd = po[1],
+			.stderr_fd = pe[1],
+		};
+
+		rc = spawn_process(&sp, &pid, &pidfd);
+		close(po[1]);
+		close(pe[1]);
+		if (rc < 0) {
+			close(po[0]);
+			close(pe[0]);
+		}
+	}
 	spawn_argv_free(argv);
 	spawn_env_finish(&env);
 	if (rc < 0) {
-		uv_close((uv_handle_t *)&w->proc, NULL);
 		close_pipe(w, 0);
 		close_pipe(w, 1);
-		return diag_set(d, rc, "worker rank %d: spawn %s: %s", w->rank, o->self_exe,
+		return diag_set(d, rc, "worker rank %d: spawn %s: %s", w->rank, spec->program,
+				strerror(-rc));
+	}
+	rc = uv_poll_init(g->loop, &w->exitw, pidfd);
+	if (rc < 0) {
+		/* A worker nobody could see exit must not run at all. */
+		kill(-pid, SIGKILL);
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+		}
+		close(pidfd);
+		close(po[0]);
+		close(pe[0]);
+		close_pipe(w, 0);
+		close_pipe(w, 1);
+		return diag_set(d, rc, "worker rank %d: watching pid %d: %s", w->rank, (int)pid,
 				uv_strerror(rc));
 	}
-	g->handles++;
-	w->pid = w->proc.pid;
+	/* From here the worker runs: it is watched whatever else fails. */
+	w->pid = pid;
+	w->pidfd = pidfd;
 	w->started = true;
 	g->running++;
 	spawn_guard_add(w->pid);
-	uv_read_start((uv_stream_t *)&w->out, on_alloc, on_read);
-	uv_read_start((uv_stream_t *)&w->err, on_alloc, on_read);
+	w->exitw.data = w;
+	g->handles++;
+	uv_poll_start(&w->exitw, UV_READABLE, on_exit_cb);
+	if (uv_pipe_open(&w->out, po[0]) < 0) {
+		close(po[0]);
+		close_pipe(w, 0);
+	} else {
+		uv_read_start((uv_stream_t *)&w->out, on_alloc, on_read);
+	}
+	if (uv_pipe_open(&w->err, pe[0]) < 0) {
+		close(pe[0]);
+		close_pipe(w, 1);
+	} else {
+		uv_read_start((uv_stream_t *)&w->err, on_alloc, on_read);
+	}
 	return 0;
 }
 
@@ -427,10 +532,12 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	if (g == NULL) {
 		return diag_set(d, -ENOMEM, "workers: out of memory");
 	}
+	g->devnull = -1;
 	g->loop = loop;
 	g->spec = spec;
 	g->n = spec->nproc_per_node;
 	g->done = done;
+	g->first_failure = o->first_failure;
 	g->arg = arg;
 	g->hostname = strdup(o->hostname != NULL ? o->hostname : "localhost");
 	g->w = calloc((size_t)g->n, sizeof(*g->w));
@@ -438,6 +545,15 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	if (g->w == NULL || g->fail == NULL || g->hostname == NULL) {
 		group_destroy(g);
 		return diag_set(d, -ENOMEM, "workers: out of memory");
+	}
+	i = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	g->devnull = i < 0 ? -errno : lift_fd(i);
+	if (g->devnull < 0) {
+		int rc = g->devnull;
+
+		g->devnull = -1;
+		group_destroy(g);
+		return diag_set(d, rc, "workers: /dev/null: %s", strerror(-rc));
 	}
 	uv_timer_init(loop, &g->grace);
 	uv_timer_init(loop, &g->drain);
@@ -448,6 +564,7 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		struct worker *w = &g->w[i];
 
 		w->g = g;
+		w->pidfd = -1;
 		w->local_rank = i;
 		w->rank = o->rank_offset + i;
 		w->lout.file_fd = w->lerr.file_fd = -1;
@@ -538,6 +655,9 @@ void group_destroy(struct group *g)
 	for (i = 0; g->w != NULL && i < g->n; i++) {
 		logroute_finish(&g->w[i].lout);
 		logroute_finish(&g->w[i].lerr);
+	}
+	if (g->devnull >= 0) {
+		close(g->devnull);
 	}
 	free(g->w);
 	free(g->fail);

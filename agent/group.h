@@ -14,6 +14,8 @@
 /* How long the pipes of exited workers may stay open (descendants that left the group). */
 #define GROUP_DRAIN_MS 2000
 
+struct group;
+
 struct group_opts {
 	const struct job_spec *spec; /* borrowed, for the group's life */
 	const char *self_exe;        /* this crun binary: the pre-exec shim */
@@ -27,6 +29,13 @@ struct group_opts {
 	const char *errdir; /* existing dir for TORCHELASTIC_ERROR_FILE files */
 	const char *logdir; /* DIR for <rank>/{stdout,stderr}.log, or NULL for none */
 	char *const *base_env; /* the agent's environment (borrowed) */
+	/*
+	 * Optional: runs once on the loop when the first worker fails, right after SIGTERM went to
+	 * every worker, while they are still stopping (the agent publishes the failure then, so
+	 * other nodes stop theirs without waiting for this node's grace period). Gets group_start's
+	 * @arg; group_failures() already holds the first failure.
+	 */
+	void (*first_failure)(struct group *g, void *arg);
 };
 
 enum group_result {
@@ -35,7 +44,6 @@ enum group_result {
 	GROUP_STOPPED,   /* stopped from outside (group_stop()) before any worker failed */
 };
 
-struct group;
 typedef void (*group_done_cb)(struct group *g, void *arg);
 
 /**

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* agent/logroute.c: cut worker output into whole lines, prefix them, write each at once. */
 #include <errno.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,10 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
 	s->file_fd = file_fd;
 	s->prefix = strdup(prefix != NULL ? prefix : "");
 	if (s->prefix == NULL) {
+		/* The descriptor is ours from the call on, even when the call fails. */
+		if (file_fd >= 0) {
+			close(file_fd);
+		}
 		s->file_fd = -1;
 		return -ENOMEM;
 	}
@@ -23,16 +28,34 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
 	return 0;
 }
 
+/*
+ * Write all of @p. A console the agent inherited may be non-blocking (a terminal shared with a
+ * process that set O_NONBLOCK, a pipe to a slow reader): on EAGAIN wait for room, but at most
+ * LOGROUTE_STALL_MS, then drop the rest of this write. The agent's loop must never spin or
+ * stall for good on its console: the workers, signals and the rendezvous depend on it.
+ */
 static void write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
 
 		if (w < 0) {
-			if (errno == EINTR || errno == EAGAIN) {
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+			int pr;
+
+			if (errno == EINTR) {
 				continue;
 			}
-			return; /* a closed console must not stop the workers */
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				return; /* a closed console must not stop the workers */
+			}
+			do {
+				pr = poll(&pfd, 1, LOGROUTE_STALL_MS);
+			} while (pr < 0 && errno == EINTR);
+			if (pr <= 0 || (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+				return; /* no room within the bound: this piece is lost */
+			}
+			continue;
 		}
 		p += w;
 		n -= (size_t)w;

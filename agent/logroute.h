@@ -13,6 +13,9 @@
  * to the console as ONE write() of prefix + line, and to the file as is. All streams of an
  * agent are fed from one thread, so console lines never interleave mid-line.
  */
+/* How long one write may wait for a non-blocking console that is full (then it is dropped). */
+#define LOGROUTE_STALL_MS 1000
+
 struct logroute_stream {
 	char *buf;        /* the partial line, owned; NULL until needed */
 	size_t len, cap;
@@ -22,7 +25,10 @@ struct logroute_stream {
 	int file_fd;      /* -1: no file; owned (closed by finish) */
 };
 
-/** Set up @s; @prefix is copied, @file_fd is owned from now on. Returns 0 or -ENOMEM. */
+/**
+ * Set up @s; @prefix is copied, @file_fd is owned from now on (closed here when this fails).
+ * Returns 0 or -ENOMEM.
+ */
 int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd);
 /** Route @n bytes (borrowed): every complete line is written out at once. */
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n);

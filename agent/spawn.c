@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -207,8 +212,12 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 		const char *vis = spawn_env_get(e, "CUDA_VISIBLE_DEVICES");
 		char dev[64];
 
-		if (vis == NULL || nth_entry(vis, wi->local_rank, dev, sizeof(dev)) < 0) {
+		if (vis == NULL) {
 			snprintf(dev, sizeof(dev), "%d", wi->local_rank);
+		} else if (nth_entry(vis, wi->local_rank, dev, sizeof(dev)) < 0) {
+			/* Never a device the user hid: the command line refuses this case. */
+			spawn_env_finish(e);
+			return -ENODEV;
 		}
 		rc |= spawn_env_set(e, "CUDA_VISIBLE_DEVICES", dev);
 	}
@@ -266,21 +275,15 @@ void spawn_argv_free(char **argv)
 	free(argv);
 }
 
-int spawn_worker_argv(const struct job_spec *spec, const char *self, int local_rank,
-		      char ***argv)
+int spawn_worker_argv(const struct job_spec *spec, int local_rank, char ***argv)
 {
 	const char *py = spec->python_exec != NULL ? spec->python_exec : "python3";
-	int nargs = spec->nargs, n = 0, i, max = nargs + 10;
+	int nargs = spec->nargs, n = 0, i, max = nargs + 8;
 	char **v = calloc((size_t)max, sizeof(*v));
-	char pid[24];
 
 	if (v == NULL) {
 		return -ENOMEM;
 	}
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	v[n++] = strdup(self);
-	v[n++] = strdup(SPAWN_SHIM_FLAG);
-	v[n++] = strdup(pid);
 	switch (spec->program_kind) {
 	case PROGRAM_PYTHON:
 		v[n++] = strdup(py);
@@ -323,35 +326,149 @@ int spawn_worker_argv(const struct job_spec *spec, const char *self, int local_r
 	return 0;
 }
 
-/* ---- shim ---- */
+/* ---- spawning a worker ---- */
 
-int spawn_shim_main(int argc, char **argv)
+#ifndef P_PIDFD
+#define P_PIDFD 3 /* <linux/wait.h>; glibc 2.36 does not export it */
+#endif
+
+/* The child's stack: spawns are serial and the parent sleeps until the child has exec'd. */
+#define SPAWN_STACK (256u * 1024u)
+static void *spawn_stack;
+
+struct child_args {
+	const struct spawn_proc *p;
+	sigset_t oldmask;
+	pid_t agent;
+};
+
+static void child_say(const char *a, const char *b, const char *c)
 {
-	long agent;
-	char *end;
+	struct iovec iov[4] = {
+		{(void *)"crun: worker: ", 14},
+		{(void *)a, strlen(a)},
+		{(void *)b, strlen(b)},
+		{(void *)c, strlen(c)},
+	};
 
-	if (argc < 4) {
-		fprintf(stderr, "crun: %s: internal use only\n", SPAWN_SHIM_FLAG);
-		return 127;
+	if (writev(STDERR_FILENO, iov, 4) < 0) {
+		return;
 	}
-	/* Die with the agent. The guard takes care of this process's own children. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
-		fprintf(stderr, "crun: worker: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
-		return 127;
+}
+
+/*
+ * The child between clone and exec. It shares the agent's memory (CLONE_VM|CLONE_VFORK: the
+ * agent's spawning thread sleeps until the exec or the exit), so it only makes system calls
+ * and touches nothing of the agent's but what it reads from @arg.
+ */
+static int child_main(void *arg)
+{
+	const struct child_args *ca = arg;
+	const struct spawn_proc *p = ca->p;
+	struct sigaction sa;
+	sigset_t none;
+	int sig, e;
+
+	/* Handlers belong to the agent: every signal back to its default, then unblock. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	for (sig = 1; sig < NSIG; sig++) {
+		if (sig != SIGKILL && sig != SIGSTOP) {
+			sigaction(sig, &sa, NULL);
+		}
 	}
-	errno = 0;
-	agent = strtol(argv[2], &end, 10);
-	if (errno != 0 || *end != '\0' || agent <= 0) {
-		fprintf(stderr, "crun: %s: bad agent pid %s\n", SPAWN_SHIM_FLAG, argv[2]);
-		return 127;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Its own session and process group: the agent signals -pid to reach its children too. */
+	if (setsid() < 0) {
+		_exit(127);
 	}
-	if (getppid() != (pid_t)agent) {
-		/* The agent died between fork and prctl: nobody will ever reap us. */
-		return 127;
+	/* Die with the agent (however it dies); the guard takes care of this process's children. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != ca->agent) {
+		_exit(127);
 	}
-	execvp(argv[3], argv + 3);
-	fprintf(stderr, "crun: worker: cannot run %s: %s\n", argv[3], strerror(errno));
-	return errno == ENOENT ? 127 : 126;
+	if (dup2(p->stdin_fd, STDIN_FILENO) < 0 || dup2(p->stdout_fd, STDOUT_FILENO) < 0 ||
+	    dup2(p->stderr_fd, STDERR_FILENO) < 0) {
+		_exit(127);
+	}
+	/*
+	 * Whatever the agent inherited without O_CLOEXEC (its parent's descriptors) stays out of
+	 * the worker: it gets stdin, stdout and stderr only, as torchrun's workers do.
+	 */
+	close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
+	execvpe(p->argv[0], p->argv, p->envp);
+	e = errno;
+	child_say("cannot run ", p->argv[0], ": ");
+	child_say("", strerror(e), "\n");
+	_exit(e == ENOENT ? 127 : 126);
+}
+
+int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd)
+{
+	struct child_args ca = {.p = p, .agent = getpid()};
+	sigset_t all;
+	pid_t child;
+	int fd, e;
+
+	if (spawn_stack == NULL) {
+		void *st = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+
+		if (st == MAP_FAILED) {
+			return -errno;
+		}
+		spawn_stack = st;
+	}
+	/* No handler of the agent may run in the child while it shares the agent's memory. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &ca.oldmask);
+	child = clone(child_main, (char *)spawn_stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD,
+		      &ca);
+	e = errno;
+	pthread_sigmask(SIG_SETMASK, &ca.oldmask, NULL);
+	if (child < 0) {
+		return -e;
+	}
+	/* Only this process reaps its workers, so the pid cannot be reused before this. */
+	fd = pidfd_open(child, 0);
+	if (fd < 0) {
+		e = errno;
+		kill(child, SIGKILL);
+		while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+		}
+		return -e;
+	}
+	*pid = child;
+	*pidfd = fd;
+	return 0;
+}
+
+int spawn_reap(int pidfd, bool *exited, int *exit_status, int *term_signal)
+{
+	siginfo_t si;
+
+	memset(&si, 0, sizeof(si));
+	*exited = false;
+	while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) != 0) {
+		if (errno == EAGAIN) {
+			return 0; /* a non-blocking pidfd (libuv's poll sets O_NONBLOCK): not yet */
+		}
+		if (errno != EINTR) {
+			return -errno;
+		}
+	}
+	if (si.si_pid == 0) {
+		return 0; /* not yet */
+	}
+	*exited = true;
+	*exit_status = 0;
+	*term_signal = 0;
+	if (si.si_code == CLD_EXITED) {
+		*exit_status = si.si_status;
+	} else {
+		*term_signal = si.si_status;
+	}
+	return 0;
 }
 
 /* ---- guard ---- */

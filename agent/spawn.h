@@ -8,9 +8,6 @@
 
 #include "agent/jobspec.h"
 
-/* argv[1] of a crun process started as the pre-exec shim of a worker (docs/agent.md). */
-#define SPAWN_SHIM_FLAG "--crun-internal-exec"
-
 /* A growable, NULL-terminated "KEY=VALUE" vector. Every string is owned. */
 struct spawn_env {
 	char **v;
@@ -45,21 +42,37 @@ struct spawn_worker_info {
 int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, struct spawn_env *out);
 
 /**
- * Build a worker's argv: shim (@self, SPAWN_SHIM_FLAG, agent pid), then the program as the
- * spec says (python -u FILE / python -u -m MOD / the executable), its arguments with
- * ${local_rank} expanded, and --local_rank=N when asked. *argv is NULL-terminated;
- * free with spawn_argv_free().
+ * Build a worker's argv: the program as the spec says (python -u FILE / python -u -m MOD / the
+ * executable), its arguments with ${local_rank} expanded, and --local_rank=N when asked.
+ * *argv is NULL-terminated; free with spawn_argv_free().
  */
-int spawn_worker_argv(const struct job_spec *spec, const char *self, int local_rank,
-		      char ***argv);
+int spawn_worker_argv(const struct job_spec *spec, int local_rank, char ***argv);
 void spawn_argv_free(char **argv);
 
+/* What one worker process is started with (everything borrowed for the call). */
+struct spawn_proc {
+	char *const *argv;  /* argv[0] is looked up in PATH like execvp() */
+	char *const *envp;
+	int stdin_fd, stdout_fd, stderr_fd; /* become the worker's 0, 1, 2 */
+};
+
 /**
- * The shim: runs in the worker process before the real program (crun's main calls it when
- * argv[1] is SPAWN_SHIM_FLAG). It arms PR_SET_PDEATHSIG(SIGKILL), checks the agent is still
- * its parent, and execs the program; it returns only on failure with the exit status to use.
+ * Start a worker without a second exec: clone(CLONE_VM|CLONE_VFORK) runs a few system calls in
+ * the child (default signal dispositions, setsid(), PR_SET_PDEATHSIG(SIGKILL) and a check that
+ * the agent is still its parent, stdio, close-on-exec for every other descriptor) and execs the
+ * program; the caller sleeps until then, so a spawn costs no copy of the agent's page tables.
+ * A program that cannot be exec'd prints "crun: worker: cannot run ..." on its stderr and
+ * exits 127 (ENOENT) or 126, as a shell would. Call from the agent's main thread only: the
+ * death signal follows the thread that forked. Returns 0 with *pid and *pidfd (owned: close it
+ * after spawn_reap() said the worker exited), or -errno (nothing started).
  */
-int spawn_shim_main(int argc, char **argv);
+int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd);
+
+/**
+ * Reap the worker behind @pidfd if it has exited (it is readable then): *exited tells whether
+ * it had, with *exit_status or *term_signal (> 0 when a signal killed it). Returns 0 or -errno.
+ */
+int spawn_reap(int pidfd, bool *exited, int *exit_status, int *term_signal);
 
 /**
  * The guard: a tiny process forked at agent start that knows every worker's process group

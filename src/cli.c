@@ -1654,6 +1654,40 @@ static int check_static_and_standalone(struct parser *p, bool standalone)
 	return 0;
 }
 
+/*
+ * --virtual-local-rank gives worker i the i-th entry of CUDA_VISIBLE_DEVICES as its only device.
+ * With fewer entries than workers some worker would get a device the user hid (or none): refuse
+ * before anything starts rather than pick one.
+ */
+static int check_virtual_devices(struct parser *p)
+{
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *q;
+	int n = 0;
+
+	if (!p->spec->virtual_local_rank || cvd == NULL) {
+		return 0;
+	}
+	for (q = cvd; *q != '\0';) {
+		size_t len = strcspn(q, ",");
+
+		if (len == 0) {
+			break; /* CUDA stops at the first empty entry too */
+		}
+		n++;
+		q += len;
+		if (*q == ',') {
+			q++;
+		}
+	}
+	if (n < p->spec->nproc_per_node) {
+		return fail(p, O_VIRTUAL_LOCAL_RANK,
+			    "%d workers per node, but CUDA_VISIBLE_DEVICES=\"%.64s\" lists %d device%s",
+			    p->spec->nproc_per_node, cvd, n, n == 1 ? "" : "s");
+	}
+	return 0;
+}
+
 int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_diag *d)
 {
 	struct crun_diag local = {0};
@@ -1795,6 +1829,9 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 		return rc;
 	}
 	if ((rc = do_ranks_filter(&p)) != 0) {
+		return rc;
+	}
+	if ((rc = check_virtual_devices(&p)) != 0) {
 		return rc;
 	}
 

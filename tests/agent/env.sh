@@ -122,6 +122,14 @@ for bad in "--nnodes 3:2" "--nproc-per-node 0" "--rdzv-endpoint :x --rdzv-backen
 	expect_grep "^crun: --" "$T/err" "flag named for '$bad'"
 	[ ! -s "$T/out" ] || fail "'$bad' started workers"
 done
+# --virtual-local-rank with fewer visible devices than workers would hand some worker a device
+# the user hid: refused before anything starts.
+CUDA_VISIBLE_DEVICES=3,5 run_crun 30 "$T/out" "$T/err" --standalone --nproc-per-node 3 \
+	--virtual-local-rank "$W" env
+expect_eq $RC 2 "exit status for too few CUDA_VISIBLE_DEVICES"
+expect_grep '^crun: --virtual-local-rank: 3 workers per node, but CUDA_VISIBLE_DEVICES="3,5" lists 2 devices$' \
+	"$T/err" "the shortage is named"
+[ ! -s "$T/out" ] || fail "workers started with too few devices"
 run_crun 30 "$T/out" "$T/err" --standalone --no-python "$T/does-not-exist"
 expect_eq $RC 2 "exit status for a missing program"
 echo "env: ok"

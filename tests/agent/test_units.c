@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/errfile.h"
@@ -134,6 +135,64 @@ static void logroute_prefixes_whole_lines(void **state)
 	close(p[1]);
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * A non-blocking console that nobody reads: a write must give up after LOGROUTE_STALL_MS
+ * instead of spinning on EAGAIN for ever (it used to, and the agent's loop stopped with it).
+ * The test is killed by SIGALRM if routing does not come back.
+ */
+static void logroute_gives_up_on_a_stuck_nonblocking_console(void **state)
+{
+	struct logroute_stream s;
+	char fill[65536], line[200];
+	int p[2], i;
+	int64_t t0, dt;
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+	memset(fill, 'x', sizeof(fill));
+	while (write(p[1], fill, sizeof(fill)) > 0) {
+	}
+	assert_int_equal(errno, EAGAIN);
+	memset(line, 'y', sizeof(line) - 1);
+	line[sizeof(line) - 1] = '\n';
+	assert_int_equal(logroute_init(&s, "[rank0]:", p[1], -1), 0);
+	alarm(30);
+	t0 = mono_ms();
+	for (i = 0; i < 2; i++) {
+		logroute_feed(&s, line, sizeof(line));
+	}
+	dt = mono_ms() - t0;
+	alarm(0);
+	assert_true(dt >= 2 * LOGROUTE_STALL_MS - 50);
+	assert_true(dt < 2 * LOGROUTE_STALL_MS + 5000);
+	logroute_finish(&s);
+	close(p[0]);
+	close(p[1]);
+}
+
+/* A file descriptor handed to logroute_init is its own even when the call fails. */
+static void logroute_init_owns_the_file_fd(void **state)
+{
+	struct logroute_stream s;
+	int fd;
+
+	(void)state;
+	fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(logroute_init(&s, "p", -1, fd), 0);
+	logroute_finish(&s);
+	/* finish closed it: the number is free again */
+	assert_int_equal(fcntl(fd, F_GETFD), -1);
+}
+
 static void logroute_cuts_overlong_lines(void **state)
 {
 	struct logroute_stream s;
@@ -229,18 +288,16 @@ static void spawn_argv_expands_only_the_macro(void **state)
 	spec.args = args;
 	spec.nargs = 3;
 	spec.local_rank_arg = true;
-	assert_int_equal(spawn_worker_argv(&spec, "/crun", 7, &argv), 0);
-	assert_string_equal(argv[0], "/crun");
-	assert_string_equal(argv[1], SPAWN_SHIM_FLAG);
-	assert_string_equal(argv[3], "py3");
-	assert_string_equal(argv[4], "-u");
-	assert_string_equal(argv[5], "-m");
-	assert_string_equal(argv[6], "pkg.train");
-	assert_string_equal(argv[7], "--x=77");
-	assert_string_equal(argv[8], "$$");
-	assert_string_equal(argv[9], "${local_rankx}");
-	assert_string_equal(argv[10], "--local_rank=7");
-	assert_null(argv[11]);
+	assert_int_equal(spawn_worker_argv(&spec, 7, &argv), 0);
+	assert_string_equal(argv[0], "py3");
+	assert_string_equal(argv[1], "-u");
+	assert_string_equal(argv[2], "-m");
+	assert_string_equal(argv[3], "pkg.train");
+	assert_string_equal(argv[4], "--x=77");
+	assert_string_equal(argv[5], "$$");
+	assert_string_equal(argv[6], "${local_rankx}");
+	assert_string_equal(argv[7], "--local_rank=7");
+	assert_null(argv[8]);
 	spawn_argv_free(argv);
 }
 
@@ -284,6 +341,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(errfile_summary_round_trips),
 		cmocka_unit_test(logroute_prefixes_whole_lines),
 		cmocka_unit_test(logroute_cuts_overlong_lines),
+		cmocka_unit_test(logroute_gives_up_on_a_stuck_nonblocking_console),
+		cmocka_unit_test(logroute_init_owns_the_file_fd),
 		cmocka_unit_test(logroute_formats_prefix_templates),
 		cmocka_unit_test(spawn_env_has_torchrun_names),
 		cmocka_unit_test(spawn_argv_expands_only_the_macro),

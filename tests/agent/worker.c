@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/agent/worker.c: a tiny worker for the agent tests; argv is a list of steps. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -25,10 +26,12 @@
  *                        "<worker pid> <child pid>" to DIR/pids.<RANK>
  *   errfile:MSG          write torchrun's error JSON with MSG to $TORCHELASTIC_ERROR_FILE
  *   ignore-term          ignore SIGTERM (tests the SIGKILL after the grace period)
+ *   ignore-term-if-rank:R  the same, only when RANK == R
  *   touch:PATH           create PATH (PATH may contain %r for RANK)
  *   wait-file:PATH       wait (up to 120 s) until PATH exists
  *   term-exit:N          on SIGTERM, print "got SIGTERM" and exit with N
  *   exit-if-env:KEY:VAL:N  exit with N when $KEY == VAL
+ *   fds                  print "FDS=" and the worker's open descriptors ("0 1 2" when clean)
  */
 static const char *const vars[] = {
 	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -106,6 +109,40 @@ static void spam(int lines, int len)
 	free(line);
 }
 
+/* The open descriptors, less the one that reads /proc/self/fd, with what each one is. */
+static void print_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char line[8192], what[512], link[300];
+	size_t n = 0;
+
+	if (d == NULL) {
+		exit(6);
+	}
+	line[0] = '\0';
+	while ((e = readdir(d)) != NULL) {
+		ssize_t k;
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d)) {
+			continue;
+		}
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+		k = readlink(link, what, sizeof(what) - 1);
+		what[k > 0 ? k : 0] = '\0';
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s", n > 0 ? " " : "",
+				      e->d_name);
+		if (atoi(e->d_name) > 2 && n < sizeof(line)) {
+			n += (size_t)snprintf(line + n, sizeof(line) - n, "(%s)", what);
+		}
+		if (n >= sizeof(line)) {
+			break;
+		}
+	}
+	closedir(d);
+	printf("FDS=%s\n", line);
+}
+
 int main(int argc, char **argv)
 {
 	int i;
@@ -124,6 +161,8 @@ int main(int argc, char **argv)
 
 				printf("%s=%s\n", vars[k], v != NULL ? v : "<unset>");
 			}
+		} else if (strcmp(s, "fds") == 0) {
+			print_fds();
 		} else if (strncmp(s, "exit-if-env:", 12) == 0) {
 			char key[128], val[256];
 
@@ -185,6 +224,10 @@ int main(int argc, char **argv)
 				   "{\"py_callstack\": \"Traceback\\n  x\", \"timestamp\": \"1\"}}}",
 				s + 8);
 			fclose(f);
+		} else if (sscanf(s, "ignore-term-if-rank:%d", &a) == 1) {
+			if (env_int("RANK") == a) {
+				signal(SIGTERM, SIG_IGN);
+			}
 		} else if (strcmp(s, "ignore-term") == 0) {
 			signal(SIGTERM, SIG_IGN);
 		} else if (sscanf(s, "term-exit:%d", &a) == 1) {
