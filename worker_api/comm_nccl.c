@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/comm_nccl.c: the nccl backend: a non-blocking NCCL comm polled with deadlines. */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,9 +75,25 @@ static void pause_briefly(void)
 	nanosleep(&ts, NULL);
 }
 
+/*
+ * Between polls: yield for the first 2 ms of a wait, then sleep. A collective on a GPU often
+ * completes in tens of microseconds, so sleeping 100 us (plus timer slack) at once would add
+ * most of that to its latency and keep crun_comm_allreduce() from matching a direct
+ * ncclAllReduce (bench/nccl); a long wait still costs no CPU.
+ */
+static void pause_since(int64_t start_ns)
+{
+	if (crun_now_ns() - start_ns < 2000000) {
+		sched_yield();
+		return;
+	}
+	pause_briefly();
+}
+
 /* Wait until the communicator has no operation in progress, or @deadline. */
 static int wait_comm(struct crun_comm *c, ncclComm_t comm, int64_t deadline, const char *what)
 {
+	int64_t start = crun_now_ns();
 	ncclResult_t st;
 
 	for (;;) {
@@ -94,13 +111,14 @@ static int wait_comm(struct crun_comm *c, ncclComm_t comm, int64_t deadline, con
 					"comm %s: rank %d: %s: no progress within %d ms", c->name,
 					c->rank, what, c->timeout_ms);
 		}
-		pause_briefly();
+		pause_since(start);
 	}
 }
 
 /* Wait until the stream drained, watching for asynchronous NCCL errors, or @deadline. */
 static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, const char *what)
 {
+	int64_t start = crun_now_ns();
 	ncclResult_t st;
 	cudaError_t e;
 	int rc;
@@ -126,7 +144,7 @@ static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, co
 					"comm %s: rank %d: %s: not complete within %d ms", c->name,
 					c->rank, what, c->timeout_ms);
 		}
-		pause_briefly();
+		pause_since(start);
 	}
 }
 

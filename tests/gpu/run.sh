@@ -1,0 +1,142 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# tests/gpu/run.sh MODE: the 'gpu' suite. Every mode but cli exits 77 (skip) without a GPU.
+#   cli        the GPU programs reject bad input (exit 2) and, without a GPU, say so and exit 77;
+#              crun_ddp_cuda's argument checks (cpu communicator). Runs everywhere.
+#   curve      examples/train_gpu matches examples/train's loss curve on one rank
+#   ddp        crun_ddp_cuda on device memory: one rank, then one rank per GPU (2..4) if any
+#   allreduce  crun_comm_allreduce (nccl) within 5% of ncclAllReduce (bench/nccl/nccl_bench)
+# Programs come from the environment (tests/gpu/meson.build); "none" means not built.
+# Knobs: GPU_EPOCHS (curve, default 8), GPU_CURVE_RTOL (relative, default 0.05),
+# GPU_CURVE_ATOL (default 0.01), GPU_CHECK_PCT (default 5).
+set -u
+
+mode=${1:-}
+# The CUDA driver cannot initialise under ASan's default shadow-gap protection.
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}protect_shadow_gap=0
+export ASAN_OPTIONS
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-gpu-test.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+fail() {
+	echo "tests/gpu ($mode): FAIL: $*" >&2
+	exit 1
+}
+
+skip() {
+	echo "tests/gpu ($mode): SKIP: $*" >&2
+	exit 77
+}
+
+# Run with a deadline: nothing here may hang.
+bounded() {
+	timeout -k 5 "$@"
+}
+
+need_built() {
+	for p in "$@"; do
+		if [ "$p" = none ]; then
+			skip "built without CUDA/NCCL/nvcc (configure found none; see docs/gpu.md)"
+		fi
+	done
+}
+
+# The number of usable GPUs, or skip.
+gpus() {
+	n=$(CRUN_SINGLE=1 bounded 60 "$GPU_WORKER" probe 2>"$tmp/probe.err") || {
+		skip "$(cat "$tmp/probe.err")"
+	}
+	echo "$n"
+}
+
+# expect_exit CODE PATTERN CMD...: CMD exits CODE and its stderr matches PATTERN.
+expect_exit() {
+	want=$1
+	pat=$2
+	shift 2
+	CRUN_SINGLE=1 bounded 60 "$@" >"$tmp/out" 2>"$tmp/err"
+	got=$?
+	[ "$got" -eq "$want" ] || fail "$*: exit $got, expected $want: $(cat "$tmp/err")"
+	grep -q -- "$pat" "$tmp/err" || fail "$*: stderr lacks \"$pat\": $(cat "$tmp/err")"
+}
+
+case $mode in
+cli)
+	need_built "$GPU_TRAIN_GPU" "$GPU_WORKER" "$GPU_BENCH"
+	expect_exit 2 '--epochs: expected an integer' "$GPU_TRAIN_GPU" --epochs many
+	expect_exit 2 'unexpected argument "extra"' "$GPU_TRAIN_GPU" extra
+	expect_exit 2 '--lr: expected a number' "$GPU_TRAIN_GPU" --lr -1
+	expect_exit 2 '--max-bytes: expected a number' "$GPU_BENCH" --max-bytes 3T
+	expect_exit 2 '--min-bytes 2048 is above --max-bytes 1024' "$GPU_BENCH" --min-bytes 2K \
+		--max-bytes 1K
+	expect_exit 2 'unknown mode "fly"' "$GPU_WORKER" fly
+	CRUN_SINGLE=1 bounded 60 "$GPU_WORKER" api >"$tmp/out" 2>&1 ||
+		fail "gpu_worker api: $(cat "$tmp/out")"
+	grep -q 'api ok' "$tmp/out" || fail "gpu_worker api: $(cat "$tmp/out")"
+	if CRUN_SINGLE=1 bounded 60 "$GPU_WORKER" probe >/dev/null 2>&1; then
+		echo "tests/gpu (cli): a GPU is visible: the no-GPU messages are not checked"
+	else
+		expect_exit 77 'train_gpu: no GPU available: ' "$GPU_TRAIN_GPU" --epochs 1
+		expect_exit 77 'nccl_bench: no GPU available: ' "$GPU_BENCH"
+		expect_exit 77 'gpu_worker: no GPU available: ' "$GPU_WORKER" ddp
+	fi
+	echo "tests/gpu (cli): ok"
+	;;
+curve)
+	need_built "$GPU_TRAIN_GPU" "$GPU_WORKER"
+	gpus >/dev/null
+	epochs=${GPU_EPOCHS:-8}
+	set -- --epochs "$epochs" --batch-size 32 --hidden 64 --seed 3 --data "$GPU_DIGITS"
+	CRUN_SINGLE=1 bounded 300 "$GPU_TRAIN" "$@" >"$tmp/cpu" 2>"$tmp/cpu.err" ||
+		fail "train (cpu): $(cat "$tmp/cpu.err")"
+	CRUN_SINGLE=1 bounded 300 "$GPU_TRAIN_GPU" "$@" >"$tmp/gpu" 2>"$tmp/gpu.err" ||
+		fail "train_gpu: $(cat "$tmp/gpu.err")"
+	cat "$tmp/gpu.err"
+	paste -d ' ' "$tmp/cpu" "$tmp/gpu" | grep '^epoch' || true
+	awk -v rtol="${GPU_CURVE_RTOL:-0.05}" -v atol="${GPU_CURVE_ATOL:-0.01}" \
+		-v epochs="$epochs" '
+		function bad(a, b) { d = a - b; if (d < 0) d = -d; return d > atol + rtol * (b < 0 ? -b : b) }
+		FNR == NR && /^epoch / { c[$2] = $0; ctr[$2] = $6; cte[$2] = $8; cac[$2] = $10; next }
+		/^epoch / {
+			n++
+			if (!($2 in c)) { print "epoch " $2 " missing from the cpu run"; err++; next }
+			if (bad($6, ctr[$2]) || bad($8, cte[$2]) || bad($10, cac[$2])) {
+				print "epoch " $2 ": cpu [" c[$2] "] gpu [" $0 "]"; err++
+			}
+		}
+		END {
+			if (n != epochs) { print "gpu printed " n " epochs of " epochs; err++ }
+			exit err > 0
+		}' "$tmp/cpu" "$tmp/gpu" || fail "train_gpu's loss curve differs from train's"
+	grep -q '^rank 0 params sha256 [0-9a-f]\{64\}$' "$tmp/gpu" || fail "no params digest"
+	echo "tests/gpu (curve): ok over $epochs epochs"
+	;;
+ddp)
+	need_built "$GPU_WORKER" "$GPU_LAUNCH"
+	n=$(gpus) || exit $?
+	CRUN_SINGLE=1 bounded 120 "$GPU_WORKER" ddp || fail "gpu_worker ddp on one rank"
+	if [ "$n" -ge 2 ]; then
+		[ "$n" -gt 4 ] && n=4
+		bounded 300 "$GPU_LAUNCH" -n "$n" --timeout 240 -- "$GPU_WORKER" ddp ||
+			fail "gpu_worker ddp on $n ranks"
+	fi
+	echo "tests/gpu (ddp): ok"
+	;;
+allreduce)
+	need_built "$GPU_BENCH" "$GPU_WORKER" "$GPU_LAUNCH"
+	n=$(gpus) || exit $?
+	set -- --min-bytes 64M --max-bytes 512M --iters 10 --warmup 3 --rounds 5 \
+		--check "${GPU_CHECK_PCT:-5}" --check-from 64M
+	if [ "$n" -ge 2 ]; then
+		bounded 500 "$GPU_LAUNCH" -n "$n" --timeout 480 -- "$GPU_BENCH" "$@" ||
+			fail "crun's allreduce is more than ${GPU_CHECK_PCT:-5}% slower than NCCL's"
+	else
+		CRUN_SINGLE=1 bounded 500 "$GPU_BENCH" "$@" ||
+			fail "crun's allreduce is more than ${GPU_CHECK_PCT:-5}% slower than NCCL's"
+	fi
+	;;
+*)
+	echo "usage: tests/gpu/run.sh cli|curve|ddp|allreduce" >&2
+	exit 2
+	;;
+esac
