@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ struct store_backend {
 	const uint8_t *in;     /* the last reply's payload, inside rb until the next read */
 	struct wire_hdr rh;    /* the reply header */
 	uint32_t max_value_len;
+	int rcvtimeo_ms;       /* SO_RCVTIMEO now set on fd; 0: not set yet (blocks forever) */
 	char where[300];       /* "store HOST:PORT" */
 	char msg[512];         /* the last error message (server's, or ours) */
 };
@@ -69,6 +71,7 @@ static void disconnect(struct store_backend *b)
 		close(b->fd);
 		b->fd = -1;
 	}
+	b->rcvtimeo_ms = 0;
 	b->rb_off = b->rb_len = 0;
 }
 
@@ -108,7 +111,7 @@ static int send_all(struct store_backend *b, const uint8_t *p, size_t n, int64_t
 	int rc;
 
 	while (n > 0) {
-		k = send(b->fd, p, n, MSG_NOSIGNAL);
+		k = send(b->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0) {
 			p += k;
 			n -= (size_t)k;
@@ -129,15 +132,54 @@ static int send_all(struct store_backend *b, const uint8_t *p, size_t n, int64_t
 }
 
 /*
+ * One blocking recv into @p that returns no later than @deadline: the socket is blocking
+ * (sends use MSG_DONTWAIT) and SO_RCVTIMEO bounds each recv. The timeout is set only when the
+ * cached one would outlast the deadline or is far shorter than it, so a run of operations
+ * with the same timeout costs one recv per reply instead of poll + recv. A recv that times
+ * out early just loops: remaining() alone decides when the deadline has passed.
+ * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
+ */
+static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t deadline)
+{
+	struct timeval tv;
+	ssize_t k;
+	int left;
+
+	for (;;) {
+		left = remaining(deadline);
+		if (left == 0) {
+			return -ETIMEDOUT;
+		}
+		if (b->rcvtimeo_ms == 0 || b->rcvtimeo_ms > left || b->rcvtimeo_ms < left / 2) {
+			tv.tv_sec = left / 1000;
+			tv.tv_usec = (left % 1000) * 1000;
+			if (setsockopt(b->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+				return -errno;
+			}
+			b->rcvtimeo_ms = left;
+		}
+		k = recv(b->fd, p, n, 0);
+		if (k > 0) {
+			return k;
+		}
+		if (k == 0) {
+			return -ECONNRESET;
+		}
+		if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+			return -errno;
+		}
+	}
+}
+
+/*
  * Make @need bytes available at b->rb + b->rb_off, reading as much as the socket has (one
- * poll + one recv per reply in the common case). Returns 0, -ETIMEDOUT or -errno.
+ * recv per reply in the common case). Returns 0, -ETIMEDOUT or -errno.
  */
 static int fill(struct store_backend *b, size_t need, int64_t deadline)
 {
 	size_t cap;
 	uint8_t *p;
 	ssize_t k;
-	int rc;
 
 	while (b->rb_len < need) {
 		if (b->rb_off + need > b->rb_cap) {
@@ -158,19 +200,12 @@ static int fill(struct store_backend *b, size_t need, int64_t deadline)
 				b->rb_cap = cap;
 			}
 		}
-		rc = wait_fd(b->fd, POLLIN, deadline);
-		if (rc < 0) {
-			return rc;
+		k = recv_deadline(b, b->rb + b->rb_off + b->rb_len,
+				  b->rb_cap - b->rb_off - b->rb_len, deadline);
+		if (k < 0) {
+			return (int)k;
 		}
-		k = recv(b->fd, b->rb + b->rb_off + b->rb_len, b->rb_cap - b->rb_off - b->rb_len,
-			 0);
-		if (k > 0) {
-			b->rb_len += (size_t)k;
-		} else if (k == 0) {
-			return -ECONNRESET;
-		} else if (errno != EINTR && errno != EAGAIN) {
-			return -errno;
-		}
+		b->rb_len += (size_t)k;
 	}
 	return 0;
 }
@@ -353,7 +388,16 @@ static int connect_once(struct store_backend *b, const struct addrinfo *ai, int6
 		}
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Blocking from here on: recv_deadline() bounds reads with SO_RCVTIMEO, and sends
+	 * pass MSG_DONTWAIT. */
+	rc = fcntl(fd, F_GETFL);
+	if (rc < 0 || fcntl(fd, F_SETFL, rc & ~O_NONBLOCK) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
 	b->fd = fd;
+	b->rcvtimeo_ms = 0;
 	return 0;
 }
 

@@ -677,6 +677,41 @@ static void op_get(struct conn *c, const struct wire_req *r)
 	wire_frame_end(&c->out, off);
 }
 
+/*
+ * Answer a WAIT whose keys already exist (ALL: every key; ANY: the first one present, by
+ * index) at once, without allocating a wait: the common case of a barrier's late arrivals
+ * and of a blocking get. Returns false when the request has to wait.
+ */
+static bool wait_now(struct conn *c, const struct wire_req *r)
+{
+	const uint8_t *cur = r->list;
+	struct entry *e;
+	size_t off;
+	uint32_t i, index = 0;
+
+	if (r->n == 0) {
+		return false; /* the general path answers it */
+	}
+	for (i = 0; i < r->n; i++) {
+		e = entry_lookup(c->s, wire_list_next(&cur));
+		if (e != NULL && e->present) {
+			if (r->mode == WIRE_WAIT_ANY) {
+				index = i;
+				break;
+			}
+		} else if (r->mode != WIRE_WAIT_ANY) {
+			return false;
+		}
+	}
+	if (i == r->n && r->mode == WIRE_WAIT_ANY) {
+		return false;
+	}
+	off = reply_begin(c, r);
+	wire_put_u32(&c->out, index);
+	wire_frame_end(&c->out, off);
+	return true;
+}
+
 static void op_wait(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
@@ -691,6 +726,9 @@ static void op_wait(struct conn *c, const struct wire_req *r)
 		snprintf(msg, sizeof(msg),
 			 "too many pending requests on this connection (limit %u)", s->max_pending);
 		reply_error(c, r, WIRE_E_BUSY, msg);
+		return;
+	}
+	if (wait_now(c, r)) {
 		return;
 	}
 	w = calloc(1, sizeof(*w) + (size_t)r->n * sizeof(w->links[0]));

@@ -297,7 +297,7 @@ CRUN_EXPORT int crun_comm_broadcast(struct crun_comm *c, void *buf, size_t count
 CRUN_EXPORT int crun_comm_allgather(struct crun_comm *c, const void *send, void *recv, size_t count,
 				    enum crun_dtype dt)
 {
-	size_t bytes;
+	size_t bytes = 0;
 	int rc;
 
 	rc = check_common(c, "allgather", dt);
@@ -309,6 +309,15 @@ CRUN_EXPORT int crun_comm_allgather(struct crun_comm *c, const void *send, void 
 	}
 	if (send == NULL || recv == NULL) {
 		return diag_set(&c->diag, -EINVAL, "comm %s: allgather: NULL buffer", c->name);
+	}
+	/* The cpu backend copies @send to block rank of @recv first: any other overlap would be
+	 * overwritten by a peer's block before it is sent. */
+	if (c->backend == CRUN_BACKEND_CPU &&
+	    (const char *)send != (const char *)recv + (size_t)c->rank * (bytes / (size_t)c->size) &&
+	    overlaps(send, bytes / (size_t)c->size, recv, bytes)) {
+		return diag_set(&c->diag, -EINVAL,
+				"comm %s: allgather: send overlaps recv other than at block %d",
+				c->name, c->rank);
 	}
 	return finish(c, "allgather", c->ops->allgather(c, send, recv, count, dt));
 }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* bench/store/store_load.c: load generator for the crun store (driven by bench/store/run). */
 /*
- * store_load --endpoint E throughput --op set|get|add --clients N --seconds S
+ * store_load --endpoint E throughput --op set|get|waitget|add --clients N --seconds S
  *     N client processes, one connection each, run OP back to back for S seconds after a
- *     common start. Prints {"ops_s", "p50_us", "p99_us", "ops"}.
+ *     common start. Prints {"ops_s", "p50_us", "p99_us", "ops"}. waitget is a get with
+ *     TCPStore's semantics (its get blocks until the key exists): wait, then get, two round
+ *     trips, the same two requests TCPStore 1.13's client sends for one get.
  * store_load --endpoint E barrier --clients N --procs P [--timeout S]
  *     N connections spread over P processes. Each connection adds 1 to a counter; the one
  *     that brings it to N sets the release key; every connection then waits for it (a
@@ -142,6 +144,7 @@ static int reap(int n)
 
 static void child_throughput(struct slot *s, int id, const char *op, int seconds)
 {
+	const char *gk[] = {"get"};
 	struct crun_store *st;
 	char key[32], val[32];
 	int64_t t0, t1, end, r;
@@ -155,7 +158,7 @@ static void child_throughput(struct slot *s, int id, const char *op, int seconds
 	}
 	snprintf(key, sizeof(key), "set/%d", id);
 	memset(val, 'v', sizeof(val));
-	if (strcmp(op, "get") == 0) {
+	if (strcmp(op, "get") == 0 || strcmp(op, "waitget") == 0) {
 		crun_store_set(st, "get", val, sizeof(val));
 	}
 	__atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
@@ -169,6 +172,12 @@ static void child_throughput(struct slot *s, int id, const char *op, int seconds
 		} else if (op[0] == 'g') {
 			rc = crun_store_get(st, "get", &v, &len);
 			free(v);
+		} else if (op[0] == 'w') {
+			rc = crun_store_wait(st, gk, 1, -1);
+			if (rc == 0) {
+				rc = crun_store_get(st, "get", &v, &len);
+				free(v);
+			}
 		} else {
 			rc = crun_store_add(st, "add", 1, &r);
 		}
@@ -452,8 +461,9 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	if (strcmp(mode, "throughput") == 0) {
-		if (strcmp(op, "set") != 0 && strcmp(op, "get") != 0 && strcmp(op, "add") != 0) {
-			die("--op: expected set, get or add, got \"%s\"", op);
+		if (strcmp(op, "set") != 0 && strcmp(op, "get") != 0 &&
+		    strcmp(op, "waitget") != 0 && strcmp(op, "add") != 0) {
+			die("--op: expected set, get, waitget or add, got \"%s\"", op);
 		}
 		return throughput(op, clients, seconds);
 	}

@@ -6,7 +6,9 @@
 #
 #   tcpstore_load.py server                 start a TCPStore server on 127.0.0.1 port 0, print
 #                                           "127.0.0.1:PORT", serve until stdin closes
-#   tcpstore_load.py --endpoint H:P throughput --op set|get|add --clients N --seconds S
+#   tcpstore_load.py --endpoint H:P throughput --op set|get|waitget|add --clients N --seconds S
+#                                           (waitget is get: TCPStore's get already waits for
+#                                           the key, sending WAIT then GET)
 #   tcpstore_load.py --endpoint H:P barrier --clients N --procs P [--timeout S]
 #   tcpstore_load.py --endpoint H:P idle --clients N --procs P --server-pid PID
 #
@@ -116,7 +118,7 @@ def throughput(host, port, op, clients, seconds):
         val = b"v" * 32
         gkey = f"bench/{os.getppid()}/get"
         akey = f"bench/{os.getppid()}/add"
-        if op == "get":
+        if op in ("get", "waitget"):
             st.set(gkey, val)
         os.write(ready_w, b"r")
         wait_go(go_r)
@@ -126,7 +128,7 @@ def throughput(host, port, op, clients, seconds):
         end = t0 + seconds * 1_000_000_000
         if op == "set":
             f = lambda: st.set(key, val)  # noqa: E731
-        elif op == "get":
+        elif op in ("get", "waitget"):
             f = lambda: st.get(gkey)  # noqa: E731
         else:
             f = lambda: st.add(akey, 1)  # noqa: E731
@@ -218,7 +220,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["server", "throughput", "barrier", "idle"])
     p.add_argument("--endpoint")
-    p.add_argument("--op", choices=["set", "get", "add"], default="get")
+    p.add_argument("--op", choices=["set", "get", "waitget", "add"], default="get")
     p.add_argument("--clients", type=int, default=1)
     p.add_argument("--procs", type=int, default=50)
     p.add_argument("--seconds", type=int, default=2)

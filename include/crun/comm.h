@@ -39,6 +39,7 @@ struct crun_comm_opts {
  * CRUN_COMM_CMA=0 (cpu, one host: copy through the shared rings instead of reading peers'
  * buffers with process_vm_readv); CRUN_COMM_SHM_RING (bytes per shared-memory link, default
  * 1 MiB); CRUN_COMM_SOCKBUF (SO_SNDBUF/SO_RCVBUF bytes; default 0: kernel autotuning);
+ * CRUN_COMM_SIMD=base (cpu: reduce with the baseline x86-64 loops even where AVX2 is available);
  * LOCAL_RANK (nccl: the device, modulo the visible device count).
  * The cpu backend uses shared memory when every rank is on one host (same hostname and boot
  * id) and /dev/shm works for all, else TCP; its segments are unlinked once mapped.

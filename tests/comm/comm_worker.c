@@ -425,6 +425,10 @@ static int scenario_args(struct crun_store *st, struct crun_comm *c)
 	EXPECT(crun_comm_broadcast(c, f, 4, CRUN_FLOAT32, -1), -EINVAL);
 	EXPECT(crun_comm_broadcast(c, NULL, 4, CRUN_FLOAT32, 0), -EINVAL);
 	EXPECT(crun_comm_allgather(c, f, NULL, 1, CRUN_FLOAT32), -EINVAL);
+	EXPECT(crun_comm_allgather(c, f + 1, f, 3, CRUN_FLOAT32), -EINVAL);
+	if (strstr(crun_comm_last_error(c), "overlap") == NULL) {
+		FAILF("last error \"%s\" does not say overlap", crun_comm_last_error(c));
+	}
 	EXPECT(crun_comm_reduce_scatter(c, f, f + 1, 2, CRUN_FLOAT32, CRUN_SUM), -EINVAL);
 	EXPECT(crun_comm_set_stream(c, NULL), CRUN_EBACKEND);
 	/* Zero elements: nothing to do, on every rank. */
@@ -466,6 +470,35 @@ static int scenario_nccl(struct crun_comm *c)
 }
 #endif
 
+/*
+ * Wait (up to 45 s) until every rank of the world has started and reached this point. The
+ * die scenario uses a 2 s collective timeout, which also bounds crun_comm_create(); without
+ * this, the time it takes the test to fork and start four processes on a loaded machine
+ * counted against that bound, and a late rank made the others fail in create.
+ */
+static void start_barrier(struct crun_store *st)
+{
+	char key[32], keys[64][32];
+	const char *kp[64];
+	int rc;
+
+	if (g_size > 64) {
+		FAILF("start barrier: at most 64 ranks");
+	}
+	snprintf(key, sizeof(key), "up/%d", g_rank);
+	rc = crun_store_set(st, key, "1", 1);
+	for (int r = 0; r < g_size; r++) {
+		snprintf(keys[r], sizeof(keys[r]), "up/%d", r);
+		kp[r] = keys[r];
+	}
+	if (rc == 0) {
+		rc = crun_store_wait(st, kp, (size_t)g_size, 45000);
+	}
+	if (rc < 0) {
+		FAILF("start barrier: %s", crun_strerror(rc));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct crun_store_opts so = {0};
@@ -501,6 +534,9 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(scen, "stray") == 0 && g_rank == 1) {
 		send_strays(st);
+	}
+	if (strcmp(scen, "die") == 0) {
+		start_barrier(st);
 	}
 	t0 = crun_now_ms();
 	rc = crun_comm_create(st, g_rank, g_size, &co, &c);

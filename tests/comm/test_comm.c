@@ -250,6 +250,18 @@ static void collectives_over_tcp_match_reference_sizes_1_to_8(void **state)
 	unsetenv("CRUN_COMM_SHM");
 }
 
+/* The baseline (SSE2) reduction loops, which an AVX2 machine never picks by itself. */
+static void baseline_reduction_loops_match_reference(void **state)
+{
+	struct store_daemon *d = *state;
+
+	setenv("CRUN_COMM_SIMD", "base", 1);
+	setenv("CRUN_COMM_SHM", "0", 1);
+	run_group(d->endpoint, 0, 2, 3, "all", 60000, 120000, 0);
+	unsetenv("CRUN_COMM_SHM");
+	unsetenv("CRUN_COMM_SIMD");
+}
+
 /* Shared memory, but every byte copied through the rings (no process_vm_readv). */
 static void collectives_over_shm_copy_match_reference_sizes_1_to_8(void **state)
 {
@@ -493,6 +505,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(
 			collectives_over_shm_copy_match_reference_sizes_1_to_8, setup_daemon,
 			teardown_daemon),
+		cmocka_unit_test_setup_teardown(baseline_reduction_loops_match_reference,
+						setup_daemon, teardown_daemon),
 		cmocka_unit_test_setup_teardown(allreduce_and_broadcast_64mib_at_2_and_4_ranks,
 						setup_daemon, teardown_daemon),
 		cmocka_unit_test_setup_teardown(missing_peer_times_out_within_the_timeout,
