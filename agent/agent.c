@@ -67,7 +67,14 @@ struct agent {
 	int attempt;
 	bool loop_ok;
 
-	/* This attempt's failure, published at once (on_first_failure) rather than after the stop. */
+	/*
+	 * This attempt's failure, published at once (on_first_failure) rather than after the stop,
+	 * by a thread of its own so that the loop keeps forwarding signals and escalating to
+	 * SIGKILL while the store answers. on_group_done() joins it before the loop touches the
+	 * rendezvous again; until then the thread alone uses a->r.
+	 */
+	pthread_t report_thr;
+	bool report_thr_running;
 	bool reported;
 	int report_rc;
 	bool report_restart;
@@ -277,6 +284,15 @@ static void close_loop_handles(struct agent *a)
 	uv_close((uv_handle_t *)&a->async, NULL);
 }
 
+static void report_join(struct agent *a)
+{
+	if (a->report_thr_running) {
+		pthread_join(a->report_thr, NULL);
+		a->report_thr_running = false;
+		log_debug("failure report published");
+	}
+}
+
 static void on_group_done(struct group *g, void *arg)
 {
 	struct agent *a = arg;
@@ -284,6 +300,11 @@ static void on_group_done(struct group *g, void *arg)
 	(void)g;
 	a->group_done = true;
 	log_debug("workers and their pipes are closed");
+	/*
+	 * The workers are gone, so nothing is left for the loop to do while the failure report
+	 * finishes (each store operation is bounded by the read timeout).
+	 */
+	report_join(a);
 	/* After this no event callback runs, so the async handle can go. */
 	rdzv_watch_stop(a->r);
 	log_debug("rendezvous watch stopped");
@@ -350,26 +371,11 @@ static void on_rdzv_event(void *arg, enum rdzv_event ev, const char *detail)
 	uv_async_send(&a->async);
 }
 
-/*
- * The first worker failed; SIGTERM is on its way to the others. Publish the failure now so the
- * other nodes stop their workers at once (fail fast) instead of after this node's grace period,
- * and so the next round's bookkeeping overlaps with the stop. It blocks the loop for the store
- * round trips (bounded by the store's read timeout); the workers are already signalled.
- */
-static void on_first_failure(struct group *g, void *arg)
+/* Publish this attempt's failure: on the report thread, or on the loop when none could start. */
+static void report_failure(struct agent *a)
 {
-	struct agent *a = arg;
-	struct errfile_failure f;
-
-	if (a->got_signal != 0 || group_failures(g, &f, 1) != 1) {
-		return;
-	}
-	errfile_summary(&f, a->report_summary, sizeof(a->report_summary));
-	memset(&a->report_diag, 0, sizeof(a->report_diag));
-	a->report_restart = false;
 	a->report_rc = rdzv_report_failure(a->r, a->report_summary, &a->report_restart,
 					   &a->report_diag);
-	a->reported = true;
 	/*
 	 * This round is over for this node: no peer event can change what happens next, so stop the
 	 * watch thread now, while the workers die, rather than after. The async handle stays open
@@ -379,6 +385,45 @@ static void on_first_failure(struct group *g, void *arg)
 	if (a->report_rc == 0) {
 		rdzv_watch_stop(a->r);
 	}
+}
+
+static void *report_main(void *arg)
+{
+	report_failure(arg);
+	return NULL;
+}
+
+/*
+ * The first worker failed; SIGTERM is on its way to the others. Publish the failure now so the
+ * other nodes stop their workers at once (fail fast) instead of after this node's grace period,
+ * and so the next round's bookkeeping overlaps with the stop. The store round trips run on a
+ * thread, so a slow or hung store never delays signal forwarding or the SIGKILL escalation.
+ */
+static void on_first_failure(struct group *g, void *arg)
+{
+	struct agent *a = arg;
+	struct errfile_failure f;
+	sigset_t all, old;
+	int rc;
+
+	if (a->got_signal != 0 || a->reported || group_failures(g, &f, 1) != 1) {
+		return;
+	}
+	errfile_summary(&f, a->report_summary, sizeof(a->report_summary));
+	memset(&a->report_diag, 0, sizeof(a->report_diag));
+	a->report_restart = false;
+	a->reported = true;
+	/* Signals belong to the loop's thread: the report thread starts with all of them blocked. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&a->report_thr, NULL, report_main, a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0) {
+		a->report_thr_running = true;
+		return;
+	}
+	log_warn("failure report: no thread (%s); publishing it from the loop", strerror(rc));
+	report_failure(a);
 }
 
 enum outcome {
@@ -491,6 +536,7 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		group_stop(a->g, SIGTERM);
 	}
 	uv_run(&a->loop, UV_RUN_DEFAULT);
+	report_join(a); /* on_group_done() did, unless the loop ended another way */
 	log_debug("attempt %d: every worker has exited", a->attempt);
 	spawn_reap_orphans();
 

@@ -67,8 +67,19 @@ static void kill_groups(struct group *g, int sig)
 	int i;
 
 	for (i = 0; i < g->n; i++) {
-		if (g->w[i].pid > 0) {
-			kill(-g->w[i].pid, sig);
+		struct worker *w = &g->w[i];
+
+		if (w->pid <= 0) {
+			continue;
+		}
+		/*
+		 * A worker spawned a moment ago may not have called setsid() yet, so its group
+		 * does not exist: signal the process itself. Its signals are blocked until it has
+		 * reset their dispositions, so the signal waits and then acts as the default does.
+		 * Not yet reaped, so the pid cannot have been reused.
+		 */
+		if (kill(-w->pid, sig) != 0 && errno == ESRCH && !w->exited) {
+			kill(w->pid, sig);
 		}
 	}
 }

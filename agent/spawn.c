@@ -332,7 +332,11 @@ int spawn_worker_argv(const struct job_spec *spec, int local_rank, char ***argv)
 #define P_PIDFD 3 /* <linux/wait.h>; glibc 2.36 does not export it */
 #endif
 
-/* The child's stack: spawns are serial and the parent sleeps until the child has exec'd. */
+/*
+ * The child's stack. The child gets a copy of the agent's memory (no CLONE_VM), so the next
+ * spawn may reuse the agent's copy at once, while earlier children are still on their way to
+ * exec.
+ */
 #define SPAWN_STACK (256u * 1024u)
 static void *spawn_stack;
 
@@ -342,24 +346,26 @@ struct child_args {
 	pid_t agent;
 };
 
-static void child_say(const char *a, const char *b, const char *c)
+/* "crun: worker: cannot run PROG: WHY\n" in one write, so the line arrives whole. */
+static void child_say(const char *prog, const char *why)
 {
-	struct iovec iov[4] = {
-		{(void *)"crun: worker: ", 14},
-		{(void *)a, strlen(a)},
-		{(void *)b, strlen(b)},
-		{(void *)c, strlen(c)},
+	struct iovec iov[5] = {
+		{(void *)"crun: worker: cannot run ", 25},
+		{(void *)prog, strlen(prog)},
+		{(void *)": ", 2},
+		{(void *)why, strlen(why)},
+		{(void *)"\n", 1},
 	};
 
-	if (writev(STDERR_FILENO, iov, 4) < 0) {
+	if (writev(STDERR_FILENO, iov, 5) < 0) {
 		return;
 	}
 }
 
 /*
- * The child between clone and exec. It shares the agent's memory (CLONE_VM|CLONE_VFORK: the
- * agent's spawning thread sleeps until the exec or the exit), so it only makes system calls
- * and touches nothing of the agent's but what it reads from @arg.
+ * The child between clone and exec. It runs on a copy of the agent's memory, taken while other
+ * agent threads may hold locks (malloc's among them), so it only makes system calls and reads
+ * what @arg points at: no allocation, no stdio.
  */
 static int child_main(void *arg)
 {
@@ -398,8 +404,7 @@ static int child_main(void *arg)
 	close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
 	execvpe(p->argv[0], p->argv, p->envp);
 	e = errno;
-	child_say("cannot run ", p->argv[0], ": ");
-	child_say("", strerror(e), "\n");
+	child_say(p->argv[0], strerror(e));
 	_exit(e == ENOENT ? 127 : 126);
 }
 
@@ -422,8 +427,15 @@ int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd)
 	/* No handler of the agent may run in the child while it shares the agent's memory. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &ca.oldmask);
-	child = clone(child_main, (char *)spawn_stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD,
-		      &ca);
+	/*
+	 * Not CLONE_VM|CLONE_VFORK: that would put the agent to sleep until this child has been
+	 * scheduled, run its set-up and exec'd, so eight workers would exec one after another.
+	 * A copy-on-write child costs a copy of the agent's small page tables instead, and the
+	 * agent starts the next worker at once; the children exec in parallel on every core. An
+	 * exec failure still ends the child with 127 or 126 and a line on its stderr, which the
+	 * agent sees through the pidfd and the pipe like any worker's exit.
+	 */
+	child = clone(child_main, (char *)spawn_stack + SPAWN_STACK, SIGCHLD, &ca);
 	e = errno;
 	pthread_sigmask(SIG_SETMASK, &ca.oldmask, NULL);
 	if (child < 0) {

@@ -57,10 +57,10 @@ struct spawn_proc {
 };
 
 /**
- * Start a worker without a second exec: clone(CLONE_VM|CLONE_VFORK) runs a few system calls in
- * the child (default signal dispositions, setsid(), PR_SET_PDEATHSIG(SIGKILL) and a check that
- * the agent is still its parent, stdio, close-on-exec for every other descriptor) and execs the
- * program; the caller sleeps until then, so a spawn costs no copy of the agent's page tables.
+ * Start a worker without a second exec: a copy-on-write clone() runs a few system calls in the
+ * child (default signal dispositions, setsid(), PR_SET_PDEATHSIG(SIGKILL) and a check that the
+ * agent is still its parent, stdio, close-on-exec for every other descriptor) and execs the
+ * program. The caller does not wait for the exec, so the workers of a group exec in parallel.
  * A program that cannot be exec'd prints "crun: worker: cannot run ..." on its stderr and
  * exits 127 (ENOENT) or 126, as a shell would. Call from the agent's main thread only: the
  * death signal follows the thread that forked. Returns 0 with *pid and *pidfd (owned: close it

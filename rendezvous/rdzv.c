@@ -69,7 +69,8 @@ struct rdzv {
 	/* Watch thread. */
 	pthread_t thr;
 	bool thr_running;
-	struct crun_store *wst; /* the watch thread's own handle */
+	struct crun_store *wst; /* the watch thread's own handle, kept from round to round */
+	atomic_bool wst_bad;    /* a store error on wst: open a fresh one next time */
 	rdzv_event_cb cb;
 	void *cb_arg;
 	unsigned wake_gen;
@@ -341,6 +342,7 @@ int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *con
 	atomic_init(&r->stop, false);
 	atomic_init(&r->self_failed, false);
 	atomic_init(&r->thr_exited, false);
+	atomic_init(&r->wst_bad, false);
 	free(prefix);
 	*out = r;
 	return 0;
@@ -356,6 +358,7 @@ void rdzv_destroy(struct rdzv *r)
 		return;
 	}
 	rdzv_watch_stop(r);
+	crun_store_close(r->wst);
 	crun_store_close(r->st);
 	free(r->run_id);
 	free(r->addr);
@@ -418,33 +421,55 @@ out:
 	return rc;
 }
 
-/* Restart count of round @R: that of R-1 plus one when R-1 ended in a worker failure. */
-static int round_restart_count(struct rdzv *r, int R, int *out)
+/*
+ * Restart count of round @R: that of R-1 plus one when R-1 ended in a worker failure. Both keys
+ * of R-1 come in one round trip. *@prev_over (may be NULL) tells whether R-1 is over for good
+ * (it failed, or closed without forming): then both keys are final and so is *@out.
+ */
+static int round_restart_count(struct rdzv *r, int R, int *out, bool *prev_over)
 {
-	char key[KEY_MAX], v[REC_MAX];
-	int count, world, rc0 = 0, rc;
+	char kc[KEY_MAX], kf[KEY_MAX], v[REC_MAX];
+	const char *keys[2] = {kc, kf};
+	void *vals[2] = {NULL, NULL};
+	size_t lens[2] = {0, 0};
+	int count = 0, world, rc0 = 0, rc, i;
+	bool closed, failed;
 
 	*out = 0;
+	if (prev_over != NULL) {
+		*prev_over = R == 0;
+	}
 	if (R == 0) {
 		return 0;
 	}
-	rkey(key, R - 1, "closed");
-	rc = get_str(r->st, key, v, sizeof(v));
-	if (rc == -ENOENT) {
-		return 0;
-	}
+	rkey(kc, R - 1, "closed");
+	rkey(kf, R - 1, "failed");
+	rc = crun_store_multi_get(r->st, keys, 2, vals, lens);
 	if (rc < 0) {
 		return rc;
 	}
-	if (parse_closed(v, &count, &world, &rc0) < 0) {
+	closed = vals[0] != NULL;
+	failed = vals[1] != NULL && lens[1] > 0 && ((const char *)vals[1])[0] == KIND_FAIL;
+	if (closed) {
+		size_t n = lens[0] < sizeof(v) ? lens[0] : sizeof(v) - 1;
+
+		memcpy(v, vals[0], n);
+		v[n] = '\0';
+		rc = parse_closed(v, &count, &world, &rc0);
+	}
+	if (prev_over != NULL) {
+		*prev_over = vals[1] != NULL || (closed && rc == 0 && count == 0);
+	}
+	for (i = 0; i < 2; i++) {
+		free(vals[i]);
+	}
+	if (!closed) {
+		return 0;
+	}
+	if (rc < 0) {
 		return -EPROTO;
 	}
-	rkey(key, R - 1, "failed");
-	rc = get_str(r->st, key, v, sizeof(v));
-	if (rc < 0 && rc != -ENOENT) {
-		return rc;
-	}
-	*out = rc0 + (rc == 0 && v[0] == KIND_FAIL ? 1 : 0);
+	*out = rc0 + (failed ? 1 : 0);
 	return 0;
 }
 
@@ -498,6 +523,17 @@ static void note_gone(struct rdzv *r)
 }
 
 /* The job-wide "end" key: the job finished, or its restart budget ran out. */
+static int end_verdict(struct rdzv *r, const char *v, struct crun_diag *d)
+{
+	note_gone(r);
+	if (strncmp(v, "budget", 6) == 0) {
+		return diag_set(d, CRUN_ERESTARTS, "rendezvous %s: restart budget exhausted: %s",
+				r->run_id, v + (v[6] == ' ' ? 7 : 6));
+	}
+	return diag_set(d, CRUN_ECLOSED, "rendezvous %s: job is closed to new nodes: %s", r->run_id,
+			v[4] == ' ' ? v + 5 : v);
+}
+
 static int check_end(struct rdzv *r, struct crun_diag *d)
 {
 	char v[REC_MAX];
@@ -511,13 +547,7 @@ static int check_end(struct rdzv *r, struct crun_diag *d)
 		return diag_set(d, rc, "rendezvous %s: read job state: %s", r->run_id,
 				store_err(rc));
 	}
-	note_gone(r);
-	if (strncmp(v, "budget", 6) == 0) {
-		return diag_set(d, CRUN_ERESTARTS, "rendezvous %s: restart budget exhausted: %s",
-				r->run_id, v + (v[6] == ' ' ? 7 : 6));
-	}
-	return diag_set(d, CRUN_ECLOSED, "rendezvous %s: job is closed to new nodes: %s", r->run_id,
-			v[4] == ' ' ? v + 5 : v);
+	return end_verdict(r, v, d);
 }
 
 /* Node ranks (static) or joined hosts (dynamic) for a progress or timeout message. */
@@ -661,7 +691,7 @@ out:
 
 /* Fill @a once round @R closed with this node at group rank @g. */
 static int fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
-			   int rc_count, int64_t deadline, struct rdzv_assignment *a,
+			   int rc_count, int my_port, int64_t deadline, struct rdzv_assignment *a,
 			   struct crun_diag *d)
 {
 	char key[KEY_MAX], rec[REC_MAX], maddr[256], mhost[256];
@@ -682,6 +712,14 @@ static int fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int 
 		if (rc < 0) {
 			return rc;
 		}
+	}
+	snprintf(a->worker_prefix, sizeof(a->worker_prefix), "%s%s/attempt/%d/", r->worker_base,
+		 r->run_id, R);
+	if (g == 0) {
+		/* This node is the master: its own record says what the others read. */
+		snprintf(a->master_addr, sizeof(a->master_addr), "%s", r->addr);
+		a->master_port = my_port;
+		return 0;
 	}
 	/* Rank 0's record names the master; it wrote it right after joining, so it is almost
 	 * always there already: get first, wait only when it is not. */
@@ -705,8 +743,6 @@ static int fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int 
 	}
 	snprintf(a->master_addr, sizeof(a->master_addr), "%s", maddr);
 	a->master_port = (int)mport;
-	snprintf(a->worker_prefix, sizeof(a->worker_prefix), "%s%s/attempt/%d/", r->worker_base,
-		 r->run_id, R);
 	return 0;
 }
 
@@ -715,9 +751,11 @@ static int fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int 
  * node may have joined R while R - 1 still ran, and R - 1 may have failed since (R closes only
  * once R - 1 is over, so the value read now is final). Returns 0, CRUN_ERESTARTS or an error.
  */
-static int close_restart_count(struct rdzv *r, int R, int *rcount, struct crun_diag *d)
+static int close_restart_count(struct rdzv *r, int R, int *rcount, bool final,
+			       struct crun_diag *d)
 {
-	int rc = round_restart_count(r, R, rcount);
+	/* Read when joining from a round R - 1 that was already over: it cannot have changed. */
+	int rc = final ? 0 : round_restart_count(r, R, rcount, NULL);
 
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read previous round: %s", r->run_id,
@@ -746,9 +784,9 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 	const char *wkeys[4];
 	int64_t packed, start = crun_now_ms(), lc_start = 0, next_hb, next_progress;
 	int p, g, port = 0, rc, count, world, rcount, nk, i;
-	bool min_seen, prev_ended, won, closed_by_me = false, over_max = false;
+	bool min_seen, prev_ended, won, closed_by_me = false, over_max = false, rcount_final;
 
-	rc = round_restart_count(r, R, &rcount);
+	rc = round_restart_count(r, R, &rcount, &rcount_final);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read previous round: %s", r->run_id,
 				R, store_err(rc));
@@ -840,7 +878,8 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 	}
 	refresh_heartbeat(r->st, r, R, g);
 	next_hb = crun_now_ms() + c->keep_alive_interval_ms;
-	if (p == c->min_nodes) {
+	/* A one-node job has nobody who could wait for "min". */
+	if (p == c->min_nodes && c->max_nodes > 1) {
 		rc = set_str(r->st, k_min, "1");
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: mark min reached: %s",
@@ -848,16 +887,14 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 		}
 	}
 	min_seen = p >= c->min_nodes;
-	prev_ended = R == 0;
-	if (!prev_ended) {
-		/* Round R-1 must be over before R may close: failed, or never formed. */
-		rkey(k_prev, R - 1, "closed");
-		rc = get_str(r->st, k_prev, cur, sizeof(cur));
-		if (rc == 0 && parse_closed(cur, &count, &world, &i) == 0 && count == 0) {
-			prev_ended = true;
-		}
-		rkey(k_prev, R - 1, "failed");
-	}
+	/*
+	 * Round R-1 must be over before R may close: failed, or never formed. What
+	 * round_restart_count() read says so already in the common case (a restart after a
+	 * failure); otherwise the wait below hears R-1's "failed" (a round that never formed gets
+	 * one too, right after its close value).
+	 */
+	prev_ended = rcount_final;
+	rkey(k_prev, R - 1, "failed");
 	next_progress = start + c->progress_interval_ms;
 	log_debug("rendezvous %s round %d: joined at position %d", r->run_id, R, p);
 
@@ -883,7 +920,7 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 							r->run_id, R, store_err(rc));
 				}
 			}
-			rc = close_restart_count(r, R, &rcount, d);
+			rc = close_restart_count(r, R, &rcount, rcount_final, d);
 			if (rc < 0) {
 				return rc;
 			}
@@ -902,7 +939,7 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 			over_max = true;
 		}
 		if (prev_ended && is_static(r) && p == c->max_nodes) {
-			rc = close_restart_count(r, R, &rcount, d);
+			rc = close_restart_count(r, R, &rcount, rcount_final, d);
 			if (rc < 0) {
 				return rc;
 			}
@@ -919,7 +956,7 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 		if (now >= deadline) {
 			int joined = joined_count(r, R);
 
-			rc = close_restart_count(r, R, &rcount, d);
+			rc = close_restart_count(r, R, &rcount, rcount_final, d);
 			if (rc < 0) {
 				return rc;
 			}
@@ -945,20 +982,20 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 						"rendezvous %s round %d: join timeout after %" PRId64
 						" s: %d node(s) joined, but round %d is still running "
 						"(neither failed nor re-formed)",
-						r->run_id, R, (now - start) / 1000, joined, R - 1);
+						r->run_id, R, (now - start + 500) / 1000, joined, R - 1);
 			}
 			if (is_static(r)) {
 				return diag_set(
 					d, -ETIMEDOUT,
 					"rendezvous %s round %d: join timeout after %" PRId64
 					" s: %d of %d nodes joined%s",
-					r->run_id, R, (now - start) / 1000, joined, c->max_nodes,
+					r->run_id, R, (now - start + 500) / 1000, joined, c->max_nodes,
 					members);
 			}
 			return diag_set(d, -ETIMEDOUT,
 					"rendezvous %s round %d: join timeout after %" PRId64
 					" s: %d of %d required nodes joined%s; %d more never came",
-					r->run_id, R, (now - start) / 1000, joined, c->min_nodes,
+					r->run_id, R, (now - start + 500) / 1000, joined, c->min_nodes,
 					members, c->min_nodes - joined);
 		}
 		if (now >= next_hb) {
@@ -1064,7 +1101,7 @@ closed:
 		snprintf(rs, sizeof(rs), "%d", R);
 		(void)set_str(r->st, "cur", rs);
 	}
-	rc = fill_assignment(r, R, g, packed, count, world, i, deadline, a, d);
+	rc = fill_assignment(r, R, g, packed, count, world, i, port, deadline, a, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -1131,26 +1168,48 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 {
 	char v[64];
 	int64_t deadline;
-	int R, rc, guard;
+	int R, rc, guard, end_known = -1; /* "end" read when leaving a round: 1 set, 0 not */
 
 	if (r->thr_running) {
 		rdzv_watch_stop(r);
 	}
 	deadline = crun_now_ms() + r->conf.join_timeout_ms;
 	if (r->in_round) {
-		char key[KEY_MAX];
-		bool failed;
+		char key[KEY_MAX], endv[REC_MAX];
+		const char *keys[2] = {key, "end"};
+		void *vals[2] = {NULL, NULL};
+		size_t lens[2] = {0, 0};
+		bool failed = false;
 
 		R = r->round + 1;
-		/* Leaving a round nobody marked over: mark it, so that R + 1 may form. */
+		/* Whether the round is marked over and whether the job is: one round trip. */
 		rkey(key, r->round, "failed");
-		rc = exists(r->st, key, &failed);
+		rc = crun_store_multi_get(r->st, keys, 2, vals, lens);
+		if (rc == 0) {
+			failed = vals[0] != NULL;
+			if (vals[1] != NULL) {
+				size_t n = lens[1] < sizeof(endv) ? lens[1] : sizeof(endv) - 1;
+
+				memcpy(endv, vals[1], n);
+				endv[n] = '\0';
+				end_known = 1;
+			} else {
+				end_known = 0;
+			}
+		}
+		free(vals[0]);
+		free(vals[1]);
+		/* Leaving a round nobody marked over: mark it, so that R + 1 may form. */
 		if (rc == 0 && !failed) {
 			rc = rdzv_request_reform(r, "node left the round to re-form");
 		}
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: %s", r->run_id, r->round,
 					store_err(rc));
+		}
+		if (end_known == 1) {
+			r->in_round = false;
+			return end_verdict(r, endv, d);
 		}
 	} else {
 		rc = get_str(r->st, "cur", v, sizeof(v));
@@ -1165,7 +1224,8 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 	}
 	r->in_round = false;
 	for (guard = 0; guard < 100000; guard++) {
-		rc = check_end(r, d);
+		/* Just read above when leaving a round: not again for its successor. */
+		rc = end_known == 0 && guard == 0 ? 0 : check_end(r, d);
 		if (rc < 0) {
 			return rc;
 		}
@@ -1193,7 +1253,7 @@ static int mark_failed(struct rdzv *r, struct crun_store *st, char kind, const c
 
 int rdzv_report_failure(struct rdzv *r, const char *what, bool *restart, struct crun_diag *d)
 {
-	char cur[REC_MAX], desc[REC_MAX + 64], msg[REC_MAX];
+	char cur[REC_MAX], desc[REC_MAX + 64], msg[REC_MAX], endmsg[REC_MAX];
 	bool won;
 	int rc;
 
@@ -1217,10 +1277,11 @@ int rdzv_report_failure(struct rdzv *r, const char *what, bool *restart, struct 
 	*restart = r->restart_count + 1 <= r->conf.max_restarts;
 	if (won && !*restart) {
 		describe_failed(cur, desc, sizeof(desc));
-		snprintf(msg, sizeof(msg),
+		/* Its own buffer: @msg is what this node reported, logged below. */
+		snprintf(endmsg, sizeof(endmsg),
 			 "budget %d of %d failure restarts used; last failure: %.480s",
 			 r->restart_count, r->conf.max_restarts, desc);
-		(void)set_str(r->st, "end", msg);
+		(void)set_str(r->st, "end", endmsg);
 	}
 	if (!*restart) {
 		note_gone(r);
@@ -1423,6 +1484,7 @@ static void watch_loop(struct rdzv *r)
 		}
 		goto event;
 	store_error:
+		atomic_store(&r->wst_bad, true);
 		if (++errors < c->keep_alive_max_attempt) {
 			log_warn("rendezvous %s round %d: store: %s (attempt %d of %d)", r->run_id,
 				 r->round, store_err(rc), errors, c->keep_alive_max_attempt);
@@ -1469,9 +1531,20 @@ int rdzv_watch_start(struct rdzv *r, rdzv_event_cb cb, void *arg)
 	if (r->thr_running) {
 		return -EALREADY;
 	}
-	rc = crun_store_clone(r->st, "", &r->wst);
-	if (rc < 0) {
-		return rc;
+	/*
+	 * The handle of the last round's thread, unless it saw a store error: a new connection
+	 * and handshake per round would compete with the workers starting right now.
+	 */
+	if (r->wst != NULL && atomic_load(&r->wst_bad)) {
+		crun_store_close(r->wst);
+		r->wst = NULL;
+	}
+	if (r->wst == NULL) {
+		rc = crun_store_clone(r->st, "", &r->wst);
+		if (rc < 0) {
+			return rc;
+		}
+		atomic_store(&r->wst_bad, false);
 	}
 	r->cb = cb;
 	r->cb_arg = arg;
@@ -1504,8 +1577,7 @@ void rdzv_watch_stop(struct rdzv *r)
 	if (woke) {
 		(void)crun_store_delete(r->st, key);
 	}
-	crun_store_close(r->wst);
-	r->wst = NULL;
+	/* Every request on wst has been answered (or failed, marking it bad): reusable. */
 	r->thr_running = false;
 }
 

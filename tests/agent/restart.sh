@@ -21,6 +21,11 @@ expect_eq $RC 42 "exit status after the budget is spent"
 expect_eq "$(grep -ac 'worker failure on' "$T/err")" 2 "one table per failed attempt"
 expect_grep "first .* 1 .* 1 exit 42 .*disk-on-fire" "$T/err" "table row with message"
 expect_grep "restart budget (1) spent" "$T/err" "budget message"
+expect_grep "marked failed: workers failed: rank .* (restart budget exhausted)" "$T/err" \
+	"the rendezvous logs the failure it published, not the budget line"
+if grep -aq "marked failed: budget" "$T/err"; then
+	fail "the rendezvous logged its budget line in place of the failure"
+fi
 ls "$T"/crun-*/attempt_1/error_1.json >/dev/null 2>&1 || fail "the failed attempt's error file is not kept"
 
 note "a worker killed by a signal: exit status 128+signal, the signal named"
@@ -36,5 +41,22 @@ printf '#!/nonexistent/interpreter\n' >"$T/bad-interp"
 chmod +x "$T/bad-interp"
 run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 2 --no-python "$T/bad-interp"
 expect_eq $RC 127 "exit status when exec fails with ENOENT (missing interpreter)"
-expect_grep "cannot run" "$T/err" "the exec error is shown"
+expect_grep "cannot run .*bad-interp: No such file or directory" "$T/err" \
+	"the exec error is shown with its errno"
+
+note "every worker of a wide group fails to exec at once (they exec in parallel): each reported"
+run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 12 --no-python "$T/bad-interp"
+expect_eq $RC 127 "exit status when every exec fails"
+# The first failure stops the rest, so some may die before their exec: count whole lines.
+n=$(grep -ac 'cannot run' "$T/err")
+[ "$n" -ge 1 ] || fail "no exec error reported"
+expect_eq "$(grep -ac 'cannot run .*bad-interp: No such file or directory$' "$T/err")" "$n" \
+	"every exec error line whole, with its errno"
+
+note "a worker that fails at once stops workers that may not have reached setsid() yet"
+t0=$(date +%s)
+run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 16 --shutdown-timeout 30 \
+	"$W" exit-if-rank:0:5 sleep:50000
+expect_eq $RC 5 "exit status of the failed worker"
+[ $(($(date +%s) - t0)) -lt 25 ] || fail "the group took $(($(date +%s) - t0)) s to stop"
 echo "restart: ok"

@@ -599,6 +599,61 @@ static void exhausted_budget_fails_every_node(void **state)
 	}
 }
 
+/* The reporter logs the failure it published, not the "end" record it wrote for the budget. */
+static void exhausted_budget_log_names_the_failure(void **state)
+{
+	struct node n;
+	struct capture c;
+	const char *log;
+	bool restart = true;
+
+	(void)state;
+	node_init(&n, 0, 1, 1, 2);
+	n.conf.max_restarts = 0;
+	node_open(&n);
+	join_all(&n, 1);
+	capture_start(&c);
+	assert_int_equal(rdzv_report_failure(n.r, "rank 1 exited with code 9", &restart, &n.d), 0);
+	log = capture_stop(&c);
+	assert_false(restart);
+	assert_non_null(strstr(log, "marked failed: workers failed: rank 1 exited with code 9 "
+				    "(restart budget exhausted)"));
+	assert_null(strstr(log, "marked failed: budget"));
+	node_close(&n);
+}
+
+/*
+ * One node restarting after failures (the fast path: the round left is read once, rank 0
+ * takes the master from its own record): the count goes up by one per failure, a fresh
+ * master port each round, and the budget ends it.
+ */
+static void one_node_restarts_count_each_failure(void **state)
+{
+	struct node n;
+	bool restart = false;
+
+	(void)state;
+	node_init(&n, 0, 1, 1, 4);
+	n.conf.max_restarts = 2;
+	node_open(&n);
+	join_all(&n, 1);
+	check_round(&n, 1, 0, 0);
+	for (int k = 1; k <= 2; k++) {
+		assert_int_equal(rdzv_report_failure(n.r, "crash", &restart, &n.d), 0);
+		assert_true(restart);
+		join_all(&n, 1);
+		check_round(&n, 1, k, k);
+		assert_string_equal(n.a.master_addr, n.addr);
+		assert_true(n.a.master_port > 0 && n.a.master_port < 65536);
+	}
+	assert_int_equal(rdzv_report_failure(n.r, "crash", &restart, &n.d), 0);
+	assert_false(restart);
+	/* The job is over for late joiners too. */
+	join_async(&n);
+	assert_int_equal(join_wait(&n), CRUN_ERESTARTS);
+	node_close(&n);
+}
+
 static void join_timeout_names_missing_static_ranks(void **state)
 {
 	struct node nodes[2];
@@ -1131,6 +1186,8 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(one_node_forms_a_round, per_test),
 		cmocka_unit_test_setup(two_nodes_form_a_round, per_test),
+		cmocka_unit_test_setup(exhausted_budget_log_names_the_failure, per_test),
+		cmocka_unit_test_setup(one_node_restarts_count_each_failure, per_test),
 		cmocka_unit_test_setup(three_nodes_with_different_nproc_form_a_round, per_test),
 		cmocka_unit_test_setup(elastic_round_closes_by_last_call_with_min, per_test),
 		cmocka_unit_test_setup(round_closes_at_once_at_max, per_test),
