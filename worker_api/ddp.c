@@ -9,29 +9,14 @@
 #include <crun/ddp.h>
 #include <crun/error.h>
 
+#include "worker_api/ddp_plan.h"
+
 #define DDP_DEFAULT_CAP (25u << 20)
 #define DDP_DEFAULT_FIRST (1u << 20)
 
 struct tensor {
-	float *param;
-	float *grad;
-	size_t n;
-	int bucket;
-	size_t offset; /* in the bucket's flat layout: forward registration order */
-	bool marked;   /* gradient ready in this step */
-};
-
-struct bucket {
-	int first, count; /* tensors first-count+1 .. first, i.e. reverse registration order */
-	size_t numel;
-	/* When the bucket's tensors lie back to back in memory (one tensor always does), the
-	 * collectives run in place on these spans; otherwise through the flat copy @buf. Both
-	 * follow the same layout, so ranks that differ in contiguity still pair elements. */
-	float *grad_span;
-	float *param_span;
-	float *buf;
-	int pending;      /* tensors not yet marked in this step */
-	bool ready;
+	struct ddp_slot s; /* first member: what ddp_plan_buckets() reads and fills */
+	bool marked;       /* gradient ready in this step */
 };
 
 struct crun_ddp {
@@ -40,7 +25,7 @@ struct crun_ddp {
 	int world;
 	struct tensor *t;
 	int nt, tcap;
-	struct bucket *b;
+	struct ddp_bucket *b;
 	int nb;
 	bool built;
 
@@ -57,7 +42,7 @@ struct crun_ddp {
 	bool no_sync;
 };
 
-static int reduce_bucket(struct crun_ddp *d, struct bucket *bk)
+static int reduce_bucket(struct crun_ddp *d, struct ddp_bucket *bk)
 {
 	float scale = 1.0f / (float)d->world;
 	float *buf = bk->grad_span;
@@ -72,7 +57,7 @@ static int reduce_bucket(struct crun_ddp *d, struct bucket *bk)
 		buf = bk->buf;
 		for (k = 0; k < bk->count; k++) {
 			t = &d->t[bk->first - k];
-			memcpy(buf + t->offset, t->grad, t->n * sizeof(float));
+			memcpy(buf + t->s.offset, t->s.grad, t->s.n * sizeof(float));
 		}
 	}
 	rc = crun_comm_allreduce(d->comm, buf, buf, bk->numel, CRUN_FLOAT32, CRUN_SUM);
@@ -85,7 +70,7 @@ static int reduce_bucket(struct crun_ddp *d, struct bucket *bk)
 	if (bk->grad_span == NULL) {
 		for (k = 0; k < bk->count; k++) {
 			t = &d->t[bk->first - k];
-			memcpy(t->grad, buf + t->offset, t->n * sizeof(float));
+			memcpy(t->s.grad, buf + t->s.offset, t->s.n * sizeof(float));
 		}
 	}
 	return 0;
@@ -94,7 +79,7 @@ static int reduce_bucket(struct crun_ddp *d, struct bucket *bk)
 static void *comm_thread(void *arg)
 {
 	struct crun_ddp *d = arg;
-	struct bucket *bk;
+	struct ddp_bucket *bk;
 	int rc;
 
 	pthread_mutex_lock(&d->mu);
@@ -209,9 +194,9 @@ CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad,
 	}
 	idx = d->nt++;
 	memset(&d->t[idx], 0, sizeof(d->t[idx]));
-	d->t[idx].param = param;
-	d->t[idx].grad = grad;
-	d->t[idx].n = n;
+	d->t[idx].s.param = param;
+	d->t[idx].s.grad = grad;
+	d->t[idx].s.n = n;
 	pthread_mutex_unlock(&d->mu);
 	return idx;
 }
@@ -219,49 +204,18 @@ CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad,
 /* Group tensors into buckets, last registered first. Called with d->mu held. */
 static int build(struct crun_ddp *d)
 {
-	struct bucket *b, *bk = NULL;
-	size_t cap, bytes;
-	int i, nb = 0;
+	struct ddp_bucket *b;
+	int i, nb, rc;
 
 	if (d->built) {
 		return 0;
 	}
-	if (d->nt == 0) {
-		return -EINVAL;
-	}
-	b = calloc((size_t)d->nt, sizeof(*b));
-	if (b == NULL) {
-		return -ENOMEM;
-	}
-	for (i = d->nt - 1; i >= 0; i--) {
-		bytes = d->t[i].n * sizeof(float);
-		cap = bk == b ? d->first_bytes : d->cap_bytes;
-		if (bk == NULL || bk->numel * sizeof(float) + bytes > cap) {
-			bk = &b[nb++];
-			bk->first = i;
-		}
-		d->t[i].bucket = (int)(bk - b);
-		bk->numel += d->t[i].n;
-		bk->count++;
+	rc = ddp_plan_buckets(d->t, sizeof(*d->t), d->nt, d->first_bytes, d->cap_bytes, &b, &nb);
+	if (rc < 0) {
+		return rc;
 	}
 	for (i = 0; i < nb; i++) {
-		struct tensor *lo = &d->t[b[i].first - b[i].count + 1];
-		bool gspan = true, pspan = true;
-		size_t off = 0;
-		int k;
-
-		b[i].pending = b[i].count;
-		for (k = 0; k < b[i].count; k++) {
-			lo[k].offset = off;
-			off += lo[k].n;
-			if (k + 1 < b[i].count) {
-				gspan = gspan && lo[k].grad + lo[k].n == lo[k + 1].grad;
-				pspan = pspan && lo[k].param + lo[k].n == lo[k + 1].param;
-			}
-		}
-		b[i].grad_span = gspan ? lo->grad : NULL;
-		b[i].param_span = pspan ? lo->param : NULL;
-		if (!gspan || !pspan) {
+		if (ddp_bucket_needs_buf(&b[i])) {
 			b[i].buf = malloc(b[i].numel * sizeof(float));
 			if (b[i].buf == NULL) {
 				while (i-- > 0) {
@@ -280,7 +234,7 @@ static int build(struct crun_ddp *d)
 
 CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 {
-	struct bucket *bk;
+	struct ddp_bucket *bk;
 	struct tensor *t;
 	int i, k, rc;
 
@@ -304,12 +258,12 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 		} else {
 			for (k = 0; k < bk->count; k++) {
 				t = &d->t[bk->first - k];
-				memcpy(bk->buf + t->offset, t->param, t->n * sizeof(float));
+				memcpy(bk->buf + t->s.offset, t->s.param, t->s.n * sizeof(float));
 			}
 			rc = crun_comm_broadcast(d->comm, bk->buf, bk->numel, CRUN_FLOAT32, 0);
 			for (k = 0; rc == 0 && k < bk->count; k++) {
 				t = &d->t[bk->first - k];
-				memcpy(t->param, bk->buf + t->offset, t->n * sizeof(float));
+				memcpy(t->s.param, bk->buf + t->s.offset, t->s.n * sizeof(float));
 			}
 		}
 		if (rc < 0) {
@@ -322,7 +276,7 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 /* Mark tensor @i ready; start its bucket when complete. Called with d->mu held. */
 static void mark(struct crun_ddp *d, int i)
 {
-	struct bucket *bk = &d->b[d->t[i].bucket];
+	struct ddp_bucket *bk = &d->b[d->t[i].s.bucket];
 
 	d->t[i].marked = true;
 	d->nmarked++;
@@ -420,7 +374,7 @@ CRUN_EXPORT int crun_ddp_bucket_of(const struct crun_ddp *d, int index)
 	if (!d->built || index < 0 || index >= d->nt) {
 		return -EINVAL;
 	}
-	return d->t[index].bucket;
+	return d->t[index].s.bucket;
 }
 
 CRUN_EXPORT int crun_ddp_buckets_reduced(struct crun_ddp *d)

@@ -23,28 +23,15 @@
 #pragma GCC diagnostic pop
 
 #include "worker_api/comm_internal.h"
+#include "worker_api/ddp_plan.h"
 
 #define DDP_DEFAULT_CAP (25u << 20)
 #define DDP_DEFAULT_FIRST (1u << 20)
 
 struct tensor {
-	float *param;
-	float *grad;
-	size_t n;
-	int bucket;
-	size_t offset;	 /* in the bucket's flat layout: forward registration order */
-	cudaEvent_t ev;	 /* recorded on the compute stream when the gradient is ready */
+	struct ddp_slot s; /* first member: what ddp_plan_buckets() reads and fills (device) */
+	cudaEvent_t ev;    /* recorded on the compute stream when the gradient is ready */
 	bool marked;
-};
-
-struct bucket {
-	int first, count; /* tensors first-count+1 .. first (reverse registration order) */
-	size_t numel;
-	float *grad_span;  /* device: the tensors back to back, or NULL */
-	float *param_span; /* device: likewise for the parameters */
-	float *buf;	   /* device: flat copy when a span is NULL */
-	int pending;
-	bool ready;
 };
 
 struct crun_ddp_cuda {
@@ -55,7 +42,7 @@ struct crun_ddp_cuda {
 	int world;
 	struct tensor *t;
 	int nt, tcap;
-	struct bucket *b;
+	struct ddp_bucket *b;
 	int nb;
 	bool built;
 
@@ -85,7 +72,7 @@ static cudaStream_t comm_stream(const struct crun_ddp_cuda *d)
 }
 
 /* Copy a bucket's tensors into (@in) or out of its flat device buffer on the comm stream. */
-static int flat_copy(struct crun_ddp_cuda *d, struct bucket *bk, bool in, bool params)
+static int flat_copy(struct crun_ddp_cuda *d, struct ddp_bucket *bk, bool in, bool params)
 {
 	cudaStream_t s = comm_stream(d);
 	struct tensor *t;
@@ -96,9 +83,9 @@ static int flat_copy(struct crun_ddp_cuda *d, struct bucket *bk, bool in, bool p
 		float *x;
 
 		t = &d->t[bk->first - k];
-		x = params ? t->param : t->grad;
-		e = cudaMemcpyAsync(in ? bk->buf + t->offset : x, in ? x : bk->buf + t->offset,
-				    t->n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+		x = params ? t->s.param : t->s.grad;
+		e = cudaMemcpyAsync(in ? bk->buf + t->s.offset : x, in ? x : bk->buf + t->s.offset,
+				    t->s.n * sizeof(float), cudaMemcpyDeviceToDevice, s);
 		if (e != cudaSuccess) {
 			return cuda_fail(d, e, "cudaMemcpyAsync (bucket copy)");
 		}
@@ -113,7 +100,7 @@ static int flat_copy(struct crun_ddp_cuda *d, struct bucket *bk, bool in, bool p
 }
 
 /* Runs on the communication thread: wait for the gradients' events, then average. */
-static int reduce_bucket(struct crun_ddp_cuda *d, struct bucket *bk)
+static int reduce_bucket(struct crun_ddp_cuda *d, struct ddp_bucket *bk)
 {
 	float *buf = bk->grad_span != NULL ? bk->grad_span : bk->buf;
 	cudaError_t e;
@@ -146,7 +133,7 @@ static int reduce_bucket(struct crun_ddp_cuda *d, struct bucket *bk)
 static void *comm_thread(void *arg)
 {
 	struct crun_ddp_cuda *d = arg;
-	struct bucket *bk;
+	struct ddp_bucket *bk;
 	int rc;
 
 	pthread_mutex_lock(&d->mu);
@@ -276,9 +263,9 @@ CRUN_EXPORT int crun_ddp_cuda_register(struct crun_ddp_cuda *d, float *param, fl
 	}
 	idx = d->nt++;
 	memset(&d->t[idx], 0, sizeof(d->t[idx]));
-	d->t[idx].param = param;
-	d->t[idx].grad = grad;
-	d->t[idx].n = n;
+	d->t[idx].s.param = param;
+	d->t[idx].s.grad = grad;
+	d->t[idx].s.n = n;
 	d->t[idx].ev = ev;
 	pthread_mutex_unlock(&d->mu);
 	return idx;
@@ -287,54 +274,22 @@ CRUN_EXPORT int crun_ddp_cuda_register(struct crun_ddp_cuda *d, float *param, fl
 /* Group tensors into buckets, last registered first. Called with d->mu held. */
 static int build(struct crun_ddp_cuda *d)
 {
-	struct bucket *b, *bk = NULL;
-	size_t cap, bytes;
+	struct ddp_bucket *b;
 	cudaError_t e;
-	int i, nb = 0;
+	int i, nb, rc;
 
 	if (d->built) {
 		return 0;
 	}
-	if (d->nt == 0) {
-		return -EINVAL;
-	}
-	b = calloc((size_t)d->nt, sizeof(*b));
-	if (b == NULL) {
-		return -ENOMEM;
-	}
-	for (i = d->nt - 1; i >= 0; i--) {
-		bytes = d->t[i].n * sizeof(float);
-		cap = bk == b ? d->first_bytes : d->cap_bytes;
-		if (bk == NULL || bk->numel * sizeof(float) + bytes > cap) {
-			bk = &b[nb++];
-			bk->first = i;
-		}
-		d->t[i].bucket = (int)(bk - b);
-		bk->numel += d->t[i].n;
-		bk->count++;
+	rc = ddp_plan_buckets(d->t, sizeof(*d->t), d->nt, d->first_bytes, d->cap_bytes, &b, &nb);
+	if (rc < 0) {
+		return rc;
 	}
 	for (i = 0; i < nb; i++) {
-		struct tensor *lo = &d->t[b[i].first - b[i].count + 1];
-		bool gspan = true, pspan = true;
-		size_t off = 0;
-		int k;
-
-		b[i].pending = b[i].count;
-		for (k = 0; k < b[i].count; k++) {
-			lo[k].offset = off;
-			off += lo[k].n;
-			if (k + 1 < b[i].count) {
-				gspan = gspan && lo[k].grad + lo[k].n == lo[k + 1].grad;
-				pspan = pspan && lo[k].param + lo[k].n == lo[k + 1].param;
-			}
-		}
-		b[i].grad_span = gspan ? lo->grad : NULL;
-		b[i].param_span = pspan ? lo->param : NULL;
-		if (!gspan || !pspan) {
+		if (ddp_bucket_needs_buf(&b[i])) {
 			e = cudaMalloc((void **)&b[i].buf, b[i].numel * sizeof(float));
 			if (e != cudaSuccess) {
-				int rc = cuda_fail(d, e, "cudaMalloc (bucket buffer)");
-
+				rc = cuda_fail(d, e, "cudaMalloc (bucket buffer)");
 				while (i-- > 0) {
 					cudaFree(b[i].buf);
 				}
@@ -351,7 +306,7 @@ static int build(struct crun_ddp_cuda *d)
 
 CRUN_EXPORT int crun_ddp_cuda_broadcast_params(struct crun_ddp_cuda *d)
 {
-	struct bucket *bk;
+	struct ddp_bucket *bk;
 	cudaError_t e;
 	int i, rc;
 
@@ -396,7 +351,7 @@ CRUN_EXPORT int crun_ddp_cuda_broadcast_params(struct crun_ddp_cuda *d)
 /* Mark tensor @i ready; hand its bucket over when complete. Called with d->mu held. */
 static int mark(struct crun_ddp_cuda *d, int i)
 {
-	struct bucket *bk = &d->b[d->t[i].bucket];
+	struct ddp_bucket *bk = &d->b[d->t[i].s.bucket];
 	cudaError_t e;
 
 	if (d->world > 1) {

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/ddp_plan.c: bucket planning shared by the host and device DDP. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "worker_api/ddp_plan.h"
+
+static struct ddp_slot *slot_at(void *tensors, size_t stride, int i)
+{
+	return (struct ddp_slot *)((char *)tensors + (size_t)i * stride);
+}
+
+int ddp_plan_buckets(void *tensors, size_t stride, int nt, size_t first_bytes,
+		     size_t cap_bytes, struct ddp_bucket **out, int *nb_out)
+{
+	struct ddp_bucket *b, *bk = NULL;
+	struct ddp_slot *s;
+	size_t cap, bytes;
+	int i, nb = 0;
+
+	if (nt <= 0) {
+		return -EINVAL;
+	}
+	b = calloc((size_t)nt, sizeof(*b));
+	if (b == NULL) {
+		return -ENOMEM;
+	}
+	for (i = nt - 1; i >= 0; i--) {
+		s = slot_at(tensors, stride, i);
+		bytes = s->n * sizeof(float);
+		cap = bk == b ? first_bytes : cap_bytes;
+		if (bk == NULL || bk->numel * sizeof(float) + bytes > cap) {
+			bk = &b[nb++];
+			bk->first = i;
+		}
+		s->bucket = (int)(bk - b);
+		bk->numel += s->n;
+		bk->count++;
+	}
+	for (i = 0; i < nb; i++) {
+		int lo = b[i].first - b[i].count + 1;
+		bool gspan = true, pspan = true;
+		struct ddp_slot *next;
+		size_t off = 0;
+		int k;
+
+		b[i].pending = b[i].count;
+		for (k = 0; k < b[i].count; k++) {
+			s = slot_at(tensors, stride, lo + k);
+			s->offset = off;
+			off += s->n;
+			if (k + 1 < b[i].count) {
+				next = slot_at(tensors, stride, lo + k + 1);
+				gspan = gspan && s->grad + s->n == next->grad;
+				pspan = pspan && s->param + s->n == next->param;
+			}
+		}
+		s = slot_at(tensors, stride, lo);
+		b[i].grad_span = gspan ? s->grad : NULL;
+		b[i].param_span = pspan ? s->param : NULL;
+	}
+	*out = b;
+	*nb_out = nb;
+	return 0;
+}
