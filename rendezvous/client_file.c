@@ -1037,9 +1037,13 @@ static int put_one(struct store_backend *b, const char *key, size_t klen, const 
 static int f_set(struct store_backend *b, const char *key, const void *val, size_t len,
 		 int64_t ttl_ms, int timeout_ms)
 {
-	int64_t expiry = ttl_ms > 0 ? crun_wall_ms() + ttl_ms : 0;
+	int64_t expiry = 0;
 	int rc;
 
+	/* A TTL past the end of time never expires (and must not wrap to the past). */
+	if (ttl_ms > 0 && __builtin_add_overflow(crun_wall_ms(), ttl_ms, &expiry)) {
+		expiry = INT64_MAX;
+	}
 	rc = write_begin(b, deadline(timeout_ms));
 	if (rc < 0) {
 		return rc;
@@ -1295,6 +1299,7 @@ static int f_append(struct store_backend *b, const char *key, const void *val, s
 		    int timeout_ms)
 {
 	size_t kl = strlen(key);
+	struct entry *e;
 	uint8_t reset;
 	int rc;
 
@@ -1302,7 +1307,14 @@ static int f_append(struct store_backend *b, const char *key, const void *val, s
 	if (rc < 0) {
 		return rc;
 	}
-	reset = find_live(b, key, crun_wall_ms()) == NULL;
+	e = find_live(b, key, crun_wall_ms());
+	reset = e == NULL;
+	/* As the TCP store: the value stays within the limit (a snapshot must hold it). */
+	if (e != NULL && (e->vlen > CRUN_STORE_MAX_VALUE_LEN ||
+			  len > CRUN_STORE_MAX_VALUE_LEN - e->vlen)) {
+		write_end(b, 0);
+		return -EMSGSIZE;
+	}
 	rc = wput32(b, (uint32_t)kl);
 	if (rc == 0) {
 		rc = wput32(b, (uint32_t)len);

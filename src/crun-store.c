@@ -39,14 +39,14 @@ static const char usage_text[] =
 	"  add KEY N                  add integer N to the counter at KEY, print the result\n"
 	"  wait KEY... [--timeout SEC] wait until every KEY exists (exit 1 on timeout)\n"
 	"  cas KEY EXPECTED DESIRED   set DESIRED if the value is EXPECTED (\"\" = absent);\n"
-	"                             print the value now stored (exit 1 if not swapped)\n"
+	"                             print the value now stored (exit 1 unless DESIRED)\n"
 	"  del KEY                    delete KEY (exit 1 if it did not exist)\n"
 	"  check KEY...               exit 0 if every KEY exists now, 1 if not\n"
 	"  keys                       print the number of keys in the whole store\n"
 	"  append KEY VALUE           append VALUE to KEY (created when absent)\n"
 	"  ping                       check that the store answers\n"
 	"\n"
-	"Exit status: 0 success or found; 1 not found, wait timed out, cas not swapped or\n"
+	"Exit status: 0 success or found; 1 not found, wait timed out, cas value not DESIRED or\n"
 	"check false; 2 bad usage or a store error (the message on stderr says which).\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

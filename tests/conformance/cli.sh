@@ -84,6 +84,8 @@ suite() {
 	expect 0 --out v1 -- "${s[@]}" cas c "" v1
 	expect 1 --out v1 -- "${s[@]}" cas c wrong v2
 	expect 0 --out v2 -- "${s[@]}" cas c v1 v2
+	# Exit 0 means "DESIRED is stored now", as documented, even when it already was.
+	expect 0 --out v2 -- "${s[@]}" cas c wrong v2
 	expect 0 -- "${s[@]}" append log ab
 	expect 0 -- "${s[@]}" append log cd
 	expect 0 --out abcd -- "${s[@]}" get log

@@ -799,6 +799,42 @@ static void multi_set_then_get(void **state)
 	crun_store_close(st);
 }
 
+/* A TTL far in the future (up to INT64_MAX ms) means "never expires", not an overflow. */
+static void huge_ttl_does_not_overflow(void **state)
+{
+	struct crun_store *st = open_fresh();
+
+	(void)state;
+	assert_int_equal(crun_store_set_ttl(st, "max", "m", 1, INT64_MAX), 0);
+	assert_int_equal(crun_store_set_ttl(st, "big", "b", 1, INT64_MAX / 2 + 1), 0);
+	want_value(st, "max", "m");
+	want_value(st, "big", "b");
+	crun_store_close(st);
+}
+
+/* Appends cannot grow a value past the value limit (a later compaction could not hold it). */
+static void append_past_value_limit_is_emsgsize(void **state)
+{
+	struct crun_store *st = open_fresh();
+	size_t n = CRUN_STORE_MAX_VALUE_LEN;
+	char *big = malloc(n);
+	void *v = NULL;
+	size_t len = 0;
+
+	(void)state;
+	assert_non_null(big);
+	memset(big, 'a', n);
+	assert_int_equal(crun_store_append(st, "log", big, n - 1), 0);
+	assert_int_equal(crun_store_append(st, "log", "b", 1), 0);
+	assert_int_equal(crun_store_append(st, "log", "c", 1), -EMSGSIZE);
+	assert_int_equal(crun_store_get(st, "log", &v, &len), 0);
+	assert_int_equal(len, n);
+	assert_int_equal(((char *)v)[n - 1], 'b');
+	free(v);
+	free(big);
+	crun_store_close(st);
+}
+
 static void ttl_key_expires(void **state)
 {
 	struct crun_store *st = open_fresh();
@@ -1064,6 +1100,87 @@ static void torn_last_record_is_recovered(void **state)
 	unlink(tpath);
 }
 
+static uint32_t test_crc32(const unsigned char *p, size_t n)
+{
+	uint32_t c = 0xffffffffu;
+
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++) {
+			c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+		}
+	}
+	return c ^ 0xffffffffu;
+}
+
+static void le32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+/*
+ * File backend: hostile lengths at the end of the file (a header that claims 2^32-1 bytes; a
+ * record with a good CRC whose count or key/value lengths claim ~2^32) are neither allocated
+ * nor applied: readers keep the state before them and the next writer cuts them away.
+ */
+static void hostile_record_lengths_are_rejected(void **state)
+{
+	char ep[700], tpath[600];
+	struct crun_store *st;
+	struct stat sb;
+	unsigned char rec[16 + 32];
+	size_t rlen;
+	off_t good;
+	int fd;
+
+	(void)state;
+	if (g_tcp) {
+		skip();
+	}
+	snprintf(tpath, sizeof(tpath), "%s.hostile", g_path);
+	snprintf(ep, sizeof(ep), "file://%s", tpath);
+	unlink(tpath);
+	st = open_with(ep, "h/", 10000);
+	assert_int_equal(sets(st, "k", "v"), 0);
+	crun_store_close(st);
+	for (int round = 0; round < 3; round++) {
+		assert_int_equal(stat(tpath, &sb), 0);
+		good = sb.st_size;
+		memset(rec, 0, sizeof(rec));
+		le32(rec, 0x31535243u);
+		rec[8] = 1; /* REC_PUT */
+		if (round == 0) {
+			le32(rec + 4, 0xffffffffu); /* the header alone, claiming 4 GiB */
+			rlen = 16;
+		} else {
+			/* u32 n, then one (klen, vlen, expiry) triple; CRC made to check. */
+			le32(rec + 16, round == 1 ? 0xffffffffu : 1);
+			le32(rec + 20, 0xfffffff0u);
+			le32(rec + 24, 0xfffffff0u);
+			rlen = 16 + 4 + 16 + 4;
+			le32(rec + 4, (uint32_t)(rlen - 16));
+			le32(rec + 12, test_crc32(rec + 16, rlen - 16));
+		}
+		fd = open(tpath, O_WRONLY | O_APPEND);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, rec, rlen), (ssize_t)rlen);
+		close(fd);
+		st = open_with(ep, "h/", 10000);
+		want_value(st, "k", "v");
+		assert_int_equal(sets(st, "k2", "w"), 0);
+		assert_int_equal(stat(tpath, &sb), 0);
+		assert_true(sb.st_size > good && sb.st_size < good + 100);
+		crun_store_close(st);
+		st = open_with(ep, "h/", 10000);
+		want_value(st, "k2", "w");
+		crun_store_close(st);
+	}
+	unlink(tpath);
+}
+
 /* File backend: a writer that holds the lock forever cannot hang anyone past the deadline. */
 static void held_lock_times_out(void **state)
 {
@@ -1221,12 +1338,15 @@ int main(int argc, char **argv)
 		cmocka_unit_test(multi_get_with_absent_keys),
 		cmocka_unit_test(multi_set_then_get),
 		cmocka_unit_test(ttl_key_expires),
+		cmocka_unit_test(huge_ttl_does_not_overflow),
+		cmocka_unit_test(append_past_value_limit_is_emsgsize),
 		cmocka_unit_test(prefix_isolation_and_clone),
 		cmocka_unit_test(limits_are_emsgsize),
 		cmocka_unit_test(bad_endpoints_are_einval),
 		cmocka_unit_test(endpoint_spellings_reach_the_same_store),
 		cmocka_unit_test(dead_endpoint_times_out),
 		cmocka_unit_test(torn_last_record_is_recovered),
+		cmocka_unit_test(hostile_record_lengths_are_rejected),
 		cmocka_unit_test(held_lock_times_out),
 		cmocka_unit_test(file_compaction_keeps_every_key),
 	};
