@@ -831,6 +831,38 @@ static int gradcheck(const struct opts *o)
 	return bad == 0 ? 0 : 1;
 }
 
+/*
+ * Load the newest valid checkpoint of o->ckpt_dir into the model (parameters and momentum),
+ * setting *epoch0 and *step; start fresh when there is none. Exits on any other error.
+ */
+static void resume_from_checkpoint(const struct opts *o, struct model *m, int rank,
+				   uint64_t *epoch0, uint64_t *step)
+{
+	struct crun_ckpt_seg segs[2] = {{m->p, m->np * sizeof(float)},
+					{m->v, m->np * sizeof(float)}};
+	uint64_t ck_epoch, ck_step;
+	char ckpath[4096];
+	int rc;
+
+	rc = crun_checkpoint_load_latest(o->ckpt_dir, &ck_epoch, &ck_step, segs, 2, ckpath,
+					 sizeof(ckpath));
+	if (rc == 0) {
+		*epoch0 = ck_epoch;
+		*step = ck_step;
+		printf("rank %d resumed from %s at epoch %" PRIu64 " (restart %d)\n", rank, ckpath,
+		       ck_epoch, crun_restart_count());
+	} else if (rc == -EINVAL) {
+		die("checkpoint %s: the newest checkpoint does not match this model (hidden %d, "
+		    "%zu parameters): another --hidden? Use another --checkpoint-dir",
+		    o->ckpt_dir, m->h, m->np);
+	} else if (rc != -ENOENT) {
+		die("checkpoint %s: %s", o->ckpt_dir, crun_strerror(rc));
+	} else if (crun_restart_count() > 0 && rank == 0) {
+		printf("restart %d: no checkpoint in %s, starting over\n", crun_restart_count(),
+		       o->ckpt_dir);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_CPU, .timeout_ms = 120000};
@@ -842,9 +874,9 @@ int main(int argc, char **argv)
 	struct dataset d = {0};
 	struct model m = {0};
 	struct opts o;
-	char err[512], hex[65], ckpath[4096];
+	char err[512], hex[65];
 	size_t ntrain, *idx, nb, pos, micro_sz;
-	uint64_t epoch0 = 0, step = 0, ck_epoch, ck_step;
+	uint64_t epoch0 = 0, step = 0;
 	struct scratch sc;
 	float *hid, lr_now;
 	double ev[3], tl[2], loss_sum;
@@ -905,26 +937,7 @@ int main(int argc, char **argv)
 	}
 
 	if (o.ckpt_dir != NULL) {
-		struct crun_ckpt_seg segs[2] = {{m.p, m.np * sizeof(float)},
-						{m.v, m.np * sizeof(float)}};
-
-		rc = crun_checkpoint_load_latest(o.ckpt_dir, &ck_epoch, &ck_step, segs, 2, ckpath,
-						 sizeof(ckpath));
-		if (rc == 0) {
-			epoch0 = ck_epoch;
-			step = ck_step;
-			printf("rank %d resumed from %s at epoch %" PRIu64 " (restart %d)\n", rank,
-			       ckpath, epoch0, crun_restart_count());
-		} else if (rc == -EINVAL) {
-			die("checkpoint %s: the newest checkpoint does not match this model (hidden %d, "
-			    "%zu parameters): another --hidden? Use another --checkpoint-dir",
-			    o.ckpt_dir, m.h, m.np);
-		} else if (rc != -ENOENT) {
-			die("checkpoint %s: %s", o.ckpt_dir, crun_strerror(rc));
-		} else if (crun_restart_count() > 0 && rank == 0) {
-			printf("restart %d: no checkpoint in %s, starting over\n",
-			       crun_restart_count(), o.ckpt_dir);
-		}
+		resume_from_checkpoint(&o, &m, rank, &epoch0, &step);
 	}
 	rc = crun_ddp_broadcast_params(ddp);
 	if (rc < 0) {

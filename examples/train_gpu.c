@@ -132,9 +132,9 @@ int main(int argc, char **argv)
 	struct dataset d = {0};
 	struct model m = {0};
 	struct opts o;
-	char err[512], hex[65], ckpath[4096], devname[128];
+	char err[512], hex[65], devname[128];
 	size_t ntrain, *idx, nb = 0, pos, micro_sz;
-	uint64_t epoch0 = 0, step = 0, ck_epoch, ck_step;
+	uint64_t epoch0 = 0, step = 0;
 	float *hid, lr_now;
 	double ev[3], tl[2], loss_sum;
 	int rank, world, rc, e, micro, ndev, device;
@@ -217,26 +217,7 @@ int main(int argc, char **argv)
 	}
 
 	if (o.ckpt_dir != NULL) {
-		struct crun_ckpt_seg segs[2] = {{m.p, m.np * sizeof(float)},
-						{m.v, m.np * sizeof(float)}};
-
-		rc = crun_checkpoint_load_latest(o.ckpt_dir, &ck_epoch, &ck_step, segs, 2, ckpath,
-						 sizeof(ckpath));
-		if (rc == 0) {
-			epoch0 = ck_epoch;
-			step = ck_step;
-			printf("rank %d resumed from %s at epoch %" PRIu64 " (restart %d)\n", rank,
-			       ckpath, epoch0, crun_restart_count());
-		} else if (rc == -EINVAL) {
-			die("checkpoint %s: the newest checkpoint does not match this model (hidden %d, "
-			    "%zu parameters): another --hidden? Use another --checkpoint-dir",
-			    o.ckpt_dir, m.h, m.np);
-		} else if (rc != -ENOENT) {
-			die("checkpoint %s: %s", o.ckpt_dir, crun_strerror(rc));
-		} else if (crun_restart_count() > 0 && rank == 0) {
-			printf("restart %d: no checkpoint in %s, starting over\n",
-			       crun_restart_count(), o.ckpt_dir);
-		}
+		resume_from_checkpoint(&o, &m, rank, &epoch0, &step);
 	}
 	/* Bit-identical start: the host's initial (or resumed) parameters go to the device. */
 	gpu_check(g, gpu_model_upload(g, m.p, m.v), "upload");

@@ -76,7 +76,7 @@ enum opt_id {
 };
 
 struct opt {
-	const char *name;    /* long name with dashes; "--name" and "--na_me" both match */
+	const char *name;    /* long name with dashes; dashes and underscores in it match alike */
 	char shrt;           /* short letter or 0 */
 	bool arg;            /* takes a value */
 	bool env;            /* also read from PET_<NAME> */
