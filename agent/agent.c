@@ -26,9 +26,10 @@
 #include "agent/errfile.h"
 #include "agent/group.h"
 #include "agent/spawn.h"
-#include "rendezvous/log.h"
+#include "src/common/log.h"
 #include "rendezvous/rdzv.h"
-#include "rendezvous/server.h"
+#include "rendezvous/store/server.h"
+#include "src/common/clock.h"
 
 extern char **environ;
 

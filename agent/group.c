@@ -16,7 +16,8 @@
 #include "agent/group.h"
 #include "agent/logroute.h"
 #include "agent/spawn.h"
-#include "rendezvous/log.h"
+#include "src/common/log.h"
+#include "src/common/clock.h"
 
 #define GROUP_READ_BUF (64u * 1024u)
 
@@ -53,7 +54,7 @@ struct group {
 	int nfail;
 	int devnull;        /* the workers' stdin */
 	struct worker **fail; /* failures in the order seen */
-	char spawn_err[256];
+	char spawn_err[CRUN_DIAG_MSG_MAX];
 	group_done_cb done;
 	void (*first_failure)(struct group *g, void *arg);
 	void *arg;

@@ -9,7 +9,8 @@
 
 #include "agent/errfile.h"
 #include "agent/jobspec.h"
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 /* How long the pipes of exited workers may stay open (descendants that left the group). */
 #define GROUP_DRAIN_MS 2000

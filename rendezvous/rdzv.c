@@ -17,9 +17,11 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/log.h"
+#include "src/common/log.h"
 #include "rendezvous/rdzv.h"
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "src/common/clock.h"
 
 /*
  * Every key below is relative to the handle prefix "<opts prefix>rdzv/<run_id>/":

@@ -8,7 +8,8 @@
 
 #include <crun/store.h>
 
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 /*
  * Nothing here knows about workers: the agent asks for the next round, gets its node rank and

@@ -31,6 +31,8 @@
 
 #include "config.h"
 #include "src/cli.h"
+#include "src/common/clock.h"
+#include "src/common/net.h"
 
 #define NPROC_MAX 4096          /* a sanity bound: more local workers is surely a typo */
 #define NNODES_MAX 1000000
@@ -830,7 +832,7 @@ static int do_endpoint(struct parser *p)
 		if (strncmp(v, "tcp://", 6) == 0) {
 			v += 6;
 		}
-		if (crun_parse_hostport(v, s->master_port, host, sizeof(host), &port) < 0 ||
+		if (net_parse_hostport(v, s->master_port, host, sizeof(host), &port) < 0 ||
 		    !valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
 			return fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
 				    show(b, sizeof(b), ov->val));
@@ -853,7 +855,7 @@ static int do_endpoint(struct parser *p)
 	if (strncmp(v, "tcp://", 6) == 0) {
 		v += 6;
 	}
-	if (crun_parse_hostport(v, DEFAULT_C10D_PORT, host, sizeof(host), &port) < 0 ||
+	if (net_parse_hostport(v, DEFAULT_C10D_PORT, host, sizeof(host), &port) < 0 ||
 	    !valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
 		return fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
 			    show(b, sizeof(b), ov->val));

@@ -6,7 +6,8 @@
 #include <stdio.h>
 
 #include "agent/jobspec.h"
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 /* cli_parse() results, also crun's exit status for the first two. */
 #define CLI_OK 0

@@ -16,9 +16,10 @@
 #include <crun/store.h>
 
 #include "config.h"
-#include "rendezvous/log.h"
-#include "rendezvous/server.h"
-#include "rendezvous/util.h"
+#include "src/common/log.h"
+#include "rendezvous/store/server.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 #define EXIT_USAGE 2
 

@@ -4,7 +4,7 @@
 
 #include "agent/agent.h"
 #include "agent/jobspec.h"
-#include "rendezvous/log.h"
+#include "src/common/log.h"
 #include "src/cli.h"
 
 int main(int argc, char **argv)

@@ -11,8 +11,9 @@
 #include <crun/store.h>
 
 #include "config.h"
-#include "rendezvous/log.h"
-#include "rendezvous/util.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 #include "worker_api/comm_internal.h"
 
 int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffix)

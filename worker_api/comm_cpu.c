@@ -27,8 +27,11 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/log.h"
-#include "rendezvous/util.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "src/common/clock.h"
+#include "src/common/net.h"
 #include "worker_api/comm_internal.h"
 
 /*
@@ -1400,7 +1403,7 @@ static int connect_next(struct crun_comm *c, struct cpu *p, struct crun_store *s
 	}
 	snprintf(p->next_addr, sizeof(p->next_addr), "%.*s", (int)len, (const char *)val);
 	free(val);
-	if (crun_parse_hostport(p->next_addr, -1, host, sizeof(host), &port) < 0 ||
+	if (net_parse_hostport(p->next_addr, -1, host, sizeof(host), &port) < 0 ||
 	    resolve(host, port, true, &ss, &sl) < 0) {
 		return diag_set(&c->diag, -EPROTO,
 				"comm %s: rank %d: rank %d's address \"%s\" (%s)", c->name, c->rank,

@@ -10,7 +10,8 @@
 #include <crun/comm.h>
 
 #include "config.h"
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 #define COMM_DEFAULT_TIMEOUT_MS 300000
 #define COMM_MAX_NAME 128

@@ -20,8 +20,10 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/log.h"
-#include "rendezvous/util.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "src/common/clock.h"
 #include "worker_api/comm_internal.h"
 
 struct nccl {

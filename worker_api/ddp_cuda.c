@@ -11,7 +11,8 @@
 #include <crun/error.h>
 
 #include "config.h"
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 #if CRUN_HAVE_NCCL
 

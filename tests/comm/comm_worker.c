@@ -14,7 +14,9 @@
 #include <crun/crun.h>
 
 #include "config.h"
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/clock.h"
+#include "src/common/net.h"
 
 #if CRUN_HAVE_NCCL
 #pragma GCC diagnostic push
@@ -337,7 +339,7 @@ static void send_strays(struct crun_store *st)
 	if (rc < 0) {
 		FAILF("stray: rank 0's address: %s", crun_strerror(rc));
 	}
-	if (crun_parse_hostport(v, -1, host, sizeof(host), &port) < 0) {
+	if (net_parse_hostport(v, -1, host, sizeof(host), &port) < 0) {
 		FAILF("stray: bad address %s", (char *)v);
 	}
 	free(v);

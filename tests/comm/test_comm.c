@@ -19,7 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/clock.h"
 
 #define MAX_PROCS 16
 #define S(lit) ((char *)(lit)) /* execv() takes char *const[]; it does not write them */

@@ -12,7 +12,7 @@
 
 #include <crun/error.h>
 
-#include "rendezvous/log.h"
+#include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "tests/rdzv/harness.h"
 

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "rendezvous/wire.h"
+#include "rendezvous/store/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -20,7 +20,8 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/net.h"
 #include "tests/store/helpers.h"
 
 static const char *rdzvd_path(void)
@@ -101,7 +102,7 @@ int daemon_start(struct daemon *d, const char *const *args)
 	close(pfd[0]);
 	d->addr[len] = '\0';
 	d->addr[strcspn(d->addr, "\n")] = '\0';
-	if (crun_parse_hostport(d->addr, -1, host, sizeof(host), &d->port) < 0 || d->port == 0) {
+	if (net_parse_hostport(d->addr, -1, host, sizeof(host), &d->port) < 0 || d->port == 0) {
 		daemon_stop(d, SIGKILL);
 		return -EPROTO;
 	}

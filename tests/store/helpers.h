@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "rendezvous/wire.h"
+#include "rendezvous/store/wire.h"
 
 #define IO_TIMEOUT_MS 20000
 

@@ -21,9 +21,10 @@
 
 #include <crun/error.h>
 
-#include "rendezvous/store_backend.h"
-#include "rendezvous/util.h"
-#include "rendezvous/wire.h"
+#include "rendezvous/store/backend.h"
+#include "src/common/util.h"
+#include "src/common/clock.h"
+#include "rendezvous/store/wire.h"
 
 #define MAX_CONNS 8
 #define T 20000 /* a generous timeout for the operations the fake server answers */

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "rendezvous/wire.h"
+#include "rendezvous/store/wire.h"
 #include "tests/store/helpers.h"
 
 static struct daemon dmn;

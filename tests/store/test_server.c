@@ -25,10 +25,12 @@
 
 #include <crun/error.h>
 
-#include "rendezvous/server.h"
-#include "rendezvous/store_backend.h"
-#include "rendezvous/util.h"
-#include "rendezvous/wire.h"
+#include "rendezvous/store/server.h"
+#include "rendezvous/store/backend.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "src/common/clock.h"
+#include "rendezvous/store/wire.h"
 #include "tests/store/helpers.h"
 
 #define T 20000 /* per-operation timeout, generous for a loaded machine */

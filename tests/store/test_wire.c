@@ -12,7 +12,7 @@
 
 #include <crun/error.h>
 
-#include "rendezvous/wire.h"
+#include "rendezvous/store/wire.h"
 
 static const struct wire_limits lim = {CRUN_STORE_MAX_KEY_LEN, CRUN_STORE_MAX_VALUE_LEN,
 				       CRUN_STORE_MAX_KEYS};

@@ -22,8 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rendezvous/server.h"
-#include "rendezvous/util.h"
+#include "rendezvous/store/server.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "src/common/clock.h"
 
 #define MAX_RANKS 64
 

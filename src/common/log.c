@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/log.c: one-line log messages to stderr, written with a single write(2). */
+/* src/common/log.c: one-line log messages to stderr, written with a single write(2). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rendezvous/log.h"
+#include "src/common/log.h"
 
 static enum log_level level = LOG_INFO;
 static int level_from_env = 0;

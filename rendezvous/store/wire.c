@@ -8,7 +8,7 @@
 
 #include <crun/error.h>
 
-#include "rendezvous/wire.h"
+#include "rendezvous/store/wire.h"
 
 static const char *const op_names[] = {
 	[WIRE_OP_HELLO] = "HELLO",	   [WIRE_OP_PING] = "PING",

@@ -18,10 +18,11 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/log.h"
-#include "rendezvous/store_backend.h"
-#include "rendezvous/util.h"
-#include "rendezvous/wire.h"
+#include "src/common/log.h"
+#include "rendezvous/store/backend.h"
+#include "src/common/util.h"
+#include "src/common/clock.h"
+#include "rendezvous/store/wire.h"
 
 #define WAIT_MARGIN_MS 5000   /* socket deadline beyond a wait's own timeout */
 #define BACKOFF_FIRST_MS 10

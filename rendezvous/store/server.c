@@ -18,10 +18,13 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/log.h"
-#include "rendezvous/server.h"
-#include "rendezvous/util.h"
-#include "rendezvous/wire.h"
+#include "src/common/log.h"
+#include "rendezvous/store/server.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "src/common/clock.h"
+#include "src/common/net.h"
+#include "rendezvous/store/wire.h"
 
 #define DEFAULT_MAX_CONNECTIONS 65536
 #define DEFAULT_MAX_PENDING 1024
@@ -1602,7 +1605,7 @@ static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
 	char host[256], port_s[16];
 	int port, fd, one = 1, rc;
 
-	if (addr == NULL || crun_parse_hostport(addr, -1, host, sizeof(host), &port) < 0) {
+	if (addr == NULL || net_parse_hostport(addr, -1, host, sizeof(host), &port) < 0) {
 		return diag_set(d, -EINVAL, "store: listen address %s: expected ADDR:PORT",
 				addr ? addr : "(null)");
 	}

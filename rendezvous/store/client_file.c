@@ -58,9 +58,10 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/log.h"
-#include "rendezvous/store_backend.h"
-#include "rendezvous/util.h"
+#include "src/common/log.h"
+#include "rendezvous/store/backend.h"
+#include "src/common/util.h"
+#include "src/common/clock.h"
 
 #define REC_MAGIC 0x31535243u
 #define REC_HDR 16

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/log.h: one-line log messages to stderr. */
-#ifndef CRUN_RENDEZVOUS_LOG_H
-#define CRUN_RENDEZVOUS_LOG_H
+/* src/common/log.h: one-line log messages to stderr. */
+#ifndef CRUN_SRC_COMMON_LOG_H
+#define CRUN_SRC_COMMON_LOG_H
 
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 

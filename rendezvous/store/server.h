@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rendezvous/util.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
 
 struct uv_loop_s;
 struct store_server;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/error.c: crun_strerror() for 0, -errno and CRUN_E* codes. */
+/* src/common/error.c: crun_strerror() for 0, -errno and CRUN_E* codes. */
 #include <string.h>
 
 #include <crun/error.h>

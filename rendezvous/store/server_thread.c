@@ -8,7 +8,7 @@
 
 #include <uv.h>
 
-#include "rendezvous/server.h"
+#include "rendezvous/store/server.h"
 
 struct store_server_thread {
 	uv_loop_t loop;

@@ -9,8 +9,9 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
-#include "rendezvous/store_backend.h"
-#include "rendezvous/util.h"
+#include "rendezvous/store/backend.h"
+#include "src/common/util.h"
+#include "src/common/net.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
 #define DEFAULT_TIMEOUT_MS 300000
@@ -82,7 +83,7 @@ static int open_backend(const char *endpoint, const char *token, int connect_tim
 			    "store %s: endpoint: unsupported scheme (expected tcp:// or file://)",
 			    endpoint);
 	}
-	rc = crun_parse_hostport(hp, -1, host, sizeof(host), &port);
+	rc = net_parse_hostport(hp, -1, host, sizeof(host), &port);
 	if (rc < 0 || port == 0) {
 		return errf(err, errlen, -EINVAL,
 			    "store %s: endpoint: expected HOST:PORT, [V6]:PORT, tcp://HOST:PORT "

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* src/common/clock.c: monotonic and wall clocks. */
+#include <time.h>
+
+#include "src/common/clock.h"
+
+int64_t crun_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t crun_now_ms(void)
+{
+	return crun_now_ns() / 1000000;
+}
+
+int64_t crun_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int crun_ms_until(int64_t deadline_ms)
+{
+	int64_t left = deadline_ms - crun_now_ms();
+
+	if (left <= 0) {
+		return 0;
+	}
+	return left > INT32_MAX ? INT32_MAX : (int)left;
+}

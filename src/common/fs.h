@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* src/common/fs.h: directories and durable files: mkdir -p, rm -rf, write-temp-fsync-rename. */
+#ifndef CRUN_SRC_COMMON_FS_H
+#define CRUN_SRC_COMMON_FS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/** Create @path and its missing parents with @mode (existing ones are fine). 0 or -errno. */
+int fs_mkdir_p(const char *path, mode_t mode);
+/**
+ * Remove @path and everything under it, not following symbolic links ("" and a missing path
+ * are no-ops). Returns 0 or the first -errno met (it goes on removing what it can).
+ */
+int fs_rm_rf(const char *path);
+/** Regular files under @path (0 for "" or a missing path). */
+int fs_count_files(const char *path);
+/** fsync(2) the directory @dir, so a rename or create inside it is durable. 0 or -errno. */
+int fs_fsync_dir(const char *dir);
+
+/* One piece of a file written by fs_write_atomic(). */
+struct fs_chunk {
+	const void *data; /* borrowed */
+	size_t len;
+};
+
+/**
+ * Replace @path atomically and durably with the concatenation of @chunks: write them to a
+ * temporary file beside @path named "<dir>/.<base>.tmp.<pid>" (or @tmp_name when not NULL),
+ * fsync it, rename it over @path, then fsync the directory. A reader sees the old file or the
+ * whole new one, never a part; on failure the temporary file is removed and @path is
+ * untouched. @mode is the new file's mode. Returns 0 or -errno (-ENAMETOOLONG).
+ */
+int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchunks, mode_t mode,
+		    const char *tmp_name);
+
+#endif

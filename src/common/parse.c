@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* src/common/parse.c: strict decimal integers. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/common/parse.h"
+
+/* The digits after an optional sign: strtoll alone would accept spaces before them. */
+static int well_formed(const char *s)
+{
+	if (*s == '+' || *s == '-') {
+		s++;
+	}
+	if (*s == '\0') {
+		return 0;
+	}
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9') {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static int parse_ll(const char *s, long long min, long long max, long long *out)
+{
+	long long v;
+
+	if (s == NULL || !well_formed(s)) {
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtoll(s, NULL, 10);
+	if (errno == ERANGE || v < min || v > max) {
+		return -ERANGE;
+	}
+	*out = v;
+	return 0;
+}
+
+int parse_long(const char *s, long min, long max, long *out)
+{
+	long long v;
+	int rc = parse_ll(s, min, max, &v);
+
+	if (rc == 0) {
+		*out = (long)v;
+	}
+	return rc;
+}
+
+int parse_int(const char *s, int min, int max, int *out)
+{
+	long long v;
+	int rc = parse_ll(s, min, max, &v);
+
+	if (rc == 0) {
+		*out = (int)v;
+	}
+	return rc;
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+	long long v;
+	int rc = parse_ll(s, INT64_MIN, INT64_MAX, &v);
+
+	if (rc == 0) {
+		*out = (int64_t)v;
+	}
+	return rc;
+}
+
+int parse_i64_bytes(const void *p, size_t n, int64_t *out)
+{
+	char buf[32];
+
+	/* 20 digits and a sign is the longest int64; anything longer cannot be one. */
+	if (n == 0 || n >= sizeof(buf)) {
+		return n == 0 ? -EINVAL : -ERANGE;
+	}
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	if (memchr(buf, '\0', n) != NULL) {
+		return -EINVAL;
+	}
+	return parse_i64(buf, out);
+}

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/* src/common/parse.h: strict decimal integers from flags, environment variables and values. */
+#ifndef CRUN_SRC_COMMON_PARSE_H
+#define CRUN_SRC_COMMON_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Strict: an optional '+' or '-', then decimal digits, nothing else (no spaces, no hex, no
+ * trailing text). Returns 0 and sets *out, -EINVAL (not an integer) or -ERANGE (an integer
+ * outside [min, max]); *out is untouched on error.
+ */
+int parse_long(const char *s, long min, long max, long *out);
+int parse_int(const char *s, int min, int max, int *out);
+int parse_i64(const char *s, int64_t *out);
+/** As parse_i64() over @n bytes that need not be NUL-terminated (a store value). */
+int parse_i64_bytes(const void *p, size_t n, int64_t *out);
+
+#endif
