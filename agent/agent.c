@@ -26,6 +26,7 @@
 #include "agent/errfile.h"
 #include "agent/group.h"
 #include "agent/spawn.h"
+#include "src/common/signames.h"
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
@@ -322,13 +323,13 @@ static void on_signal(uv_signal_t *h, int signum)
 	}
 	if (a->got_signal != 0) {
 		log_warn("received %s again: killing the workers now",
-			 errfile_signal_name(signum, name, sizeof(name)));
+			 signal_name(signum, name, sizeof(name)));
 		group_stop(a->g, SIGKILL);
 		return;
 	}
 	a->got_signal = signum;
 	log_warn("received %s: forwarding it to the workers (SIGKILL after %lld ms)",
-		 errfile_signal_name(signum, name, sizeof(name)),
+		 signal_name(signum, name, sizeof(name)),
 		 (long long)a->spec->shutdown_timeout_ms);
 	group_stop(a->g, signum);
 }

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "agent/errfile.h"
+#include "src/common/io.h"
+#include "src/common/signames.h"
 
 /*
  * A recursive-descent skimmer: it walks just enough JSON to find the "message" member of the
@@ -285,6 +287,7 @@ int errfile_read_message(const char *path, char *msg, size_t len)
 {
 	char *doc;
 	size_t n = 0;
+	ssize_t r;
 	int fd, rc;
 
 	if (len > 0) {
@@ -299,33 +302,12 @@ int errfile_read_message(const char *path, char *msg, size_t len)
 		close(fd);
 		return -ENOMEM;
 	}
-	while (n < ERRFILE_MAX_READ) {
-		ssize_t r = read(fd, doc + n, ERRFILE_MAX_READ - n);
-
-		if (r < 0 && errno == EINTR) {
-			continue;
-		}
-		if (r <= 0) {
-			break;
-		}
-		n += (size_t)r;
-	}
+	r = io_read_full(fd, doc, ERRFILE_MAX_READ);
+	n = r > 0 ? (size_t)r : 0;
 	close(fd);
 	rc = errfile_parse_message(doc, n, msg, len);
 	free(doc);
 	return rc;
-}
-
-const char *errfile_signal_name(int sig, char *buf, size_t len)
-{
-	const char *abbrev = sigabbrev_np(sig);
-
-	if (abbrev != NULL) {
-		snprintf(buf, len, "SIG%s", abbrev);
-	} else {
-		snprintf(buf, len, "signal %d", sig);
-	}
-	return buf;
 }
 
 static void fmt_time(int64_t wall_ms, char *buf, size_t len)
@@ -345,7 +327,7 @@ static void fmt_exit(const struct errfile_failure *f, char *buf, size_t len)
 	char sig[32];
 
 	if (f->signal > 0) {
-		snprintf(buf, len, "%s (%d)", errfile_signal_name(f->signal, sig, sizeof(sig)),
+		snprintf(buf, len, "%s (%d)", signal_name(f->signal, sig, sizeof(sig)),
 			 f->signal);
 	} else {
 		snprintf(buf, len, "exit %d", f->exit_code);
@@ -354,20 +336,7 @@ static void fmt_exit(const struct errfile_failure *f, char *buf, size_t len)
 
 static void line_out(int fd, const char *line)
 {
-	size_t n = strlen(line);
-
-	while (n > 0) {
-		ssize_t w = write(fd, line, n);
-
-		if (w < 0 && errno == EINTR) {
-			continue;
-		}
-		if (w <= 0) {
-			return;
-		}
-		line += w;
-		n -= (size_t)w;
-	}
+	(void)io_write_full(fd, line, strlen(line)); /* a closed console loses the report only */
 }
 
 void errfile_report(int fd, const char *heading, const struct errfile_failure *f, int n)

@@ -20,9 +20,6 @@ int errfile_read_message(const char *path, char *msg, size_t len);
 /** The same over an in-memory document (@n bytes, borrowed). */
 int errfile_parse_message(const char *doc, size_t n, char *msg, size_t len);
 
-/** "SIGSEGV" for 11, or "signal 77" for an unnamed one (in @buf of size @len). */
-const char *errfile_signal_name(int sig, char *buf, size_t len);
-
 /* One failed worker, for the report. */
 struct errfile_failure {
 	int64_t wall_ms;  /* when the agent saw it exit */

@@ -16,6 +16,7 @@
 #include "agent/group.h"
 #include "agent/logroute.h"
 #include "agent/spawn.h"
+#include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/clock.h"
 
@@ -280,30 +281,6 @@ static int open_log(const char *dir, const char *name, int *fd, struct crun_diag
 	return 0;
 }
 
-static int mkdir_p(const char *path)
-{
-	char tmp[PATH_MAX];
-	size_t i;
-
-	if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) {
-		return -ENAMETOOLONG;
-	}
-	for (i = 1; tmp[i] != '\0'; i++) {
-		if (tmp[i] != '/') {
-			continue;
-		}
-		tmp[i] = '\0';
-		if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
-			return -errno;
-		}
-		tmp[i] = '/';
-	}
-	if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
-		return -errno;
-	}
-	return 0;
-}
-
 /* Set up the output routes of one worker (console, files) as the spec asks. */
 static int setup_routes(struct group *g, struct worker *w, const struct group_opts *o,
 			struct crun_diag *d)
@@ -322,7 +299,7 @@ static int setup_routes(struct group *g, struct worker *w, const struct group_op
 		char dir[PATH_MAX];
 
 		snprintf(dir, sizeof(dir), "%s/%d", o->logdir, w->rank);
-		rc = mkdir_p(dir);
+		rc = fs_mkdir_p(dir, 0755);
 		if (rc < 0) {
 			return diag_set(d, rc, "--log-dir: mkdir %s: %s", dir, strerror(-rc));
 		}

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* agent/logroute.c: cut worker output into whole lines, prefix them, write each at once. */
 #include <errno.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <unistd.h>
 
 #include "agent/logroute.h"
+#include "src/common/io.h"
 
 int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd)
 {
@@ -36,30 +36,8 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
  */
 static void write_all(int fd, const char *p, size_t n)
 {
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-			int pr;
-
-			if (errno == EINTR) {
-				continue;
-			}
-			if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				return; /* a closed console must not stop the workers */
-			}
-			do {
-				pr = poll(&pfd, 1, LOGROUTE_STALL_MS);
-			} while (pr < 0 && errno == EINTR);
-			if (pr <= 0 || (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
-				return; /* no room within the bound: this piece is lost */
-			}
-			continue;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
+	/* Errors are dropped on purpose: a closed or stalled console must not stop the workers. */
+	(void)io_write_full_stall(fd, p, n, LOGROUTE_STALL_MS);
 }
 
 /* Write one line (@p, @n; it may lack its newline) to the console and the file. */

@@ -2,7 +2,6 @@
 /* agent/spawn.c: worker environment and argv, the pre-exec shim, the process-group guard. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "agent/spawn.h"
+#include "src/common/fs.h"
 
 /* ---- environment ---- */
 
@@ -492,15 +492,6 @@ static pid_t guard_pid = -1;
 
 static char guard_tmpdir[PATH_MAX];
 
-static int guard_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 /* Protocol on the pipe: int32 > 0 adds a process group, < 0 removes one, 0 says "clean end". */
 static void guard_loop(int fd)
 {
@@ -541,7 +532,7 @@ static void guard_loop(int fd)
 	}
 	/* An agent killed outright cannot clean up: do it for it (error files, temp logs). */
 	if (!clean && guard_tmpdir[0] != '\0') {
-		nftw(guard_tmpdir, guard_rm, 16, FTW_DEPTH | FTW_PHYS);
+		fs_rm_rf(guard_tmpdir);
 	}
 }
 

@@ -16,6 +16,11 @@
 #include <crun/error.h>
 #include <crun/worker.h>
 
+#include "src/common/byteorder.h"
+#include "src/common/crc32.h"
+#include "src/common/fs.h"
+#include "src/common/io.h"
+
 /*
  * File layout, all integers little-endian:
  *   0  magic "CRUNCKPT"     8  u32 version (1)     12 u32 nsegs
@@ -29,125 +34,15 @@
 #define CKPT_MAX_SEGS 1024
 #define CKPT_KEEP 2
 
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-	uint32_t c;
-	int i, k;
-
-	for (i = 0; i < 256; i++) {
-		c = (uint32_t)i;
-		for (k = 0; k < 8; k++) {
-			c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-		}
-		crc_table[i] = c;
-	}
-}
-
-/* CRC-32 (IEEE), continued from @crc (start with 0). */
-static uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
-{
-	const unsigned char *p = data;
-
-	pthread_once(&crc_once, crc_init);
-	crc = ~crc;
-	while (len-- > 0) {
-		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-	}
-	return ~crc;
-}
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++) {
-		p[i] = (unsigned char)(v >> (8 * i));
-	}
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++) {
-		p[i] = (unsigned char)(v >> (8 * i));
-	}
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--) {
-		v = (v << 8) | p[i];
-	}
-	return v;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--) {
-		v = (v << 8) | p[i];
-	}
-	return v;
-}
-
-static int write_all(int fd, const void *data, size_t len)
-{
-	const char *p = data;
-	ssize_t n;
-
-	while (len > 0) {
-		n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Returns 0, or -EBADMSG when the file ends early. */
 static int read_all(int fd, void *data, size_t len)
 {
-	char *p = data;
-	ssize_t n;
+	ssize_t n = io_read_full(fd, data, len);
 
-	while (len > 0) {
-		n = read(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		if (n == 0) {
-			return -EBADMSG;
-		}
-		p += n;
-		len -= (size_t)n;
+	if (n < 0) {
+		return (int)n;
 	}
-	return 0;
-}
-
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0) {
-		return -errno;
-	}
-	if (fsync(fd) < 0) {
-		rc = -errno;
-	}
-	close(fd);
-	return rc;
+	return (size_t)n == len ? 0 : -EBADMSG;
 }
 
 /* "ckpt-<20 digits>.bin" -> step; false for anything else (temp files start with '.'). */
@@ -209,93 +104,53 @@ static int list_steps(const char *dir, uint64_t **out, size_t *n)
 }
 
 /* mkdir -p: create @dir and any missing parents. */
-static int make_dirs(const char *dir)
-{
-	char path[PATH_MAX];
-	size_t len = strlen(dir);
-	char *p;
-
-	if (len == 0 || len >= sizeof(path)) {
-		return len == 0 ? -EINVAL : -ENAMETOOLONG;
-	}
-	memcpy(path, dir, len + 1);
-	for (p = path + 1; *p != '\0'; p++) {
-		if (*p != '/') {
-			continue;
-		}
-		*p = '\0';
-		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-			return -errno;
-		}
-		*p = '/';
-	}
-	if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-		return -errno;
-	}
-	return 0;
-}
 
 static int write_file(const char *dir, uint64_t epoch, uint64_t step,
 		      const struct crun_ckpt_seg *segs, size_t nsegs)
 {
-	char tmp[PATH_MAX], final[PATH_MAX];
-	unsigned char *hdr;
+	char tmp[64], final[PATH_MAX];
+	struct fs_chunk *chunks;
+	uint8_t *hdr;
 	size_t hlen = CKPT_FIXED + 8 * nsegs + 4, i;
 	uint64_t total = 0;
 	uint32_t crc = 0;
-	int fd, rc;
+	int rc;
 
-	rc = make_dirs(dir);
+	rc = fs_mkdir_p(dir, 0755);
 	if (rc < 0) {
 		return rc;
 	}
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.ckpt-%020" PRIu64 ".bin.tmp.%ld", dir, step,
-			     (long)getpid()) >= sizeof(tmp) ||
-	    (size_t)snprintf(final, sizeof(final), "%s/ckpt-%020" PRIu64 ".bin", dir, step) >=
-		    sizeof(final)) {
+	/* The temporary name starts with '.' so list_steps() never takes it for a checkpoint,
+	 * and names the writer's pid so the next save can remove what a killed writer left. */
+	snprintf(tmp, sizeof(tmp), ".ckpt-%020" PRIu64 ".bin.tmp.%ld", step, (long)getpid());
+	if ((size_t)snprintf(final, sizeof(final), "%s/ckpt-%020" PRIu64 ".bin", dir, step) >=
+	    sizeof(final)) {
 		return -ENAMETOOLONG;
 	}
 	hdr = calloc(1, hlen);
-	if (hdr == NULL) {
+	chunks = calloc(nsegs + 1, sizeof(*chunks));
+	if (hdr == NULL || chunks == NULL) {
+		free(hdr);
+		free(chunks);
 		return -ENOMEM;
 	}
+	chunks[0] = (struct fs_chunk){hdr, hlen};
 	for (i = 0; i < nsegs; i++) {
 		total += segs[i].len;
 		crc = crc32_update(crc, segs[i].data, segs[i].len);
-		put_u64(hdr + CKPT_FIXED + 8 * i, segs[i].len);
+		put_le64(hdr + CKPT_FIXED + 8 * i, segs[i].len);
+		chunks[i + 1] = (struct fs_chunk){segs[i].data, segs[i].len};
 	}
 	memcpy(hdr, CKPT_MAGIC, 8);
-	put_u32(hdr + 8, CKPT_VERSION);
-	put_u32(hdr + 12, (uint32_t)nsegs);
-	put_u64(hdr + 16, epoch);
-	put_u64(hdr + 24, step);
-	put_u64(hdr + 32, total);
-	put_u32(hdr + 40, crc);
-	put_u32(hdr + hlen - 4, crc32_update(0, hdr, hlen - 4));
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = -errno;
-		free(hdr);
-		return rc;
-	}
-	rc = write_all(fd, hdr, hlen);
-	for (i = 0; rc == 0 && i < nsegs; i++) {
-		rc = write_all(fd, segs[i].data, segs[i].len);
-	}
-	if (rc == 0 && fsync(fd) < 0) {
-		rc = -errno;
-	}
-	if (close(fd) < 0 && rc == 0) {
-		rc = -errno;
-	}
-	if (rc == 0 && rename(tmp, final) < 0) {
-		rc = -errno;
-	}
-	if (rc < 0) {
-		unlink(tmp);
-	} else {
-		rc = fsync_dir(dir);
-	}
+	put_le32(hdr + 8, CKPT_VERSION);
+	put_le32(hdr + 12, (uint32_t)nsegs);
+	put_le64(hdr + 16, epoch);
+	put_le64(hdr + 24, step);
+	put_le64(hdr + 32, total);
+	put_le32(hdr + 40, crc);
+	put_le32(hdr + hlen - 4, crc32_update(0, hdr, hlen - 4));
+	rc = fs_write_atomic(final, chunks, nsegs + 1, 0644, tmp);
+	free(chunks);
 	free(hdr);
 	return rc;
 }
@@ -386,7 +241,7 @@ CRUN_EXPORT int crun_checkpoint_save(const char *dir, uint64_t epoch, uint64_t s
 CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t *step,
 				     const struct crun_ckpt_seg *segs, size_t nsegs)
 {
-	unsigned char fixed[CKPT_FIXED], *hdr = NULL, extra;
+	uint8_t fixed[CKPT_FIXED], *hdr = NULL, extra;
 	uint32_t fnsegs, crc = 0;
 	uint64_t total = 0;
 	size_t hlen, i;
@@ -408,11 +263,11 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 		rc = -EBADMSG;
 		goto out;
 	}
-	if (get_u32(fixed + 8) != CKPT_VERSION) {
+	if (get_le32(fixed + 8) != CKPT_VERSION) {
 		rc = -EPROTO;
 		goto out;
 	}
-	fnsegs = get_u32(fixed + 12);
+	fnsegs = get_le32(fixed + 12);
 	if (fnsegs > CKPT_MAX_SEGS) {
 		rc = -EBADMSG;
 		goto out;
@@ -428,14 +283,14 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 	if (rc < 0) {
 		goto out;
 	}
-	if (get_u32(hdr + hlen - 4) != crc32_update(0, hdr, hlen - 4)) {
+	if (get_le32(hdr + hlen - 4) != crc32_update(0, hdr, hlen - 4)) {
 		rc = -EBADMSG;
 		goto out;
 	}
 	for (i = 0; i < fnsegs; i++) {
-		total += get_u64(hdr + CKPT_FIXED + 8 * i);
+		total += get_le64(hdr + CKPT_FIXED + 8 * i);
 	}
-	if (total != get_u64(hdr + 32)) {
+	if (total != get_le64(hdr + 32)) {
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -444,7 +299,7 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 		goto out;
 	}
 	for (i = 0; i < nsegs; i++) {
-		if (get_u64(hdr + CKPT_FIXED + 8 * i) != segs[i].len) {
+		if (get_le64(hdr + CKPT_FIXED + 8 * i) != segs[i].len) {
 			rc = -EINVAL;
 			goto out;
 		}
@@ -457,15 +312,15 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 		crc = crc32_update(crc, segs[i].data, segs[i].len);
 	}
 	n = read(fd, &extra, 1);
-	if (n != 0 || crc != get_u32(hdr + 40)) {
+	if (n != 0 || crc != get_le32(hdr + 40)) {
 		rc = -EBADMSG;
 		goto out;
 	}
 	if (epoch != NULL) {
-		*epoch = get_u64(hdr + 16);
+		*epoch = get_le64(hdr + 16);
 	}
 	if (step != NULL) {
-		*step = get_u64(hdr + 24);
+		*step = get_le64(hdr + 24);
 	}
 	rc = 0;
 out:

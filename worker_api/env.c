@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/env.c: read the worker environment the agent sets, once; single-process mode. */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -13,12 +12,15 @@
 #include <crun/error.h>
 #include <crun/worker.h>
 
+#include "src/common/diag.h"
+#include "src/common/fs.h"
+#include "src/common/parse.h"
 #include "worker_api/worker_internal.h"
 
 static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct worker_env g_env;
 static int g_ready; /* 1 once g_env is complete; read with acquire, written with release */
-static char g_err[256];
+static struct crun_diag g_diag; /* the last failed crun_init() */
 
 #define ENV_REQUIRED INT_MIN
 
@@ -30,20 +32,15 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(g_err, sizeof(g_err), fmt, ap);
+	diag_setv(&g_diag, code, fmt, ap);
 	va_end(ap);
-	if (err != NULL && errlen > 0) {
-		snprintf(err, errlen, "%s", g_err);
-	}
-	return code;
+	return diag_copy_out(&g_diag, err, errlen);
 }
 
 /* Parse integer variable @name into *out: @def when unset. */
 static int env_int(const char *name, int def, int lo, int hi, int *out, char *err, size_t errlen)
 {
 	const char *s = getenv(name);
-	char *end;
-	long v;
 
 	if (s == NULL || *s == '\0') {
 		if (def == ENV_REQUIRED) {
@@ -53,15 +50,12 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, char *er
 		*out = def;
 		return 0;
 	}
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+	if (parse_int(s, lo, hi, out) != 0) {
 		return fail(err, errlen, CRUN_ECONFIG,
 			    "libcrun-worker: environment: %s: expected an integer in [%d, %d], "
 			    "got \"%.64s\"",
 			    name, lo, hi, s);
 	}
-	*out = (int)v;
 	return 0;
 }
 
@@ -205,33 +199,11 @@ CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t e
 	e.store_timeout_ms = opts != NULL && opts->store_timeout_ms > 0 ? opts->store_timeout_ms
 									  : 300000;
 	g_env = e;
-	g_err[0] = '\0';
+	diag_clear(&g_diag);
 	__atomic_store_n(&g_ready, 1, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&env_lock);
 	return rc;
-}
-
-/* Remove the single-mode directory: the store backend may leave files beside its own. */
-static void remove_dir(const char *path)
-{
-	char sub[PATH_MAX];
-	struct dirent *de;
-	DIR *dir = opendir(path);
-
-	if (dir != NULL) {
-		while ((de = readdir(dir)) != NULL) {
-			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) {
-				continue;
-			}
-			if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) <
-			    sizeof(sub)) {
-				unlink(sub);
-			}
-		}
-		closedir(dir);
-	}
-	rmdir(path);
 }
 
 CRUN_EXPORT void crun_finish(void)
@@ -240,7 +212,8 @@ CRUN_EXPORT void crun_finish(void)
 	pthread_mutex_lock(&env_lock);
 	if (g_ready) {
 		if (g_env.single_dir != NULL) {
-			remove_dir(g_env.single_dir);
+			/* The store backend may leave files beside its own. */
+			fs_rm_rf(g_env.single_dir);
 		}
 		env_free(&g_env);
 		__atomic_store_n(&g_ready, 0, __ATOMIC_RELEASE);
@@ -250,7 +223,7 @@ CRUN_EXPORT void crun_finish(void)
 
 CRUN_EXPORT const char *crun_init_error(void)
 {
-	return g_err;
+	return g_diag.msg;
 }
 
 const struct worker_env *worker_env_get(int *rc)

@@ -17,6 +17,8 @@
 #include <crun/error.h>
 #include <crun/worker.h>
 
+#include "src/common/fs.h"
+#include "src/common/signames.h"
 #include "worker_api/worker_internal.h"
 
 /* A growable string; on allocation failure it stops growing and remembers it. */
@@ -147,46 +149,6 @@ static void sb_json(struct sbuf *b, const char *s)
 	}
 }
 
-/* Write @len bytes to @path atomically: a temp file beside it, fsync, rename. */
-static int write_atomic(const char *path, const char *data, size_t len)
-{
-	char tmp[PATH_MAX];
-	size_t off = 0;
-	ssize_t n;
-	int fd, rc = 0;
-
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= sizeof(tmp)) {
-		return -ENAMETOOLONG;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		return -errno;
-	}
-	while (off < len) {
-		n = write(fd, data + off, len - off);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			rc = -errno;
-			break;
-		}
-		off += (size_t)n;
-	}
-	if (rc == 0 && fsync(fd) < 0) {
-		rc = -errno;
-	}
-	if (close(fd) < 0 && rc == 0) {
-		rc = -errno;
-	}
-	if (rc == 0 && rename(tmp, path) < 0) {
-		rc = -errno;
-	}
-	if (rc < 0) {
-		unlink(tmp);
-	}
-	return rc;
-}
 
 static pthread_mutex_t errfile_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -227,7 +189,7 @@ CRUN_EXPORT int crun_error_record(const char *message)
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&errfile_lock);
-	rc = write_atomic(path, b.p, b.len);
+	rc = fs_write_atomic(path, &(struct fs_chunk){b.p, b.len}, 1, 0644, NULL);
 	pthread_mutex_unlock(&errfile_lock);
 	free(b.p);
 	return rc;
@@ -260,22 +222,12 @@ static void put(char *buf, size_t *len, size_t cap, const char *s)
 	}
 }
 
+/* Async-signal-safe: signal_abbrev() is a table lookup returning static strings. */
 static const char *sig_name(int sig)
 {
-	switch (sig) {
-	case SIGSEGV:
-		return "SIGSEGV";
-	case SIGBUS:
-		return "SIGBUS";
-	case SIGFPE:
-		return "SIGFPE";
-	case SIGILL:
-		return "SIGILL";
-	case SIGABRT:
-		return "SIGABRT";
-	default:
-		return "signal";
-	}
+	const char *n = signal_abbrev(sig);
+
+	return n != NULL ? n : "signal";
 }
 
 /* Async-signal-safe only: open, write, fsync, close, rename, getpid, clock_gettime,

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent/errfile.h"
+#include "src/common/signames.h"
 #include "agent/jobspec.h"
 #include "agent/logroute.h"
 #include "agent/spawn.h"
@@ -98,8 +99,8 @@ static void errfile_names_signals(void **state)
 	char b[32];
 
 	(void)state;
-	assert_string_equal(errfile_signal_name(9, b, sizeof(b)), "SIGKILL");
-	assert_string_equal(errfile_signal_name(11, b, sizeof(b)), "SIGSEGV");
+	assert_string_equal(signal_name(9, b, sizeof(b)), "SIGKILL");
+	assert_string_equal(signal_name(11, b, sizeof(b)), "SIGSEGV");
 }
 
 /* Read everything written so far to @fd into @buf. */
