@@ -22,6 +22,8 @@
 #include <crun/error.h>
 
 #include "src/cli.h"
+#include "src/common/net.h"
+#include "src/gpu_count.h"
 
 extern char **environ;
 
@@ -477,11 +479,11 @@ static void local_addr_resolves_interfaces_and_names(void **state)
 	assert_null(s.socket_ifname);
 	jobspec_finish(&s);
 
-	assert_int_equal(cli_resolve_local_addr("localhost", &addr, &ifname, &d), 0);
+	assert_int_equal(net_resolve_local_addr("localhost", &addr, &ifname, &d), 0);
 	assert_string_equal(addr, "127.0.0.1");
 	assert_null(ifname);
 	free(addr);
-	assert_int_equal(cli_resolve_local_addr("0:0::1", &addr, &ifname, &d), 0);
+	assert_int_equal(net_resolve_local_addr("0:0::1", &addr, &ifname, &d), 0);
 	assert_string_equal(addr, "::1"); /* normalised */
 	free(addr);
 }
@@ -499,9 +501,9 @@ static void nproc_counts_cpus_and_gpus(void **state)
 	assert_false(s.nproc_is_gpu);
 	jobspec_finish(&s);
 
-	gpus = cli_count_gpus(&gd);
+	gpus = gpu_count(&gd);
 	assert_true(gpus >= 0);
-	print_message("cli_count_gpus: %d (%s)\n", gpus, gd.msg);
+	print_message("gpu_count: %d (%s)\n", gpus, gd.msg);
 	assert_int_equal(parse(ARGS("--nproc-per-node", "auto", "true"), &s, &d), CLI_OK);
 	assert_int_equal(s.nproc_per_node, gpus > 0 ? gpus : cpus);
 	assert_int_equal(s.nproc_is_gpu, gpus > 0);
