@@ -1,12 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* agent/agent.c: the agent loop: store, rendezvous rounds, worker group, restarts, report. */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <ftw.h>
-#include <ifaddrs.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -14,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -26,11 +20,13 @@
 #include "agent/errfile.h"
 #include "agent/group.h"
 #include "agent/spawn.h"
-#include "src/common/signames.h"
-#include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
 #include "src/common/clock.h"
+#include "src/common/fs.h"
+#include "src/common/log.h"
+#include "src/common/net.h"
+#include "src/common/signames.h"
 
 extern char **environ;
 
@@ -86,93 +82,20 @@ struct agent {
 
 /* ---- the store and addresses ---- */
 
-/* Whether @host names an address of this machine. */
-static bool addr_is_local(const char *host)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-	struct addrinfo *res = NULL, *ai;
-	struct ifaddrs *ifs = NULL, *i;
-	bool local = false;
-
-	if (strcmp(host, "localhost") == 0) {
-		return true;
-	}
-	if (getaddrinfo(host, NULL, &hints, &res) != 0) {
-		return false;
-	}
-	if (getifaddrs(&ifs) != 0) {
-		freeaddrinfo(res);
-		return false;
-	}
-	for (ai = res; ai != NULL && !local; ai = ai->ai_next) {
-		for (i = ifs; i != NULL && !local; i = i->ifa_next) {
-			if (i->ifa_addr == NULL || i->ifa_addr->sa_family != ai->ai_family) {
-				continue;
-			}
-			if (ai->ai_family == AF_INET) {
-				local = ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr ==
-					((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
-			} else if (ai->ai_family == AF_INET6) {
-				local = memcmp(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr,
-					       &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-					       sizeof(struct in6_addr)) == 0;
-			}
-		}
-	}
-	freeifaddrs(ifs);
-	freeaddrinfo(res);
-	return local;
-}
-
-/* The local address the kernel would use to reach @host (no packet is sent). */
-static int route_source(const char *host, char *out, size_t len)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
-	struct addrinfo *res = NULL;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	int fd, rc = -EHOSTUNREACH;
-
-	if (getaddrinfo(host, "9", &hints, &res) != 0) {
-		return -EHOSTUNREACH;
-	}
-	fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
-	    getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)len, NULL, 0,
-			NI_NUMERICHOST) == 0) {
-		rc = 0;
-	}
-	if (fd >= 0) {
-		close(fd);
-	}
-	freeaddrinfo(res);
-	return rc;
-}
-
-static void join_hostport(char *out, size_t len, const char *host, int port)
-{
-	if (strchr(host, ':') != NULL) {
-		snprintf(out, len, "[%s]:%d", host, port);
-	} else {
-		snprintf(out, len, "%s:%d", host, port);
-	}
-}
-
 static int host_store(struct agent *a, const char *host, int port, struct crun_diag *d)
 {
 	struct store_server_opts so = {0};
 	char listen[300];
 	int rc;
 
-	join_hostport(listen, sizeof(listen), host, port);
+	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
 	so.token = a->token;
 	rc = store_server_thread_start(&so, &a->srv, d);
 	if (rc < 0) {
 		return rc;
 	}
-	join_hostport(a->endpoint, sizeof(a->endpoint), host, store_server_thread_port(a->srv));
+	net_join_hostport(a->endpoint, sizeof(a->endpoint), host, store_server_thread_port(a->srv));
 	log_info("hosting the rendezvous store at %s", a->endpoint);
 	return 0;
 }
@@ -201,14 +124,15 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		if (spec->node_rank == 0) {
 			return host_store(a, spec->master_addr, spec->master_port + 1, d);
 		}
-		join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr,
+		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr,
 			      spec->master_port + 1);
 		return 0;
 	case RDZV_KIND_C10D:
 		if (spec->standalone || spec->rdzv_port == 0) {
 			return host_store(a, spec->rdzv_host, spec->rdzv_port, d);
 		}
-		host_it = spec->is_host == 1 || (spec->is_host == -1 && addr_is_local(spec->rdzv_host));
+		host_it = spec->is_host == 1 ||
+			  (spec->is_host == -1 && net_addr_is_local(spec->rdzv_host));
 		if (host_it) {
 			struct crun_diag hd = {0};
 
@@ -223,52 +147,11 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 			log_info("store %s is already served here; joining it as a client",
 				 spec->rdzv_endpoint);
 		}
-		join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
+		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
 		return 0;
 	case RDZV_KIND_ETCD:
 	default:
 		return diag_set(d, CRUN_ECONFIG, "--rdzv-backend: etcd is not supported yet");
-	}
-}
-
-/* ---- temp dirs ---- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static int nfiles;
-
-static int count_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)path;
-	(void)st;
-	(void)ftw;
-	if (flag == FTW_F) {
-		nfiles++;
-	}
-	return 0;
-}
-
-/* Regular files under @path (the agent is single-threaded when it asks). */
-static int count_files(const char *path)
-{
-	nfiles = 0;
-	if (path[0] != '\0') {
-		nftw(path, count_entry, 16, FTW_PHYS);
-	}
-	return nfiles;
-}
-
-static void rm_rf(const char *path)
-{
-	if (path[0] != '\0') {
-		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	}
 }
 
@@ -669,7 +552,7 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
 	} else if (spec->rdzv_kind == RDZV_KIND_FILE || spec->standalone ||
 		   (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes <= 1) ||
-		   route_source(spec->rdzv_host, a->advertise, sizeof(a->advertise)) < 0) {
+		   net_route_source(spec->rdzv_host, a->advertise, sizeof(a->advertise)) < 0) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s",
 			 spec->max_nodes <= 1 ? "127.0.0.1" : a->hostname);
 	}
@@ -699,8 +582,8 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 	if (a->loop_ok && uv_loop_close(&a->loop) != 0) {
 		log_warn("agent: event loop closed with handles still open");
 	}
-	if (!keep_tmp || count_files(a->tmpbase) == 0) {
-		rm_rf(a->tmpbase);
+	if (!keep_tmp || fs_count_files(a->tmpbase) == 0) {
+		fs_rm_rf(a->tmpbase);
 	} else if (a->tmpbase[0] != '\0') {
 		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
 	}
@@ -769,7 +652,7 @@ int agent_run(const struct job_spec *spec)
 		a->attempt++;
 		switch (oc) {
 		case OUT_SUCCESS:
-			rm_rf(errdir);
+			fs_rm_rf(errdir);
 			rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
 			if (rc == CRUN_EPEERFAIL) {
 				/* Another node failed after ours finished: the job runs again. */
@@ -808,10 +691,10 @@ int agent_run(const struct job_spec *spec)
 				goto out;
 			}
 			log_warn("restarting the workers (%s)", summary);
-			rm_rf(errdir);
+			fs_rm_rf(errdir);
 			continue;
 		case OUT_EVENT:
-			rm_rf(errdir);
+			fs_rm_rf(errdir);
 			if (a->stop_ev == RDZV_EV_STORE_LOST) {
 				log_error("rendezvous: the store stopped answering: %s", a->stop_detail);
 				exit_code = 1;
@@ -819,7 +702,7 @@ int agent_run(const struct job_spec *spec)
 			}
 			continue;
 		case OUT_SIGNAL:
-			rm_rf(errdir);
+			fs_rm_rf(errdir);
 			goto out;
 		case OUT_ERROR:
 		default:

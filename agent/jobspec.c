@@ -7,23 +7,6 @@
 
 #include "agent/jobspec.h"
 
-/*
- * torchrun's rendezvous defaults (torch.distributed.elastic). They are set here rather than by
- * rdzv_conf_defaults() so that the command line, which prints them in --help and checks
- * --rdzv-conf against them, does not depend on the rendezvous module being linked.
- */
-static void rdzv_timeouts_default(struct rdzv_conf *c)
-{
-	c->join_timeout_ms = 600 * 1000;
-	c->last_call_timeout_ms = 30 * 1000;
-	c->close_timeout_ms = 30 * 1000;
-	c->heartbeat_timeout_ms = 30 * 1000;
-	c->keep_alive_interval_ms = 5 * 1000;
-	c->keep_alive_max_attempt = 3;
-	c->read_timeout_ms = 60 * 1000;
-	c->progress_interval_ms = 5 * 1000;
-}
-
 int jobspec_defaults(struct job_spec *spec)
 {
 	size_t i;
@@ -50,11 +33,7 @@ int jobspec_defaults(struct job_spec *spec)
 		spec->redirects[i] = STD_NONE;
 		spec->tee[i] = STD_NONE;
 	}
-	rdzv_timeouts_default(&spec->rdzv);
-	spec->rdzv.node_rank = -1;
-	spec->rdzv.min_nodes = 1;
-	spec->rdzv.max_nodes = 1;
-	spec->rdzv.local_world_size = 1;
+	rdzv_conf_defaults(&spec->rdzv); /* torchrun's rendezvous timeouts */
 
 	spec->rdzv_id = strdup("none");
 	spec->master_addr = strdup("127.0.0.1");

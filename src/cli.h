@@ -39,20 +39,4 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 /** Print the --help text on @out (borrowed). */
 void cli_usage(FILE *out);
 
-/**
- * Count the CUDA devices the driver reports (so CUDA_VISIBLE_DEVICES is honoured), by loading
- * libcuda.so.1 at run time in a short-lived child process so the agent itself never holds a
- * CUDA context. Returns the count (>= 0; 0 when there is no driver or no visible device, with
- * the reason in @d) or a negative code on an OS failure. Blocks for at most 60 s.
- */
-int cli_count_gpus(struct crun_diag *d);
-
-/**
- * Resolve --local-addr @s: an IP literal (kept, normalised), an interface name such as "eth0"
- * or "lo" (its first IPv4 address; *ifname = the name), or a host name (resolved to a literal,
- * IPv4 first). *addr and *ifname are malloc'd, caller frees (*ifname is NULL unless @s named
- * an interface). Returns 0, -ENOENT (nothing by that name) or -ENOMEM; @d says why.
- */
-int cli_resolve_local_addr(const char *s, char **addr, char **ifname, struct crun_diag *d);
-
 #endif

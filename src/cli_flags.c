@@ -1,0 +1,829 @@
+/* SPDX-License-Identifier: MIT */
+/* src/cli_flags.c: the value of each crun option, checked and stored in the job spec. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+
+#include "src/cli.h"
+#include "src/cli_parser.h"
+#include "src/common/net.h"
+#include "src/common/parse.h"
+#include "src/common/signames.h"
+#include "src/gpu_count.h"
+#include "src/program.h"
+
+#define NPROC_MAX 4096          /* a sanity bound: more local workers is surely a typo */
+#define NNODES_MAX 1000000
+#define SECONDS_MAX (365.0 * 24 * 3600) /* a year: any longer is a typo */
+#define RANK_MAP_MAX 1024       /* local ranks addressable by --redirects/--tee maps */
+#define RUN_ID_MAX 128
+#define DEFAULT_C10D_PORT 29400
+
+/* ---- values: a number, seconds, a boolean, a string ---- */
+
+int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, int *out)
+{
+	char b[64];
+	long v;
+	int rc;
+
+	rc = parse_long(p->v[id].val, min, max, &v);
+	if (rc == -EINVAL) {
+		return cli_fail(p, id, "expected an integer, got \"%s\"",
+				cli_show(b, sizeof(b), p->v[id].val));
+	}
+	if (rc < 0) {
+		return cli_fail(p, id, "%s is out of range %ld..%ld",
+				cli_show(b, sizeof(b), p->v[id].val), min, max);
+	}
+	*out = (int)v;
+	return 0;
+}
+
+/* Seconds as a decimal ("30", "0.5") into milliseconds. */
+static int parse_seconds(const char *s, int64_t *ms)
+{
+	char *end;
+	double v;
+
+	if (*s == '\0' || isspace((unsigned char)*s)) {
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end != '\0' || !isfinite(v)) {
+		return -EINVAL;
+	}
+	if (errno == ERANGE || v < 0 || v > SECONDS_MAX) {
+		return -ERANGE;
+	}
+	*ms = (int64_t)(v * 1000.0 + 0.5);
+	return 0;
+}
+
+int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms)
+{
+	char b[64];
+	int rc;
+
+	rc = parse_seconds(p->v[id].val, ms);
+	if (rc == -EINVAL) {
+		return cli_fail(p, id, "expected seconds, got \"%s\"",
+				cli_show(b, sizeof(b), p->v[id].val));
+	}
+	if (rc < 0) {
+		return cli_fail(p, id, "%s seconds is out of range 0..%.0f",
+				cli_show(b, sizeof(b), p->v[id].val), SECONDS_MAX);
+	}
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"1", "true", "yes", "on"};
+	static const char *const no[] = {"0", "false", "no", "off", ""};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+	}
+	for (i = 0; i < ARRAY_SIZE(no); i++) {
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out)
+{
+	char b[64];
+
+	*out = false;
+	if (!p->v[id].set) {
+		return 0;
+	}
+	if (parse_bool(p->v[id].val, out) < 0) {
+		return cli_fail(p, id, "expected 0 or 1, got \"%s\"",
+				cli_show(b, sizeof(b), p->v[id].val));
+	}
+	return 0;
+}
+
+/* A string flag: non-empty, no control characters (it ends up in env and log lines). */
+int cli_text_value(struct cli_parser *p, enum cli_opt_id id, size_t maxlen, char **out)
+{
+	const char *s = p->v[id].val;
+	char *copy;
+	size_t i;
+
+	if (*s == '\0') {
+		return cli_fail(p, id, "empty value");
+	}
+	for (i = 0; s[i] != '\0'; i++) {
+		if (iscntrl((unsigned char)s[i])) {
+			return cli_fail(p, id, "control character in value");
+		}
+	}
+	if (i > maxlen) {
+		return cli_fail(p, id, "longer than %zu bytes", maxlen);
+	}
+	copy = strdup(s);
+	if (copy == NULL) {
+		return cli_oom(p);
+	}
+	free(*out);
+	*out = copy;
+	return 0;
+}
+
+/* ---- the flags, one by one ---- */
+
+int cli_do_nnodes(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	const char *v = p->v[O_NNODES].val;
+	const char *colon;
+	char b[64], minb[32];
+	long lo, hi;
+
+	if (!p->v[O_NNODES].set) {
+		return 0;
+	}
+	colon = strchr(v, ':');
+	if (colon == NULL) {
+		if (parse_long(v, 1, NNODES_MAX, &lo) < 0) {
+			return cli_fail(p, O_NNODES,
+					"expected N or MIN:MAX with 1 <= N <= %d, got \"%s\"",
+					NNODES_MAX, cli_show(b, sizeof(b), v));
+		}
+		hi = lo;
+	} else {
+		if ((size_t)(colon - v) >= sizeof(minb)) {
+			return cli_fail(p, O_NNODES, "expected N or MIN:MAX, got \"%s\"",
+					cli_show(b, sizeof(b), v));
+		}
+		memcpy(minb, v, (size_t)(colon - v));
+		minb[colon - v] = '\0';
+		if (parse_long(minb, 1, NNODES_MAX, &lo) < 0 ||
+		    parse_long(colon + 1, 1, NNODES_MAX, &hi) < 0) {
+			return cli_fail(
+				p, O_NNODES,
+				"expected N or MIN:MAX with 1 <= MIN <= MAX <= %d, got \"%s\"",
+				NNODES_MAX, cli_show(b, sizeof(b), v));
+		}
+		if (lo > hi) {
+			return cli_fail(p, O_NNODES, "MIN %ld is above MAX %ld", lo, hi);
+		}
+	}
+	s->min_nodes = (int)lo;
+	s->max_nodes = (int)hi;
+	return 0;
+}
+
+/* 0 when given, 1 when "gpu"/"cpu"/"auto" must still be counted (after the cheap checks). */
+int cli_do_nproc(struct cli_parser *p, bool *count_later)
+{
+	char b[64];
+	long n;
+	int rc;
+
+	*count_later = false;
+	if (!p->v[O_NPROC].set) {
+		return 0;
+	}
+	if (strcmp(p->v[O_NPROC].val, "gpu") == 0 || strcmp(p->v[O_NPROC].val, "cpu") == 0 ||
+	    strcmp(p->v[O_NPROC].val, "auto") == 0) {
+		*count_later = true;
+		return 0;
+	}
+	rc = parse_long(p->v[O_NPROC].val, 1, NPROC_MAX, &n);
+	if (rc == -EINVAL) {
+		return cli_fail(p, O_NPROC, "expected a count, gpu, cpu or auto, got \"%s\"",
+				cli_show(b, sizeof(b), p->v[O_NPROC].val));
+	}
+	if (rc < 0) {
+		return cli_fail(p, O_NPROC, "%s is out of range 1..%d",
+				cli_show(b, sizeof(b), p->v[O_NPROC].val), NPROC_MAX);
+	}
+	p->spec->nproc_per_node = (int)n;
+	return 0;
+}
+
+int cli_count_nproc(struct cli_parser *p)
+{
+	const char *v = p->v[O_NPROC].val;
+	struct crun_diag gd = {0};
+	long cpus;
+	int gpus = 0;
+
+	if (strcmp(v, "gpu") == 0 || strcmp(v, "auto") == 0) {
+		gpus = gpu_count(&gd);
+		if (gpus > 0) {
+			p->spec->nproc_per_node = gpus > NPROC_MAX ? NPROC_MAX : gpus;
+			p->spec->nproc_is_gpu = true;
+			return 0;
+		}
+		if (strcmp(v, "gpu") == 0) {
+			return cli_fail(p, O_NPROC, "gpu: %s", gd.msg);
+		}
+	}
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus < 1) {
+		cpus = 1;
+	}
+	p->spec->nproc_per_node = cpus > NPROC_MAX ? NPROC_MAX : (int)cpus;
+	return 0;
+}
+
+int cli_do_backend(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	const char *v = p->v[O_RDZV_BACKEND].val;
+	char b[64];
+
+	if (!p->v[O_RDZV_BACKEND].set) {
+		return 0;
+	}
+	if (strcmp(v, "c10d") == 0 || strcmp(v, "tcp") == 0) {
+		s->rdzv_kind = RDZV_KIND_C10D;
+	} else if (strcmp(v, "static") == 0) {
+		s->rdzv_kind = RDZV_KIND_STATIC;
+	} else if (strcmp(v, "file") == 0) {
+		s->rdzv_kind = RDZV_KIND_FILE;
+	} else if (strcmp(v, "etcd") == 0 || strcmp(v, "etcd-v2") == 0) {
+		return cli_fail(p, O_RDZV_BACKEND,
+				"%s is not supported yet (use c10d, static or file)", v);
+	} else {
+		return cli_fail(p, O_RDZV_BACKEND,
+				"unknown backend \"%s\" (use c10d, tcp, static or file)",
+				cli_show(b, sizeof(b), v));
+	}
+	return 0;
+}
+
+int cli_random_run_id(char **out)
+{
+	unsigned char r[16];
+	char buf[40];
+	ssize_t n;
+	int fd;
+
+	n = getrandom(r, sizeof(r), 0);
+	if (n != (ssize_t)sizeof(r)) {
+		fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || read(fd, r, sizeof(r)) != (ssize_t)sizeof(r)) {
+			if (fd >= 0) {
+				close(fd);
+			}
+			return -EIO;
+		}
+		close(fd);
+	}
+	r[6] = (unsigned char)((r[6] & 0x0f) | 0x40); /* a version 4 UUID, as torchrun makes */
+	r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
+	snprintf(buf, sizeof(buf),
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0], r[1],
+		 r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
+		 r[15]);
+	*out = strdup(buf);
+	return *out == NULL ? -ENOMEM : 0;
+}
+
+/* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
+bool cli_valid_host(const char *h)
+{
+	struct in6_addr a6;
+	size_t i;
+
+	if (strchr(h, ':') != NULL) {
+		return inet_pton(AF_INET6, h, &a6) == 1;
+	}
+	for (i = 0; h[i] != '\0'; i++) {
+		if (!isalnum((unsigned char)h[i]) && h[i] != '.' && h[i] != '-' && h[i] != '_') {
+			return false;
+		}
+	}
+	return i > 0 && i <= 253 && h[0] != '-' && h[0] != '.';
+}
+
+/* "HOST:PORT" with brackets around an IPv6 host, for spec->rdzv_endpoint. */
+static int set_hostport(char **dst, const char *host, int port)
+{
+	char buf[300];
+
+	net_join_hostport(buf, sizeof(buf), host, port);
+	return cli_set_str(dst, buf);
+}
+
+int cli_do_rdzv_id(struct cli_parser *p)
+{
+	const char *v = p->v[O_RDZV_ID].val;
+	size_t i;
+	int rc;
+
+	if (!p->v[O_RDZV_ID].set) {
+		return 0;
+	}
+	rc = cli_text_value(p, O_RDZV_ID, RUN_ID_MAX, &p->spec->rdzv_id);
+	if (rc != 0) {
+		return rc;
+	}
+	/* The run id names store keys "rdzv/<id>/..." and log folders: keep it one path part. */
+	for (i = 0; v[i] != '\0'; i++) {
+		if (v[i] == '/' || isspace((unsigned char)v[i])) {
+			return cli_fail(p, O_RDZV_ID,
+					"\"/\" and spaces are not allowed in a run id");
+		}
+	}
+	if (strcmp(v, ".") == 0 || strcmp(v, "..") == 0) {
+		return cli_fail(p, O_RDZV_ID, "\"%s\" is not a usable run id", v);
+	}
+	return 0;
+}
+
+static int dir_of_exists(struct cli_parser *p, enum cli_opt_id id, const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	size_t n;
+
+	n = slash == path ? 1 : (size_t)(slash - path);
+	if (n >= sizeof(dir)) {
+		return cli_fail(p, id, "path too long");
+	}
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	if (stat(dir, &st) != 0) {
+		return cli_fail(p, id, "directory %s: %s", dir, strerror(errno));
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		return cli_fail(p, id, "%s is not a directory", dir);
+	}
+	return 0;
+}
+
+int cli_do_endpoint(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	struct cli_optval *ov = &p->v[O_RDZV_ENDPOINT];
+	const char *v = ov->set ? ov->val : "";
+	char host[256], b[64];
+	int port;
+
+	if (s->rdzv_kind == RDZV_KIND_FILE) {
+		if (!ov->set || *v == '\0') {
+			if (!ov->set) {
+				snprintf(ov->origin, sizeof(ov->origin), "--rdzv-endpoint");
+			}
+			return cli_fail(p, O_RDZV_ENDPOINT,
+					"required with --rdzv-backend file (file:///shared/path)");
+		}
+		if (strncmp(v, "file://", 7) != 0 || v[7] != '/' || v[8] == '\0') {
+			return cli_fail(p, O_RDZV_ENDPOINT,
+					"expected file:///ABSOLUTE/PATH, got \"%s\"",
+					cli_show(b, sizeof(b), v));
+		}
+		if (v[strlen(v) - 1] == '/') {
+			return cli_fail(p, O_RDZV_ENDPOINT, "%s names a directory, not a file",
+					cli_show(b, sizeof(b), v));
+		}
+		if (dir_of_exists(p, O_RDZV_ENDPOINT, v + 7) != 0) {
+			return CLI_USAGE;
+		}
+		if (cli_set_str(&s->rdzv_endpoint, v) < 0 ||
+		    cli_set_str(&s->rdzv_path, v + 7) < 0) {
+			return cli_oom(p);
+		}
+		return 0;
+	}
+	if (strncmp(v, "file://", 7) == 0) {
+		return cli_fail(p, O_RDZV_ENDPOINT, "a file:// endpoint needs --rdzv-backend file");
+	}
+	if (s->rdzv_kind == RDZV_KIND_STATIC) {
+		/* torchrun: the endpoint, when given, names the master instead of the flags. */
+		if (*v == '\0') {
+			if (set_hostport(&s->rdzv_endpoint, s->master_addr, s->master_port) < 0 ||
+			    cli_set_str(&s->rdzv_host, s->master_addr) < 0) {
+				return cli_oom(p);
+			}
+			s->rdzv_port = s->master_port;
+			return 0;
+		}
+		if (strncmp(v, "tcp://", 6) == 0) {
+			v += 6;
+		}
+		if (net_parse_hostport(v, s->master_port, host, sizeof(host), &port) < 0 ||
+		    !cli_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
+			return cli_fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
+					cli_show(b, sizeof(b), ov->val));
+		}
+		if (cli_set_str(&s->master_addr, host) < 0) {
+			return cli_oom(p);
+		}
+		s->master_port = port;
+		if (set_hostport(&s->rdzv_endpoint, host, port) < 0 ||
+		    cli_set_str(&s->rdzv_host, host) < 0) {
+			return cli_oom(p);
+		}
+		s->rdzv_port = port;
+		return 0;
+	}
+	/* c10d: torchrun's empty endpoint means the local host, port 29400. */
+	if (*v == '\0') {
+		v = "127.0.0.1";
+	}
+	if (strncmp(v, "tcp://", 6) == 0) {
+		v += 6;
+	}
+	if (net_parse_hostport(v, DEFAULT_C10D_PORT, host, sizeof(host), &port) < 0 ||
+	    !cli_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
+		return cli_fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
+				cli_show(b, sizeof(b), ov->val));
+	}
+	if (port == 0 && s->max_nodes > 1 && !s->standalone) {
+		return cli_fail(p, O_RDZV_ENDPOINT,
+				"port 0 cannot be found by other nodes (--nnodes %d:%d)",
+				s->min_nodes, s->max_nodes);
+	}
+	if (set_hostport(&s->rdzv_endpoint, host, port) < 0 ||
+	    cli_set_str(&s->rdzv_host, host) < 0) {
+		return cli_oom(p);
+	}
+	s->rdzv_port = port;
+	return 0;
+}
+
+static const char *const conf_keys = "join_timeout, last_call_timeout, close_timeout, "
+				     "heartbeat_timeout, keep_alive_interval, "
+				     "keep_alive_max_attempt, read_timeout, is_host";
+
+static int conf_item(struct cli_parser *p, const char *key, const char *val)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+		bool positive;
+	} secs[] = {
+		{"join_timeout", offsetof(struct rdzv_conf, join_timeout_ms), true},
+		{"last_call_timeout", offsetof(struct rdzv_conf, last_call_timeout_ms), false},
+		{"close_timeout", offsetof(struct rdzv_conf, close_timeout_ms), false},
+		{"heartbeat_timeout", offsetof(struct rdzv_conf, heartbeat_timeout_ms), true},
+		{"keep_alive_interval", offsetof(struct rdzv_conf, keep_alive_interval_ms), true},
+		{"read_timeout", offsetof(struct rdzv_conf, read_timeout_ms), true},
+	};
+	struct job_spec *s = p->spec;
+	char b[64];
+	int64_t ms;
+	size_t i;
+	long n;
+	bool yes;
+
+	for (i = 0; i < ARRAY_SIZE(secs); i++) {
+		if (strcmp(key, secs[i].key) != 0) {
+			continue;
+		}
+		if (parse_seconds(val, &ms) < 0) {
+			return cli_fail(p, O_RDZV_CONF, "%s: expected seconds, got \"%s\"", key,
+					cli_show(b, sizeof(b), val));
+		}
+		if (secs[i].positive && ms <= 0) {
+			return cli_fail(p, O_RDZV_CONF, "%s: must be above 0 seconds", key);
+		}
+		memcpy((char *)&s->rdzv + secs[i].off, &ms, sizeof(ms));
+		return 0;
+	}
+	if (strcmp(key, "keep_alive_max_attempt") == 0) {
+		if (parse_long(val, 1, 1000000, &n) < 0) {
+			return cli_fail(p, O_RDZV_CONF, "%s: expected an integer >= 1, got \"%s\"",
+					key, cli_show(b, sizeof(b), val));
+		}
+		s->rdzv.keep_alive_max_attempt = (int)n;
+		return 0;
+	}
+	if (strcmp(key, "is_host") == 0) {
+		if (parse_bool(val, &yes) < 0 || *val == '\0') {
+			return cli_fail(p, O_RDZV_CONF, "%s: expected 0 or 1, got \"%s\"", key,
+					cli_show(b, sizeof(b), val));
+		}
+		s->is_host = yes ? 1 : 0;
+		return 0;
+	}
+	return cli_fail(p, O_RDZV_CONF, "unknown key \"%s\" (known: %s)",
+			cli_show(b, sizeof(b), key), conf_keys);
+}
+
+int cli_do_rdzv_conf(struct cli_parser *p)
+{
+	const char *v = p->v[O_RDZV_CONF].val;
+	char *copy, *item, *save = NULL, *eq;
+	char b[64];
+	int rc = 0;
+
+	if (!p->v[O_RDZV_CONF].set || *v == '\0') {
+		return 0;
+	}
+	copy = strdup(v);
+	if (copy == NULL) {
+		return cli_oom(p);
+	}
+	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+		eq = strchr(item, '=');
+		if (eq == NULL || eq == item) {
+			rc = cli_fail(p, O_RDZV_CONF, "expected KEY=VALUE, got \"%s\"",
+				      cli_show(b, sizeof(b), item));
+			break;
+		}
+		*eq = '\0';
+		rc = conf_item(p, item, eq + 1);
+		if (rc != 0) {
+			break;
+		}
+	}
+	free(copy);
+	return rc;
+}
+
+/* "3" (every local rank) or "0:1,1:2" (per local rank, others none) into @masks. */
+int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *masks)
+{
+	const char *v = p->v[id].val;
+	char *copy, *item, *save = NULL, *colon;
+	char b[64];
+	long r, m;
+	size_t i;
+	int rc = 0;
+
+	if (!p->v[id].set || *v == '\0') {
+		return 0; /* torchrun's default "": no stream anywhere but the console */
+	}
+	if (strchr(v, ':') == NULL) {
+		if (parse_long(v, 0, 3, &m) < 0) {
+			return cli_fail(p, id, "expected 0..3 or LOCAL_RANK:0..3,..., got \"%s\"",
+					cli_show(b, sizeof(b), v));
+		}
+		for (i = 0; i <= RANK_MAP_MAX; i++) {
+			masks[i] = (enum std_mask)m;
+		}
+		return 0;
+	}
+	for (i = 0; i <= RANK_MAP_MAX; i++) {
+		masks[i] = STD_NONE;
+	}
+	copy = strdup(v);
+	if (copy == NULL) {
+		return cli_oom(p);
+	}
+	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+		colon = strchr(item, ':');
+		if (colon == NULL) {
+			rc = cli_fail(p, id, "expected LOCAL_RANK:0..3, got \"%s\"",
+				      cli_show(b, sizeof(b), item));
+			break;
+		}
+		*colon = '\0';
+		if (parse_long(item, 0, RANK_MAP_MAX - 1, &r) < 0 ||
+		    parse_long(colon + 1, 0, 3, &m) < 0) {
+			*colon = ':';
+			rc = cli_fail(p, id,
+				      "expected LOCAL_RANK:0..3 with LOCAL_RANK < %d, got \"%s\"",
+				      RANK_MAP_MAX, cli_show(b, sizeof(b), item));
+			break;
+		}
+		masks[r] = (enum std_mask)m;
+	}
+	free(copy);
+	return rc;
+}
+
+int cli_do_ranks_filter(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	const char *v = p->v[O_LOCAL_RANKS_FILTER].val;
+	char *copy, *item, *save = NULL;
+	char b[64];
+	long r;
+	int rc = 0;
+
+	if (!p->v[O_LOCAL_RANKS_FILTER].set || *v == '\0') {
+		return 0;
+	}
+	s->ranks_filter = calloc((size_t)s->nproc_per_node, sizeof(bool));
+	copy = strdup(v);
+	if (s->ranks_filter == NULL || copy == NULL) {
+		free(copy);
+		return cli_oom(p);
+	}
+	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+		if (parse_long(item, 0, LONG_MAX, &r) < 0) {
+			rc = cli_fail(p, O_LOCAL_RANKS_FILTER,
+				      "expected local ranks like 0,2, got \"%s\"",
+				      cli_show(b, sizeof(b), item));
+			break;
+		}
+		if (r >= s->nproc_per_node) {
+			rc = cli_fail(p, O_LOCAL_RANKS_FILTER,
+				      "local rank %ld is out of range 0..%d (--nproc-per-node %d)",
+				      r, s->nproc_per_node - 1, s->nproc_per_node);
+			break;
+		}
+		s->ranks_filter[r] = true;
+	}
+	free(copy);
+	return rc;
+}
+
+int cli_do_signals(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	const char *v = p->v[O_SIGNALS].val;
+	char *copy, *item, *save = NULL;
+	char b[64];
+	int sig, rc = 0, i;
+
+	if (!p->v[O_SIGNALS].set) {
+		return 0;
+	}
+	copy = strdup(v);
+	if (copy == NULL) {
+		return cli_oom(p);
+	}
+	s->nsignals = 0;
+	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+		while (isspace((unsigned char)*item)) {
+			item++;
+		}
+		sig = signal_parse(item);
+		if (sig < 0) {
+			rc = cli_fail(p, O_SIGNALS, "unknown signal \"%s\"",
+				      cli_show(b, sizeof(b), item));
+			break;
+		}
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+			rc = cli_fail(p, O_SIGNALS, "%s cannot be handled", signal_abbrev(sig));
+			break;
+		}
+		for (i = 0; i < s->nsignals && s->signals[i] != sig; i++) {
+		}
+		if (i < s->nsignals) {
+			continue;
+		}
+		if (s->nsignals == JOBSPEC_MAX_SIGNALS) {
+			rc = cli_fail(p, O_SIGNALS, "more than %d signals", JOBSPEC_MAX_SIGNALS);
+			break;
+		}
+		s->signals[s->nsignals++] = sig;
+	}
+	free(copy);
+	if (rc == 0 && s->nsignals == 0) {
+		rc = cli_fail(p, O_SIGNALS, "no signal given");
+	}
+	return rc;
+}
+
+int cli_do_log_prefix(struct cli_parser *p)
+{
+	static const char *const fields[] = {"rank", "local_rank", "role", "host"};
+	const char *v = p->v[O_LOG_PREFIX].val;
+	const char *q, *end;
+	char b[64];
+	size_t i;
+
+	if (!p->v[O_LOG_PREFIX].set) {
+		return 0;
+	}
+	for (q = v; *q != '\0'; q++) {
+		if (iscntrl((unsigned char)*q)) {
+			return cli_fail(p, O_LOG_PREFIX, "control character in template");
+		}
+	}
+	for (q = strchr(v, '{'); q != NULL; q = strchr(end, '{')) {
+		end = strchr(q, '}');
+		if (end == NULL) {
+			return cli_fail(p, O_LOG_PREFIX, "unclosed \"{\" in \"%s\"",
+					cli_show(b, sizeof(b), v));
+		}
+		for (i = 0; i < ARRAY_SIZE(fields); i++) {
+			if (strlen(fields[i]) == (size_t)(end - q - 1) &&
+			    strncmp(fields[i], q + 1, (size_t)(end - q - 1)) == 0) {
+				break;
+			}
+		}
+		if (i == ARRAY_SIZE(fields)) {
+			return cli_fail(
+				p, O_LOG_PREFIX,
+				"unknown field \"%.*s\" (use {rank} {local_rank} {role} {host})",
+				(int)(end - q + 1 > 40 ? 40 : end - q + 1), q);
+		}
+	}
+	if (strlen(v) > 256) {
+		return cli_fail(p, O_LOG_PREFIX, "longer than 256 bytes");
+	}
+	return cli_set_str(&p->spec->log_prefix, v) < 0 ? cli_oom(p) : 0;
+}
+
+int cli_do_log_dir(struct cli_parser *p)
+{
+	struct stat st;
+	int rc;
+
+	if (!p->v[O_LOG_DIR].set) {
+		return 0;
+	}
+	rc = cli_text_value(p, O_LOG_DIR, PATH_MAX - 64, &p->spec->log_dir);
+	if (rc != 0) {
+		return rc;
+	}
+	if (stat(p->spec->log_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+		return cli_fail(p, O_LOG_DIR, "%s exists and is not a directory", p->spec->log_dir);
+	}
+	return 0;
+}
+
+int cli_do_local_addr(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	struct crun_diag ld = {0};
+	int rc;
+
+	if (!p->v[O_LOCAL_ADDR].set) {
+		return 0;
+	}
+	rc = cli_text_value(p, O_LOCAL_ADDR, 255, &s->local_addr);
+	if (rc != 0) {
+		return rc;
+	}
+	rc = net_resolve_local_addr(s->local_addr, &s->advertise_addr, &s->socket_ifname, &ld);
+	if (rc == -ENOMEM) {
+		return cli_oom(p);
+	}
+	if (rc < 0) {
+		return cli_fail(p, O_LOCAL_ADDR, "%s", ld.msg);
+	}
+	return 0;
+}
+
+int cli_do_program(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	bool module, no_python, run_path;
+	int i;
+
+	if (cli_flag_value(p, O_MODULE, &module) != 0 ||
+	    cli_flag_value(p, O_NO_PYTHON, &no_python) != 0 ||
+	    cli_flag_value(p, O_RUN_PATH, &run_path) != 0) {
+		return CLI_USAGE;
+	}
+	if (module && no_python) {
+		return cli_fail(p, O_MODULE, "cannot be combined with --no-python");
+	}
+	if (module && run_path) {
+		return cli_fail(p, O_MODULE, "cannot be combined with --run-path");
+	}
+	if (run_path && no_python) {
+		return cli_fail(p, O_RUN_PATH, "cannot be combined with --no-python");
+	}
+	if (*p->program == '\0') {
+		return cli_fail(p, O_COUNT, "program: empty name");
+	}
+	s->program_kind = program_kind_of(p->program, module, no_python, run_path);
+	if (program_resolve(s, p->program, !no_python, p->d) < 0) {
+		return CLI_USAGE; /* @d says why */
+	}
+
+	s->args = calloc((size_t)p->nargs + 1, sizeof(char *));
+	if (s->args == NULL) {
+		return cli_oom(p);
+	}
+	for (i = 0; i < p->nargs; i++) {
+		s->args[i] = strdup(p->args[i]);
+		if (s->args[i] == NULL) {
+			return cli_oom(p);
+		}
+		s->nargs = i + 1;
+	}
+	return 0;
+}

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/* src/cli_options.c: crun's options: the table (names, PET_ variables, metavars) and --help. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "src/cli.h"
+#include "src/cli_parser.h"
+
+const struct cli_opt cli_opts[O_COUNT] = {
+	[O_NNODES] = {"nnodes", 0, true, true, "N|MIN:MAX",
+		      "number of nodes, or the elastic range (default 1)", "Job shape"},
+	[O_NPROC] = {"nproc-per-node", 0, true, true, "N|gpu|cpu|auto",
+		     "workers on this node: a count, the visible GPUs, the online CPUs, or GPUs if "
+		     "any else CPUs (default 1)", NULL},
+	[O_NODE_RANK] = {"node-rank", 0, true, true, "N",
+			 "this node's rank for --rdzv-backend static (default 0)",
+			 "Static rendezvous (torchrun's default)"},
+	[O_MASTER_ADDR] = {"master-addr", 0, true, true, "ADDR",
+			   "address of node 0 for static mode (default 127.0.0.1)", NULL},
+	[O_MASTER_PORT] = {"master-port", 0, true, true, "PORT",
+			   "port of node 0 for static mode (default 29500)", NULL},
+	[O_RDZV_BACKEND] = {"rdzv-backend", 0, true, true, "NAME",
+			    "c10d (alias tcp), static or file (default static)",
+			    "Dynamic rendezvous"},
+	[O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, true, true, "HOST[:PORT]|file:///PATH",
+			     "the store: c10d address (default port 29400) or shared file", NULL},
+	[O_RDZV_ID] = {"rdzv-id", 0, true, true, "ID", "the job's run id (default none)", NULL},
+	[O_RDZV_CONF] = {"rdzv-conf", 0, true, true, "KEY=VALUE,...",
+			 "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
+			 "keep_alive_interval, read_timeout (seconds), keep_alive_max_attempt, "
+			 "is_host (0|1)", NULL},
+	[O_STANDALONE] = {"standalone", 0, false, true, NULL,
+			  "single node: c10d store on 127.0.0.1, a free port, a fresh run id",
+			  NULL},
+	[O_MAX_RESTARTS] = {"max-restarts", 0, true, true, "N",
+			    "job-wide restarts after worker failures (default 0)",
+			    "Restarts and shutdown"},
+	[O_MONITOR_INTERVAL] = {"monitor-interval", 0, true, true, "SECONDS",
+				"accepted for torchrun compatibility; crun is event-driven", NULL},
+	[O_START_METHOD] = {"start-method", 0, true, true, "spawn|fork|forkserver",
+			    "accepted for torchrun compatibility; workers are always exec'd",
+			    NULL},
+	[O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, true, true, "SECONDS",
+				"grace between SIGTERM and SIGKILL when stopping workers "
+				"(default 30)", NULL},
+	[O_SIGNALS] = {"signals-to-handle", 0, true, true, "SIG,...",
+		       "signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)",
+		       NULL},
+	[O_LOCAL_ADDR] = {"local-addr", 0, true, true, "ADDR|HOST|IFACE",
+			  "address this node advertises; an interface name (eth0) also sets "
+			  "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME", "Workers"},
+	[O_ROLE] = {"role", 0, true, true, "NAME", "worker role, ROLE_NAME (default default)",
+		    NULL},
+	[O_MODULE] = {"module", 'm', false, true, NULL,
+		      "PROGRAM is a Python module: python3 -u -m PROGRAM", NULL},
+	[O_NO_PYTHON] = {"no-python", 0, false, true, NULL,
+			 "run PROGRAM directly even if it ends in .py", NULL},
+	[O_RUN_PATH] = {"run-path", 0, false, true, NULL,
+			"run PROGRAM under python3 -u whatever its name", NULL},
+	[O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, false, true, NULL,
+				  "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to "
+				  "its GPU", NULL},
+	[O_LOCAL_RANK_ARG] = {"local-rank-arg", 0, false, true, NULL,
+			      "append --local_rank=N to each worker's arguments (legacy "
+			      "torch.distributed.launch scripts)", NULL},
+	[O_LOG_DIR] = {"log-dir", 0, true, true, "DIR",
+		       "keep DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log", "Output"},
+	[O_REDIRECTS] = {"redirects", 'r', true, true, "STD|RANK:STD,...",
+			 "send streams to the log files only: 0 none, 1 out, 2 err, 3 both",
+			 NULL},
+	[O_TEE] = {"tee", 't', true, true, "STD|RANK:STD,...",
+		   "send streams to the log files and the console (as --redirects)", NULL},
+	[O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, true, true, "RANK,...",
+				  "show only these local ranks on the console", NULL},
+	[O_LOG_PREFIX] = {"log-prefix", 0, true, true, "TEMPLATE",
+			  "console line prefix with {rank} {local_rank} {role} {host} "
+			  "(default \"[rank{rank}]:\")", NULL},
+	[O_LOGS_SPECS] = {"logs-specs", 0, true, true, "NAME",
+			  "accepted for torchrun compatibility; only \"default\"", NULL},
+	[O_HELP] = {"help", 'h', false, false, NULL, "print this help and exit", "Other"},
+	[O_VERSION] = {"version", 0, false, false, NULL, "print the version and exit", NULL},
+};
+
+const struct cli_opt *cli_opt_find_long(const char *name, size_t len, enum cli_opt_id *id)
+{
+	char norm[64];
+	size_t i;
+	int k;
+
+	if (len == 0 || len >= sizeof(norm)) {
+		return NULL;
+	}
+	for (i = 0; i < len; i++) {
+		norm[i] = name[i] == '_' ? '-' : name[i];
+	}
+	norm[len] = '\0';
+	for (k = 0; k < O_COUNT; k++) {
+		if (strcmp(cli_opts[k].name, norm) == 0) {
+			*id = (enum cli_opt_id)k;
+			return &cli_opts[k];
+		}
+	}
+	return NULL;
+}
+
+const struct cli_opt *cli_opt_find_short(char c, enum cli_opt_id *id)
+{
+	int k;
+
+	for (k = 0; k < O_COUNT; k++) {
+		if (cli_opts[k].shrt != 0 && cli_opts[k].shrt == c) {
+			*id = (enum cli_opt_id)k;
+			return &cli_opts[k];
+		}
+	}
+	return NULL;
+}
+
+/* "  LEFT  help..." with the help text wrapped at 80 columns under column 32. */
+static void print_wrapped(FILE *out, const char *left, const char *help)
+{
+	const char *q = help;
+	size_t n, brk;
+
+	while (*q != '\0') {
+		n = strlen(q);
+		brk = n;
+		if (n > 48) {
+			for (brk = 48; brk > 0 && q[brk] != ' '; brk--) {
+			}
+			if (brk == 0) {
+				brk = n;
+			}
+		}
+		fprintf(out, "  %-28s  %.*s\n", left, (int)brk, q);
+		left = "";
+		q += brk;
+		while (*q == ' ') {
+			q++;
+		}
+	}
+}
+
+void cli_usage(FILE *out)
+{
+	char left[64];
+	int k;
+
+	fprintf(out, "Usage: crun [OPTIONS] PROGRAM [ARGS...]\n"
+		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
+		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
+		     "under python3 -u ($PYTHON_EXEC); ARGS pass through unchanged except\n"
+		     "${local_rank}. Every option also reads PET_<OPTION> (PET_NPROC_PER_NODE=4);\n"
+		     "the command line wins. Dashes and underscores are alike (--nproc_per_node).\n");
+	for (k = 0; k < O_COUNT; k++) {
+		if (cli_opts[k].section != NULL) {
+			fprintf(out, "\n%s:\n", cli_opts[k].section);
+		}
+		if (cli_opts[k].shrt != 0) {
+			snprintf(left, sizeof(left), "-%c, --%s%s%s", cli_opts[k].shrt,
+				 cli_opts[k].name, cli_opts[k].arg ? " " : "",
+				 cli_opts[k].arg ? cli_opts[k].metavar : "");
+		} else {
+			snprintf(left, sizeof(left), "    --%s%s%s", cli_opts[k].name,
+				 cli_opts[k].arg ? " " : "",
+				 cli_opts[k].arg ? cli_opts[k].metavar : "");
+		}
+		if (strlen(left) > 28) {
+			fprintf(out, "  %s\n", left);
+			left[0] = '\0';
+		}
+		print_wrapped(out, left, cli_opts[k].help);
+	}
+	fprintf(out, "\nExit status: 0 on success; the first failed worker's exit code (128+N for\n"
+		     "signal N); 1 when rendezvous or the agent itself failed; 2 for a bad command\n"
+		     "line; 128+N when crun was stopped by signal N. See crun(1).\n");
+}

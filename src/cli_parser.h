@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/* src/cli_parser.h: what the command-line files share: the option table and the parser state. */
+#ifndef CRUN_SRC_CLI_PARSER_H
+#define CRUN_SRC_CLI_PARSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/jobspec.h"
+#include "src/common/diag.h"
+
+/*
+ * Private to src/cli*.c and src/program.c. cli.c reads argv and PET_* and checks the flags in
+ * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value.
+ */
+
+enum cli_opt_id {
+	O_NNODES,
+	O_NPROC,
+	O_NODE_RANK,
+	O_MASTER_ADDR,
+	O_MASTER_PORT,
+	O_RDZV_BACKEND,
+	O_RDZV_ENDPOINT,
+	O_RDZV_ID,
+	O_RDZV_CONF,
+	O_STANDALONE,
+	O_MAX_RESTARTS,
+	O_MONITOR_INTERVAL,
+	O_START_METHOD,
+	O_SHUTDOWN_TIMEOUT,
+	O_SIGNALS,
+	O_LOCAL_ADDR,
+	O_ROLE,
+	O_MODULE,
+	O_NO_PYTHON,
+	O_RUN_PATH,
+	O_VIRTUAL_LOCAL_RANK,
+	O_LOCAL_RANK_ARG,
+	O_LOG_DIR,
+	O_REDIRECTS,
+	O_TEE,
+	O_LOCAL_RANKS_FILTER,
+	O_LOG_PREFIX,
+	O_LOGS_SPECS,
+	O_HELP,
+	O_VERSION,
+	O_COUNT
+};
+
+struct cli_opt {
+	const char *name;    /* long name with dashes; dashes and underscores in it match alike */
+	char shrt;           /* short letter or 0 */
+	bool arg;            /* takes a value */
+	bool env;            /* also read from PET_<NAME> */
+	const char *metavar; /* for --help */
+	const char *help;    /* one line for --help; "\n" starts a section heading before it */
+	const char *section; /* heading printed before this option, or NULL */
+};
+
+/* Every option, indexed by enum cli_opt_id, in --help order (cli_options.c). */
+extern const struct cli_opt cli_opts[O_COUNT];
+
+/* The option named @name (@len bytes, without "--"; '_' matches '-'), or NULL; sets *@id. */
+const struct cli_opt *cli_opt_find_long(const char *name, size_t len, enum cli_opt_id *id);
+/* The option with short letter @c, or NULL; sets *@id. */
+const struct cli_opt *cli_opt_find_short(char c, enum cli_opt_id *id);
+
+/* Where a value came from: the spelling the user typed, for error lines. */
+struct cli_optval {
+	const char *val; /* borrowed from argv or the environment */
+	char origin[64]; /* "--nproc_per_node", "-r", "PET_NNODES" */
+	bool set;
+};
+
+struct cli_parser {
+	struct cli_optval v[O_COUNT];
+	struct job_spec *spec;
+	struct crun_diag *d;
+	const char *program;
+	char **args;
+	int nargs;
+};
+/* ---- cli.c: messages and strings ---- */
+
+/* Copy at most 48 bytes of @s into @buf for an error line, non-printables as '?'; returns @buf. */
+const char *cli_show(char *buf, size_t len, const char *s);
+/*
+ * Record "ORIGIN: what" (or just "what" when @id is O_COUNT) in p->d with CRUN_ECONFIG, the
+ * message cut to 199 bytes. Returns CLI_USAGE.
+ */
+int cli_fail(struct cli_parser *p, enum cli_opt_id id, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Record -ENOMEM, "out of memory". Returns CLI_USAGE. */
+int cli_oom(struct cli_parser *p);
+/* Replace *@dst (freed) with a copy of @src. 0 or -ENOMEM (*@dst is then unchanged). */
+int cli_set_str(char **dst, const char *src);
+
+/* ---- cli_flags.c: values (0, or CLI_USAGE with p->d set) ---- */
+
+int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, int *out);
+/* Seconds ("30", "0.5") into milliseconds. */
+int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms);
+/* A flag's 0/1, true/false, yes/no, on/off; false when the flag is not set. */
+int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out);
+/* A non-empty string without control characters, at most @maxlen bytes, copied into *@out. */
+int cli_text_value(struct cli_parser *p, enum cli_opt_id id, size_t maxlen, char **out);
+/* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
+bool cli_valid_host(const char *h);
+/* A fresh version 4 UUID, malloc'd in *@out (caller frees). 0, -EIO or -ENOMEM. */
+int cli_random_run_id(char **out);
+
+/* ---- cli_flags.c: each flag, stored in p->spec (0, or CLI_USAGE with p->d set) ---- */
+
+int cli_do_nnodes(struct cli_parser *p);
+/* Sets *@count_later when the value is gpu, cpu or auto: cli_count_nproc() counts then. */
+int cli_do_nproc(struct cli_parser *p, bool *count_later);
+int cli_count_nproc(struct cli_parser *p);
+int cli_do_backend(struct cli_parser *p);
+int cli_do_endpoint(struct cli_parser *p);
+int cli_do_rdzv_id(struct cli_parser *p);
+int cli_do_rdzv_conf(struct cli_parser *p);
+/* --redirects or --tee (@id) into @masks, indexed by local rank. */
+int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *masks);
+/* Needs spec->nproc_per_node counted first. */
+int cli_do_ranks_filter(struct cli_parser *p);
+int cli_do_signals(struct cli_parser *p);
+int cli_do_log_prefix(struct cli_parser *p);
+int cli_do_log_dir(struct cli_parser *p);
+int cli_do_local_addr(struct cli_parser *p);
+/* -m, --no-python, --run-path and PROGRAM ARGS (program.c finds it). */
+int cli_do_program(struct cli_parser *p);
+
+#endif
