@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +34,8 @@
  */
 #define EXIT_SAW_ERROR 3
 #define EXIT_SKIP 77
+/* How much earlier than its deadline a timeout may be reported (millisecond truncation). */
+#define TIMEOUT_EARLY_MS 100
 
 static int g_rank, g_size;
 
@@ -291,6 +295,11 @@ static int scenario_die(struct crun_comm *c, int timeout_ms)
 		FAILF("error after %lld ms, timeout was %d ms", (long long)(crun_now_ms() - t0),
 		      timeout_ms);
 	}
+	/* The collective's deadline is its start plus the timeout: never a timeout before. */
+	if (rc == -ETIMEDOUT && crun_now_ms() - t0 < timeout_ms - TIMEOUT_EARLY_MS) {
+		FAILF("timed out after %lld ms, timeout was %d ms", (long long)(crun_now_ms() - t0),
+		      timeout_ms);
+	}
 	/* Poisoned: the next call fails at once with the same error. */
 	t0 = crun_now_ms();
 	rc2 = crun_comm_barrier(c);
@@ -300,6 +309,9 @@ static int scenario_die(struct crun_comm *c, int timeout_ms)
 	}
 	fprintf(stderr, "comm_worker rank %d: saw %s: %s\n", g_rank, crun_strerror(rc),
 		crun_comm_last_error(c));
+	/* For test_comm: a killed peer must give resets, a stopped one at least one timeout. */
+	printf("saw %s\n", rc == -ETIMEDOUT ? "ETIMEDOUT" : "ECONNRESET");
+	fflush(stdout);
 	return EXIT_SAW_ERROR;
 }
 
@@ -322,7 +334,11 @@ static int scenario_mismatch(struct crun_comm *c)
 	return EXIT_SAW_ERROR;
 }
 
-/* Before joining, rank 1 sends rank 0 a garbage connection and an impostor hello. */
+/*
+ * Before joining, rank 1 sends rank 0 an empty connection, a garbage one and an impostor
+ * hello, then sets "stray-sent": rank 2 (rank 0's predecessor) connects only after that, so
+ * rank 0 finds all three in its accept queue ahead of the real one and must reject each.
+ */
 static void send_strays(struct crun_store *st)
 {
 	const char *keys[1] = {"stray/0/addr/0"};
@@ -355,8 +371,8 @@ static void send_strays(struct crun_store *st)
 		if (k == 1) {
 			memcpy(junk, "garbage!garbage!garbage!garbage!", 32);
 		} else if (k == 2) {
-			/* Right magic and version, but a generation nobody is in. */
-			memcpy(junk, "CRCM\x01\x00\x01\x00", 8);
+			/* Right magic and version (2), but a generation nobody is in. */
+			memcpy(junk, "CRCM\x02\x00\x01\x00", 8);
 			junk[8] = (uint8_t)(g_size - 1);
 			junk[12] = (uint8_t)g_size;
 			junk[16] = 99;
@@ -367,6 +383,63 @@ static void send_strays(struct crun_store *st)
 			FAILF("stray: write: %s", strerror(errno));
 		}
 		close(fd);
+	}
+	rc = crun_store_set(st, "stray-sent", "1", 1);
+	if (rc < 0) {
+		FAILF("stray: set stray-sent: %s", crun_strerror(rc));
+	}
+}
+
+/* Rank 2 of the stray scenario: connect to rank 0 only once the strays are queued there. */
+static void wait_strays(struct crun_store *st)
+{
+	const char *keys[1] = {"stray-sent"};
+	int rc = crun_store_wait(st, keys, 1, 30000);
+
+	if (rc < 0) {
+		FAILF("stray: waiting for rank 1's strays: %s", crun_strerror(rc));
+	}
+}
+
+/* Rank 0 of the stray scenario: send stderr (the library's log) to a memfd during create. */
+static int capture_stderr(int *saved)
+{
+	int fd = memfd_create("comm-worker-log", MFD_CLOEXEC);
+
+	fflush(stderr);
+	*saved = dup(STDERR_FILENO);
+	if (fd < 0 || *saved < 0 || dup2(fd, STDERR_FILENO) < 0) {
+		FAILF("stray: capturing stderr: %s", strerror(errno));
+	}
+	return fd;
+}
+
+/* Put stderr back, echo what was captured, and check each stray was rejected for its reason. */
+static void check_strays_rejected(int fd, int saved)
+{
+	static const char *const why[] = {"Connection reset by peer", "bad magic",
+					  "different generation"};
+	char log[8192];
+	ssize_t n;
+	int count = 0;
+
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, log, sizeof(log) - 1, 0);
+	close(fd);
+	log[n > 0 ? n : 0] = '\0';
+	fputs(log, stderr);
+	for (const char *q = log; (q = strstr(q, "rejected connection from")) != NULL; q++) {
+		count++;
+	}
+	if (count != 3) {
+		FAILF("stray: rank 0 rejected %d connections, want 3", count);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(why); i++) {
+		if (strstr(log, why[i]) == NULL) {
+			FAILF("stray: no connection rejected for \"%s\"", why[i]);
+		}
 	}
 }
 
@@ -509,7 +582,7 @@ int main(int argc, char **argv)
 	struct crun_comm *c = NULL;
 	const char *scen;
 	char err[256];
-	int rc, timeout_ms, status = 0;
+	int rc, timeout_ms, status = 0, log_fd = -1, saved_stderr = -1;
 	int64_t t0;
 
 	if (argc < 6) {
@@ -520,6 +593,15 @@ int main(int argc, char **argv)
 	g_rank = atoi(argv[3]);
 	g_size = atoi(argv[4]);
 	scen = argv[5];
+	if (strcmp(scen, "stray") == 0 && g_rank == 0) {
+		const char *lvl = getenv("CRUN_LOG_LEVEL");
+
+		/* The rejections are warnings: a level that hides them would fail the check.
+		 * Set before anything logs (the level is read once). */
+		if (lvl != NULL && strcasecmp(lvl, "error") == 0) {
+			setenv("CRUN_LOG_LEVEL", "warn", 1);
+		}
+	}
 	timeout_ms = argc > 6 ? atoi(argv[6]) : 60000;
 	so.endpoint = argv[1];
 	so.prefix = argv[2];
@@ -537,11 +619,20 @@ int main(int argc, char **argv)
 	if (strcmp(scen, "stray") == 0 && g_rank == 1) {
 		send_strays(st);
 	}
+	if (strcmp(scen, "stray") == 0 && g_rank == 2) {
+		wait_strays(st);
+	}
+	if (strcmp(scen, "stray") == 0 && g_rank == 0) {
+		log_fd = capture_stderr(&saved_stderr);
+	}
 	if (strcmp(scen, "die") == 0) {
 		start_barrier(st);
 	}
 	t0 = crun_now_ms();
 	rc = crun_comm_create(st, g_rank, g_size, &co, &c);
+	if (log_fd >= 0) {
+		check_strays_rejected(log_fd, saved_stderr);
+	}
 	if (strcmp(scen, "badaddr") == 0) {
 		crun_store_close(st);
 		if (rc != CRUN_ECONFIG) {
@@ -561,7 +652,8 @@ int main(int argc, char **argv)
 			FAILF("create with a missing peer: got %s, want -ETIMEDOUT",
 			      crun_strerror(rc));
 		}
-		if (took > timeout_ms + 2000) {
+		if (took > timeout_ms + 2000 ||
+		    (rc == -ETIMEDOUT && took < timeout_ms - TIMEOUT_EARLY_MS)) {
 			FAILF("create with a missing peer took %lld ms (timeout %d)",
 			      (long long)took, timeout_ms);
 		}

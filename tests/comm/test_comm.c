@@ -294,13 +294,15 @@ static void missing_peer_times_out_within_the_timeout(void **state)
 /*
  * Four ranks loop allreduces; rank 2 is killed (@stop false) or stopped with SIGSTOP (@stop
  * true: alive but silent, so its neighbours must time out). The others must all report an
- * error (-ECONNRESET or -ETIMEDOUT, then fail fast) within the timeout plus slack.
+ * error (-ECONNRESET or -ETIMEDOUT, then fail fast) within the timeout plus slack. A killed
+ * peer's sockets close, so every survivor must see a reset, never a timeout; a stopped one
+ * closes nothing, so some survivor must be the first to time out.
  */
 static void broken_peer(struct store_daemon *d, bool stop)
 {
 	struct proc ps[4];
 	char prefix[64], ranks[4][8], line[64];
-	int bad = 0;
+	int bad = 0, timeouts = 0;
 
 	snprintf(prefix, sizeof(prefix), "die%d-%d/", (int)getpid(), ++prefix_seq);
 	for (int i = 0; i < 4; i++) {
@@ -338,12 +340,28 @@ static void broken_peer(struct store_daemon *d, bool stop)
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != EXIT_SAW_ERROR) {
 			fprintf(stderr, "rank %d: status 0x%x\n", i, st);
 			bad++;
+			continue;
+		}
+		if (read_line(ps[i].out, line, sizeof(line), 1000) < 0) {
+			fprintf(stderr, "rank %d: did not say which error it saw\n", i);
+			bad++;
+		} else if (strcmp(line, "saw ETIMEDOUT") == 0) {
+			timeouts++;
+		} else if (strcmp(line, "saw ECONNRESET") != 0) {
+			fprintf(stderr, "rank %d: said \"%s\"\n", i, line);
+			bad++;
 		}
 	}
 	for (int i = 0; i < 4; i++) {
 		kill_proc(&ps[i]);
 	}
 	assert_int_equal(bad, 0);
+	if (stop && timeouts == 0) {
+		fail_msg("a stopped peer: no rank timed out, every one saw a reset");
+	}
+	if (!stop && timeouts > 0) {
+		fail_msg("a killed peer: %d rank(s) timed out instead of seeing a reset", timeouts);
+	}
 }
 
 static void killed_peer_gives_errors_not_a_hang(void **state)
