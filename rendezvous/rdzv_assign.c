@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_internal.h"
 #include "src/common/diag.h"
+#include "src/common/net.h"
 #include "src/common/clock.h"
 
 /* Bind port 0 on @addr, read the port back and close: a port free on this node right now. */
@@ -61,8 +61,7 @@ int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d)
 			      strerror(errno));
 		goto out;
 	}
-	*port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-					       : ((struct sockaddr_in *)&ss)->sin_port);
+	*port = net_sockaddr_port((struct sockaddr *)&ss);
 	rc = 0;
 out:
 	if (fd >= 0) {
