@@ -248,8 +248,10 @@ struct join {
 	int p, g, port; /* position (from 1), group rank, master port (rank 0 only) */
 	int rcount;	/* the restart count this node would close the round with */
 	bool rcount_final, min_seen, prev_ended, closed_by_me, over_max;
-	int64_t lc_start, next_hb, next_progress; /* lc_start: the last call began (0: not yet) */
-	char cur[REC_MAX];			  /* the round's close value, once closed */
+	/* When the last call began (0: not yet), and when to refresh and to report. */
+	int64_t lc_start, next_hb, next_progress;
+	/* The round's close value, once closed. */
+	char cur[REC_MAX];
 };
 
 /*
