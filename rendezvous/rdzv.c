@@ -20,7 +20,7 @@
 #include "src/common/diag.h"
 #include "src/common/clock.h"
 
-/* Joining lives in rdzv_join.c, heartbeats and the watch thread in rdzv_watch.c. */
+/* Joining lives in rdzv_join.c and rdzv_assign.c, heartbeats and the watch in rdzv_watch.c. */
 
 void rdzv_conf_defaults(struct rdzv_conf *c)
 {
