@@ -1,37 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/rdzv/harness.c: start a real store (crun-rdzvd or a file) for rendezvous tests. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "src/common/clock.h"
+#include "src/common/fs.h"
 #include "tests/rdzv/harness.h"
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 /* Read one line from @fd within @timeout_ms. Returns its length or -1. */
 static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
 {
-	long deadline = now_ms() + timeout_ms;
+	int64_t deadline = crun_now_ms() + timeout_ms;
 	size_t n = 0;
 
 	while (n + 1 < cap) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		long left = deadline - now_ms();
+		int64_t left = deadline - crun_now_ms();
 		ssize_t got;
 
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
@@ -120,12 +113,12 @@ void fixture_endpoint(const struct store_fixture *f, const char *name, char *out
 void fixture_stop(struct store_fixture *f)
 {
 	if (f->pid > 0) {
-		long deadline = now_ms() + 5000;
+		int64_t deadline = crun_now_ms() + 5000;
 		int status;
 
 		kill(f->pid, SIGTERM);
 		while (waitpid(f->pid, &status, WNOHANG) == 0) {
-			if (now_ms() > deadline) {
+			if (crun_now_ms() > deadline) {
 				kill(f->pid, SIGKILL);
 				waitpid(f->pid, &status, 0);
 				break;
@@ -135,21 +128,7 @@ void fixture_stop(struct store_fixture *f)
 		f->pid = 0;
 	}
 	if (f->file && f->dir[0] != '\0') {
-		DIR *dir = opendir(f->dir);
-		struct dirent *e;
-		char path[600];
-
-		while (dir != NULL && (e = readdir(dir)) != NULL) {
-			if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
-				continue;
-			}
-			snprintf(path, sizeof(path), "%s/%s", f->dir, e->d_name);
-			unlink(path);
-		}
-		if (dir != NULL) {
-			closedir(dir);
-		}
-		rmdir(f->dir);
+		(void)fs_rm_rf(f->dir);
 		f->dir[0] = '\0';
 	}
 }

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <crun/error.h>
 
+#include "src/common/clock.h"
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "tests/rdzv/harness.h"
@@ -28,14 +28,6 @@ struct agent {
 static pthread_barrier_t start_line;
 static int phase; /* 0: next_round, 1: finish */
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void *agent_main(void *arg)
 {
 	struct agent *ag = arg;
@@ -46,7 +38,7 @@ static void *agent_main(void *arg)
 	} else {
 		ag->rc = rdzv_finish(ag->r, 120000, &ag->d);
 	}
-	ag->done_ns = now_ns();
+	ag->done_ns = crun_now_ns();
 	return NULL;
 }
 
@@ -75,7 +67,7 @@ static double run_phase(struct agent *ags, int n, int which)
 		}
 	}
 	pthread_attr_destroy(&attr);
-	t0 = now_ns();
+	t0 = crun_now_ns();
 	pthread_barrier_wait(&start_line);
 	for (i = 0; i < n; i++) {
 		pthread_join(ags[i].thr, NULL);
@@ -168,7 +160,7 @@ int main(int argc, char **argv)
 	}
 	o.endpoint = endpoint;
 	o.connect_timeout_ms = 30000;
-	t0 = now_ns();
+	t0 = crun_now_ns();
 	for (i = 0; i < n; i++) {
 		struct rdzv_conf c;
 		char host[32];
@@ -187,7 +179,7 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
-	conn_ms = (double)(now_ns() - t0) / 1e6;
+	conn_ms = (double)(crun_now_ns() - t0) / 1e6;
 	join_ms = run_phase(ags, n, 0);
 	if (join_ms < 0) {
 		goto out;

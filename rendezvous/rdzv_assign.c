@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/rdzv_assign.c: what a node takes from a closed round: rank offset, master address. */
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "src/common/log.h"
+#include "rendezvous/rdzv.h"
+#include "rendezvous/rdzv_internal.h"
+#include "src/common/diag.h"
+#include "src/common/net.h"
+#include "src/common/clock.h"
+
+/* Bind port 0 on @addr, read the port back and close: a port free on this node right now. */
+int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d)
+{
+	struct addrinfo hints, *ai = NULL;
+	struct sockaddr_storage ss, any;
+	socklen_t sl = sizeof(ss);
+	int fd = -1, rc, gai;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	gai = getaddrinfo(addr, "0", &hints, &ai);
+	if (gai != 0) {
+		return diag_set(d, -EADDRNOTAVAIL, "rendezvous: master port: resolve %s: %s", addr,
+				gai_strerror(gai));
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = diag_set(d, -errno, "rendezvous: master port: socket: %s", strerror(errno));
+		goto out;
+	}
+	rc = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : -errno;
+	if (rc == -EADDRNOTAVAIL) {
+		/* Not an address of this host (NAT, a name for a VIP): any local port will do. */
+		log_warn("rendezvous: master port: %s is not an address of this node; checking the "
+			 "port on all interfaces",
+			 addr);
+		memset(&any, 0, sizeof(any));
+		any.ss_family = (sa_family_t)ai->ai_family;
+		rc = bind(fd, (struct sockaddr *)&any, ai->ai_addrlen) == 0 ? 0 : -errno;
+	}
+	if (rc < 0) {
+		diag_set(d, rc, "rendezvous: master port: bind %s: %s", addr, strerror(-rc));
+		goto out;
+	}
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+		rc = diag_set(d, -errno, "rendezvous: master port: getsockname: %s",
+			      strerror(errno));
+		goto out;
+	}
+	*port = net_sockaddr_port((struct sockaddr *)&ss);
+	rc = 0;
+out:
+	if (fd >= 0) {
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return rc;
+}
+
+/*
+ * Static ranks join in any order: sum the worker counts in the records of ranks 0..g-1, in
+ * batches of at most CRUN_STORE_MAX_KEYS keys (one store request names no more).
+ */
+static int static_rank_offset(struct rdzv *r, int R, int g, int64_t deadline, int *offset,
+			      struct crun_diag *d)
+{
+	int m = g < CRUN_STORE_MAX_KEYS ? g : CRUN_STORE_MAX_KEYS;
+	const char **keys = calloc((size_t)m, sizeof(*keys));
+	char *kb = malloc((size_t)m * KEY_MAX);
+	void **vals = calloc((size_t)m, sizeof(*vals));
+	size_t *lens = calloc((size_t)m, sizeof(*lens));
+	int64_t off = 0, wait_ms;
+	unsigned np;
+	int base, k = 0, i, rc = 0;
+
+	if (keys == NULL || kb == NULL || vals == NULL || lens == NULL) {
+		rc = diag_set(d, -ENOMEM, "rendezvous: out of memory");
+		goto out;
+	}
+	for (base = 0; base < g; base += k) {
+		k = g - base < m ? g - base : m;
+		for (i = 0; i < k; i++) {
+			keys[i] = kb + (size_t)i * KEY_MAX;
+			rdzv_rkey(kb + (size_t)i * KEY_MAX, R, "node/%d", base + i);
+		}
+		wait_ms = max64(deadline - crun_now_ms(), r->conf.close_timeout_ms);
+		rc = crun_store_wait(r->st, keys, (size_t)k, clamp_ms(wait_ms));
+		if (rc == 0) {
+			rc = crun_store_multi_get(r->st, keys, (size_t)k, vals, lens);
+		}
+		if (rc < 0) {
+			diag_set(d, rc, "rendezvous %s round %d: read node records: %s", r->run_id,
+				 R, crun_strerror(rc));
+			goto out;
+		}
+		for (i = 0; i < k; i++) {
+			if (rc == 0 && (vals[i] == NULL || sscanf(vals[i], "%u", &np) != 1)) {
+				rc = diag_set(d, -EPROTO,
+					      "rendezvous %s round %d: node record %d is malformed",
+					      r->run_id, R, base + i);
+			} else if (rc == 0) {
+				off += np;
+			}
+			free(vals[i]);
+			vals[i] = NULL;
+		}
+		if (rc < 0) {
+			goto out;
+		}
+	}
+	*offset = (int)off;
+	rc = 0;
+out:
+	free(keys);
+	free(kb);
+	free(vals);
+	free(lens);
+	return rc;
+}
+
+/* Fill @a once round @R closed with this node at group rank @g. */
+int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
+			 int rc_count, int my_port, int64_t deadline, struct rdzv_assignment *a,
+			 struct crun_diag *d)
+{
+	char key[KEY_MAX], rec[REC_MAX], maddr[256], mhost[256];
+	const char *keys[1] = {key};
+	unsigned np, cum, mport;
+	int rc;
+
+	memset(a, 0, sizeof(*a));
+	a->round = R;
+	a->group_rank = g;
+	a->group_world_size = count;
+	a->world_size = world;
+	a->restart_count = rc_count;
+	if (!is_static(r)) {
+		a->rank_offset = (int)(PACK_CUM(my_packed) - r->conf.local_world_size);
+	} else if (g > 0) {
+		rc = static_rank_offset(r, R, g, deadline, &a->rank_offset, d);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	snprintf(a->worker_prefix, sizeof(a->worker_prefix), "%s%s/attempt/%d/", r->worker_base,
+		 r->run_id, R);
+	if (g == 0) {
+		/* This node is the master: its own record says what the others read. */
+		snprintf(a->master_addr, sizeof(a->master_addr), "%s", r->addr);
+		a->master_port = my_port;
+		return 0;
+	}
+	/* Rank 0's record names the master; it wrote it right after joining, so it is almost
+	 * always there already: get first, wait only when it is not. */
+	rdzv_rkey(key, R, "node/0");
+	rc = rdzv_get_str(r->st, key, rec, sizeof(rec));
+	if (rc == -ENOENT) {
+		rc = crun_store_wait(
+			r->st, keys, 1,
+			clamp_ms(max64(deadline - crun_now_ms(), r->conf.close_timeout_ms)));
+		if (rc == 0) {
+			rc = rdzv_get_str(r->st, key, rec, sizeof(rec));
+		}
+	}
+	if (rc < 0) {
+		return diag_set(d, rc, "rendezvous %s round %d: read rank 0's record: %s",
+				r->run_id, R, crun_strerror(rc));
+	}
+	if (sscanf(rec, "%u %u %u %255s %255s", &np, &cum, &mport, maddr, mhost) != 5) {
+		return diag_set(d, -EPROTO, "rendezvous %s round %d: rank 0's record is malformed",
+				r->run_id, R);
+	}
+	snprintf(a->master_addr, sizeof(a->master_addr), "%s", maddr);
+	a->master_port = (int)mport;
+	return 0;
+}

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/rdzv_internal.h: what rdzv.c, rdzv_join.c and rdzv_watch.c share. */
+#ifndef CRUN_RENDEZVOUS_RDZV_INTERNAL_H
+#define CRUN_RENDEZVOUS_RDZV_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <crun/store.h>
+
+#include "rendezvous/rdzv.h"
+
+/*
+ * Every key below is relative to the handle prefix "<opts prefix>rdzv/<run_id>/":
+ *   cur                  last round that closed (a hint for agents that arrive later)
+ *   end                  the job is over: "done ..." or "budget ..." (late joiners read it)
+ *   r/<R>/joined         one add per joiner: (position << 32) | cumulative worker count
+ *   r/<R>/min            written by the joiner that brought the round to min_nodes
+ *   r/<R>/closed         "<count> <world_size> <restart_count>", first compare_set wins;
+ *                        count 0 marks a round that timed out before it formed
+ *   r/<R>/node/<g>       node record: "<nproc> <cum> <port> <addr> <host>"
+ *   r/<R>/hb/<g>         heartbeat (TTL heartbeat_timeout), refreshed every keep_alive_interval
+ *   r/<R>/failed         "<kind> <group_rank> <host> <text>", first compare_set wins
+ *   r/<R>/fin/<g>        node g's workers all exited 0
+ *   r/<R>/done           add per finished node; r/<R>/alldone when it reaches the count
+ *   r/<R>/wake/<g>/<n>   written by rdzv_watch_stop() to wake the watch thread at once
+ *   gone, gone/<n>       nodes that saw the job end; the n-th writes gone/<n> (rdzv_wait_left)
+ *
+ * rdzv.c holds the handle, finishing and leaving; rdzv_join.c joins rounds (static and
+ * dynamic) and closes them; rdzv_assign.c fills in what a node takes from a closed round;
+ * rdzv_watch.c keeps the heartbeat and watches for failure and scale-up.
+ */
+
+#define KEY_MAX 160
+#define REC_MAX 600
+#define PACK_POS(v) ((int64_t)(v) >> 32)
+#define PACK_CUM(v) ((int64_t)((int64_t)(v) & (int64_t)0xffffffff))
+
+/* What a round's "failed" value starts with. Only FAIL spends the restart budget. */
+#define KIND_FAIL 'F'	 /* a node's workers failed */
+#define KIND_LOST 'L'	 /* a node's heartbeat lapsed */
+#define KIND_SCALE 'S'	 /* a node waits for the next round and the job is below max */
+#define KIND_REFORM 'E'	 /* rdzv_request_reform() */
+#define KIND_TIMEOUT 'T' /* the round never formed */
+
+struct rdzv {
+	struct crun_store *st; /* the caller's thread only */
+	struct rdzv_conf conf; /* strings point at the copies below */
+	char *run_id, *addr, *host;
+	char *worker_base; /* opts prefix, "" for none */
+
+	/* The round this node is in (valid while in_round). */
+	bool in_round;
+	bool finished; /* rdzv_finish() already recorded this node's success */
+	bool gone;     /* this node saw the job end and counted itself in "gone" */
+	int round, group_rank, count, restart_count;
+	int64_t closed_at_ms;
+
+	/* Watch thread. */
+	pthread_t thr;
+	bool thr_running;
+	struct crun_store *wst; /* the watch thread's own handle, kept from round to round */
+	atomic_bool wst_bad;	/* a store error on wst: open a fresh one next time */
+	rdzv_event_cb cb;
+	void *cb_arg;
+	unsigned wake_gen;
+	atomic_bool stop;
+	atomic_bool self_failed; /* this node marked the round failed itself */
+	atomic_bool thr_exited;	 /* the watch thread returned (no wakeup needed) */
+};
+
+/* The ring of liveness checks: node g watches the next node that has not finished. */
+struct rdzv_ring {
+	int succ; /* the node watched now; == own rank when nobody is left to watch */
+	bool seen;
+};
+
+static inline int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* A store timeout from a number of ms: at least 1, at most a day. */
+static inline int clamp_ms(int64_t ms)
+{
+	if (ms < 1) {
+		return 1;
+	}
+	return ms > 86400000 ? 86400000 : (int)ms;
+}
+
+static inline bool is_static(const struct rdzv *r)
+{
+	return r->conf.node_rank >= 0;
+}
+
+/** Format "r/<round>/" followed by @fmt into @buf (KEY_MAX bytes). */
+void rdzv_rkey(char *buf, int round, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/** Get @key as a NUL-terminated string into @buf. Returns 0, -ENOENT or a store error. */
+int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap);
+int rdzv_set_str(struct crun_store *st, const char *key, const char *val);
+/**
+ * compare_set(key, "", val). *won = whether @val is now stored; @cur (may be NULL) gets the
+ * stored value.
+ */
+int rdzv_cas_str(struct crun_store *st, const char *key, const char *val, char *cur, size_t cap,
+		 bool *won);
+int rdzv_exists(struct crun_store *st, const char *key, bool *yes);
+
+/** The text part of a "failed" value: "<kind> <g> <host> <text>" -> "<text> (node g, host)". */
+void rdzv_describe_failed(const char *v, char *out, size_t cap);
+
+/** This node saw the job end (success, or the budget spent): count it once in "gone". */
+void rdzv_note_gone(struct rdzv *r);
+
+/** Bind port 0 on @addr, read the port back and close: a port free on this node right now. */
+int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d);
+/**
+ * Fill @a once round @R closed with this node at group rank @g (@my_packed: its add on
+ * "joined"; @my_port: the master port it found when it is rank 0). Waits for missing node
+ * records until @deadline (at least close_timeout).
+ */
+int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
+			 int rc_count, int my_port, int64_t deadline, struct rdzv_assignment *a,
+			 struct crun_diag *d);
+
+/** compare_set the current round's "failed" to "<kind> <g> <host> <what>" on @st. */
+int rdzv_mark_failed(struct rdzv *r, struct crun_store *st, char kind, const char *what, char *cur,
+		     size_t cap, bool *won);
+
+/** Start the ring at this node's successor. */
+void rdzv_ring_init(const struct rdzv *r, struct rdzv_ring *ring);
+/**
+ * One liveness check of the ring on @st. Returns 1 when the watched node is lost (detail in
+ * @lost), 0, or a store error.
+ */
+int rdzv_ring_check(struct rdzv *r, struct crun_store *st, struct rdzv_ring *ring, char *lost,
+		    size_t cap);
+
+#endif
