@@ -4,6 +4,7 @@
 #define CRUN_CRUN_H
 
 #include <crun/export.h>
+#include <crun/version.h>
 #include <crun/error.h>
 #include <crun/store.h>
 #include <crun/comm.h>
