@@ -8,6 +8,10 @@
 #include <crun/export.h>
 #include <crun/store.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum crun_dtype { CRUN_FLOAT32 = 0, CRUN_FLOAT64 = 1 };
 enum crun_redop { CRUN_SUM = 0, CRUN_AVG = 1 };
 enum crun_backend { CRUN_BACKEND_AUTO = 0, CRUN_BACKEND_CPU = 1, CRUN_BACKEND_NCCL = 2 };
@@ -83,5 +87,9 @@ CRUN_EXPORT const char *crun_comm_last_error(const struct crun_comm *c);
  * own stream). Returns 0, or CRUN_EBACKEND for the cpu backend.
  */
 CRUN_EXPORT int crun_comm_set_stream(struct crun_comm *c, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

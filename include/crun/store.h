@@ -9,6 +9,10 @@
 
 #include <crun/export.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * One interface over every backend (TCP store daemon "HOST:PORT" or "tcp://HOST:PORT",
  * shared file "file:///path"). Semantics follow torch's TCPStore where they overlap.
@@ -103,5 +107,9 @@ CRUN_EXPORT int crun_store_ping(struct crun_store *st);
 
 /** The handle's prefix (borrowed, valid until close). */
 CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

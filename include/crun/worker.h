@@ -9,6 +9,10 @@
 #include <crun/export.h>
 #include <crun/store.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * The agent (crun) starts every worker with torchrun's environment (RANK, LOCAL_RANK,
  * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
@@ -100,5 +104,9 @@ CRUN_EXPORT int crun_error_record(const char *message);
  * Call once from the main thread before starting other threads.
  */
 CRUN_EXPORT int crun_error_install_signal_handler(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
