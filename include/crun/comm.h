@@ -12,8 +12,27 @@
 extern "C" {
 #endif
 
-enum crun_dtype { CRUN_FLOAT32 = 0, CRUN_FLOAT64 = 1 };
-enum crun_redop { CRUN_SUM = 0, CRUN_AVG = 1 };
+/*
+ * Enumerators carry their category: CRUN_DTYPE_*, CRUN_REDOP_*, CRUN_BACKEND_*. The names of
+ * crun 0.1 (CRUN_FLOAT32, CRUN_FLOAT64, CRUN_SUM, CRUN_AVG) are deprecated aliases with the
+ * same values; define CRUN_NO_DEPRECATED before including to hide them.
+ */
+enum crun_dtype {
+	CRUN_DTYPE_FLOAT32 = 0,
+	CRUN_DTYPE_FLOAT64 = 1,
+#ifndef CRUN_NO_DEPRECATED
+	CRUN_FLOAT32 = CRUN_DTYPE_FLOAT32, /* deprecated alias */
+	CRUN_FLOAT64 = CRUN_DTYPE_FLOAT64, /* deprecated alias */
+#endif
+};
+enum crun_redop {
+	CRUN_REDOP_SUM = 0,
+	CRUN_REDOP_AVG = 1,
+#ifndef CRUN_NO_DEPRECATED
+	CRUN_SUM = CRUN_REDOP_SUM, /* deprecated alias */
+	CRUN_AVG = CRUN_REDOP_AVG, /* deprecated alias */
+#endif
+};
 enum crun_backend { CRUN_BACKEND_AUTO = 0, CRUN_BACKEND_CPU = 1, CRUN_BACKEND_NCCL = 2 };
 
 struct crun_comm;
