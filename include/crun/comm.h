@@ -37,19 +37,29 @@ enum crun_backend { CRUN_BACKEND_AUTO = 0, CRUN_BACKEND_CPU = 1, CRUN_BACKEND_NC
 
 struct crun_comm;
 
+/* Start from CRUN_COMM_OPTS_INIT (sets struct_size); struct_size 0 means the 0.2.0 layout. */
 struct crun_comm_opts {
+	size_t struct_size;        /* set by CRUN_COMM_OPTS_INIT; 0: the 0.2.0 layout */
 	enum crun_backend backend; /* AUTO: CRUN_BACKEND env, then nccl if a GPU is visible, else cpu */
 	int timeout_ms;            /* bound on setup and on each collective; <=0: 300000 */
 	const char *name;          /* namespace of this communicator's store keys; NULL: "default" */
 };
 
+#ifdef __cplusplus
+/* Every field, in order: see CRUN_STORE_OPTS_INIT. */
+#define CRUN_COMM_OPTS_INIT { sizeof(struct crun_comm_opts), CRUN_BACKEND_AUTO, 0, NULL }
+#else
+#define CRUN_COMM_OPTS_INIT { .struct_size = sizeof(struct crun_comm_opts) }
+#endif
+
 /**
  * Create a communicator of @size ranks; this process is @rank. Peers meet through @st
  * (borrowed; must outlive the call only). Blocks until every rank has joined or timeout_ms.
  * On success *out is owned by the caller (crun_comm_destroy()).
- * Returns 0, -EINVAL (bad rank/size/name/backend), CRUN_ECONFIG (bad CRUN_BACKEND or
- * CRUN_COMM_ADDR), CRUN_EBACKEND (nccl asked for but not built), CRUN_ENODEV (nccl without a
- * usable GPU), -ETIMEDOUT (a rank did not arrive), -ECONNRESET, or another negative code.
+ * Returns 0, -EINVAL (bad rank/size/name/backend/struct_size), CRUN_ECONFIG (bad
+ * CRUN_BACKEND or CRUN_COMM_ADDR), CRUN_EBACKEND (nccl asked for but not built), CRUN_ENODEV
+ * (nccl without a usable GPU), -ETIMEDOUT (a rank did not arrive), -ECONNRESET, or another
+ * negative code.
  * Every rank of one communicator must pass the same @size, name and backend.
  *
  * Store keys (under the handle's prefix): "<name>/join" (a counter: the n-th creation of a
