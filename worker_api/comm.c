@@ -14,6 +14,7 @@
 #include "src/common/log.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
+#include "src/common/opts.h"
 #include "worker_api/comm_internal.h"
 
 int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffix)
@@ -104,9 +105,14 @@ static int join_generation(struct crun_comm *c, struct crun_store *st)
 	return 0;
 }
 
+/* struct crun_comm_opts as crun 0.2.0 laid it out (struct_size 0): it ended with name. */
+#define COMM_OPTS_SIZE_0_2 (offsetof(struct crun_comm_opts, name) + sizeof(const char *))
+
 CRUN_EXPORT int crun_comm_create(struct crun_store *st, int rank, int size,
-				 const struct crun_comm_opts *opts, struct crun_comm **out)
+				 const struct crun_comm_opts *opts_in, struct crun_comm **out)
 {
+	struct crun_comm_opts copy;
+	const struct crun_comm_opts *opts = &copy;
 	struct crun_comm *c;
 	const char *name;
 	int rc;
@@ -115,6 +121,10 @@ CRUN_EXPORT int crun_comm_create(struct crun_store *st, int rank, int size,
 		return -EINVAL;
 	}
 	*out = NULL;
+	if (opts_copy(&copy, sizeof(copy), opts_in, COMM_OPTS_SIZE_0_2) < 0) {
+		log_error("comm: create: options: bad struct_size %zu", opts_in->struct_size);
+		return -EINVAL;
+	}
 	if (st == NULL) {
 		log_error("comm: create: no store handle");
 		return -EINVAL;

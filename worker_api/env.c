@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "src/common/diag.h"
 #include "src/common/fs.h"
+#include "src/common/opts.h"
 #include "src/common/parse.h"
 #include "worker_api/worker_internal.h"
 
@@ -159,11 +161,15 @@ static int read_env(struct worker_env *e, char *err, size_t errlen)
 	return 0;
 }
 
+/* struct crun_init_opts as crun 0.2.0 laid it out (struct_size 0): store_timeout_ms ended it. */
+#define INIT_OPTS_SIZE_0_2 (offsetof(struct crun_init_opts, store_timeout_ms) + sizeof(int))
+
 CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t errlen)
 {
 	struct worker_env e;
+	struct crun_init_opts o;
 	const char *single = getenv("CRUN_SINGLE");
-	bool want_single = opts != NULL && opts->single;
+	bool want_single;
 	int rc;
 
 	if (__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) {
@@ -174,6 +180,12 @@ CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t e
 		pthread_mutex_unlock(&env_lock);
 		return 0;
 	}
+	if (opts_copy(&o, sizeof(o), opts, INIT_OPTS_SIZE_0_2) < 0) {
+		rc = fail(err, errlen, -EINVAL, "libcrun-worker: init: options: bad struct_size %zu",
+			  opts->struct_size);
+		goto out;
+	}
+	want_single = o.single;
 	memset(&e, 0, sizeof(e));
 	if (single != NULL && *single != '\0') {
 		if (strcmp(single, "1") == 0) {
@@ -196,8 +208,7 @@ CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t e
 		rc = fail(err, errlen, -ENOMEM, "libcrun-worker: environment: out of memory");
 		goto out;
 	}
-	e.store_timeout_ms = opts != NULL && opts->store_timeout_ms > 0 ? opts->store_timeout_ms
-									  : 300000;
+	e.store_timeout_ms = o.store_timeout_ms > 0 ? o.store_timeout_ms : 300000;
 	g_env = e;
 	diag_clear(&g_diag);
 	__atomic_store_n(&g_ready, 1, __ATOMIC_RELEASE);

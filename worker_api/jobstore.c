@@ -19,7 +19,7 @@ static uint64_t barrier_gen;
 CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_t errlen)
 {
 	const struct worker_env *e;
-	struct crun_store_opts o;
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
 	int rc;
 
 	if (out == NULL) {
@@ -41,7 +41,6 @@ CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_
 		}
 		return CRUN_ECONFIG;
 	}
-	memset(&o, 0, sizeof(o));
 	o.endpoint = e->store_endpoint;
 	o.prefix = e->store_prefix;
 	o.token = e->store_token;

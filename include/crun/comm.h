@@ -8,25 +8,58 @@
 #include <crun/export.h>
 #include <crun/store.h>
 
-enum crun_dtype { CRUN_FLOAT32 = 0, CRUN_FLOAT64 = 1 };
-enum crun_redop { CRUN_SUM = 0, CRUN_AVG = 1 };
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Enumerators carry their category: CRUN_DTYPE_*, CRUN_REDOP_*, CRUN_BACKEND_*. The names of
+ * crun 0.1 (CRUN_FLOAT32, CRUN_FLOAT64, CRUN_SUM, CRUN_AVG) are deprecated aliases with the
+ * same values; define CRUN_NO_DEPRECATED before including to hide them.
+ */
+enum crun_dtype {
+	CRUN_DTYPE_FLOAT32 = 0,
+	CRUN_DTYPE_FLOAT64 = 1,
+#ifndef CRUN_NO_DEPRECATED
+	CRUN_FLOAT32 = CRUN_DTYPE_FLOAT32, /* deprecated alias */
+	CRUN_FLOAT64 = CRUN_DTYPE_FLOAT64, /* deprecated alias */
+#endif
+};
+enum crun_redop {
+	CRUN_REDOP_SUM = 0,
+	CRUN_REDOP_AVG = 1,
+#ifndef CRUN_NO_DEPRECATED
+	CRUN_SUM = CRUN_REDOP_SUM, /* deprecated alias */
+	CRUN_AVG = CRUN_REDOP_AVG, /* deprecated alias */
+#endif
+};
 enum crun_backend { CRUN_BACKEND_AUTO = 0, CRUN_BACKEND_CPU = 1, CRUN_BACKEND_NCCL = 2 };
 
 struct crun_comm;
 
+/* Start from CRUN_COMM_OPTS_INIT (sets struct_size); struct_size 0 means the 0.2.0 layout. */
 struct crun_comm_opts {
+	size_t struct_size;        /* set by CRUN_COMM_OPTS_INIT; 0: the 0.2.0 layout */
 	enum crun_backend backend; /* AUTO: CRUN_BACKEND env, then nccl if a GPU is visible, else cpu */
 	int timeout_ms;            /* bound on setup and on each collective; <=0: 300000 */
 	const char *name;          /* namespace of this communicator's store keys; NULL: "default" */
 };
 
+#ifdef __cplusplus
+/* Every field, in order: see CRUN_STORE_OPTS_INIT. */
+#define CRUN_COMM_OPTS_INIT { sizeof(struct crun_comm_opts), CRUN_BACKEND_AUTO, 0, NULL }
+#else
+#define CRUN_COMM_OPTS_INIT { .struct_size = sizeof(struct crun_comm_opts) }
+#endif
+
 /**
  * Create a communicator of @size ranks; this process is @rank. Peers meet through @st
  * (borrowed; must outlive the call only). Blocks until every rank has joined or timeout_ms.
  * On success *out is owned by the caller (crun_comm_destroy()).
- * Returns 0, -EINVAL (bad rank/size/name/backend), CRUN_ECONFIG (bad CRUN_BACKEND or
- * CRUN_COMM_ADDR), CRUN_EBACKEND (nccl asked for but not built), CRUN_ENODEV (nccl without a
- * usable GPU), -ETIMEDOUT (a rank did not arrive), -ECONNRESET, or another negative code.
+ * Returns 0, -EINVAL (bad rank/size/name/backend/struct_size), CRUN_ECONFIG (bad
+ * CRUN_BACKEND or CRUN_COMM_ADDR), CRUN_EBACKEND (nccl asked for but not built), CRUN_ENODEV
+ * (nccl without a usable GPU), -ETIMEDOUT (a rank did not arrive), -ECONNRESET, or another
+ * negative code.
  * Every rank of one communicator must pass the same @size, name and backend.
  *
  * Store keys (under the handle's prefix): "<name>/join" (a counter: the n-th creation of a
@@ -83,5 +116,9 @@ CRUN_EXPORT const char *crun_comm_last_error(const struct crun_comm *c);
  * own stream). Returns 0, or CRUN_EBACKEND for the cpu backend.
  */
 CRUN_EXPORT int crun_comm_set_stream(struct crun_comm *c, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include <crun/export.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * Every function returns 0 (or a non-negative count) on success, -errno for OS-level failures
  * (-ETIMEDOUT, -ECONNREFUSED, -ENOENT for a missing key, -EMSGSIZE for a limit, -EPROTO for a
@@ -29,13 +33,18 @@
 
 enum crun_error {
 	CRUN_ERROR_BASE = -10000, /* below every -errno value */
-#define X(name, msg) CRUN_E##name,
-	CRUN_ERROR_MAP(X)
-#undef X
+/* A private name, not X: a program's own X macro survives this header. */
+#define CRUN_ERROR_ENUM_(name, msg) CRUN_E##name,
+	CRUN_ERROR_MAP(CRUN_ERROR_ENUM_)
+#undef CRUN_ERROR_ENUM_
 	CRUN_ERROR_END
 };
 
 /** Describe any return code: 0, -errno, or CRUN_E*. Never NULL; the string is static. */
 CRUN_EXPORT const char *crun_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include <crun/export.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * One interface over every backend (TCP store daemon "HOST:PORT" or "tcp://HOST:PORT",
  * shared file "file:///path"). Semantics follow torch's TCPStore where they overlap.
@@ -22,7 +26,13 @@ struct crun_store;
 #define CRUN_STORE_MAX_VALUE_LEN (16u << 20)
 #define CRUN_STORE_MAX_KEYS 4096
 
+/*
+ * Options structs can grow at their end (see libcrun-worker(3), "OPTIONS STRUCTS"): start from
+ * CRUN_STORE_OPTS_INIT, which sets struct_size, then assign the fields you need. A struct_size
+ * of 0 (e.g. "= {0}") means the crun 0.2.0 layout.
+ */
 struct crun_store_opts {
+	size_t struct_size;     /* set by CRUN_STORE_OPTS_INIT; 0: the 0.2.0 layout */
 	const char *endpoint;   /* "HOST:PORT", "tcp://HOST:PORT", "[V6]:PORT", "file:///PATH" */
 	const char *prefix;     /* prepended to every key; NULL or "" for none */
 	const char *token;      /* shared secret for the handshake; NULL for none */
@@ -30,10 +40,21 @@ struct crun_store_opts {
 	int timeout_ms;         /* default deadline of one operation; <=0: 300000 */
 };
 
+#ifdef __cplusplus
+/*
+ * C++ before C++20 has no designated initialisers: every field, in order. The api tests
+ * compile this with -Wextra -Werror, so a field added above without a value here fails them.
+ */
+#define CRUN_STORE_OPTS_INIT { sizeof(struct crun_store_opts), NULL, NULL, NULL, 0, 0 }
+#else
+#define CRUN_STORE_OPTS_INIT { .struct_size = sizeof(struct crun_store_opts) }
+#endif
+
 /**
  * Connect to (or open) the store. On success *out is owned by the caller (crun_store_close()).
- * Returns 0, -ETIMEDOUT (no server answered in time), -EINVAL (endpoint does not parse),
- * CRUN_EVERSION/CRUN_EMAGIC/CRUN_EAUTH (handshake refused), or another negative code.
+ * Returns 0, -ETIMEDOUT (no server answered in time), -EINVAL (endpoint does not parse, or a
+ * garbage opts->struct_size), CRUN_EVERSION/CRUN_EMAGIC/CRUN_EAUTH (handshake refused), or
+ * another negative code.
  * @err, if not NULL, receives a one-line human message ("store 127.0.0.1:29400: connect: ...").
  */
 CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
@@ -103,5 +124,9 @@ CRUN_EXPORT int crun_store_ping(struct crun_store *st);
 
 /** The handle's prefix (borrowed, valid until close). */
 CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 #include <crun/export.h>
 #include <crun/store.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * The agent (crun) starts every worker with torchrun's environment (RANK, LOCAL_RANK,
  * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
@@ -21,10 +25,19 @@
  * temporary directory that crun_finish() removes. Meant for tests and quick runs.
  */
 
+/* Start from CRUN_INIT_OPTS_INIT (sets struct_size); struct_size 0 means the 0.2.0 layout. */
 struct crun_init_opts {
-	bool single;         /* force single-process mode (as CRUN_SINGLE=1) */
+	size_t struct_size;   /* set by CRUN_INIT_OPTS_INIT; 0: the 0.2.0 layout */
+	bool single;          /* force single-process mode (as CRUN_SINGLE=1) */
 	int store_timeout_ms; /* default deadline of store operations; <=0: 300000 */
 };
+
+#ifdef __cplusplus
+/* Every field, in order: see CRUN_STORE_OPTS_INIT. */
+#define CRUN_INIT_OPTS_INIT { sizeof(struct crun_init_opts), false, 0 }
+#else
+#define CRUN_INIT_OPTS_INIT { .struct_size = sizeof(struct crun_init_opts) }
+#endif
 
 /**
  * Read the environment. After a success later calls return 0 at once (until crun_finish());
@@ -32,7 +45,8 @@ struct crun_init_opts {
  * @opts may be NULL (defaults). @err (may be NULL) receives a one-line message on failure,
  * e.g. "libcrun-worker: environment: RANK is not set: ...".
  * Returns 0, CRUN_ENOTCRUN (RANK/WORLD_SIZE absent and no single-process mode), CRUN_ECONFIG
- * (a variable does not parse or is out of range), or -errno (single mode: temp dir).
+ * (a variable does not parse or is out of range), -EINVAL (a garbage opts->struct_size), or
+ * -errno (single mode: temp dir).
  * Thread-safe.
  */
 CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t errlen);
@@ -100,5 +114,9 @@ CRUN_EXPORT int crun_error_record(const char *message);
  * Call once from the main thread before starting other threads.
  */
 CRUN_EXPORT int crun_error_install_signal_handler(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,7 @@
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
 #include "src/common/net.h"
+#include "src/common/opts.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
 #define DEFAULT_TIMEOUT_MS 300000
@@ -149,9 +150,14 @@ err:
 	return rc;
 }
 
+/* struct crun_store_opts as crun 0.2.0 laid it out (struct_size 0): it ended with timeout_ms. */
+#define STORE_OPTS_SIZE_0_2 (offsetof(struct crun_store_opts, timeout_ms) + sizeof(int))
+
 CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
 				char *err, size_t errlen)
 {
+	struct crun_store_opts o;
+
 	if (err != NULL && errlen > 0) {
 		err[0] = '\0';
 	}
@@ -159,8 +165,12 @@ CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_
 		return errf(err, errlen, -EINVAL, "store: open: no options or result pointer");
 	}
 	*out = NULL;
-	return handle_create(opts->endpoint, opts->token, opts->prefix, NULL,
-			     opts->connect_timeout_ms, opts->timeout_ms, out, err, errlen);
+	if (opts_copy(&o, sizeof(o), opts, STORE_OPTS_SIZE_0_2) < 0) {
+		return errf(err, errlen, -EINVAL, "store: open: options: bad struct_size %zu",
+			    opts->struct_size);
+	}
+	return handle_create(o.endpoint, o.token, o.prefix, NULL, o.connect_timeout_ms,
+			     o.timeout_ms, out, err, errlen);
 }
 
 CRUN_EXPORT void crun_store_close(struct crun_store *st)
