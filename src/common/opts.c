@@ -5,6 +5,9 @@
 
 #include "src/common/opts.h"
 
+/* No options struct will ever be this large: a bigger size is an uninitialised field. */
+#define OPTS_MAX_SIZE 4096
+
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t base_size)
 {
 	size_t n;
@@ -17,7 +20,7 @@ int opts_copy(void *dst, size_t dst_size, const void *src, size_t base_size)
 	if (n == 0) {
 		n = base_size;
 	}
-	if (n < 2 * sizeof(size_t)) {
+	if (n < 2 * sizeof(size_t) || n > OPTS_MAX_SIZE) {
 		return -EINVAL;
 	}
 	memcpy(dst, src, n < dst_size ? n : dst_size);

@@ -16,7 +16,7 @@
  * @src (may be NULL: all defaults) that the caller knows about; fields the caller's header
  * did not have stay 0, their default. Fields beyond the library's own size are ignored (a
  * newer caller). Returns 0, or -EINVAL when struct_size is non-zero but smaller than the
- * first field (a garbage size).
+ * first field or larger than any options struct will be (4 KiB): an uninitialised size.
  */
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t base_size);
 
