@@ -62,6 +62,7 @@
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
 #include "src/common/clock.h"
+#include "src/common/diag.h"
 
 #define REC_MAGIC 0x31535243u
 #define REC_HDR 16
@@ -1434,7 +1435,7 @@ static const struct store_ops file_ops = {
 };
 
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
-		    const struct store_ops **ops, char *err, size_t errlen)
+		    const struct store_ops **ops, struct crun_diag *d)
 {
 	struct store_backend *b;
 	const char *what, *env;
@@ -1483,9 +1484,7 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 	*ops = &file_ops;
 	return 0;
 err:
-	if (err != NULL && errlen > 0) {
-		snprintf(err, errlen, "store file://%s: %s: %s", path, what, crun_strerror(rc));
-	}
+	diag_set(d, rc, "store file://%s: %s: %s", path, what, crun_strerror(rc));
 	f_close(b);
 	return rc;
 }

@@ -1006,21 +1006,21 @@ static void dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *pa
 		     size_t plen)
 {
 	struct wire_req r;
-	char msg[256];
+	struct crun_diag d;
 	int st;
 
-	st = wire_req_decode(h, payload, plen, &c->s->lim, &r, msg, sizeof(msg));
+	st = wire_req_decode(h, payload, plen, &c->s->lim, &r, &d);
 	if (st != WIRE_OK) {
 		if (st == WIRE_E_BAD_FRAME || st == WIRE_E_UNKNOWN_OP || !c->hello) {
-			conn_fail(c, h->op, h->id, (uint16_t)st, msg);
+			conn_fail(c, h->op, h->id, (uint16_t)st, d.msg);
 		} else {
-			reply_error(c, &r, (uint16_t)st, msg);
+			reply_error(c, &r, (uint16_t)st, d.msg);
 		}
 		return;
 	}
 	if (!c->hello && r.op != WIRE_OP_HELLO) {
-		snprintf(msg, sizeof(msg), "expected HELLO as the first frame, got op %u", r.op);
-		conn_fail(c, r.op, r.id, WIRE_E_BAD_FRAME, msg);
+		snprintf(d.msg, sizeof(d.msg), "expected HELLO as the first frame, got op %u", r.op);
+		conn_fail(c, r.op, r.id, WIRE_E_BAD_FRAME, d.msg);
 		return;
 	}
 	switch (r.op) {
