@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/client_file.c: the store over one shared, append-only file (file:///PATH). */
+/* rendezvous/store/client_file.c: the store over one shared, append-only file (file:///PATH). */
 /*
  * File layout: a sequence of records, nothing else (an empty file is an empty store).
  *
@@ -61,8 +61,13 @@
 #include "src/common/log.h"
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
+#include "src/common/byteorder.h"
 #include "src/common/clock.h"
+#include "src/common/crc32.h"
 #include "src/common/diag.h"
+#include "src/common/htab.h"
+#include "src/common/io.h"
+#include "src/common/parse.h"
 
 #define REC_MAGIC 0x31535243u
 #define REC_HDR 16
@@ -73,8 +78,7 @@
 enum { REC_PUT = 1, REC_DEL = 2, REC_APPEND = 3, REC_MOVED = 4 };
 
 struct entry {
-	struct entry *next;
-	uint64_t hash;
+	struct htab_node node; /* in store_backend.index, by the key's hash */
 	int64_t expiry; /* wall-clock ms; 0: none */
 	uint8_t *val;
 	size_t vlen;
@@ -88,9 +92,7 @@ struct store_backend {
 	int setlk;            /* F_OFD_SETLK, or F_SETLK where OFD locks are missing */
 	bool locked_mutex;    /* F_SETLK fallback: threads of one process share the lock */
 	off_t off;            /* replayed up to here: the end of the last valid record */
-	struct entry **tab;
-	size_t cap;           /* buckets, a power of two */
-	size_t count;         /* entries, live or expired */
+	struct htab index;    /* struct entry, live or expired */
 	uint8_t *rbuf;
 	size_t rcap;
 	uint8_t *wbuf;
@@ -104,69 +106,16 @@ struct store_backend {
 /* Only used with the F_SETLK fallback, where fcntl locks belong to the process. */
 static pthread_mutex_t proc_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-	uint32_t c;
-	unsigned int i, k;
-
-	for (i = 0; i < 256; i++) {
-		c = i;
-		for (k = 0; k < 8; k++) {
-			c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-		}
-		crc_table[i] = c;
-	}
-}
-
-static uint32_t crc32_buf(const uint8_t *p, size_t n)
-{
-	uint32_t c = 0xffffffffu;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-	}
-	return c ^ 0xffffffffu;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 /* ---- the in-memory index ---- */
 
 static uint64_t hash_key(const char *k, size_t n)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
-	size_t i;
+	return htab_hash(k, n, 0);
+}
 
-	for (i = 0; i < n; i++) {
-		h = (h ^ (uint8_t)k[i]) * 0x100000001b3ull;
-	}
-	return h;
+static struct entry *entry_of(struct htab_node *n)
+{
+	return n != NULL ? container_of(n, struct entry, node) : NULL;
 }
 
 static bool live(const struct entry *e, int64_t now)
@@ -174,23 +123,25 @@ static bool live(const struct entry *e, int64_t now)
 	return e->expiry == 0 || e->expiry > now;
 }
 
-static struct entry **slot(struct store_backend *b, const char *k, size_t klen, uint64_t h)
+static struct entry *find_hashed(struct store_backend *b, const char *k, size_t klen,
+				 uint64_t h)
 {
-	struct entry **pe = &b->tab[h & (b->cap - 1)];
+	struct htab_node *n;
+	struct entry *e;
 
-	while (*pe != NULL) {
-		if ((*pe)->hash == h && (*pe)->klen == klen && memcmp((*pe)->key, k, klen) == 0) {
-			break;
+	for (n = htab_chain(&b->index, h); n != NULL; n = n->next) {
+		e = entry_of(n);
+		if (n->hash == h && e->klen == klen && memcmp(e->key, k, klen) == 0) {
+			return e;
 		}
-		pe = &(*pe)->next;
 	}
-	return pe;
+	return NULL;
 }
 
 /* The entry for @k whether live or expired, or NULL. */
 static struct entry *find(struct store_backend *b, const char *k, size_t klen)
 {
-	return *slot(b, k, klen, hash_key(k, klen));
+	return find_hashed(b, k, klen, hash_key(k, klen));
 }
 
 static struct entry *find_live(struct store_backend *b, const char *k, int64_t now)
@@ -200,81 +151,52 @@ static struct entry *find_live(struct store_backend *b, const char *k, int64_t n
 	return (e != NULL && live(e, now)) ? e : NULL;
 }
 
-static int grow(struct store_backend *b)
-{
-	struct entry **nt, *e, *next;
-	size_t ncap = b->cap * 2, i;
-
-	nt = calloc(ncap, sizeof(*nt));
-	if (nt == NULL) {
-		return -ENOMEM;
-	}
-	for (i = 0; i < b->cap; i++) {
-		for (e = b->tab[i]; e != NULL; e = next) {
-			next = e->next;
-			e->next = nt[e->hash & (ncap - 1)];
-			nt[e->hash & (ncap - 1)] = e;
-		}
-	}
-	free(b->tab);
-	b->tab = nt;
-	b->cap = ncap;
-	return 0;
-}
-
 /* Insert or find the entry for @k; its value is left as it was (empty when new). */
 static int upsert(struct store_backend *b, const char *k, size_t klen, struct entry **out)
 {
 	uint64_t h = hash_key(k, klen);
-	struct entry **pe = slot(b, k, klen, h), *e;
+	struct entry *e = find_hashed(b, k, klen, h);
 
-	if (*pe != NULL) {
-		*out = *pe;
+	if (e != NULL) {
+		*out = e;
 		return 0;
-	}
-	if (b->count >= b->cap && grow(b) == 0) {
-		pe = slot(b, k, klen, h);
 	}
 	e = calloc(1, sizeof(*e) + klen + 1);
 	if (e == NULL) {
 		return -ENOMEM;
 	}
-	e->hash = h;
 	e->klen = klen;
 	memcpy(e->key, k, klen);
-	*pe = e;
-	b->count++;
+	htab_insert(&b->index, &e->node, h);
 	*out = e;
 	return 0;
 }
 
 static void index_remove(struct store_backend *b, const char *k, size_t klen)
 {
-	struct entry **pe = slot(b, k, klen, hash_key(k, klen)), *e = *pe;
+	struct entry *e = find(b, k, klen);
 
 	if (e == NULL) {
 		return;
 	}
-	*pe = e->next;
+	htab_remove(&b->index, &e->node);
 	free(e->val);
 	free(e);
-	b->count--;
 }
 
 static void index_clear(struct store_backend *b)
 {
-	struct entry *e, *next;
+	struct htab_node *n, *next;
+	struct entry *e;
 	size_t i;
 
-	for (i = 0; i < b->cap; i++) {
-		for (e = b->tab[i]; e != NULL; e = next) {
-			next = e->next;
-			free(e->val);
-			free(e);
-		}
-		b->tab[i] = NULL;
+	htab_for_each_safe(&b->index, i, n, next) {
+		e = entry_of(n);
+		free(e->val);
+		free(e);
 	}
-	b->count = 0;
+	memset(b->index.buckets, 0, b->index.nbuckets * sizeof(*b->index.buckets));
+	b->index.count = 0;
 }
 
 static int set_value(struct entry *e, const uint8_t *v, size_t vlen, bool append)
@@ -305,7 +227,7 @@ static int validate(uint8_t op, const uint8_t *p, size_t len)
 		if (len < 4) {
 			return -EPROTO;
 		}
-		n = get32(p);
+		n = get_le32(p);
 		if (n == 0 || n > CRUN_STORE_MAX_KEYS) {
 			return -EPROTO;
 		}
@@ -313,8 +235,8 @@ static int validate(uint8_t op, const uint8_t *p, size_t len)
 			if (len - at < 16) {
 				return -EPROTO;
 			}
-			kl = get32(p + at);
-			vl = get32(p + at + 4);
+			kl = get_le32(p + at);
+			vl = get_le32(p + at + 4);
 			at += 16;
 			if (kl == 0 || kl > CRUN_STORE_MAX_KEY_LEN ||
 			    vl > CRUN_STORE_MAX_VALUE_LEN || len - at < kl + vl) {
@@ -327,7 +249,7 @@ static int validate(uint8_t op, const uint8_t *p, size_t len)
 		if (len < 4) {
 			return -EPROTO;
 		}
-		kl = get32(p);
+		kl = get_le32(p);
 		return (kl > 0 && kl <= CRUN_STORE_MAX_KEY_LEN && len == 4 + kl) ? 0 : -EPROTO;
 	case REC_MOVED:
 		return len == 0 ? 0 : -EPROTO;
@@ -335,8 +257,8 @@ static int validate(uint8_t op, const uint8_t *p, size_t len)
 		if (len < 9) {
 			return -EPROTO;
 		}
-		kl = get32(p);
-		vl = get32(p + 4);
+		kl = get_le32(p);
+		vl = get_le32(p + 4);
 		return (kl > 0 && kl <= CRUN_STORE_MAX_KEY_LEN && vl <= CRUN_STORE_MAX_VALUE_LEN &&
 			len == 9 + kl + vl && p[8] <= 1)
 			       ? 0
@@ -357,11 +279,11 @@ static int apply(struct store_backend *b, uint8_t op, const uint8_t *p, size_t l
 	(void)len;
 	switch (op) {
 	case REC_PUT:
-		n = get32(p);
+		n = get_le32(p);
 		for (i = 0; i < n; i++) {
-			kl = get32(p + at);
-			vl = get32(p + at + 4);
-			exp = (int64_t)get64(p + at + 8);
+			kl = get_le32(p + at);
+			vl = get_le32(p + at + 4);
+			exp = (int64_t)get_le64(p + at + 8);
 			at += 16;
 			rc = upsert(b, (const char *)p + at, kl, &e);
 			if (rc == 0) {
@@ -375,11 +297,11 @@ static int apply(struct store_backend *b, uint8_t op, const uint8_t *p, size_t l
 		}
 		return 0;
 	case REC_DEL:
-		index_remove(b, (const char *)p + 4, get32(p));
+		index_remove(b, (const char *)p + 4, get_le32(p));
 		return 0;
 	case REC_APPEND:
-		kl = get32(p);
-		vl = get32(p + 4);
+		kl = get_le32(p);
+		vl = get_le32(p + 4);
 		rc = upsert(b, (const char *)p + 9, kl, &e);
 		if (rc == 0) {
 			rc = set_value(e, p + 9 + kl, vl, p[8] == 0);
@@ -418,27 +340,6 @@ static int ensure(uint8_t **buf, size_t *cap, size_t need)
 	return 0;
 }
 
-static ssize_t pread_full(int fd, uint8_t *buf, size_t n, off_t off)
-{
-	size_t got = 0;
-	ssize_t r;
-
-	while (got < n) {
-		r = pread(fd, buf + got, n - got, off + (off_t)got);
-		if (r < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		if (r == 0) {
-			break;
-		}
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
-
 /*
  * Replay the records appended since b->off. The caller holds a lock. Stops at the first
  * record that does not check (torn, or the file ends inside it); *tail is set to the number
@@ -475,7 +376,7 @@ static int catch_up(struct store_backend *b, off_t *tail)
 		if (rc < 0) {
 			return rc;
 		}
-		r = pread_full(b->fd, b->rbuf, want, off);
+		r = io_pread_full(b->fd, b->rbuf, want, off);
 		if (r < 0) {
 			return (int)r;
 		}
@@ -487,8 +388,8 @@ static int catch_up(struct store_backend *b, off_t *tail)
 		need = 0;
 		while (p + REC_HDR <= got) {
 			h = b->rbuf + p;
-			len = get32(h + 4);
-			if (get32(h) != REC_MAGIC || len > FILE_MAX_RECORD || h[9] || h[10] ||
+			len = get_le32(h + 4);
+			if (get_le32(h) != REC_MAGIC || len > FILE_MAX_RECORD || h[9] || h[10] ||
 			    h[11]) {
 				goto stop;
 			}
@@ -499,7 +400,7 @@ static int catch_up(struct store_backend *b, off_t *tail)
 				need = REC_HDR + len;
 				break;
 			}
-			if (crc32_buf(h + REC_HDR, len) != get32(h + 12) ||
+			if (crc32_update(0, h + REC_HDR, len) != get_le32(h + 12) ||
 			    validate(h[8], h + REC_HDR, len) < 0) {
 				goto stop;
 			}
@@ -609,24 +510,6 @@ static void unlock_file(struct store_backend *b)
 		log_warn("store file://%s: unlock: %s", b->path, strerror(errno));
 	}
 	mutex_release(b);
-}
-
-static ssize_t pwrite_full(int fd, const uint8_t *p, size_t n, off_t off)
-{
-	size_t done = 0;
-	ssize_t r;
-
-	while (done < n) {
-		r = pwrite(fd, p + done, n - done, off + (off_t)done);
-		if (r < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		done += (size_t)r;
-	}
-	return (ssize_t)done;
 }
 
 /*
@@ -748,44 +631,44 @@ static int wput(struct store_backend *b, const void *p, size_t n)
 	return 0;
 }
 
-static int wput32(struct store_backend *b, uint32_t v)
+static int wput_le32(struct store_backend *b, uint32_t v)
 {
 	uint8_t x[4];
 
-	put32(x, v);
+	put_le32(x, v);
 	return wput(b, x, 4);
 }
 
-static int wput64(struct store_backend *b, uint64_t v)
+static int wput_le64(struct store_backend *b, uint64_t v)
 {
 	uint8_t x[8];
 
-	put64(x, v);
+	put_le64(x, v);
 	return wput(b, x, 8);
 }
 
 static void seal_header(uint8_t *h, uint8_t op, size_t len)
 {
-	put32(h, REC_MAGIC);
-	put32(h + 4, (uint32_t)len);
+	put_le32(h, REC_MAGIC);
+	put_le32(h + 4, (uint32_t)len);
 	h[8] = op;
 	h[9] = h[10] = h[11] = 0;
-	put32(h + 12, crc32_buf(h + REC_HDR, len));
+	put_le32(h + 12, crc32_update(0, h + REC_HDR, len));
 }
 
 /* Bytes the live keys would take in a compacted file. */
 static off_t live_bytes(struct store_backend *b)
 {
 	int64_t now = crun_wall_ms();
+	struct htab_node *n, *next;
 	struct entry *e;
 	off_t total = 0;
 	size_t i;
 
-	for (i = 0; i < b->cap; i++) {
-		for (e = b->tab[i]; e != NULL; e = e->next) {
-			if (live(e, now)) {
-				total += (off_t)(16 + e->klen + e->vlen);
-			}
+	htab_for_each_safe(&b->index, i, n, next) {
+		e = entry_of(n);
+		if (live(e, now)) {
+			total += (off_t)(16 + e->klen + e->vlen);
 		}
 	}
 	return total + total / 64 + REC_HDR;
@@ -801,30 +684,28 @@ static ssize_t write_snapshot(struct store_backend *b, int fd)
 	size_t cap = 0, len = REC_HDR, n = 0, i;
 	off_t off = 0;
 	struct entry *e;
-	ssize_t r;
 	int rc = 0;
 
-	for (i = 0; i <= b->cap && rc == 0; i++) {
-		e = i < b->cap ? b->tab[i] : NULL;
+	for (i = 0; i <= b->index.nbuckets && rc == 0; i++) {
+		e = i < b->index.nbuckets ? entry_of(b->index.buckets[i]) : NULL;
 		for (;;) {
-			bool last = i == b->cap;
+			bool last = i == b->index.nbuckets;
 			size_t need = e ? 16 + e->klen + e->vlen : 0;
 
 			if (!last && e == NULL) {
 				break;
 			}
 			if (!last && !live(e, now)) {
-				e = e->next;
+				e = entry_of(e->node.next);
 				continue;
 			}
 			/* Cut the record here when it is full, or at the very end. */
 			if (n > 0 && (last || len - REC_HDR + need > SNAP_RECORD ||
 				      n == CRUN_STORE_MAX_KEYS)) {
-				put32(buf + REC_HDR, (uint32_t)n);
+				put_le32(buf + REC_HDR, (uint32_t)n);
 				seal_header(buf, REC_PUT, len - REC_HDR);
-				r = pwrite_full(fd, buf, len, off);
-				if (r < 0) {
-					rc = (int)r;
+				rc = io_pwrite_full(fd, buf, len, off);
+				if (rc < 0) {
 					break;
 				}
 				off += (off_t)len;
@@ -841,16 +722,16 @@ static ssize_t write_snapshot(struct store_backend *b, int fd)
 			if (rc < 0) {
 				break;
 			}
-			put32(buf + len, (uint32_t)e->klen);
-			put32(buf + len + 4, (uint32_t)e->vlen);
-			put64(buf + len + 8, (uint64_t)e->expiry);
+			put_le32(buf + len, (uint32_t)e->klen);
+			put_le32(buf + len + 4, (uint32_t)e->vlen);
+			put_le64(buf + len + 8, (uint64_t)e->expiry);
 			memcpy(buf + len + 16, e->key, e->klen);
 			if (e->vlen > 0) {
 				memcpy(buf + len + 16 + e->klen, e->val, e->vlen);
 			}
 			len += need;
 			n++;
-			e = e->next;
+			e = entry_of(e->node.next);
 		}
 	}
 	free(buf);
@@ -866,7 +747,7 @@ static void compact(struct store_backend *b)
 	uint8_t moved[REC_HDR];
 	char *tmp = NULL, *old = NULL;
 	struct flock fl;
-	ssize_t size, w;
+	ssize_t size;
 	int fd = -1;
 	const char *what = "create";
 	int rc;
@@ -918,9 +799,8 @@ static void compact(struct store_backend *b)
 	}
 	memset(moved, 0, sizeof(moved));
 	seal_header(moved, REC_MOVED, 0);
-	w = pwrite_full(b->fd, moved, sizeof(moved), b->off);
-	if (w < 0) {
-		rc = (int)w;
+	rc = io_pwrite_full(b->fd, moved, sizeof(moved), b->off);
+	if (rc < 0) {
 		what = "seal";
 		/* Nobody can have used the new file (we hold its lock): put the old one back. */
 		if (ftruncate(b->fd, b->off) < 0 || rename(old, b->path) < 0) {
@@ -959,7 +839,6 @@ static int write_end(struct store_backend *b, uint8_t op)
 {
 	size_t len = b->wlen - REC_HDR;
 	uint8_t *h = b->wbuf;
-	ssize_t r;
 	int rc;
 
 	if (op == 0) {
@@ -967,15 +846,15 @@ static int write_end(struct store_backend *b, uint8_t op)
 		return 0;
 	}
 	seal_header(h, op, len);
-	r = pwrite_full(b->fd, h, b->wlen, b->off);
-	if (r < 0) {
+	rc = io_pwrite_full(b->fd, h, b->wlen, b->off);
+	if (rc < 0) {
 		/* Leave no torn record behind us if we can help it. */
 		if (ftruncate(b->fd, b->off) < 0) {
 			log_warn("store file://%s: truncate after failed write: %s", b->path,
 				 strerror(errno));
 		}
 		unlock_file(b);
-		return (int)r;
+		return rc;
 	}
 	rc = apply(b, op, h + REC_HDR, len);
 	if (rc < 0) {
@@ -1020,12 +899,12 @@ static int put_one(struct store_backend *b, const char *key, size_t klen, const 
 {
 	int rc;
 
-	rc = wput32(b, (uint32_t)klen);
+	rc = wput_le32(b, (uint32_t)klen);
 	if (rc == 0) {
-		rc = wput32(b, (uint32_t)len);
+		rc = wput_le32(b, (uint32_t)len);
 	}
 	if (rc == 0) {
-		rc = wput64(b, (uint64_t)expiry);
+		rc = wput_le64(b, (uint64_t)expiry);
 	}
 	if (rc == 0) {
 		rc = wput(b, key, klen);
@@ -1050,7 +929,7 @@ static int f_set(struct store_backend *b, const char *key, const void *val, size
 	if (rc < 0) {
 		return rc;
 	}
-	rc = wput32(b, 1);
+	rc = wput_le32(b, 1);
 	if (rc == 0) {
 		rc = put_one(b, key, strlen(key), val, len, expiry);
 	}
@@ -1133,30 +1012,6 @@ static int f_wait(struct store_backend *b, const char *const *keys, size_t n, bo
 	}
 }
 
-/* Strict decimal int64, as the TCP store: -EINVAL if @v is not one. */
-static int parse_i64(const uint8_t *v, size_t len, int64_t *out)
-{
-	char buf[32];
-	char *end;
-	long long x;
-
-	if (len == 0 || len >= sizeof(buf)) {
-		return -EINVAL;
-	}
-	memcpy(buf, v, len);
-	buf[len] = '\0';
-	if (!(buf[0] == '-' || (buf[0] >= '0' && buf[0] <= '9'))) {
-		return -EINVAL;
-	}
-	errno = 0;
-	x = strtoll(buf, &end, 10);
-	if (errno != 0 || *end != '\0' || end == buf) {
-		return -EINVAL;
-	}
-	*out = x;
-	return 0;
-}
-
 static int f_add(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
 		 int timeout_ms)
 {
@@ -1171,14 +1026,15 @@ static int f_add(struct store_backend *b, const char *key, int64_t delta, int64_
 	}
 	e = find_live(b, key, crun_wall_ms());
 	if (e != NULL) {
-		rc = parse_i64(e->val, e->vlen, &cur);
+		/* Not an integer (or out of range): -EINVAL, as the TCP store's NOT_NUMBER. */
+		rc = parse_i64_bytes(e->val, e->vlen, &cur) < 0 ? -EINVAL : 0;
 	}
 	if (rc == 0 && __builtin_add_overflow(cur, delta, &sum)) {
 		rc = -ERANGE;
 	}
 	if (rc == 0) {
 		n = snprintf(num, sizeof(num), "%" PRId64, sum);
-		rc = wput32(b, 1);
+		rc = wput_le32(b, 1);
 		if (rc == 0) {
 			rc = put_one(b, key, strlen(key), num, (size_t)n, 0);
 		}
@@ -1209,7 +1065,7 @@ static int f_compare_set(struct store_backend *b, const char *key, const void *e
 		swap = e->vlen == elen && (elen == 0 || memcmp(e->val, expected, elen) == 0);
 	}
 	if (swap) {
-		rc = wput32(b, 1);
+		rc = wput_le32(b, 1);
 		if (rc == 0) {
 			rc = put_one(b, key, strlen(key), desired, dlen, 0);
 		}
@@ -1256,7 +1112,7 @@ static int f_del(struct store_backend *b, const char *key, int timeout_ms)
 		write_end(b, 0);
 		return -ENOENT;
 	}
-	rc = wput32(b, (uint32_t)kl);
+	rc = wput_le32(b, (uint32_t)kl);
 	if (rc == 0) {
 		rc = wput(b, key, kl);
 	}
@@ -1279,7 +1135,7 @@ static int f_check(struct store_backend *b, const char *const *keys, size_t n, b
 static int f_num_keys(struct store_backend *b, int64_t *n, int timeout_ms)
 {
 	int64_t now, c = 0;
-	struct entry *e;
+	struct htab_node *e, *next;
 	size_t i;
 	int rc;
 
@@ -1288,10 +1144,8 @@ static int f_num_keys(struct store_backend *b, int64_t *n, int timeout_ms)
 		return rc;
 	}
 	now = crun_wall_ms();
-	for (i = 0; i < b->cap; i++) {
-		for (e = b->tab[i]; e != NULL; e = e->next) {
-			c += live(e, now);
-		}
+	htab_for_each_safe(&b->index, i, e, next) {
+		c += live(entry_of(e), now);
 	}
 	*n = c;
 	return 0;
@@ -1317,9 +1171,9 @@ static int f_append(struct store_backend *b, const char *key, const void *val, s
 		write_end(b, 0);
 		return -EMSGSIZE;
 	}
-	rc = wput32(b, (uint32_t)kl);
+	rc = wput_le32(b, (uint32_t)kl);
 	if (rc == 0) {
-		rc = wput32(b, (uint32_t)len);
+		rc = wput_le32(b, (uint32_t)len);
 	}
 	if (rc == 0) {
 		rc = wput(b, &reset, 1);
@@ -1387,7 +1241,7 @@ static int f_multi_set(struct store_backend *b, const char *const *keys, size_t 
 	if (rc < 0) {
 		return rc;
 	}
-	rc = wput32(b, (uint32_t)n);
+	rc = wput_le32(b, (uint32_t)n);
 	for (i = 0; rc == 0 && i < n; i++) {
 		rc = put_one(b, keys[i], strlen(keys[i]), lens[i] ? vals[i] : "", lens[i], 0);
 	}
@@ -1404,13 +1258,13 @@ static void f_close(struct store_backend *b)
 	if (b == NULL) {
 		return;
 	}
-	if (b->tab != NULL) {
+	if (b->index.buckets != NULL) {
 		index_clear(b);
 	}
 	if (b->fd >= 0) {
 		close(b->fd);
 	}
-	free(b->tab);
+	htab_finish(&b->index);
 	free(b->rbuf);
 	free(b->wbuf);
 	free(b->path);
@@ -1441,7 +1295,6 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 	const char *what, *env;
 	int rc;
 
-	pthread_once(&crc_once, crc_init);
 	b = calloc(1, sizeof(*b));
 	if (b == NULL) {
 		return -ENOMEM;
@@ -1451,19 +1304,17 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 	b->compact_at = 64 << 20;
 	env = getenv("CRUN_STORE_FILE_COMPACT_BYTES");
 	if (env != NULL && *env != '\0') {
-		char *end;
-		long long v = strtoll(env, &end, 10);
+		int64_t v;
 
-		if (*end == '\0' && v >= 4096) {
+		if (parse_i64(env, &v) == 0 && v >= 4096) {
 			b->compact_at = (off_t)v;
 		}
 	}
 	b->next_check = b->compact_at;
-	b->cap = 64;
 	b->seed = (unsigned int)crun_now_ns() ^ (unsigned int)getpid();
-	b->tab = calloc(b->cap, sizeof(*b->tab));
+	htab_init(&b->index, 64);
 	b->path = crun_strdup(path);
-	if (b->tab == NULL || b->path == NULL) {
+	if (b->index.buckets == NULL || b->path == NULL) {
 		rc = -ENOMEM;
 		what = "open";
 		goto err;
