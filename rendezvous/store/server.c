@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/server.c: the store server, one libuv loop, protocol in docs/protocol.md. */
+/* rendezvous/store/server.c: the store server, one libuv loop, protocol in docs/protocol.md. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -23,7 +23,9 @@
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
+#include "src/common/htab.h"
 #include "src/common/net.h"
+#include "src/common/parse.h"
 #include "rendezvous/store/wire.h"
 
 #define DEFAULT_MAX_CONNECTIONS 65536
@@ -146,8 +148,7 @@ struct link {
 };
 
 struct entry {
-	struct entry *next; /* hash chain */
-	uint64_t hash;
+	struct htab_node node; /* in server->keys, by htab_hash(key, seed) */
 	uint8_t *val;       /* malloc'd when present (NULL for an empty value) */
 	uint32_t vlen;
 	uint32_t vcap;
@@ -217,9 +218,7 @@ struct store_server {
 	struct conn *conns;
 	size_t nconns;
 	struct conn *flush;
-	struct entry **buckets;
-	size_t nbuckets;
-	size_t nentries;
+	struct htab keys;         /* struct entry: present keys and keys only waited on */
 	int64_t nkeys;
 	uint64_t seed;
 	struct heap ttl;
@@ -245,26 +244,18 @@ static void conn_resume(struct conn *c);
 
 static uint64_t hash_key(const struct store_server *s, const uint8_t *k, size_t n)
 {
-	uint64_t h = 0xcbf29ce484222325ull ^ s->seed;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		h ^= k[i];
-		h *= 0x100000001b3ull;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
+	return htab_hash(k, n, s->seed);
 }
 
 static struct entry *entry_find(struct store_server *s, const uint8_t *k, uint32_t n,
 				uint64_t h)
 {
+	struct htab_node *node;
 	struct entry *e;
 
-	for (e = s->buckets[h & (s->nbuckets - 1)]; e != NULL; e = e->next) {
-		if (e->hash == h && e->klen == n && memcmp(e->key, k, n) == 0) {
+	for (node = htab_chain(&s->keys, h); node != NULL; node = node->next) {
+		e = container_of(node, struct entry, node);
+		if (node->hash == h && e->klen == n && memcmp(e->key, k, n) == 0) {
 			return e;
 		}
 	}
@@ -276,33 +267,11 @@ static struct entry *entry_lookup(struct store_server *s, struct wire_str k)
 	return entry_find(s, k.p, k.len, hash_key(s, k.p, k.len));
 }
 
-static void table_grow(struct store_server *s)
-{
-	struct entry **nb, *e, *next;
-	size_t n = s->nbuckets * 2, i;
-
-	nb = calloc(n, sizeof(*nb));
-	if (nb == NULL) {
-		return; /* keep the longer chains; still correct */
-	}
-	for (i = 0; i < s->nbuckets; i++) {
-		for (e = s->buckets[i]; e != NULL; e = next) {
-			next = e->next;
-			e->next = nb[e->hash & (n - 1)];
-			nb[e->hash & (n - 1)] = e;
-		}
-	}
-	free(s->buckets);
-	s->buckets = nb;
-	s->nbuckets = n;
-}
-
 /* Find or create the entry for @k (created absent). NULL only when out of memory. */
 static struct entry *entry_get(struct store_server *s, struct wire_str k)
 {
 	uint64_t h = hash_key(s, k.p, k.len);
 	struct entry *e = entry_find(s, k.p, k.len, h);
-	size_t b;
 
 	if (e != NULL) {
 		return e;
@@ -312,30 +281,18 @@ static struct entry *entry_get(struct store_server *s, struct wire_str k)
 		return NULL;
 	}
 	memset(e, 0, sizeof(*e));
-	e->hash = h;
 	e->ttl.idx = SIZE_MAX;
 	e->klen = k.len;
 	if (k.len > 0) {
 		memcpy(e->key, k.p, k.len);
 	}
-	b = h & (s->nbuckets - 1);
-	e->next = s->buckets[b];
-	s->buckets[b] = e;
-	if (++s->nentries > s->nbuckets) {
-		table_grow(s);
-	}
+	htab_insert(&s->keys, &e->node, h);
 	return e;
 }
 
 static void entry_unhash(struct store_server *s, struct entry *e)
 {
-	struct entry **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
-
-	while (*pp != e) {
-		pp = &(*pp)->next;
-	}
-	*pp = e->next;
-	s->nentries--;
+	htab_remove(&s->keys, &e->node);
 	free(e->val);
 	free(e);
 }
@@ -561,25 +518,6 @@ static void reply_error(struct conn *c, const struct wire_req *r, uint16_t statu
 			const char *msg)
 {
 	wire_put_error(&c->out, r->op, r->id, status, msg);
-}
-
-static bool parse_i64(const uint8_t *p, uint32_t n, int64_t *out)
-{
-	char buf[32], *end;
-	long long v;
-
-	if (n == 0 || n >= sizeof(buf)) {
-		return false;
-	}
-	memcpy(buf, p, n);
-	buf[n] = '\0';
-	errno = 0;
-	v = strtoll(buf, &end, 10);
-	if (errno != 0 || *end != '\0' || end == buf) {
-		return false;
-	}
-	*out = v;
-	return true;
 }
 
 /* Loop time @ms from now, saturated: a peer may send any int64. */
@@ -809,7 +747,7 @@ static void op_add(struct conn *c, const struct wire_req *r)
 		reply_error(c, r, WIRE_E_NO_MEMORY, "ADD: out of memory");
 		return;
 	}
-	if (e->present && !parse_i64(e->val, e->vlen, &v)) {
+	if (e->present && parse_i64_bytes(e->val, e->vlen, &v) < 0) {
 		snprintf(msg, sizeof(msg), "ADD: value of %.*s is not an integer",
 			 (int)(r->key.len > 200 ? 200 : r->key.len), (const char *)r->key.p);
 		reply_error(c, r, WIRE_E_NOT_NUMBER, msg);
@@ -1073,7 +1011,7 @@ static void server_unref(struct store_server *s)
 	if (--s->refs > 0) {
 		return;
 	}
-	free(s->buckets);
+	htab_finish(&s->keys);
 	free(s->ttl.a);
 	free(s->waits.a);
 	free(s->rbuf);
@@ -1083,18 +1021,17 @@ static void server_unref(struct store_server *s)
 
 static void free_table(struct store_server *s)
 {
-	struct entry *e, *next;
+	struct htab_node *n, *next;
+	struct entry *e;
 	size_t i;
 
-	for (i = 0; i < s->nbuckets; i++) {
-		for (e = s->buckets[i]; e != NULL; e = next) {
-			next = e->next;
-			free(e->val);
-			free(e);
-		}
-		s->buckets[i] = NULL;
+	htab_for_each_safe(&s->keys, i, n, next) {
+		e = container_of(n, struct entry, node);
+		free(e->val);
+		free(e);
 	}
-	s->nentries = 0;
+	memset(s->keys.buckets, 0, s->keys.nbuckets * sizeof(*s->keys.buckets));
+	s->keys.count = 0;
 	s->nkeys = 0;
 	s->ttl.n = 0;
 }
@@ -1122,20 +1059,12 @@ static void peer_name(struct conn *c, char *buf, size_t len)
 {
 	struct sockaddr_storage ss;
 	int n = sizeof(ss);
-	char host[64];
 
 	snprintf(buf, len, "?");
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
 		return;
 	}
-	if (ss.ss_family == AF_INET) {
-		uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
-		snprintf(buf, len, "%s:%u", host, ntohs(((struct sockaddr_in *)&ss)->sin_port));
-	} else if (ss.ss_family == AF_INET6) {
-		uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
-		snprintf(buf, len, "[%s]:%u", host,
-			 ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
-	}
+	net_format_sockaddr((struct sockaddr *)&ss, buf, len);
 }
 
 /* Idempotent: drop every wait, close the socket, free in the close callback. */
@@ -1655,20 +1584,12 @@ static void format_address(struct store_server *s)
 {
 	struct sockaddr_storage ss;
 	int n = sizeof(ss);
-	char host[64] = "?";
 
 	if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &n) != 0) {
 		return;
 	}
-	if (ss.ss_family == AF_INET6) {
-		uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
-		s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-		snprintf(s->addr, sizeof(s->addr), "[%s]:%d", host, s->port);
-	} else {
-		uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
-		s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		snprintf(s->addr, sizeof(s->addr), "%s:%d", host, s->port);
-	}
+	s->port = net_sockaddr_port((struct sockaddr *)&ss);
+	net_format_sockaddr((struct sockaddr *)&ss, s->addr, sizeof(s->addr));
 }
 
 int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *opts,
@@ -1701,8 +1622,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		close(fd);
 		return diag_set(d, -ENOMEM, "store: out of memory");
 	}
-	s->nbuckets = 1024;
-	s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+	htab_init(&s->keys, 1024);
 	s->rbuf = malloc(READ_BUF_LEN);
 	if (opts->token != NULL && opts->token[0] != '\0') {
 		s->token = strdup(opts->token);
@@ -1711,7 +1631,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 			goto oom;
 		}
 	}
-	if (s->buckets == NULL || s->rbuf == NULL) {
+	if (s->keys.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
 	}
 	s->loop = loop;
@@ -1752,7 +1672,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	return 0;
 oom:
 	close(fd);
-	free(s->buckets);
+	htab_finish(&s->keys);
 	free(s->rbuf);
 	free(s->token);
 	free(s);
