@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/wire.h: store frames, the codec shared by server and client (docs/protocol.md). */
+/* rendezvous/store/wire.h: store frames, the codec shared by server and client
+ * (docs/protocol.md). */
 #ifndef CRUN_RENDEZVOUS_STORE_WIRE_H
 #define CRUN_RENDEZVOUS_STORE_WIRE_H
 
