@@ -20,6 +20,7 @@
 #include "rendezvous/store/server.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
+#include "src/common/parse.h"
 
 #define EXIT_USAGE 2
 
@@ -77,23 +78,6 @@ static int bad_usage(const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "\nTry 'crun-rdzvd --help'.\n");
 	return EXIT_USAGE;
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-	char *end;
-	long v;
-
-	if (s == NULL || *s == '\0') {
-		return false;
-	}
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi) {
-		return false;
-	}
-	*out = v;
-	return true;
 }
 
 static char *read_token_file(const char *path)
@@ -154,7 +138,7 @@ int main(int argc, char **argv)
 			o.listen = optarg;
 			break;
 		case 'c':
-			if (!parse_long(optarg, 1, INT_MAX, &v)) {
+			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
 				return bad_usage("--max-connections: expected a positive integer, "
 						 "got \"%s\"", optarg);
 			}
@@ -181,21 +165,21 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'i':
-			if (!parse_long(optarg, 0, INT_MAX / 1000, &v)) {
+			if (parse_long(optarg, 0, INT_MAX / 1000, &v) < 0) {
 				return bad_usage("--idle-timeout: expected seconds (a non-negative "
 						 "integer), got \"%s\"", optarg);
 			}
 			o.idle_timeout_ms = (int)(v * 1000);
 			break;
 		case OPT_MAX_PENDING:
-			if (!parse_long(optarg, 1, 1 << 20, &v)) {
+			if (parse_long(optarg, 1, 1 << 20, &v) < 0) {
 				return bad_usage("--max-pending: expected an integer in 1..1048576, "
 						 "got \"%s\"", optarg);
 			}
 			o.max_pending_per_conn = (int)v;
 			break;
 		case OPT_MAX_VALUE:
-			if (!parse_long(optarg, 1, CRUN_STORE_MAX_VALUE_LEN, &v)) {
+			if (parse_long(optarg, 1, CRUN_STORE_MAX_VALUE_LEN, &v) < 0) {
 				return bad_usage("--max-value-len: expected an integer in "
 						 "1..16777216, got \"%s\"", optarg);
 			}

@@ -14,6 +14,7 @@
 #include <crun/store.h>
 
 #include "config.h"
+#include "src/common/parse.h"
 
 /* Exit status, as grep: found / not found / trouble. */
 enum { EXIT_FOUND = 0, EXIT_NOTFOUND = 1, EXIT_TROUBLE = 2 };
@@ -108,23 +109,6 @@ static int parse_seconds(const char *s, int *ms)
 		return -EINVAL;
 	}
 	*ms = (int)(v * 1000.0 + 0.5);
-	return 0;
-}
-
-static int parse_i64(const char *s, int64_t *out)
-{
-	char *end;
-	long long v;
-
-	if (*s == '\0') {
-		return -EINVAL;
-	}
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno != 0 || *end != '\0') {
-		return -EINVAL;
-	}
-	*out = v;
 	return 0;
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store_backend.h: the interface every store backend implements (private). */
+/* rendezvous/store/backend.h: the interface every store backend implements (private). */
 #ifndef CRUN_RENDEZVOUS_STORE_BACKEND_H
 #define CRUN_RENDEZVOUS_STORE_BACKEND_H
 
@@ -9,8 +9,10 @@
 
 #include <crun/store.h>
 
+#include "src/common/diag.h"
+
 /*
- * rendezvous/store.c owns struct crun_store: it parses the endpoint, picks the backend,
+ * rendezvous/store/store.c owns struct crun_store: it parses the endpoint, picks the backend,
  * prefixes every key, checks sizes against the limits, and then calls these with FULL keys
  * (prefix applied). @timeout_ms is always resolved (>= 0) by the generic layer.
  * Semantics and return codes are those documented in include/crun/store.h.
@@ -45,11 +47,17 @@ struct store_ops {
 	void (*close)(struct store_backend *b);
 };
 
-/* Opened by the generic layer according to the endpoint scheme. Fill *err on failure. */
+/*
+ * Opened by the generic layer according to the endpoint scheme. On failure @d (may be NULL)
+ * says why, "store <where>: <what>: <why>" (an allocation failure leaves it as it was).
+ */
 int store_tcp_open(const char *host, int port, const char *token, int connect_timeout_ms,
-		   struct store_backend **out, const struct store_ops **ops, char *err,
-		   size_t errlen);
+		   struct store_backend **out, const struct store_ops **ops,
+		   struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
-		    const struct store_ops **ops, char *err, size_t errlen);
+		    const struct store_ops **ops, struct crun_diag *d);
+
+/** client_tcp.c: the last error message of a TCP backend handle ("store H:P: OP: why"). */
+const char *store_tcp_last_error(const struct store_backend *b);
 
 #endif

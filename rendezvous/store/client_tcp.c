@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/client_tcp.c: the blocking TCP store client (docs/protocol.md). */
+/* rendezvous/store/client_tcp.c: the blocking TCP store client (docs/protocol.md). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -22,6 +22,8 @@
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
 #include "src/common/clock.h"
+#include "src/common/diag.h"
+#include "src/common/net.h"
 #include "rendezvous/store/wire.h"
 
 #define WAIT_MARGIN_MS 5000   /* socket deadline beyond a wait's own timeout */
@@ -45,7 +47,7 @@ struct store_backend {
 	uint32_t max_value_len;
 	int rcvtimeo_ms;       /* SO_RCVTIMEO now set on fd; 0: not set yet (blocks forever) */
 	char where[300];       /* "store HOST:PORT" */
-	char msg[512];         /* the last error message (server's, or ours) */
+	struct crun_diag diag; /* the last error: "store H:P: what" (server's message, or ours) */
 };
 
 static int fail(struct store_backend *b, int code, const char *fmt, ...)
@@ -54,16 +56,11 @@ static int fail(struct store_backend *b, int code, const char *fmt, ...)
 static int fail(struct store_backend *b, int code, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
 
-	n = snprintf(b->msg, sizeof(b->msg), "%s: ", b->where);
-	if (n < 0 || (size_t)n >= sizeof(b->msg)) {
-		return code;
-	}
 	va_start(ap, fmt);
-	vsnprintf(b->msg + n, sizeof(b->msg) - (size_t)n, fmt, ap);
+	diag_setv(&b->diag, code, fmt, ap);
 	va_end(ap);
-	return code;
+	return diag_prefix(&b->diag, "%s", b->where);
 }
 
 static void disconnect(struct store_backend *b)
@@ -76,16 +73,6 @@ static void disconnect(struct store_backend *b)
 	b->rb_off = b->rb_len = 0;
 }
 
-static int remaining(int64_t deadline)
-{
-	int64_t left = deadline - crun_now_ms();
-
-	if (left <= 0) {
-		return 0;
-	}
-	return left > INT32_MAX ? INT32_MAX : (int)left;
-}
-
 /* Wait for @events on the socket until @deadline. Returns 0, -ETIMEDOUT or -errno. */
 static int wait_fd(int fd, short events, int64_t deadline)
 {
@@ -93,7 +80,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 	int rc;
 
 	for (;;) {
-		rc = poll(&p, 1, remaining(deadline));
+		rc = poll(&p, 1, crun_ms_until(deadline));
 		if (rc > 0) {
 			return 0;
 		}
@@ -137,7 +124,7 @@ static int send_all(struct store_backend *b, const uint8_t *p, size_t n, int64_t
  * (sends use MSG_DONTWAIT) and SO_RCVTIMEO bounds each recv. The timeout is set only when the
  * cached one would outlast the deadline or is far shorter than it, so a run of operations
  * with the same timeout costs one recv per reply instead of poll + recv. A recv that times
- * out early just loops: remaining() alone decides when the deadline has passed.
+ * out early just loops: crun_ms_until() alone decides when the deadline has passed.
  * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
  */
 static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t deadline)
@@ -147,7 +134,7 @@ static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t
 	int left;
 
 	for (;;) {
-		left = remaining(deadline);
+		left = crun_ms_until(deadline);
 		if (left == 0) {
 			return -ETIMEDOUT;
 		}
@@ -213,7 +200,7 @@ static int fill(struct store_backend *b, size_t need, int64_t deadline)
 
 /*
  * Send the frame in b->out and read its reply into b->rh / b->in. Returns 0 (the reply
- * status is OK), the mapped code of an error reply (message kept in b->msg), or a transport
+ * status is OK), the mapped code of an error reply (message kept in b->diag), or a transport
  * error, after which the connection is dropped and the next call reconnects.
  */
 static int roundtrip(struct store_backend *b, int64_t deadline)
@@ -344,9 +331,9 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	rc = roundtrip(b, deadline);
 	if (rc < 0) {
 		/* Keep the message, and name the step. */
-		char m[sizeof(b->msg)];
+		char m[sizeof(b->diag.msg)];
 
-		snprintf(m, sizeof(m), "%s", b->msg + strlen(b->where) + 2);
+		snprintf(m, sizeof(m), "%s", b->diag.msg + strlen(b->where) + 2);
 		fail(b, rc, "handshake: %s", m);
 		disconnect(b);
 		return rc;
@@ -453,17 +440,17 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 		} else {
 			return fail(b, -EINVAL, "resolve %s: %s", b->host, gai_strerror(gai));
 		}
-		if (remaining(deadline) == 0) {
-			char m[sizeof(b->msg)];
+		if (crun_ms_until(deadline) == 0) {
+			char m[sizeof(b->diag.msg)];
 
-			snprintf(m, sizeof(m), "%s", b->msg + strlen(b->where) + 2);
+			snprintf(m, sizeof(m), "%s", b->diag.msg + strlen(b->where) + 2);
 			return fail(b, -ETIMEDOUT, "%s (gave up after %d ms)", m,
 				    (int)(crun_now_ms() - start));
 		}
 		/* Exponential backoff with jitter in [backoff/2, backoff]. */
 		sleep_ms = backoff / 2 + (int)(rand_r(&seed) % (unsigned)(backoff / 2 + 1));
-		if (sleep_ms > remaining(deadline)) {
-			sleep_ms = remaining(deadline);
+		if (sleep_ms > crun_ms_until(deadline)) {
+			sleep_ms = crun_ms_until(deadline);
 		}
 		ts.tv_sec = sleep_ms / 1000;
 		ts.tv_nsec = (long)(sleep_ms % 1000) * 1000000;
@@ -822,21 +809,17 @@ static const struct store_ops tcp_ops = {
 
 const char *store_tcp_last_error(const struct store_backend *b)
 {
-	return b->msg;
+	return b->diag.msg;
 }
 
 int store_tcp_open(const char *host, int port, const char *token, int connect_timeout_ms,
-		   struct store_backend **out, const struct store_ops **ops, char *err,
-		   size_t errlen)
+		   struct store_backend **out, const struct store_ops **ops, struct crun_diag *d)
 {
 	struct store_backend *b;
 	int rc;
 
 	if (host == NULL || *host == '\0' || port <= 0 || port > 65535) {
-		if (err != NULL && errlen > 0) {
-			snprintf(err, errlen, "store %s:%d: bad address", host ? host : "", port);
-		}
-		return -EINVAL;
+		return diag_set(d, -EINVAL, "store %s:%d: bad address", host ? host : "", port);
 	}
 	b = calloc(1, sizeof(*b));
 	if (b == NULL) {
@@ -851,13 +834,11 @@ int store_tcp_open(const char *host, int port, const char *token, int connect_ti
 		tcp_close(b);
 		return -ENOMEM;
 	}
-	snprintf(b->where, sizeof(b->where), strchr(host, ':') ? "store [%s]:%d" : "store %s:%d",
-		 host, port);
+	snprintf(b->where, sizeof(b->where), "store ");
+	net_join_hostport(b->where + 6, sizeof(b->where) - 6, host, port);
 	rc = reconnect(b, 0);
 	if (rc < 0) {
-		if (err != NULL && errlen > 0) {
-			snprintf(err, errlen, "%s", b->msg);
-		}
+		diag_set(d, rc, "%s", b->diag.msg);
 		tcp_close(b);
 		return rc;
 	}

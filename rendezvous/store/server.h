@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/server.h: the store server (libuv, one loop), embeddable in the agent. */
-#ifndef CRUN_RENDEZVOUS_SERVER_H
-#define CRUN_RENDEZVOUS_SERVER_H
+/* rendezvous/store/server.h: the store server (libuv, one loop), embeddable in the agent. */
+#ifndef CRUN_RENDEZVOUS_STORE_SERVER_H
+#define CRUN_RENDEZVOUS_STORE_SERVER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/server_thread.c: the store server on a thread of its own (the agent's embedding). */
+/* rendezvous/store/server_thread.c: the store server on its own thread and loop (the agent's). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

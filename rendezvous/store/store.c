@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store.c: the public store API (include/crun/store.h) over the backend vtable. */
+/* rendezvous/store/store.c: the public store API (include/crun/store.h) over the backend vtable. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
+#include "src/common/diag.h"
 #include "src/common/net.h"
 #include "src/common/opts.h"
 
@@ -30,28 +30,12 @@ struct crun_store {
 	size_t key_cap;
 };
 
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 /*
  * Endpoint forms: "file:///abs/path", "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT".
  * Anything else is -EINVAL with a message that names the endpoint.
  */
 static int open_backend(const char *endpoint, const char *token, int connect_timeout_ms,
-			struct store_backend **b, const struct store_ops **ops, char *err,
-			size_t errlen)
+			struct store_backend **b, const struct store_ops **ops, struct crun_diag *d)
 {
 	char host[256];
 	const char *hp;
@@ -59,63 +43,63 @@ static int open_backend(const char *endpoint, const char *token, int connect_tim
 	int rc;
 
 	if (endpoint == NULL || *endpoint == '\0') {
-		return errf(err, errlen, -EINVAL,
-			    "store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
+		return diag_set(d, -EINVAL,
+				"store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
 	}
 	if (strncmp(endpoint, "file://", 7) == 0) {
 		const char *path = endpoint + 7;
 
 		if (path[0] != '/') {
-			return errf(err, errlen, -EINVAL,
-				    "store %s: endpoint: expected file:///ABSOLUTE/PATH", endpoint);
+			return diag_set(d, -EINVAL,
+					"store %s: endpoint: expected file:///ABSOLUTE/PATH", endpoint);
 		}
 		if (path[strlen(path) - 1] == '/') {
-			return errf(err, errlen, -EINVAL,
-				    "store %s: endpoint: names a directory, expected a file",
-				    endpoint);
+			return diag_set(d, -EINVAL,
+					"store %s: endpoint: names a directory, expected a file",
+					endpoint);
 		}
-		return store_file_open(path, connect_timeout_ms, b, ops, err, errlen);
+		return store_file_open(path, connect_timeout_ms, b, ops, d);
 	}
 	hp = endpoint;
 	if (strncmp(endpoint, "tcp://", 6) == 0) {
 		hp = endpoint + 6;
 	} else if (strstr(endpoint, "://") != NULL) {
-		return errf(err, errlen, -EINVAL,
-			    "store %s: endpoint: unsupported scheme (expected tcp:// or file://)",
-			    endpoint);
+		return diag_set(d, -EINVAL,
+				"store %s: endpoint: unsupported scheme (expected tcp:// or file://)",
+				endpoint);
 	}
 	rc = net_parse_hostport(hp, -1, host, sizeof(host), &port);
 	if (rc < 0 || port == 0) {
-		return errf(err, errlen, -EINVAL,
-			    "store %s: endpoint: expected HOST:PORT, [V6]:PORT, tcp://HOST:PORT "
-			    "or file:///PATH with a port in 1..65535",
-			    endpoint);
+		return diag_set(d, -EINVAL,
+				"store %s: endpoint: expected HOST:PORT, [V6]:PORT, tcp://HOST:PORT "
+				"or file:///PATH with a port in 1..65535",
+				endpoint);
 	}
-	return store_tcp_open(host, port, token, connect_timeout_ms, b, ops, err, errlen);
+	return store_tcp_open(host, port, token, connect_timeout_ms, b, ops, d);
 }
 
 static int handle_create(const char *endpoint, const char *token, const char *prefix1,
 			 const char *prefix2, int connect_timeout_ms, int timeout_ms,
-			 struct crun_store **out, char *err, size_t errlen)
+			 struct crun_store **out, struct crun_diag *d)
 {
 	struct crun_store *st;
 	size_t l1, l2;
 	int rc;
 
 	if (endpoint == NULL || *endpoint == '\0') {
-		return errf(err, errlen, -EINVAL,
-			    "store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
+		return diag_set(d, -EINVAL,
+				"store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
 	}
 	l1 = prefix1 ? strlen(prefix1) : 0;
 	l2 = prefix2 ? strlen(prefix2) : 0;
 	if (l1 + l2 >= CRUN_STORE_MAX_KEY_LEN) {
-		return errf(err, errlen, -EMSGSIZE,
-			    "store %s: prefix: %zu bytes, longer than the key limit of %d",
-			    endpoint, l1 + l2, CRUN_STORE_MAX_KEY_LEN);
+		return diag_set(d, -EMSGSIZE,
+				"store %s: prefix: %zu bytes, longer than the key limit of %d",
+				endpoint, l1 + l2, CRUN_STORE_MAX_KEY_LEN);
 	}
 	st = calloc(1, sizeof(*st));
 	if (st == NULL) {
-		return errf(err, errlen, -ENOMEM, "store: out of memory");
+		return diag_set(d, -ENOMEM, "store: out of memory");
 	}
 	st->connect_timeout_ms =
 		connect_timeout_ms > 0 ? connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
@@ -124,7 +108,7 @@ static int handle_create(const char *endpoint, const char *token, const char *pr
 	st->token = crun_strdup(token);
 	st->prefix = malloc(l1 + l2 + 1);
 	if (st->endpoint == NULL || (token != NULL && st->token == NULL) || st->prefix == NULL) {
-		rc = errf(err, errlen, -ENOMEM, "store: out of memory");
+		rc = diag_set(d, -ENOMEM, "store: out of memory");
 		goto err;
 	}
 	if (l1 > 0) {
@@ -135,8 +119,7 @@ static int handle_create(const char *endpoint, const char *token, const char *pr
 	}
 	st->prefix[l1 + l2] = '\0';
 	st->prefix_len = l1 + l2;
-	rc = open_backend(endpoint, token, st->connect_timeout_ms, &st->b, &st->ops, err,
-			  errlen);
+	rc = open_backend(endpoint, token, st->connect_timeout_ms, &st->b, &st->ops, d);
 	if (rc < 0) {
 		goto err;
 	}
@@ -157,20 +140,22 @@ CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_
 				char *err, size_t errlen)
 {
 	struct crun_store_opts o;
+	struct crun_diag d;
+	int rc;
 
-	if (err != NULL && errlen > 0) {
-		err[0] = '\0';
-	}
+	/* The one place a diag becomes the caller's plain buffer ("" on success). */
+	diag_clear(&d);
 	if (opts == NULL || out == NULL) {
-		return errf(err, errlen, -EINVAL, "store: open: no options or result pointer");
+		rc = diag_set(&d, -EINVAL, "store: open: no options or result pointer");
+	} else if (*out = NULL, opts_copy(&o, sizeof(o), opts, STORE_OPTS_SIZE_0_2) < 0) {
+		rc = diag_set(&d, -EINVAL, "store: open: options: bad struct_size %zu",
+			      opts->struct_size);
+	} else {
+		rc = handle_create(o.endpoint, o.token, o.prefix, NULL, o.connect_timeout_ms,
+				   o.timeout_ms, out, &d);
 	}
-	*out = NULL;
-	if (opts_copy(&o, sizeof(o), opts, STORE_OPTS_SIZE_0_2) < 0) {
-		return errf(err, errlen, -EINVAL, "store: open: options: bad struct_size %zu",
-			    opts->struct_size);
-	}
-	return handle_create(o.endpoint, o.token, o.prefix, NULL, o.connect_timeout_ms,
-			     o.timeout_ms, out, err, errlen);
+	diag_copy_out(&d, err, errlen);
+	return rc;
 }
 
 CRUN_EXPORT void crun_store_close(struct crun_store *st)
@@ -196,7 +181,7 @@ CRUN_EXPORT int crun_store_clone(struct crun_store *st, const char *subprefix,
 	}
 	*out = NULL;
 	return handle_create(st->endpoint, st->token, st->prefix, subprefix,
-			     st->connect_timeout_ms, st->timeout_ms, out, NULL, 0);
+			     st->connect_timeout_ms, st->timeout_ms, out, NULL);
 }
 
 CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/wire.c: encode and decode store frames (docs/protocol.md). */
+/* rendezvous/store/wire.c: encode and decode store frames (docs/protocol.md). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,6 +9,8 @@
 #include <crun/error.h>
 
 #include "rendezvous/store/wire.h"
+#include "src/common/byteorder.h"
+#include "src/common/diag.h"
 
 static const char *const op_names[] = {
 	[WIRE_OP_HELLO] = "HELLO",	   [WIRE_OP_PING] = "PING",
@@ -89,26 +91,13 @@ int wire_status_to_code(unsigned status)
 	}
 }
 
-static uint32_t rd32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
 int wire_hdr_decode(const uint8_t *p, uint32_t max_len, struct wire_hdr *h)
 {
-	h->len = rd32(p);
+	h->len = get_be32(p);
 	h->op = p[4];
 	h->flags = p[5];
-	h->status = (uint16_t)(p[6] << 8 | p[7]);
-	h->id = rd32(p + 8);
+	h->status = get_be16(p + 6);
+	h->id = get_be32(p + 8);
 	if (h->len < WIRE_MIN_LEN) {
 		return -EPROTO;
 	}
@@ -120,12 +109,11 @@ int wire_hdr_decode(const uint8_t *p, uint32_t max_len, struct wire_hdr *h)
 
 void wire_hdr_encode(uint8_t *p, const struct wire_hdr *h)
 {
-	wr32(p, h->len);
+	put_be32(p, h->len);
 	p[4] = h->op;
 	p[5] = h->flags;
-	p[6] = (uint8_t)(h->status >> 8);
-	p[7] = (uint8_t)h->status;
-	wr32(p + 8, h->id);
+	put_be16(p + 6, h->status);
+	put_be32(p + 8, h->id);
 }
 
 /* ---- reading ---- */
@@ -147,7 +135,7 @@ uint16_t wire_get_u16(struct wire_cur *c)
 		c->bad = true;
 		return 0;
 	}
-	v = (uint16_t)(c->p[0] << 8 | c->p[1]);
+	v = get_be16(c->p);
 	c->p += 2;
 	return v;
 }
@@ -160,7 +148,7 @@ uint32_t wire_get_u32(struct wire_cur *c)
 		c->bad = true;
 		return 0;
 	}
-	v = rd32(c->p);
+	v = get_be32(c->p);
 	c->p += 4;
 	return v;
 }
@@ -194,7 +182,7 @@ struct wire_str wire_list_next(const uint8_t **cur)
 {
 	struct wire_str s;
 
-	s.len = rd32(*cur);
+	s.len = get_be32(*cur);
 	s.p = *cur + 4;
 	*cur += 4 + (size_t)s.len;
 	return s;
@@ -206,8 +194,7 @@ struct dec {
 	struct wire_cur c;
 	const struct wire_limits *lim;
 	const char *name;
-	char *msg;
-	size_t msglen;
+	struct crun_diag *diag; /* the first problem: wire_status_to_code(status) and its text */
 	int status;
 };
 
@@ -223,7 +210,7 @@ static int dec_fail(struct dec *d, int status, const char *fmt, ...)
 	}
 	d->status = status;
 	va_start(ap, fmt);
-	vsnprintf(d->msg, d->msglen, fmt, ap);
+	diag_setv(d->diag, wire_status_to_code((unsigned)status), fmt, ap);
 	va_end(ap);
 	return status;
 }
@@ -289,14 +276,13 @@ static bool dec_list(struct dec *d, struct wire_req *r, bool pairs)
 }
 
 int wire_req_decode(const struct wire_hdr *h, const uint8_t *payload, size_t plen,
-		    const struct wire_limits *lim, struct wire_req *r, char *msg, size_t msglen)
+		    const struct wire_limits *lim, struct wire_req *r, struct crun_diag *diag)
 {
 	struct dec d = {
 		.c = {payload, payload + plen, false},
 		.lim = lim,
 		.name = wire_op_name(h->op),
-		.msg = msg,
-		.msglen = msglen,
+		.diag = diag,
 		.status = WIRE_OK,
 	};
 	bool ok = true;
@@ -304,9 +290,7 @@ int wire_req_decode(const struct wire_hdr *h, const uint8_t *payload, size_t ple
 	memset(r, 0, sizeof(*r));
 	r->op = h->op;
 	r->id = h->id;
-	if (msglen > 0) {
-		msg[0] = '\0';
-	}
+	diag_clear(diag);
 	if (h->op < 1 || h->op > WIRE_OP_MAX) {
 		return dec_fail(&d, WIRE_E_UNKNOWN_OP, "unknown op %u", h->op);
 	}
@@ -436,8 +420,9 @@ void wire_put_u8(struct wire_buf *b, uint8_t v)
 
 void wire_put_u16(struct wire_buf *b, uint16_t v)
 {
-	uint8_t x[2] = {(uint8_t)(v >> 8), (uint8_t)v};
+	uint8_t x[2];
 
+	put_be16(x, v);
 	wire_put_raw(b, x, 2);
 }
 
@@ -445,7 +430,7 @@ void wire_put_u32(struct wire_buf *b, uint32_t v)
 {
 	uint8_t x[4];
 
-	wr32(x, v);
+	put_be32(x, v);
 	wire_put_raw(b, x, 4);
 }
 
@@ -481,7 +466,7 @@ void wire_frame_end(struct wire_buf *b, size_t off)
 	if (b->oom || b->len < off + WIRE_HDR_LEN) {
 		return;
 	}
-	wr32(b->p + off, (uint32_t)(b->len - off - 4));
+	put_be32(b->p + off, (uint32_t)(b->len - off - 4));
 }
 
 void wire_put_error(struct wire_buf *b, uint8_t op, uint32_t id, uint16_t status,
@@ -502,7 +487,7 @@ int wire_decode_stream(const uint8_t *data, size_t len)
 	struct wire_req r;
 	struct wire_str s;
 	const uint8_t *cur;
-	char msg[256];
+	struct crun_diag diag;
 	size_t off = 0;
 	uint32_t i;
 	int n = 0;
@@ -514,8 +499,8 @@ int wire_decode_stream(const uint8_t *data, size_t len)
 		if (len - off - 4 < h.len) {
 			return ~n; /* truncated */
 		}
-		if (wire_req_decode(&h, data + off + WIRE_HDR_LEN, h.len - 8, &lim, &r, msg,
-				    sizeof(msg)) != WIRE_OK) {
+		if (wire_req_decode(&h, data + off + WIRE_HDR_LEN, h.len - 8, &lim, &r,
+				    &diag) != WIRE_OK) {
 			return ~n;
 		}
 		/* Walk the validated lists exactly as the server does. */

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/wire.h: store frames, the codec shared by server and client (docs/protocol.md). */
-#ifndef CRUN_RENDEZVOUS_WIRE_H
-#define CRUN_RENDEZVOUS_WIRE_H
+/* rendezvous/store/wire.h: store frames, the codec shared by server and client
+ * (docs/protocol.md). */
+#ifndef CRUN_RENDEZVOUS_STORE_WIRE_H
+#define CRUN_RENDEZVOUS_STORE_WIRE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <crun/store.h>
+
+#include "src/common/diag.h"
 
 #define WIRE_MAGIC 0x4352554eu /* "CRUN" */
 #define WIRE_VERSION 1u
@@ -109,11 +112,12 @@ struct wire_req {
 
 /**
  * Decode and validate the payload of request @h (the @plen bytes at @payload, borrowed) into
- * @r. On failure returns the wire status to reply with (WIRE_E_*) and writes the message
- * (docs/protocol.md) to @msg; returns WIRE_OK (0) on success.
+ * @r. On failure returns the wire status to reply with (WIRE_E_*) and fills @d with the
+ * message (docs/protocol.md) and wire_status_to_code() of that status; returns WIRE_OK (0)
+ * on success, with @d cleared.
  */
 int wire_req_decode(const struct wire_hdr *h, const uint8_t *payload, size_t plen,
-		    const struct wire_limits *lim, struct wire_req *r, char *msg, size_t msglen);
+		    const struct wire_limits *lim, struct wire_req *r, struct crun_diag *d);
 
 /** Walk a validated key list: *@cur starts at r->list; returns the next key. */
 struct wire_str wire_list_next(const uint8_t **cur);
@@ -163,9 +167,5 @@ struct wire_str wire_get_bytes(struct wire_cur *c);
  * negative count's complement on the first bad frame. Pure; for tests and the fuzzer.
  */
 int wire_decode_stream(const uint8_t *data, size_t len);
-
-/* client_tcp.c: the last error message of a TCP backend handle ("store H:P: OP: why"). */
-struct store_backend;
-const char *store_tcp_last_error(const struct store_backend *b);
 
 #endif

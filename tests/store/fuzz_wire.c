@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rendezvous/store/wire.h"
+#include "src/common/diag.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -14,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct wire_req r;
 	struct wire_cur c;
 	struct wire_limits lim = {64, 256, 8};
-	char msg[256];
+	struct crun_diag d;
 
 	/* The stream decoder, exactly as the server walks a read buffer. */
 	(void)wire_decode_stream(data, size);
@@ -22,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* One frame against small limits, so the limit paths are reachable. */
 	if (size >= WIRE_HDR_LEN && wire_hdr_decode(data, (uint32_t)size, &h) == 0 &&
 	    (size_t)h.len + 4 <= size) {
-		if (wire_req_decode(&h, data + WIRE_HDR_LEN, h.len - 8, &lim, &r, msg,
-				    sizeof(msg)) != WIRE_OK && strlen(msg) == 0) {
+		if (wire_req_decode(&h, data + WIRE_HDR_LEN, h.len - 8, &lim, &r, &d) != WIRE_OK &&
+		    strlen(d.msg) == 0) {
 			__builtin_trap(); /* every refusal names its problem */
 		}
 	}

@@ -24,6 +24,7 @@
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
 #include "src/common/clock.h"
+#include "src/common/diag.h"
 #include "rendezvous/store/wire.h"
 
 #define MAX_CONNS 8
@@ -194,12 +195,12 @@ static int mute_teardown(void **state)
 
 static void open_client(struct mute *m, struct store_backend **b, const struct store_ops **ops)
 {
-	char err[256];
+	struct crun_diag err = {0};
 	int rc;
 
-	rc = store_tcp_open("127.0.0.1", m->port, NULL, T, b, ops, err, sizeof(err));
+	rc = store_tcp_open("127.0.0.1", m->port, NULL, T, b, ops, &err);
 	if (rc < 0) {
-		fail_msg("store_tcp_open: %s", err);
+		fail_msg("store_tcp_open: %s", err.msg);
 	}
 }
 

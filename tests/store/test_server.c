@@ -62,7 +62,12 @@ static int group_teardown(void **state)
 
 static int cli_open_at(struct cli *c, int port, const char *token, char *err, size_t errlen)
 {
-	return store_tcp_open("127.0.0.1", port, token, T, &c->b, &c->ops, err, errlen);
+	struct crun_diag d = {0};
+	int rc;
+
+	rc = store_tcp_open("127.0.0.1", port, token, T, &c->b, &c->ops, &d);
+	diag_copy_out(&d, err, errlen);
+	return rc;
 }
 
 static void cli_open(struct cli *c)
@@ -734,16 +739,16 @@ static void client_retries_until_server_is_up(void **state)
 	char listen[64];
 	pthread_t th;
 	struct cli c;
-	char err[256] = "";
+	struct crun_diag err = {0};
 	int rc;
 
 	(void)state;
 	l.port = free_port();
 	assert_int_equal(pthread_create(&th, NULL, open_early, &l), 0);
 	/* The client is now refused and backing off; start the server on its port. */
-	rc = store_tcp_open("127.0.0.1", l.port, NULL, 100, &c.b, &c.ops, err, sizeof(err));
+	rc = store_tcp_open("127.0.0.1", l.port, NULL, 100, &c.b, &c.ops, &err);
 	assert_int_equal(rc, -ETIMEDOUT);
-	assert_non_null(strstr(err, "connect: Connection refused (gave up after"));
+	assert_non_null(strstr(err.msg, "connect: Connection refused (gave up after"));
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", l.port);
 	o.listen = listen;
 	assert_int_equal(store_server_thread_start(&o, &t, &diag), 0);

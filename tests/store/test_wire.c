@@ -13,19 +13,24 @@
 #include <crun/error.h>
 
 #include "rendezvous/store/wire.h"
+#include "src/common/diag.h"
 
 static const struct wire_limits lim = {CRUN_STORE_MAX_KEY_LEN, CRUN_STORE_MAX_VALUE_LEN,
 				       CRUN_STORE_MAX_KEYS};
 
-/* Decode the single frame in @b. */
+/* Decode the single frame in @b; the decoder's message goes to @msg. */
 static int decode(const struct wire_buf *b, struct wire_req *r, char *msg, size_t msglen)
 {
+	struct crun_diag d;
 	struct wire_hdr h;
+	int st;
 
 	assert_true(b->len >= WIRE_HDR_LEN);
 	assert_int_equal(wire_hdr_decode(b->p, WIRE_MAX_FRAME, &h), 0);
 	assert_int_equal((size_t)h.len + 4, b->len);
-	return wire_req_decode(&h, b->p + WIRE_HDR_LEN, h.len - 8, &lim, r, msg, msglen);
+	st = wire_req_decode(&h, b->p + WIRE_HDR_LEN, h.len - 8, &lim, r, &d);
+	diag_copy_out(&d, msg, msglen);
+	return st;
 }
 
 static void wire_hdr_round_trip(void **state)
@@ -153,7 +158,7 @@ static void wire_decode_rejects_value_over_limit(void **state)
 	struct wire_buf b = {0};
 	struct wire_hdr h;
 	struct wire_req r;
-	char msg[256];
+	struct crun_diag d;
 	size_t off;
 
 	(void)state;
@@ -162,10 +167,9 @@ static void wire_decode_rejects_value_over_limit(void **state)
 	wire_put_bytes(&b, "12345", 5);
 	wire_frame_end(&b, off);
 	assert_int_equal(wire_hdr_decode(b.p, WIRE_MAX_FRAME, &h), 0);
-	assert_int_equal(wire_req_decode(&h, b.p + WIRE_HDR_LEN, h.len - 8, &small, &r, msg,
-					 sizeof(msg)),
+	assert_int_equal(wire_req_decode(&h, b.p + WIRE_HDR_LEN, h.len - 8, &small, &r, &d),
 			 WIRE_E_TOO_BIG);
-	assert_string_equal(msg, "APPEND: value length 5 exceeds limit 4");
+	assert_string_equal(d.msg, "APPEND: value length 5 exceeds limit 4");
 	wire_buf_finish(&b);
 }
 

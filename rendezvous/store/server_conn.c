@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/server_conn.c: connections: read, frame, reply, backpressure, limits. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rendezvous/store/server_internal.h"
+#include "src/common/log.h"
+#include "src/common/net.h"
+
+#define HANDSHAKE_TIMEOUT_MS 10000
+#define DRAIN_TIMEOUT_MS 2000
+#define KEEPALIVE_S 60
+#define OUT_HIGH_WATER (8u << 20) /* stop reading a peer that does not read its replies */
+#define OUT_LOW_WATER (1u << 20)
+#define KEEP_OUT_CAP 4096         /* a reply buffer larger than this is freed once written */
+
+static void conn_resume(struct conn *c);
+
+static void conn_unref(struct conn *c)
+{
+	struct store_server *s = c->s;
+
+	if (--c->refs > 0) {
+		return;
+	}
+	free(c->in);
+	free(c->backlog);
+	wire_buf_finish(&c->out);
+	free(c);
+	srv_server_unref(s);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+	conn_unref(h->data);
+}
+
+static void peer_name(struct conn *c, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	int n = sizeof(ss);
+
+	snprintf(buf, len, "?");
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
+		return;
+	}
+	net_format_sockaddr((struct sockaddr *)&ss, buf, len);
+}
+
+/* Idempotent: drop every wait, close the socket, free in the close callback. */
+void srv_conn_close(struct conn *c)
+{
+	struct store_server *s = c->s;
+
+	if (c->closing) {
+		return;
+	}
+	c->closing = true;
+	while (c->waits != NULL) {
+		srv_wait_destroy(s, c->waits);
+	}
+	if (c->prev != NULL) {
+		c->prev->next = c->next;
+	} else {
+		s->conns = c->next;
+	}
+	if (c->next != NULL) {
+		c->next->prev = c->prev;
+	}
+	s->nconns--;
+	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	struct wreq *w = (struct wreq *)req;
+	struct conn *c = w->c;
+
+	free(w->buf);
+	free(w);
+	if (status < 0) {
+		srv_conn_close(c);
+	} else if (c->paused && !c->closing &&
+		   uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < OUT_LOW_WATER) {
+		c->paused = false;
+		c->last_active = (int64_t)uv_now(c->s->loop);
+		conn_resume(c);
+	}
+	conn_unref(c);
+}
+
+/* Hand the pending replies to the socket: try a direct write, queue what is left. */
+void srv_flush(struct conn *c)
+{
+	struct wreq *w;
+	uv_buf_t b;
+	int n;
+
+	if (c->closing || c->out.len == 0) {
+		return;
+	}
+	if (c->out.oom) {
+		wire_buf_finish(&c->out);
+		srv_conn_close(c);
+		return;
+	}
+	b = uv_buf_init((char *)c->out.p, (unsigned int)c->out.len);
+	n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+	if (n == (int)c->out.len) {
+		c->out.len = 0;
+		if (c->out.cap > KEEP_OUT_CAP) {
+			wire_buf_finish(&c->out);
+		}
+		return;
+	}
+	if (n < 0 && n != UV_EAGAIN) {
+		srv_conn_close(c);
+		return;
+	}
+	if (n < 0) {
+		n = 0;
+	}
+	w = malloc(sizeof(*w));
+	if (w == NULL) {
+		srv_conn_close(c);
+		return;
+	}
+	w->c = c;
+	w->buf = c->out.p; /* the request takes the buffer */
+	b = uv_buf_init((char *)c->out.p + n, (unsigned int)(c->out.len - (size_t)n));
+	memset(&c->out, 0, sizeof(c->out));
+	if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+		free(w->buf);
+		free(w);
+		srv_conn_close(c);
+		return;
+	}
+	c->refs++;
+	if (!c->paused && !c->failing &&
+	    uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > OUT_HIGH_WATER) {
+		c->paused = true;
+		uv_read_stop((uv_stream_t *)&c->tcp);
+	}
+}
+
+void srv_flush_all(struct store_server *s)
+{
+	struct conn *c;
+
+	while ((c = s->flush) != NULL) {
+		s->flush = c->flush_next;
+		c->in_flush = false;
+		c->flush_next = NULL;
+		srv_flush(c);
+	}
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct conn *c = req->data;
+
+	free(req);
+	c->shut = true;
+	if (status < 0 || c->eof) {
+		srv_conn_close(c);
+	}
+	/* Otherwise keep reading (and discarding) until the peer closes or the drain ends, so
+	 * unread input does not turn our close into a reset that destroys the error reply. */
+	conn_unref(c);
+}
+
+/* Send an error reply, then close this connection alone (after the reply is out). */
+void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg)
+{
+	uv_shutdown_t *req;
+	char peer[96];
+
+	if (c->failing || c->closing) {
+		return;
+	}
+	peer_name(c, peer, sizeof(peer));
+	log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
+	c->failing = true;
+	c->drain_until = (int64_t)uv_now(c->s->loop) + DRAIN_TIMEOUT_MS;
+	while (c->waits != NULL) {
+		srv_wait_destroy(c->s, c->waits);
+	}
+	free(c->in);
+	c->in = NULL;
+	c->in_len = c->in_cap = c->need = 0;
+	free(c->backlog);
+	c->backlog = NULL;
+	c->backlog_len = 0;
+	wire_put_error(&c->out, op, id, status, msg);
+	srv_flush(c);
+	if (c->closing) {
+		return;
+	}
+	if (c->paused) {
+		c->paused = false;
+		conn_resume(c);
+	}
+	req = malloc(sizeof(*req));
+	if (req == NULL) {
+		srv_conn_close(c);
+		return;
+	}
+	req->data = c;
+	if (uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+		free(req);
+		srv_conn_close(c);
+		return;
+	}
+	c->refs++;
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct conn *c = h->data;
+
+	/* One buffer per server: libuv calls on_read before the next on_alloc, and on_read
+	 * consumes or copies everything, so idle connections hold no read buffer at all. */
+	(void)hint;
+	*buf = uv_buf_init((char *)c->s->rbuf, READ_BUF_LEN);
+}
+
+/* Check a complete header. Returns false (after failing the connection) when it is bad. */
+static bool header_ok(struct conn *c, const uint8_t *p, struct wire_hdr *h)
+{
+	char msg[96];
+	int rc;
+
+	rc = wire_hdr_decode(p, WIRE_MAX_FRAME, h);
+	if (rc == -EPROTO) {
+		snprintf(msg, sizeof(msg), "frame length %u below minimum %u", h->len,
+			 WIRE_MIN_LEN);
+		srv_conn_fail(c, 0, 0, WIRE_E_BAD_FRAME, msg);
+		return false;
+	}
+	if (rc == -EMSGSIZE) {
+		snprintf(msg, sizeof(msg), "frame length %u exceeds limit %u", h->len,
+			 (unsigned)WIRE_MAX_FRAME);
+		srv_conn_fail(c, 0, 0, WIRE_E_TOO_BIG, msg);
+		return false;
+	}
+	/* Reject what the header alone condemns before waiting for (or buffering) a payload. */
+	if (h->op < 1 || h->op > WIRE_OP_MAX) {
+		snprintf(msg, sizeof(msg), "unknown op %u", h->op);
+		srv_conn_fail(c, h->op, h->id, WIRE_E_UNKNOWN_OP, msg);
+		return false;
+	}
+	if (!c->hello && h->op != WIRE_OP_HELLO) {
+		snprintf(msg, sizeof(msg), "expected HELLO as the first frame, got op %u", h->op);
+		srv_conn_fail(c, h->op, h->id, WIRE_E_BAD_FRAME, msg);
+		return false;
+	}
+	return true;
+}
+
+/* Buffer @n more bytes of a partial frame, growing by doubling up to the declared size. */
+static bool in_append(struct conn *c, const uint8_t *p, uint32_t n)
+{
+	uint32_t want = c->in_len + n, cap;
+	uint8_t *q;
+
+	if (want > c->in_cap) {
+		cap = c->in_cap ? c->in_cap : 256;
+		while (cap < want) {
+			cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
+		}
+		if (c->need != 0 && cap > c->need) {
+			cap = c->need;
+		}
+		if (cap < want) {
+			cap = want;
+		}
+		q = realloc(c->in, cap);
+		if (q == NULL) {
+			srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
+			return false;
+		}
+		c->in = q;
+		c->in_cap = cap;
+	}
+	memcpy(c->in + c->in_len, p, n);
+	c->in_len += n;
+	return true;
+}
+
+/*
+ * Process the frames in @p. Returns the bytes consumed: all of them, unless replies piled up
+ * past OUT_HIGH_WATER because the peer does not read, in which case reading is paused and
+ * the caller keeps the rest for conn_resume().
+ */
+static size_t consume(struct conn *c, const uint8_t *p, size_t left)
+{
+	const uint8_t *start = p;
+	struct wire_hdr h;
+	uint32_t take;
+	size_t total;
+
+	while (left > 0 && !c->failing && !c->closing) {
+		if (c->out.len >= OUT_HIGH_WATER) {
+			srv_flush(c);
+			if (c->paused || c->closing) {
+				return (size_t)(p - start);
+			}
+		}
+		if (c->in_len > 0 || left < WIRE_HDR_LEN) {
+			if (c->need == 0) {
+				take = WIRE_HDR_LEN - c->in_len;
+				take = take < left ? take : (uint32_t)left;
+				if (!in_append(c, p, take)) {
+					return left;
+				}
+				p += take;
+				left -= take;
+				if (c->in_len < WIRE_HDR_LEN) {
+					return (size_t)(p - start);
+				}
+				if (!header_ok(c, c->in, &h)) {
+					return left;
+				}
+				c->need = h.len + 4;
+			}
+			take = c->need - c->in_len;
+			take = take < left ? take : (uint32_t)left;
+			if (take > 0 && !in_append(c, p, take)) {
+				return left;
+			}
+			p += take;
+			left -= take;
+			if (c->in_len < c->need) {
+				return (size_t)(p - start);
+			}
+			wire_hdr_decode(c->in, WIRE_MAX_FRAME, &h);
+			srv_dispatch(c, &h, c->in + WIRE_HDR_LEN, h.len - 8);
+			free(c->in);
+			c->in = NULL;
+			c->in_len = c->in_cap = c->need = 0;
+			continue;
+		}
+		if (!header_ok(c, p, &h)) {
+			return left;
+		}
+		total = (size_t)h.len + 4;
+		if (total > left) {
+			c->need = (uint32_t)total;
+			in_append(c, p, (uint32_t)left);
+			return (size_t)(p - start) + left;
+		}
+		srv_dispatch(c, &h, p + WIRE_HDR_LEN, h.len - 8);
+		p += total;
+		left -= total;
+	}
+	return (size_t)(p - start);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+	struct conn *c = stream->data;
+	struct store_server *s = c->s;
+	char msg[96];
+	size_t n;
+
+	(void)buf; /* the server's read buffer */
+	if (nread == 0 || c->closing) {
+		return;
+	}
+	if (nread < 0) {
+		if (nread == UV_EOF && c->in_len > 0 && !c->failing) {
+			snprintf(msg, sizeof(msg), "truncated frame: got %u of %u bytes", c->in_len,
+				 c->need ? c->need : WIRE_HDR_LEN);
+			srv_conn_fail(c, 0, 0, WIRE_E_BAD_FRAME, msg);
+		}
+		if (c->failing && !c->closing && !c->shut) {
+			/* Let the shutdown request finish sending the error reply, then close. */
+			c->eof = true;
+			uv_read_stop(stream);
+			srv_flush_all(s);
+			return;
+		}
+		srv_conn_close(c);
+		srv_flush_all(s);
+		return;
+	}
+	if (c->failing) {
+		return; /* draining after an error reply */
+	}
+	c->last_active = (int64_t)uv_now(s->loop);
+	n = consume(c, s->rbuf, (size_t)nread);
+	if (n < (size_t)nread && !c->failing && !c->closing) {
+		/* Paused with input left: at most one read buffer, kept until the peer reads. */
+		c->backlog = malloc((size_t)nread - n);
+		if (c->backlog == NULL) {
+			srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
+		} else {
+			memcpy(c->backlog, s->rbuf + n, (size_t)nread - n);
+			c->backlog_len = (uint32_t)((size_t)nread - n);
+		}
+	}
+	srv_flush(c);
+	srv_flush_all(s);
+}
+
+/* The peer reads again: process what was held back, then read more. */
+static void conn_resume(struct conn *c)
+{
+	size_t n;
+
+	if (c->closing) {
+		return;
+	}
+	if (c->backlog != NULL && !c->failing) {
+		n = consume(c, c->backlog, c->backlog_len);
+		if (n < c->backlog_len && !c->closing && !c->failing) {
+			memmove(c->backlog, c->backlog + n, c->backlog_len - n);
+			c->backlog_len -= (uint32_t)n;
+			srv_flush_all(c->s);
+			return; /* paused again; on_written resumes */
+		}
+		free(c->backlog);
+		c->backlog = NULL;
+		c->backlog_len = 0;
+		srv_flush(c);
+		srv_flush_all(c->s);
+		if (c->closing || c->paused) {
+			return;
+		}
+	}
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+void srv_on_connection(uv_stream_t *server, int status)
+{
+	struct store_server *s = server->data;
+	struct conn *c;
+	char msg[64];
+
+	if (status < 0) {
+		log_warn("store %s: accept: %s", s->addr, uv_strerror(status));
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		log_warn("store %s: accept: out of memory", s->addr);
+		return;
+	}
+	c->s = s;
+	c->refs = 1;
+	c->tcp.data = c;
+	uv_tcp_init(s->loop, &c->tcp);
+	s->refs++;
+	c->next = s->conns;
+	if (s->conns != NULL) {
+		s->conns->prev = c;
+	}
+	s->conns = c;
+	s->nconns++;
+	c->last_active = c->since = (int64_t)uv_now(s->loop);
+	if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+		srv_conn_close(c);
+		return;
+	}
+	uv_tcp_nodelay(&c->tcp, 1);
+	/* A peer host that vanishes while holding a wait is found by keepalive, not idleness. */
+	uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
+	if (s->closing) {
+		srv_conn_close(c);
+		return;
+	}
+	if (s->nconns > (size_t)s->max_connections) {
+		snprintf(msg, sizeof(msg), "too many connections (limit %d)", s->max_connections);
+		srv_conn_fail(c, 0, 0, WIRE_E_BUSY, msg);
+	}
+	if (!c->closing) {
+		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+	}
+}
+
+/* Handshake deadline, idle timeout, end of the drain after an error reply. */
+void srv_on_sweep(uv_timer_t *t)
+{
+	struct store_server *s = t->data;
+	int64_t now = (int64_t)uv_now(s->loop);
+	struct conn *c, *next;
+	char peer[96];
+
+	for (c = s->conns; c != NULL; c = next) {
+		next = c->next;
+		if (c->failing) {
+			if (now >= c->drain_until) {
+				srv_conn_close(c);
+			}
+		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS) {
+			peer_name(c, peer, sizeof(peer));
+			log_info("store: dropping %s: no handshake within %d ms", peer,
+				 HANDSHAKE_TIMEOUT_MS);
+			srv_conn_close(c);
+		} else if (s->idle_timeout_ms > 0 && c->nwaits == 0 && !c->paused &&
+			   now - c->last_active >= s->idle_timeout_ms) {
+			peer_name(c, peer, sizeof(peer));
+			log_info("store: dropping %s: idle for %d ms", peer, s->idle_timeout_ms);
+			srv_conn_close(c);
+		}
+	}
+}

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/server_internal.h: what the store server's files share (private). */
+/*
+ * The server is one libuv loop (server.c: listen, accept, shutdown) over connections
+ * (server_conn.c: read, frame, write, backpressure, limits) whose requests run in
+ * server_ops.c against the key table and TTL heap (server_data.c); WAIT parks in
+ * server_wait.c. Small helpers on the per-request path are static inline here.
+ */
+#ifndef CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
+#define CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "rendezvous/store/server.h"
+#include "rendezvous/store/wire.h"
+#include "src/common/htab.h"
+#include "src/common/util.h"
+
+#define READ_BUF_LEN (64 * 1024)
+
+/* ---- a binary min-heap of deadlines (TTL keys, wait deadlines) ---- */
+
+struct hnode {
+	int64_t at;
+	size_t idx; /* SIZE_MAX when not in a heap */
+};
+
+struct heap {
+	struct hnode **a;
+	size_t n;
+	size_t cap;
+};
+
+/* ---- data ---- */
+
+struct wait;
+struct conn;
+
+/* One key of one wait, linked into the key's entry while the key is still awaited. */
+struct link {
+	struct link *prev;
+	struct link *next;
+	struct entry *e; /* NULL when not linked */
+	struct wait *w;
+	uint32_t index;
+};
+
+struct entry {
+	struct htab_node node; /* in server->keys, by htab_hash(key, seed) */
+	uint8_t *val;       /* malloc'd when present (NULL for an empty value) */
+	uint32_t vlen;
+	uint32_t vcap;
+	bool present;       /* false: only waiters keep this entry alive */
+	struct hnode ttl;   /* in server->ttl while the key has a TTL */
+	struct link *watchers;
+	uint32_t klen;
+	uint8_t key[];
+};
+
+struct wait {
+	struct wait *prev;
+	struct wait *next; /* in conn->waits */
+	struct conn *c;
+	struct hnode dl;   /* in server->waits when it has a deadline */
+	int64_t timeout_ms;
+	uint32_t id;
+	uint8_t mode;
+	uint32_t n;
+	uint32_t missing;
+	struct link links[];
+};
+
+struct conn {
+	uv_tcp_t tcp;             /* tcp.data == this */
+	struct store_server *s;
+	struct conn *prev;
+	struct conn *next;        /* in server->conns */
+	struct conn *flush_next;  /* in server->flush while it has replies to send */
+	uint8_t *in;              /* a partial frame: grown only as its bytes arrive */
+	uint32_t in_len;
+	uint32_t in_cap;
+	uint32_t need;            /* total bytes of the partial frame; 0: header incomplete */
+	struct wire_buf out;      /* replies not yet handed to the socket */
+	uint8_t *backlog;         /* input read but not processed while the peer was not reading */
+	uint32_t backlog_len;
+	struct wait *waits;
+	uint32_t nwaits;
+	int64_t since;            /* accepted at (handshake deadline) */
+	int64_t last_active;
+	int64_t drain_until;
+	unsigned refs;            /* 1 for the tcp handle + in-flight writes and shutdown */
+	bool hello;
+	bool in_flush;
+	bool failing;             /* error reply sent: discard input until EOF, then close */
+	bool closing;
+	bool paused;
+	bool eof;                 /* the peer closed while an error reply was going out */
+	bool shut;                /* the error reply is out and our side is shut down */
+};
+
+struct wreq {
+	uv_write_t req;
+	struct conn *c;
+	uint8_t *buf; /* owned; freed with the request */
+};
+
+struct store_server {
+	uv_loop_t *loop;
+	uv_tcp_t listener;
+	uv_timer_t ttl_timer;
+	uv_timer_t wait_timer;
+	uv_timer_t sweep_timer;
+	unsigned refs; /* open server handles + live connections + 1 until close */
+	struct conn *conns;
+	size_t nconns;
+	struct conn *flush;
+	struct htab keys;         /* struct entry: present keys and keys only waited on */
+	int64_t nkeys;
+	uint64_t seed;
+	struct heap ttl;
+	struct heap waits;
+	uint8_t *rbuf;
+	char *token;
+	size_t token_len;
+	int max_connections;
+	int idle_timeout_ms;
+	uint32_t max_pending;
+	struct wire_limits lim;
+	bool closing;
+	int port;
+	char addr[80];
+};
+
+/* ---- server_data.c: the key table, key writes and the TTL heap ---- */
+
+/** Add @x to @h; -ENOMEM leaves @h as it was. */
+int srv_heap_push(struct heap *h, struct hnode *x);
+/** Remove @x from @h; a no-op when it is in no heap. */
+void srv_heap_remove(struct heap *h, struct hnode *x);
+/** Find or create the entry for @k (created absent). NULL only when out of memory. */
+struct entry *srv_entry_get(struct store_server *s, struct wire_str k);
+/** Unlink @e from the table and free it. */
+void srv_entry_unhash(struct store_server *s, struct entry *e);
+/** Give @e the value @v (@n bytes) and no TTL. 0 or -ENOMEM. */
+int srv_key_store(struct store_server *s, struct entry *e, const uint8_t *v, uint32_t n);
+/** Make @e absent (freeing it when nobody waits on it). */
+void srv_key_delete(struct store_server *s, struct entry *e);
+/** (Re)start timer @t for the earliest deadline in @h, or stop it. */
+void srv_timer_arm(struct store_server *s, uv_timer_t *t, struct heap *h, uv_timer_cb cb);
+void srv_ttl_arm(struct store_server *s);
+/** Free every entry (shutdown); the bucket array stays for srv_server_unref(). */
+void srv_free_table(struct store_server *s);
+
+/* ---- server_wait.c: waits on keys ---- */
+
+/** Unlink and free @w without replying. */
+void srv_wait_destroy(struct store_server *s, struct wait *w);
+/** Answer @w with an error reply, then destroy it. */
+void srv_wait_fail(struct store_server *s, struct wait *w, uint16_t status, const char *msg);
+/** @e was just written: wake every wait on it. */
+void srv_key_written(struct store_server *s, struct entry *e);
+void srv_wait_arm(struct store_server *s);
+/** WAIT: answer now, or park a wait until its keys are written or its deadline. */
+void srv_op_wait(struct conn *c, const struct wire_req *r);
+
+/* ---- server_ops.c: one handler per request ---- */
+
+/** Decode and run one complete request frame (@plen payload bytes at @payload). */
+void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *payload,
+		  size_t plen);
+
+/* ---- server_conn.c: connections ---- */
+
+/** Idempotent: drop every wait, close the socket, free in the close callback. */
+void srv_conn_close(struct conn *c);
+/** Send an error reply, then close this connection alone (after the reply is out). */
+void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg);
+/** Hand @c's pending replies to the socket. */
+void srv_flush(struct conn *c);
+/** srv_flush() every connection queued with flush_later(). */
+void srv_flush_all(struct store_server *s);
+void srv_on_connection(uv_stream_t *server, int status);
+void srv_on_sweep(uv_timer_t *t);
+
+/* ---- server.c: lifecycle ---- */
+
+/** Drop one reference; the last one frees the server. */
+void srv_server_unref(struct store_server *s);
+
+/* ---- inline helpers of the request path ---- */
+
+static inline struct hnode *heap_min(const struct heap *h)
+{
+	return h->n ? h->a[0] : NULL;
+}
+
+static inline uint64_t hash_key(const struct store_server *s, const uint8_t *k, size_t n)
+{
+	return htab_hash(k, n, s->seed);
+}
+
+static inline struct entry *entry_find(struct store_server *s, const uint8_t *k, uint32_t n,
+				       uint64_t h)
+{
+	struct htab_node *node;
+	struct entry *e;
+
+	for (node = htab_chain(&s->keys, h); node != NULL; node = node->next) {
+		e = container_of(node, struct entry, node);
+		if (node->hash == h && e->klen == n && memcmp(e->key, k, n) == 0) {
+			return e;
+		}
+	}
+	return NULL;
+}
+
+static inline struct entry *entry_lookup(struct store_server *s, struct wire_str k)
+{
+	return entry_find(s, k.p, k.len, hash_key(s, k.p, k.len));
+}
+
+/* An absent entry with nobody waiting on it has no reason to exist. */
+static inline void entry_maybe_free(struct store_server *s, struct entry *e)
+{
+	if (!e->present && e->watchers == NULL) {
+		srv_entry_unhash(s, e);
+	}
+}
+
+static inline void key_clear_ttl(struct store_server *s, struct entry *e)
+{
+	srv_heap_remove(&s->ttl, &e->ttl);
+}
+
+static inline size_t reply_begin(struct conn *c, const struct wire_req *r)
+{
+	return wire_frame_begin(&c->out, r->op, WIRE_FLAG_REPLY, WIRE_OK, r->id);
+}
+
+static inline void reply_empty(struct conn *c, const struct wire_req *r)
+{
+	wire_frame_end(&c->out, reply_begin(c, r));
+}
+
+static inline void reply_error(struct conn *c, const struct wire_req *r, uint16_t status,
+			       const char *msg)
+{
+	wire_put_error(&c->out, r->op, r->id, status, msg);
+}
+
+/* Loop time @ms from now, saturated: a peer may send any int64. */
+static inline int64_t deadline_after(struct store_server *s, int64_t ms)
+{
+	int64_t now = (int64_t)uv_now(s->loop);
+
+	return ms > INT64_MAX / 2 - now ? INT64_MAX / 2 : now + ms;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/conformance/conformance.h: what the conformance harness shares with the tests. */
+#ifndef CRUN_TESTS_CONFORMANCE_CONFORMANCE_H
+#define CRUN_TESTS_CONFORMANCE_CONFORMANCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <crun/store.h>
+
+#include "src/common/clock.h"
+
+/* The backend under test (set up by the harness for the whole group). */
+extern bool g_tcp;
+extern char g_dir[256];      /* temporary directory of the fixture */
+extern char g_path[512];     /* file backend: the store file */
+extern char g_endpoint[600]; /* what every test connects to */
+extern unsigned g_seq;       /* makes prefixes unique */
+
+/* Helpers (test_conformance.c); they fail the running test on error. */
+struct crun_store *open_with(const char *endpoint, const char *prefix, int timeout_ms);
+/** A handle on the store under test with a prefix no other test uses. */
+struct crun_store *open_fresh(void);
+void want_value(struct crun_store *st, const char *key, const char *want);
+int sets(struct crun_store *st, const char *key, const char *val);
+
+/* The tests, listed in main() in the order they run. */
+void set_get_roundtrip(void **state);
+void get_missing_is_enoent(void **state);
+void add_semantics(void **state);
+void compare_set_semantics(void **state);
+void delete_semantics(void **state);
+void check_semantics(void **state);
+void num_keys_counts_every_prefix(void **state);
+void append_semantics(void **state);
+void multi_get_with_absent_keys(void **state);
+void multi_set_then_get(void **state);
+void huge_ttl_does_not_overflow(void **state);
+void append_past_value_limit_is_emsgsize(void **state);
+void ttl_key_expires(void **state);
+void prefix_isolation_and_clone(void **state);
+void limits_are_emsgsize(void **state);
+void wait_all_times_out_within_bounds(void **state);
+void wait_any_times_out_within_bounds(void **state);
+void wait_returns_at_once_when_present(void **state);
+void wait_woken_by_second_handle(void **state);
+void add_from_8_threads_is_exact(void **state);
+void add_from_processes_is_exact(void **state);
+void one_write_wakes_many_waiters(void **state);
+void multi_set_is_atomic_for_readers(void **state);
+void compare_set_race_has_one_winner(void **state);
+void bad_endpoints_are_einval(void **state);
+void endpoint_spellings_reach_the_same_store(void **state);
+void dead_endpoint_times_out(void **state);
+void torn_last_record_is_recovered(void **state);
+void hostile_record_lengths_are_rejected(void **state);
+void held_lock_times_out(void **state);
+void file_compaction_keeps_every_key(void **state);
+
+#endif

@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/conformance/races.c: waits, and races between handles, threads and processes. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "tests/conformance/conformance.h"
+
+void wait_all_times_out_within_bounds(void **state)
+{
+	struct crun_store *st = open_fresh();
+	const char *keys[] = {"present", "absent"};
+	int64_t t0, dt;
+
+	(void)state;
+	assert_int_equal(sets(st, "present", "1"), 0);
+	t0 = crun_now_ms();
+	assert_int_equal(crun_store_wait(st, keys, 2, 300), -ETIMEDOUT);
+	dt = crun_now_ms() - t0;
+	assert_true(dt >= 290);
+	assert_true(dt < 3000);
+	/* timeout 0 checks once */
+	t0 = crun_now_ms();
+	assert_int_equal(crun_store_wait(st, keys, 2, 0), -ETIMEDOUT);
+	assert_true(crun_now_ms() - t0 < 2000);
+	crun_store_close(st);
+}
+
+void wait_any_times_out_within_bounds(void **state)
+{
+	struct crun_store *st = open_fresh();
+	const char *keys[] = {"x", "y", "z"};
+	int64_t t0, dt;
+
+	(void)state;
+	t0 = crun_now_ms();
+	assert_int_equal(crun_store_wait_any(st, keys, 3, 250), -ETIMEDOUT);
+	dt = crun_now_ms() - t0;
+	assert_true(dt >= 240);
+	assert_true(dt < 3000);
+	crun_store_close(st);
+}
+
+void wait_returns_at_once_when_present(void **state)
+{
+	struct crun_store *st = open_fresh();
+	const char *keys[] = {"a", "b", "c"};
+	int64_t t0;
+
+	(void)state;
+	assert_int_equal(sets(st, "a", "1"), 0);
+	assert_int_equal(sets(st, "b", "2"), 0);
+	assert_int_equal(sets(st, "c", "3"), 0);
+	t0 = crun_now_ms();
+	assert_int_equal(crun_store_wait(st, keys, 3, 20000), 0);
+	assert_int_equal(crun_store_wait(st, keys, 3, 0), 0);
+	assert_true(crun_now_ms() - t0 < 5000);
+	assert_int_equal(crun_store_delete(st, "a"), 0);
+	assert_int_equal(crun_store_delete(st, "b"), 0);
+	/* ANY reports the index of a key that exists. */
+	assert_int_equal(crun_store_wait_any(st, keys, 3, 20000), 2);
+	assert_int_equal(sets(st, "a", "1"), 0);
+	assert_int_equal(crun_store_wait_any(st, keys, 3, 20000), 0);
+	crun_store_close(st);
+}
+
+struct writer_arg {
+	struct crun_store *st;
+	const char *key;
+	int rc;
+};
+
+static void *writer_main(void *p)
+{
+	struct writer_arg *a = p;
+	const char *ready[] = {"ready"};
+
+	/* Wait (through the store) until the main thread is about to block, then write. */
+	a->rc = crun_store_wait(a->st, ready, 1, 20000);
+	if (a->rc == 0) {
+		usleep(50000); /* let the waiter park; correctness does not depend on it */
+		a->rc = sets(a->st, a->key, "go");
+	}
+	return NULL;
+}
+
+void wait_woken_by_second_handle(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct writer_arg a = {.key = "target"};
+	const char *all[] = {"target"};
+	const char *any[] = {"never", "target"};
+	pthread_t th;
+	int64_t t0;
+
+	(void)state;
+	assert_int_equal(crun_store_clone(st, "", &a.st), 0);
+	assert_string_equal(crun_store_prefix(a.st), crun_store_prefix(st));
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	assert_int_equal(sets(st, "ready", "1"), 0);
+	t0 = crun_now_ms();
+	assert_int_equal(crun_store_wait(st, all, 1, 20000), 0);
+	assert_true(crun_now_ms() - t0 < 15000);
+	pthread_join(th, NULL);
+	assert_int_equal(a.rc, 0);
+	want_value(st, "target", "go");
+
+	/* The same with ANY: woken by the write, reports the index of the key written. */
+	a.key = "target";
+	assert_int_equal(crun_store_delete(st, "target"), 0);
+	assert_int_equal(crun_store_delete(st, "ready"), 0);
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	assert_int_equal(sets(st, "ready", "1"), 0);
+	assert_int_equal(crun_store_wait_any(st, any, 2, 20000), 1);
+	pthread_join(th, NULL);
+	assert_int_equal(a.rc, 0);
+	crun_store_close(a.st);
+	crun_store_close(st);
+}
+
+#define ADD_THREADS 8
+
+#define ADD_EACH 1000
+
+struct adder {
+	struct crun_store *st;
+	int rc;
+	int64_t last;
+};
+
+static void *adder_main(void *p)
+{
+	struct adder *a = p;
+	int i, rc;
+
+	for (i = 0; i < ADD_EACH; i++) {
+		rc = crun_store_add(a->st, "counter", 1, &a->last);
+		if (rc < 0) {
+			a->rc = rc;
+			break;
+		}
+	}
+	return NULL;
+}
+
+void add_from_8_threads_is_exact(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct adder ad[ADD_THREADS];
+	pthread_t th[ADD_THREADS];
+	char want[32];
+	int64_t r;
+	int i;
+
+	(void)state;
+	memset(ad, 0, sizeof(ad));
+	for (i = 0; i < ADD_THREADS; i++) {
+		assert_int_equal(crun_store_clone(st, "", &ad[i].st), 0);
+	}
+	for (i = 0; i < ADD_THREADS; i++) {
+		assert_int_equal(pthread_create(&th[i], NULL, adder_main, &ad[i]), 0);
+	}
+	for (i = 0; i < ADD_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(ad[i].rc, 0);
+		assert_true(ad[i].last >= ADD_EACH && ad[i].last <= ADD_THREADS * ADD_EACH);
+		crun_store_close(ad[i].st);
+	}
+	assert_int_equal(crun_store_add(st, "counter", 0, &r), 0);
+	assert_int_equal(r, ADD_THREADS * ADD_EACH);
+	snprintf(want, sizeof(want), "%d", ADD_THREADS * ADD_EACH);
+	want_value(st, "counter", want);
+	crun_store_close(st);
+}
+
+#define PROC_CHILDREN 4
+
+#define PROC_EACH 300
+
+/* Separate processes (separate connections, or separate opens of the file) add at once. */
+void add_from_processes_is_exact(void **state)
+{
+	struct crun_store *st = open_fresh();
+	char prefix[128];
+	pid_t pids[PROC_CHILDREN];
+	int64_t r, end;
+	int i, status, done = 0;
+
+	(void)state;
+	snprintf(prefix, sizeof(prefix), "%s", crun_store_prefix(st));
+	for (i = 0; i < PROC_CHILDREN; i++) {
+		pids[i] = fork();
+		assert_true(pids[i] >= 0);
+		if (pids[i] == 0) {
+			struct crun_store_opts o = {.endpoint = g_endpoint,
+						    .prefix = prefix,
+						    .connect_timeout_ms = 10000,
+						    .timeout_ms = 30000};
+			struct crun_store *cs;
+			int k;
+
+			if (crun_store_open(&o, &cs, NULL, 0) < 0) {
+				_exit(1);
+			}
+			for (k = 0; k < PROC_EACH; k++) {
+				if (crun_store_add(cs, "pcount", 1, NULL) < 0) {
+					_exit(1);
+				}
+			}
+			crun_store_close(cs);
+			_exit(0);
+		}
+	}
+	for (i = 0; i < PROC_EACH; i++) {
+		assert_int_equal(crun_store_add(st, "pcount", 1, NULL), 0);
+	}
+	end = crun_now_ms() + 60000;
+	while (done < PROC_CHILDREN) {
+		for (i = 0; i < PROC_CHILDREN; i++) {
+			if (pids[i] > 0 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+				assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+				pids[i] = 0;
+				done++;
+			}
+		}
+		if (crun_now_ms() > end) {
+			for (i = 0; i < PROC_CHILDREN; i++) {
+				if (pids[i] > 0) {
+					kill(pids[i], SIGKILL);
+					waitpid(pids[i], &status, 0);
+				}
+			}
+			fail_msg("child processes did not finish within 60 s");
+		}
+		usleep(5000);
+	}
+	assert_int_equal(crun_store_add(st, "pcount", 0, &r), 0);
+	assert_int_equal(r, (PROC_CHILDREN + 1) * PROC_EACH);
+	crun_store_close(st);
+}
+
+#define WAITERS 16
+
+struct waiter {
+	struct crun_store *st;
+	int rc;
+};
+
+static void *waiter_main(void *p)
+{
+	struct waiter *w = p;
+	const char *keys[] = {"bell"};
+
+	w->rc = crun_store_wait(w->st, keys, 1, 20000);
+	return NULL;
+}
+
+/* One write wakes every handle waiting on the key. */
+void one_write_wakes_many_waiters(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct waiter w[WAITERS];
+	pthread_t th[WAITERS];
+	int64_t t0;
+	int i;
+
+	(void)state;
+	memset(w, 0, sizeof(w));
+	for (i = 0; i < WAITERS; i++) {
+		assert_int_equal(crun_store_clone(st, "", &w[i].st), 0);
+		w[i].rc = 1;
+		assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+	}
+	usleep(100000); /* let the waiters park; correctness does not depend on it */
+	t0 = crun_now_ms();
+	assert_int_equal(sets(st, "bell", "ring"), 0);
+	for (i = 0; i < WAITERS; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].rc, 0);
+		crun_store_close(w[i].st);
+	}
+	assert_true(crun_now_ms() - t0 < 15000);
+	crun_store_close(st);
+}
+
+struct mset_writer {
+	struct crun_store *st;
+	volatile int done;
+	int rc;
+};
+
+static void *mset_main(void *p)
+{
+	struct mset_writer *m = p;
+	const char *keys[] = {"pair/a", "pair/b"};
+	char v[16];
+	const void *vals[] = {v, v};
+	size_t lens[2];
+	int i;
+
+	for (i = 0; i < 200 && m->rc == 0; i++) {
+		lens[0] = lens[1] = (size_t)snprintf(v, sizeof(v), "%d", i);
+		m->rc = crun_store_multi_set(m->st, keys, 2, vals, lens);
+	}
+	__atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* A reader never sees half of a multi_set. */
+void multi_set_is_atomic_for_readers(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct mset_writer m = {0};
+	const char *keys[] = {"pair/a", "pair/b"};
+	void *vals[2];
+	size_t lens[2];
+	pthread_t th;
+	int reads = 0;
+
+	(void)state;
+	assert_int_equal(crun_store_clone(st, "", &m.st), 0);
+	assert_int_equal(pthread_create(&th, NULL, mset_main, &m), 0);
+	while (!__atomic_load_n(&m.done, __ATOMIC_ACQUIRE) || reads == 0) {
+		assert_int_equal(crun_store_multi_get(st, keys, 2, vals, lens), 0);
+		assert_true((vals[0] == NULL) == (vals[1] == NULL));
+		if (vals[0] != NULL) {
+			assert_int_equal(lens[0], lens[1]);
+			assert_memory_equal(vals[0], vals[1], lens[0]);
+		}
+		free(vals[0]);
+		free(vals[1]);
+		reads++;
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(m.rc, 0);
+	crun_store_close(m.st);
+	crun_store_close(st);
+}
+
+#define CAS_THREADS 8
+
+struct caser {
+	struct crun_store *st;
+	char mine[32];
+	char *got;
+	size_t gotlen;
+	int rc;
+};
+
+static void *cas_main(void *p)
+{
+	struct caser *c = p;
+	const char *go[] = {"go"};
+	void *cur = NULL;
+
+	c->rc = crun_store_wait(c->st, go, 1, 20000);
+	if (c->rc == 0) {
+		c->rc = crun_store_compare_set(c->st, "winner", "", 0, c->mine, strlen(c->mine),
+					       &cur, &c->gotlen);
+	}
+	c->got = cur;
+	return NULL;
+}
+
+void compare_set_race_has_one_winner(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct caser c[CAS_THREADS];
+	pthread_t th[CAS_THREADS];
+	void *v;
+	size_t len;
+	int i, winners = 0;
+
+	(void)state;
+	memset(c, 0, sizeof(c));
+	for (i = 0; i < CAS_THREADS; i++) {
+		assert_int_equal(crun_store_clone(st, "", &c[i].st), 0);
+		snprintf(c[i].mine, sizeof(c[i].mine), "thread-%d", i);
+		assert_int_equal(pthread_create(&th[i], NULL, cas_main, &c[i]), 0);
+	}
+	assert_int_equal(sets(st, "go", "1"), 0);
+	for (i = 0; i < CAS_THREADS; i++) {
+		pthread_join(th[i], NULL);
+	}
+	assert_int_equal(crun_store_get(st, "winner", &v, &len), 0);
+	for (i = 0; i < CAS_THREADS; i++) {
+		assert_int_equal(c[i].rc, 0);
+		assert_non_null(c[i].got);
+		/* Everyone reads back the value that is stored: the winner's. */
+		assert_int_equal(c[i].gotlen, len);
+		assert_memory_equal(c[i].got, v, len);
+		winners += strcmp(c[i].got, c[i].mine) == 0;
+		free(c[i].got);
+		crun_store_close(c[i].st);
+	}
+	assert_int_equal(winners, 1);
+	free(v);
+	crun_store_close(st);
+}
