@@ -2,27 +2,30 @@
 /* examples/train_gpu.c: examples/train on CUDA: the same program, its math on the device. */
 
 /*
- * The model, the data loading, the options, the initialisation and the output lines are
- * examples/train.c's own code, compiled into this program (its main() renamed), so the two
- * builds cannot drift apart: weights are initialised on the host with train.c's RNG and copied
- * to the device, which makes the CPU and CUDA loss curves comparable step by step. Only the
- * training step (train_batch, sgd_step) runs on the device (train_kernels.cu: cuBLAS sgemm,
- * bias+ReLU, softmax cross-entropy, SGD with momentum); evaluation reuses train.c's host code
- * on a copy of the parameters, so test figures are computed the same way in both builds.
+ * The model, the data loading, the options, the initialisation, the checkpoints and the output
+ * lines are examples/train_common.c's, shared with the CPU program (train.c), so the two builds
+ * cannot drift apart: weights are initialised on the host with the same RNG and copied to the
+ * device, which makes the CPU and CUDA loss curves comparable step by step. Only the training
+ * step (train_batch, sgd_step) runs on the device (train_kernels.cu: cuBLAS sgemm, bias+ReLU,
+ * softmax cross-entropy, SGD with momentum); evaluation reuses the host code on a copy of the
+ * parameters, so test figures are computed the same way in both builds.
  *
- * Gradients are averaged with crun_ddp_cuda (NCCL on the model's device; the allreduce runs on
- * the communicator's own stream while the hidden layer's backward is still being computed).
- * Host-side scalars (train loss, evaluation sums) go through a second, cpu communicator.
+ * Gradients are averaged with crun_ddp_cuda (the one DDP engine on device memory: NCCL on the
+ * model's device; the allreduce runs on the communicator's own stream while the hidden layer's
+ * backward is still being computed). Host-side scalars (train loss, evaluation sums) go
+ * through a second, cpu communicator.
  *
  * Exit status: as train, plus 77 when no CUDA device is usable (the message says why).
  */
-int train_cpu_main(int argc, char **argv);
-#define main train_cpu_main
-#include "examples/train.c"
-#undef main
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
+#include <crun/crun.h>
 #include <crun/ddp_cuda.h>
 
+#include "examples/train_common.h"
 #include "examples/train_gpu.h"
 
 #define EXIT_NO_GPU 77
@@ -59,7 +62,7 @@ static void gpu_train_batch(struct gpu_model *g, struct crun_ddp_cuda *ddp, cons
 	}
 }
 
-/* bench() of train.c, on the device. */
+/* train.c's bench(), on the device. */
 static void gpu_bench(struct gpu_model *g, struct crun_ddp_cuda *ddp, size_t ntrain,
 		      const struct opts *o, int rank, int world)
 {
@@ -106,15 +109,8 @@ static void gpu_bench(struct gpu_model *g, struct crun_ddp_cuda *ddp, size_t ntr
 static void ckpt_save(struct gpu_model *g, struct model *m, const struct opts *o, int e,
 		      uint64_t step)
 {
-	struct crun_ckpt_seg segs[2] = {{m->p, m->np * sizeof(float)},
-					{m->v, m->np * sizeof(float)}};
-	int rc;
-
 	gpu_check(g, gpu_model_download(g, m->p, m->v), "checkpoint: download");
-	rc = crun_checkpoint_save(o->ckpt_dir, (uint64_t)e + 1, step, segs, 2, 120000);
-	if (rc < 0) {
-		die("checkpoint %s: %s", o->ckpt_dir, crun_strerror(rc));
-	}
+	checkpoint_save(o, m, e, step);
 }
 
 int main(int argc, char **argv)
@@ -141,8 +137,8 @@ int main(int argc, char **argv)
 
 	parse_args(argc, argv, &o);
 	if (o.gradcheck) {
-		/* The analytic gradients are train.c's; the device's are compared with them
-		 * through the loss curve (tests/gpu). */
+		/* The analytic gradients are the host step's; the device's are compared with
+		 * them through the loss curve (tests/gpu). */
 		return gradcheck(&o);
 	}
 	ndev = gpu_device_count(err, sizeof(err));
@@ -162,19 +158,7 @@ int main(int argc, char **argv)
 	/* As the nccl backend: one device per local rank, wrapping around. */
 	device = crun_local_rank() % ndev;
 
-	if (o.synthetic) {
-		data_synthetic(&d, (size_t)o.samples, 1234);
-	} else if (data_load(&d, o.data, err, sizeof(err)) < 0) {
-		if (rank == 0) {
-			fprintf(stderr,
-				"train: warning: %s; using generated data instead "
-				"(run scripts/fetch-digits for the real digits)\n",
-				err);
-		}
-		data_synthetic(&d, (size_t)o.samples, 1234);
-	}
-	shuffle_fixed(&d);
-	ntrain = d.n - d.n / 5;
+	ntrain = data_prepare(&o, rank, &d);
 
 	model_init(&m, o.hidden, o.seed);
 	rc = gpu_model_create(device, m.h, (size_t)o.batch, d.x, d.y, d.n, &g, err, sizeof(err));

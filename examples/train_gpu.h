@@ -10,9 +10,9 @@ extern "C" {
 #endif
 
 /*
- * The model of examples/train.c on one CUDA device: the same 64-H-10 MLP, the same parameter
- * layout (W1 row-major h x 64, b1, W2 row-major 10 x h, b2, in one flat array), the same
- * softmax cross-entropy and SGD with momentum. Every call enqueues on the model's own stream
+ * The model of examples/train_common.c on one CUDA device: the same 64-H-10 MLP, the same
+ * parameter layout (W1 row-major h x 64, b1, W2 row-major 10 x h, b2, in one flat array), the
+ * same softmax cross-entropy and SGD with momentum. Every call enqueues on the model's own stream
  * and returns 0 or a negative code (CRUN_ECUDA, -ENOMEM, -EINVAL) with a message in
  * gpu_model_error(). One thread at a time.
  */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* examples/train_kernels.cu: the MLP of examples/train.c on CUDA: cuBLAS sgemm + small kernels. */
+/* examples/train_kernels.cu: the MLP of examples/train_common.c on CUDA: cuBLAS sgemm + kernels. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -20,7 +20,7 @@
 
 /*
  * Layouts (cuBLAS is column-major; "cm" below):
- *   x batch   cm 64 x nb  (ld 64): sample b's features contiguous, as train.c gathers them
+ *   x batch   cm 64 x nb  (ld 64): sample b's features contiguous, as train_common.c gathers them
  *   W1        row-major h x 64 == cm 64 x h (ld 64)
  *   W2        row-major 10 x h == cm h x 10 (ld h)
  *   hid, dh   cm h x nb   (ld h)
@@ -110,7 +110,7 @@ __global__ void k_bias_relu(float *hid, const float *b1, int h, size_t nb)
 	}
 }
 
-/* One thread per sample, in train.c's order of operations: bias, max, exp, sum, divide. */
+/* One thread per sample, in train_common.c's order of operations: bias, max, exp, sum, divide. */
 __global__ void k_softmax_xent(float *z, const float *b2, const int *labels, const int *idx,
 			       size_t nb, float scale, double *loss_b)
 {

@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/comm_nccl.c: the nccl backend: a non-blocking NCCL comm polled with deadlines. */
+
+/*
+ * NCCL and the CUDA runtime are not linked: every call goes through the function tables of
+ * worker_api/gpu_loader.h (g->cu, g->nc), loaded when the first nccl communicator is made.
+ */
 #include <errno.h>
 #include <sched.h>
 #include <stdint.h>
@@ -7,14 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* Third-party headers: not held to our warning flags. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wundef"
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-#pragma GCC diagnostic pop
 
 #include <crun/comm.h>
 #include <crun/error.h>
@@ -25,8 +22,11 @@
 #include "src/common/diag.h"
 #include "src/common/clock.h"
 #include "worker_api/comm_internal.h"
+#include "worker_api/gpu_loader.h"
 
 struct nccl {
+	const struct gpu_cuda *cu; /* the loaded runtime (gpu_loader.h) */
+	const struct gpu_nccl *nc;
 	ncclComm_t comm;
 	cudaStream_t own;    /* created here, destroyed on destroy */
 	cudaStream_t stream; /* where collectives are enqueued: own or the program's */
@@ -35,36 +35,41 @@ struct nccl {
 };
 
 /* One bridge per foreign error system: NCCL and CUDA results become CRUN_ENCCL / CRUN_ECUDA
- * with the library's own words in the comm's diag. */
+ * with the library's own words in the comm's diag. c->impl is set before any call. */
 static int nccl_fail(struct crun_comm *c, ncclComm_t comm, ncclResult_t r, const char *call)
 {
-	const char *last = comm != NULL ? ncclGetLastError(comm) : NULL;
+	const struct gpu_nccl *nc = ((struct nccl *)c->impl)->nc;
+	const char *last = comm != NULL ? nc->ncclGetLastError(comm) : NULL;
 
 	return diag_set(&c->diag, CRUN_ENCCL, "comm %s: rank %d: %s: %s%s%s", c->name, c->rank,
-			call, ncclGetErrorString(r), last != NULL && *last != '\0' ? ": " : "",
-			last != NULL ? last : "");
+			call, nc->ncclGetErrorString(r),
+			last != NULL && *last != '\0' ? ": " : "", last != NULL ? last : "");
 }
 
 static int cuda_fail(struct crun_comm *c, cudaError_t e, const char *call)
 {
+	const struct gpu_cuda *cu = ((struct nccl *)c->impl)->cu;
+
 	return diag_set(&c->diag, CRUN_ECUDA, "comm %s: rank %d: %s: %s", c->name, c->rank, call,
-			cudaGetErrorString(e));
+			cu->cudaGetErrorString(e));
 }
 
-#define NCCL_TRY(c, comm, call, rc, label)                                                         \
+/* NCCL_TRY(c, comm, ncclAllReduce, (args...), rc, label): call g->nc's @fn with @args. */
+#define NCCL_TRY(c, comm, fn, args, rc, label)                                                     \
 	do {                                                                                       \
-		ncclResult_t r_ = (call);                                                          \
+		ncclResult_t r_ = ((struct nccl *)(c)->impl)->nc->fn args;                         \
 		if (r_ != ncclSuccess && r_ != ncclInProgress) {                                   \
-			(rc) = nccl_fail((c), (comm), r_, #call);                                  \
+			(rc) = nccl_fail((c), (comm), r_, #fn #args);                              \
 			goto label;                                                                \
 		}                                                                                  \
 	} while (0)
 
-#define CUDA_TRY(c, call, rc, label)                                                               \
+/* CUDA_TRY(c, cudaSetDevice, (args...), rc, label): call g->cu's @fn with @args. */
+#define CUDA_TRY(c, fn, args, rc, label)                                                           \
 	do {                                                                                       \
-		cudaError_t e_ = (call);                                                           \
+		cudaError_t e_ = ((struct nccl *)(c)->impl)->cu->fn args;                          \
 		if (e_ != cudaSuccess) {                                                           \
-			(rc) = cuda_fail((c), e_, #call);                                          \
+			(rc) = cuda_fail((c), e_, #fn #args);                                      \
 			goto label;                                                                \
 		}                                                                                  \
 	} while (0)
@@ -95,11 +100,12 @@ static void pause_since(int64_t start_ns)
 /* Wait until the communicator has no operation in progress, or @deadline. */
 static int wait_comm(struct crun_comm *c, ncclComm_t comm, int64_t deadline, const char *what)
 {
+	const struct gpu_nccl *nc = ((struct nccl *)c->impl)->nc;
 	int64_t start = crun_now_ns();
 	ncclResult_t st;
 
 	for (;;) {
-		if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) {
+		if (nc->ncclCommGetAsyncError(comm, &st) != ncclSuccess) {
 			return nccl_fail(c, comm, ncclInternalError, "ncclCommGetAsyncError");
 		}
 		if (st == ncclSuccess) {
@@ -130,14 +136,14 @@ static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, co
 		return rc;
 	}
 	for (;;) {
-		e = cudaStreamQuery(g->stream);
+		e = g->cu->cudaStreamQuery(g->stream);
 		if (e == cudaSuccess) {
 			return 0;
 		}
 		if (e != cudaErrorNotReady) {
 			return cuda_fail(c, e, "cudaStreamQuery");
 		}
-		if (ncclCommGetAsyncError(g->comm, &st) == ncclSuccess && st != ncclSuccess &&
+		if (g->nc->ncclCommGetAsyncError(g->comm, &st) == ncclSuccess && st != ncclSuccess &&
 		    st != ncclInProgress) {
 			return nccl_fail(c, g->comm, st, what);
 		}
@@ -164,7 +170,7 @@ static ncclRedOp_t nccl_op(enum crun_redop op)
 static int done(struct crun_comm *c, struct nccl *g, int rc)
 {
 	if (rc < 0 && g->comm != NULL) {
-		ncclCommAbort(g->comm);
+		g->nc->ncclCommAbort(g->comm);
 		g->comm = NULL;
 	}
 	return rc;
@@ -177,10 +183,9 @@ static int nccl_allreduce(struct crun_comm *c, const void *send, void *recv, siz
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
 	int rc = 0;
 
-	CUDA_TRY(c, cudaSetDevice(g->device), rc, out);
-	NCCL_TRY(c, g->comm,
-		 ncclAllReduce(send, recv, count, nccl_dt(dt), nccl_op(op), g->comm, g->stream), rc,
-		 out);
+	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
+	NCCL_TRY(c, g->comm, ncclAllReduce,
+		 (send, recv, count, nccl_dt(dt), nccl_op(op), g->comm, g->stream), rc, out);
 	rc = wait_stream(c, g, deadline, "ncclAllReduce");
 out:
 	return done(c, g, rc);
@@ -193,8 +198,8 @@ static int nccl_broadcast(struct crun_comm *c, void *buf, size_t count, enum cru
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
 	int rc = 0;
 
-	CUDA_TRY(c, cudaSetDevice(g->device), rc, out);
-	NCCL_TRY(c, g->comm, ncclBroadcast(buf, buf, count, nccl_dt(dt), root, g->comm, g->stream),
+	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
+	NCCL_TRY(c, g->comm, ncclBroadcast, (buf, buf, count, nccl_dt(dt), root, g->comm, g->stream),
 		 rc, out);
 	rc = wait_stream(c, g, deadline, "ncclBroadcast");
 out:
@@ -208,8 +213,8 @@ static int nccl_allgather(struct crun_comm *c, const void *send, void *recv, siz
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
 	int rc = 0;
 
-	CUDA_TRY(c, cudaSetDevice(g->device), rc, out);
-	NCCL_TRY(c, g->comm, ncclAllGather(send, recv, count, nccl_dt(dt), g->comm, g->stream), rc,
+	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
+	NCCL_TRY(c, g->comm, ncclAllGather, (send, recv, count, nccl_dt(dt), g->comm, g->stream), rc,
 		 out);
 	rc = wait_stream(c, g, deadline, "ncclAllGather");
 out:
@@ -223,11 +228,9 @@ static int nccl_reduce_scatter(struct crun_comm *c, const void *send, void *recv
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
 	int rc = 0;
 
-	CUDA_TRY(c, cudaSetDevice(g->device), rc, out);
-	NCCL_TRY(c, g->comm,
-		 ncclReduceScatter(send, recv, recvcount, nccl_dt(dt), nccl_op(op), g->comm,
-				   g->stream),
-		 rc, out);
+	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
+	NCCL_TRY(c, g->comm, ncclReduceScatter,
+		 (send, recv, recvcount, nccl_dt(dt), nccl_op(op), g->comm, g->stream), rc, out);
 	rc = wait_stream(c, g, deadline, "ncclReduceScatter");
 out:
 	return done(c, g, rc);
@@ -248,22 +251,23 @@ static void nccl_destroy(struct crun_comm *c)
 	if (g == NULL) {
 		return;
 	}
-	cudaSetDevice(g->device);
+	g->cu->cudaSetDevice(g->device);
 	if (g->comm != NULL) {
 		/* Flush, then free; a communicator that cannot finish in time is aborted. */
-		ncclResult_t r = c->poisoned == 0 ? ncclCommFinalize(g->comm) : ncclInvalidUsage;
+		ncclResult_t r =
+			c->poisoned == 0 ? g->nc->ncclCommFinalize(g->comm) : ncclInvalidUsage;
 
 		if ((r == ncclSuccess || r == ncclInProgress) &&
 		    wait_comm(c, g->comm, deadline, "ncclCommFinalize") == 0) {
-			ncclCommDestroy(g->comm);
+			g->nc->ncclCommDestroy(g->comm);
 		} else {
-			ncclCommAbort(g->comm);
+			g->nc->ncclCommAbort(g->comm);
 		}
 	}
 	if (g->own != NULL) {
-		cudaStreamDestroy(g->own);
+		g->cu->cudaStreamDestroy(g->own);
 	}
-	cudaFree(g->token);
+	g->cu->cudaFree(g->token);
 	free(g);
 	c->impl = NULL;
 }
@@ -279,10 +283,18 @@ static const struct comm_ops nccl_ops = {
 
 int comm_nccl_gpu_visible(void)
 {
+	const struct gpu_cuda *cu;
+	const struct gpu_nccl *nc;
+	struct crun_diag d = {0};
 	int n = 0;
 
+	/* Without the libraries there is no nccl backend to choose; say why at debug level. */
+	if (gpu_cuda_load(&cu, &d) < 0 || gpu_nccl_load(&nc, &d) < 0) {
+		log_debug("comm: backend auto: %s", d.msg);
+		return 0;
+	}
 	/* Without a driver the runtime reports an error here; it does not crash. */
-	return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+	return cu->cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
 int comm_nccl_set_stream(struct crun_comm *c, void *stream)
@@ -316,7 +328,7 @@ static int exchange_id(struct crun_comm *c, struct crun_store *st, ncclUniqueId 
 		return rc;
 	}
 	if (c->rank == 0) {
-		r = ncclGetUniqueId(id);
+		r = ((struct nccl *)c->impl)->nc->ncclGetUniqueId(id);
 		if (r != ncclSuccess) {
 			return nccl_fail(c, NULL, r, "ncclGetUniqueId");
 		}
@@ -352,39 +364,47 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st)
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 	const char *lr = getenv("LOCAL_RANK");
+	const struct gpu_cuda *cu;
+	const struct gpu_nccl *nc;
 	ncclUniqueId id;
 	struct nccl *g;
 	cudaError_t e;
 	int ndev = 0, rc = 0;
 
-	e = cudaGetDeviceCount(&ndev);
+	if (gpu_cuda_load(&cu, &c->diag) < 0 || gpu_nccl_load(&nc, &c->diag) < 0) {
+		diag_prefix(&c->diag, "comm %s: rank %d: backend nccl", c->name, c->rank);
+		return CRUN_EBACKEND;
+	}
+	e = cu->cudaGetDeviceCount(&ndev);
 	if (e != cudaSuccess || ndev == 0) {
 		return diag_set(&c->diag, CRUN_ENODEV, "comm %s: rank %d: backend nccl: %s",
 				c->name, c->rank,
-				e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+				e != cudaSuccess ? cu->cudaGetErrorString(e) : "no CUDA device");
 	}
 	g = calloc(1, sizeof(*g));
 	if (g == NULL) {
 		return -ENOMEM;
 	}
+	g->cu = cu;
+	g->nc = nc;
 	c->impl = g;
 	c->ops = &nccl_ops;
 	g->device = (lr != NULL ? atoi(lr) : 0) % ndev;
 	if (g->device < 0) {
 		g->device = 0;
 	}
-	CUDA_TRY(c, cudaSetDevice(g->device), rc, err);
-	CUDA_TRY(c, cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking), rc, err);
+	CUDA_TRY(c, cudaSetDevice, (g->device), rc, err);
+	CUDA_TRY(c, cudaStreamCreateWithFlags, (&g->own, cudaStreamNonBlocking), rc, err);
 	g->stream = g->own;
-	CUDA_TRY(c, cudaMalloc((void **)&g->token, sizeof(float)), rc, err);
-	CUDA_TRY(c, cudaMemset(g->token, 0, sizeof(float)), rc, err);
+	CUDA_TRY(c, cudaMalloc, ((void **)&g->token, sizeof(float)), rc, err);
+	CUDA_TRY(c, cudaMemset, (g->token, 0, sizeof(float)), rc, err);
 	rc = exchange_id(c, st, &id, deadline);
 	if (rc < 0) {
 		goto err;
 	}
 	config.blocking = 0;
-	NCCL_TRY(c, g->comm, ncclCommInitRankConfig(&g->comm, c->size, id, c->rank, &config), rc,
-		 err);
+	NCCL_TRY(c, g->comm, ncclCommInitRankConfig, (&g->comm, c->size, id, c->rank, &config),
+		 rc, err);
 	rc = wait_comm(c, g->comm, deadline, "ncclCommInitRankConfig");
 	if (rc < 0) {
 		goto err;
@@ -397,7 +417,7 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st)
 	return 0;
 err:
 	if (g->comm != NULL) {
-		ncclCommAbort(g->comm);
+		g->nc->ncclCommAbort(g->comm);
 		g->comm = NULL;
 	}
 	c->poisoned = rc;

@@ -1,5 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* worker_api/ddp.c: gradient buckets reduced on a communication thread during backward. */
+/* worker_api/ddp.c: the one DDP engine: gradient buckets reduced on a communication thread. */
+
+/*
+ * Host and device DDP are this one engine: buckets (ddp_plan.c), the communication thread,
+ * ready marking, sync, no_sync and the parameter broadcast live here; how parameters,
+ * gradients and bucket buffers are touched is a memory-operations table chosen at creation
+ * (ddp_mem.h: ddp_mem_host.c, ddp_mem_cuda.c). crun_ddp_cuda_* (ddp_cuda.c) are thin
+ * wrappers over this API with the memory option set to CUDA.
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,69 +17,56 @@
 #include <crun/ddp.h>
 #include <crun/error.h>
 
+#include "config.h"
+#include "src/common/diag.h"
+#include "src/common/opts.h"
+#include "worker_api/ddp_mem.h"
 #include "worker_api/ddp_plan.h"
 
 #define DDP_DEFAULT_CAP (25u << 20)
 #define DDP_DEFAULT_FIRST (1u << 20)
 
-struct tensor {
-	struct ddp_slot s; /* first member: what ddp_plan_buckets() reads and fills */
-	bool marked;       /* gradient ready in this step */
-};
-
-struct crun_ddp {
-	struct crun_comm *comm;
-	size_t cap_bytes, first_bytes;
-	int world;
-	struct tensor *t;
-	int nt, tcap;
-	struct ddp_bucket *b;
-	int nb;
-	bool built;
-
-	pthread_t thread;
-	bool thread_started;
-	pthread_mutex_t mu;
-	pthread_cond_t work; /* a bucket became ready, or stop */
-	pthread_cond_t done; /* a bucket finished */
-	int next;            /* next bucket the communication thread reduces */
-	int finished;        /* buckets finished in this step */
-	int nmarked;         /* tensors marked in this step: > 0 means a step is in flight */
-	int err;             /* first communication error; sticky */
-	bool stop;
-	bool no_sync;
-};
-
-static int reduce_bucket(struct crun_ddp *d, struct ddp_bucket *bk)
+/* Copy a bucket's tensors (@params or gradients) into (@in) or out of its flat buffer. */
+static int flat_copy(struct crun_ddp *d, struct ddp_bucket *bk, bool in, bool params)
 {
-	float scale = 1.0f / (float)d->world;
-	float *buf = bk->grad_span;
-	struct tensor *t;
-	size_t i;
+	const struct ddp_memops *mem = d->mem;
+	struct ddp_tensor *t;
+	float *x, *flat;
 	int k, rc;
 
-	if (d->world == 1) {
-		return 0;
-	}
-	if (buf == NULL) {
-		buf = bk->buf;
-		for (k = 0; k < bk->count; k++) {
-			t = &d->t[bk->first - k];
-			memcpy(buf + t->s.offset, t->s.grad, t->s.n * sizeof(float));
+	for (k = 0; k < bk->count; k++) {
+		t = &d->t[bk->first - k];
+		x = params ? t->s.param : t->s.grad;
+		flat = bk->buf + t->s.offset;
+		rc = in ? mem->copy(d, flat, x, t->s.n) : mem->copy(d, x, flat, t->s.n);
+		if (rc < 0) {
+			return rc;
 		}
 	}
-	rc = crun_comm_allreduce(d->comm, buf, buf, bk->numel, CRUN_FLOAT32, CRUN_SUM);
+	if (!in && mem->copy_done != NULL) {
+		return mem->copy_done(d);
+	}
+	return 0;
+}
+
+/* Runs on the communication thread: wait for the bucket's gradients, then average them. */
+static int reduce_bucket(struct crun_ddp *d, struct ddp_bucket *bk)
+{
+	float *buf = bk->grad_span != NULL ? bk->grad_span : bk->buf;
+	int rc;
+
+	if (d->mem->wait_grads != NULL && (rc = d->mem->wait_grads(d, bk)) < 0) {
+		return rc;
+	}
+	if (bk->grad_span == NULL && (rc = flat_copy(d, bk, true, false)) < 0) {
+		return rc;
+	}
+	rc = d->mem->allreduce_avg(d, buf, bk->numel);
 	if (rc < 0) {
 		return rc;
 	}
-	for (i = 0; i < bk->numel; i++) {
-		buf[i] *= scale;
-	}
 	if (bk->grad_span == NULL) {
-		for (k = 0; k < bk->count; k++) {
-			t = &d->t[bk->first - k];
-			memcpy(t->s.grad, buf + t->s.offset, t->s.n * sizeof(float));
-		}
+		return flat_copy(d, bk, false, false);
 	}
 	return 0;
 }
@@ -104,32 +99,59 @@ static void *comm_thread(void *arg)
 	return NULL;
 }
 
+static const struct ddp_memops *memops_for(enum crun_ddp_memory m, int *rc)
+{
+	switch (m) {
+	case CRUN_DDP_MEMORY_HOST:
+		return &ddp_host_memops;
+	case CRUN_DDP_MEMORY_CUDA:
+#if CRUN_HAVE_NCCL
+		return &ddp_cuda_memops;
+#else
+		*rc = CRUN_EBACKEND; /* built without CUDA/NCCL */
+		return NULL;
+#endif
+	}
+	*rc = -EINVAL;
+	return NULL;
+}
+
 CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_opts *opts,
 				struct crun_ddp **out)
 {
+	const struct ddp_memops *mem;
+	struct crun_ddp_opts o;
 	struct crun_ddp *d;
+	int rc = 0;
 
 	if (out == NULL || comm == NULL) {
 		return -EINVAL;
 	}
 	*out = NULL;
-	/* Buckets are copied with memcpy: host memory only until a device path exists. */
-	if (crun_comm_backend(comm) == CRUN_BACKEND_NCCL) {
-		return CRUN_EBACKEND;
+	if (opts_copy(&o, sizeof(o), opts, DDP_OPTS_SIZE_0_2_0) < 0) {
+		return -EINVAL;
+	}
+	mem = memops_for(o.memory, &rc);
+	if (mem == NULL) {
+		return rc;
 	}
 	d = calloc(1, sizeof(*d));
 	if (d == NULL) {
 		return -ENOMEM;
 	}
 	d->comm = comm;
+	d->mem = mem;
 	d->world = crun_comm_size(comm);
-	d->cap_bytes = opts != NULL && opts->bucket_cap_bytes > 0 ? opts->bucket_cap_bytes
-								   : DDP_DEFAULT_CAP;
-	d->first_bytes = opts != NULL && opts->first_bucket_bytes > 0 ? opts->first_bucket_bytes
-								       : DDP_DEFAULT_FIRST;
+	d->cap_bytes = o.bucket_cap_bytes > 0 ? o.bucket_cap_bytes : DDP_DEFAULT_CAP;
+	d->first_bytes = o.first_bucket_bytes > 0 ? o.first_bucket_bytes : DDP_DEFAULT_FIRST;
 	if (d->world < 1) {
 		free(d);
 		return -EINVAL;
+	}
+	rc = mem->init(d);
+	if (rc < 0) {
+		free(d);
+		return rc;
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->work, NULL);
@@ -158,7 +180,12 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 		pthread_join(d->thread, NULL);
 	}
 	for (i = 0; i < d->nb; i++) {
-		free(d->b[i].buf);
+		if (d->b[i].buf != NULL) {
+			d->mem->buf_free(d, d->b[i].buf);
+		}
+	}
+	for (i = 0; d->mem->tensor_finish != NULL && i < d->nt; i++) {
+		d->mem->tensor_finish(d, &d->t[i]);
 	}
 	free(d->b);
 	free(d->t);
@@ -170,8 +197,8 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 
 CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad, size_t n)
 {
-	struct tensor *nt;
-	int idx;
+	struct ddp_tensor *nt, *t;
+	int idx, rc;
 
 	if (d == NULL || param == NULL || grad == NULL || n == 0) {
 		return -EINVAL;
@@ -192,11 +219,17 @@ CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad,
 		d->t = nt;
 		d->tcap = ncap;
 	}
-	idx = d->nt++;
-	memset(&d->t[idx], 0, sizeof(d->t[idx]));
-	d->t[idx].s.param = param;
-	d->t[idx].s.grad = grad;
-	d->t[idx].s.n = n;
+	idx = d->nt;
+	t = &d->t[idx];
+	memset(t, 0, sizeof(*t));
+	t->s.param = param;
+	t->s.grad = grad;
+	t->s.n = n;
+	if (d->mem->tensor_init != NULL && (rc = d->mem->tensor_init(d, t)) < 0) {
+		pthread_mutex_unlock(&d->mu);
+		return rc;
+	}
+	d->nt++;
 	pthread_mutex_unlock(&d->mu);
 	return idx;
 }
@@ -216,13 +249,15 @@ static int build(struct crun_ddp *d)
 	}
 	for (i = 0; i < nb; i++) {
 		if (ddp_bucket_needs_buf(&b[i])) {
-			b[i].buf = malloc(b[i].numel * sizeof(float));
-			if (b[i].buf == NULL) {
+			rc = d->mem->buf_alloc(d, &b[i].buf, b[i].numel);
+			if (rc < 0) {
 				while (i-- > 0) {
-					free(b[i].buf);
+					if (b[i].buf != NULL) {
+						d->mem->buf_free(d, b[i].buf);
+					}
 				}
 				free(b);
-				return -ENOMEM;
+				return rc;
 			}
 		}
 	}
@@ -232,11 +267,21 @@ static int build(struct crun_ddp *d)
 	return 0;
 }
 
+static int broadcast(struct crun_ddp *d, float *buf, size_t n)
+{
+	int rc;
+
+	rc = crun_comm_broadcast(d->comm, buf, n, CRUN_FLOAT32, 0);
+	if (rc < 0) {
+		return diag_set(&d->diag, rc, "ddp: broadcast: %s", crun_comm_last_error(d->comm));
+	}
+	return 0;
+}
+
 CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 {
 	struct ddp_bucket *bk;
-	struct tensor *t;
-	int i, k, rc;
+	int i, rc;
 
 	if (d == NULL) {
 		return -EINVAL;
@@ -250,20 +295,21 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 	if (rc < 0 || d->world == 1) {
 		return rc;
 	}
+	if (d->mem->params_ready != NULL && (rc = d->mem->params_ready(d)) < 0) {
+		return rc;
+	}
 	/* The communication thread is idle: no bucket is ready between steps. */
 	for (i = 0; i < d->nb; i++) {
 		bk = &d->b[i];
 		if (bk->param_span != NULL) {
-			rc = crun_comm_broadcast(d->comm, bk->param_span, bk->numel, CRUN_FLOAT32, 0);
+			rc = broadcast(d, bk->param_span, bk->numel);
 		} else {
-			for (k = 0; k < bk->count; k++) {
-				t = &d->t[bk->first - k];
-				memcpy(bk->buf + t->s.offset, t->s.param, t->s.n * sizeof(float));
+			rc = flat_copy(d, bk, true, true);
+			if (rc == 0) {
+				rc = broadcast(d, bk->buf, bk->numel);
 			}
-			rc = crun_comm_broadcast(d->comm, bk->buf, bk->numel, CRUN_FLOAT32, 0);
-			for (k = 0; rc == 0 && k < bk->count; k++) {
-				t = &d->t[bk->first - k];
-				memcpy(t->s.param, bk->buf + t->s.offset, t->s.n * sizeof(float));
+			if (rc == 0) {
+				rc = flat_copy(d, bk, false, true);
 			}
 		}
 		if (rc < 0) {
@@ -273,11 +319,15 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 	return 0;
 }
 
-/* Mark tensor @i ready; start its bucket when complete. Called with d->mu held. */
-static void mark(struct crun_ddp *d, int i)
+/* Mark tensor @i ready; hand its bucket over when complete. Called with d->mu held. */
+static int mark(struct crun_ddp *d, int i)
 {
 	struct ddp_bucket *bk = &d->b[d->t[i].s.bucket];
+	int rc;
 
+	if (d->world > 1 && d->mem->mark != NULL && (rc = d->mem->mark(d, &d->t[i])) < 0) {
+		return rc;
+	}
 	d->t[i].marked = true;
 	d->nmarked++;
 	if (--bk->pending == 0) {
@@ -286,10 +336,11 @@ static void mark(struct crun_ddp *d, int i)
 			/* Nothing to reduce: skip the hand-off to the communication thread. */
 			d->next++;
 			d->finished++;
-			return;
+			return 0;
 		}
 		pthread_cond_signal(&d->work);
 	}
+	return 0;
 }
 
 CRUN_EXPORT int crun_ddp_grad_ready(struct crun_ddp *d, int index)
@@ -308,11 +359,32 @@ CRUN_EXPORT int crun_ddp_grad_ready(struct crun_ddp *d, int index)
 		if (rc == 0 && d->t[index].marked) {
 			rc = -EALREADY;
 		} else if (rc == 0) {
-			mark(d, index);
+			rc = mark(d, index);
 		}
 	}
 	pthread_mutex_unlock(&d->mu);
 	return rc;
+}
+
+/* A bucket that cannot start would leave the others waiting: poison the DDP and let every
+ * bucket through (the communication thread skips them). Called with d->mu held. */
+static void poison(struct crun_ddp *d, int rc)
+{
+	int i;
+
+	if (d->err == 0) {
+		d->err = rc;
+	}
+	for (i = 0; i < d->nb; i++) {
+		if (!d->b[i].ready) {
+			d->b[i].ready = true;
+			if (d->world == 1) {
+				d->next++;
+				d->finished++;
+			}
+		}
+	}
+	pthread_cond_signal(&d->work);
 }
 
 CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
@@ -334,10 +406,13 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 		pthread_mutex_unlock(&d->mu);
 		return rc;
 	}
-	for (i = d->nt - 1; i >= 0; i--) {
+	for (i = d->nt - 1; rc == 0 && i >= 0; i--) {
 		if (!d->t[i].marked) {
-			mark(d, i);
+			rc = mark(d, i);
 		}
+	}
+	if (rc < 0) {
+		poison(d, rc);
 	}
 	while (d->finished < d->nb) {
 		pthread_cond_wait(&d->done, &d->mu);
@@ -359,19 +434,36 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 
 CRUN_EXPORT void crun_ddp_set_no_sync(struct crun_ddp *d, bool on)
 {
+	if (d == NULL) {
+		return;
+	}
 	pthread_mutex_lock(&d->mu);
 	d->no_sync = on;
 	pthread_mutex_unlock(&d->mu);
 }
 
+CRUN_EXPORT int crun_ddp_set_stream(struct crun_ddp *d, void *stream)
+{
+	if (d == NULL) {
+		return -EINVAL;
+	}
+	if (!d->mem->has_stream) {
+		return CRUN_EBACKEND;
+	}
+	pthread_mutex_lock(&d->mu);
+	d->stream = stream;
+	pthread_mutex_unlock(&d->mu);
+	return 0;
+}
+
 CRUN_EXPORT int crun_ddp_bucket_count(const struct crun_ddp *d)
 {
-	return d->built ? d->nb : 0;
+	return d != NULL && d->built ? d->nb : 0;
 }
 
 CRUN_EXPORT int crun_ddp_bucket_of(const struct crun_ddp *d, int index)
 {
-	if (!d->built || index < 0 || index >= d->nt) {
+	if (d == NULL || !d->built || index < 0 || index >= d->nt) {
 		return -EINVAL;
 	}
 	return d->t[index].s.bucket;
@@ -381,8 +473,16 @@ CRUN_EXPORT int crun_ddp_buckets_reduced(struct crun_ddp *d)
 {
 	int n;
 
+	if (d == NULL) {
+		return 0;
+	}
 	pthread_mutex_lock(&d->mu);
 	n = d->finished;
 	pthread_mutex_unlock(&d->mu);
 	return n;
+}
+
+CRUN_EXPORT const char *crun_ddp_last_error(const struct crun_ddp *d)
+{
+	return d != NULL ? d->diag.msg : "";
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker_api/ddp_plan.c: bucket planning shared by the host and device DDP. */
+/* worker_api/ddp_plan.c: bucket planning for the DDP engine, host and device alike. */
 #include <errno.h>
 #include <stdlib.h>
 

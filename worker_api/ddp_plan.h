@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* worker_api/ddp_plan.h: bucket planning shared by the host (ddp.c) and device (ddp_cuda.c) DDP. */
-#ifndef CRUN_WORKER_DDP_PLAN_H
-#define CRUN_WORKER_DDP_PLAN_H
+/* worker_api/ddp_plan.h: bucket planning for the DDP engine (ddp.c), host and device alike. */
+#ifndef CRUN_WORKER_API_DDP_PLAN_H
+#define CRUN_WORKER_API_DDP_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -10,6 +10,10 @@
 #include <crun/export.h>
 #include <crun/comm.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * DDP. Register every parameter tensor (float32 parameter and gradient arrays of n elements,
  * both borrowed: they must outlive the crun_ddp). Tensors are grouped into buckets in REVERSE
@@ -21,23 +25,59 @@
  * different orders still agree. crun_ddp_sync() waits for every bucket; afterwards every
  * gradient holds the average over the world.
  *
+ * Memory. One engine serves host and device memory; opts->memory says which:
+ * - CRUN_DDP_MEMORY_HOST (the default): host arrays, any communicator but nccl. A bucket is
+ *   summed by crun_comm_allreduce() on the communication thread and scaled by 1/world.
+ * - CRUN_DDP_MEMORY_CUDA: CUDA device arrays over an nccl communicator (libcrun-worker loads
+ *   the CUDA runtime and NCCL at run time; built without them, CRUN_EBACKEND).
+ *   crun_ddp_grad_ready() records a CUDA event on the program's compute stream (see
+ *   crun_ddp_set_stream(); the kernels producing the gradient may still be running); the
+ *   communication thread makes the communicator's own stream wait for the bucket's events and
+ *   averages it there with ncclAllReduce, while the program keeps enqueuing backward.
+ *   crun_ddp_sync() returns once every bucket is averaged on the device: kernels enqueued
+ *   afterwards on any stream see the result. crun_ddp_broadcast_params() first waits for the
+ *   compute stream. Buckets whose tensors are not back to back go through a flat device
+ *   buffer (device-to-device copies on the communicator's stream).
+ * Public headers stay free of CUDA types: a stream is a cudaStream_t passed as void *.
+ *
  * Thread safety: crun_ddp_register(), crun_ddp_broadcast_params(), crun_ddp_sync(),
- * crun_ddp_set_no_sync() and crun_ddp_destroy() are called by one training thread.
- * crun_ddp_grad_ready() may be called from any thread. The DDP's thread uses the communicator
- * only while a step is in flight (from the first crun_ddp_grad_ready() to the return of
- * crun_ddp_sync()); between steps the training thread may use it for its own collectives.
+ * crun_ddp_set_no_sync(), crun_ddp_set_stream() and crun_ddp_destroy() are called by one
+ * training thread. crun_ddp_grad_ready() may be called from any thread. The DDP's thread uses
+ * the communicator only while a step is in flight (from the first crun_ddp_grad_ready() to
+ * the return of crun_ddp_sync()); between steps the training thread may use it for its own
+ * collectives.
  */
 struct crun_ddp;
 
-struct crun_ddp_opts {
-	size_t bucket_cap_bytes;   /* 0: 25 MiB */
-	size_t first_bucket_bytes; /* 0: 1 MiB */
+enum crun_ddp_memory {
+	CRUN_DDP_MEMORY_HOST = 0, /* host arrays; a cpu communicator */
+	CRUN_DDP_MEMORY_CUDA = 1, /* CUDA device arrays; an nccl communicator */
 };
 
+/*
+ * Options. struct_size is sizeof(struct crun_ddp_opts) as the caller was compiled (set it
+ * with CRUN_DDP_OPTS_INIT), so the struct can grow at its end without breaking callers; 0
+ * means the 0.2.0 layout (the fields below), so a zeroed struct or designated initialisers
+ * ({.bucket_cap_bytes = ...}) keep working. Fields a caller does not know stay at their
+ * default.
+ */
+struct crun_ddp_opts {
+	size_t struct_size;          /* sizeof(struct crun_ddp_opts), or 0: the 0.2.0 layout */
+	size_t bucket_cap_bytes;     /* 0: 25 MiB */
+	size_t first_bucket_bytes;   /* 0: 1 MiB */
+	enum crun_ddp_memory memory; /* where parameters and gradients live; 0: host */
+};
+
+/* struct crun_ddp_opts o = CRUN_DDP_OPTS_INIT; (C and C++) */
+#define CRUN_DDP_OPTS_INIT {sizeof(struct crun_ddp_opts), 0, 0, CRUN_DDP_MEMORY_HOST}
+
 /**
- * @comm borrowed (must outlive the DDP); @opts may be NULL (defaults). *out owned by the caller
- * (crun_ddp_destroy()). Returns 0, -EINVAL, -ENOMEM, -EAGAIN (no thread), or CRUN_EBACKEND
- * for an NCCL communicator (the reducer works on host memory).
+ * @comm borrowed (must outlive the DDP); @opts may be NULL (defaults: host memory).
+ * *out owned by the caller (crun_ddp_destroy()). Returns 0, -EINVAL (NULL @comm or @out, an
+ * unknown memory kind, a struct_size smaller than two fields), -ENOMEM, -EAGAIN (no thread),
+ * CRUN_EBACKEND (host memory with an nccl communicator, CUDA memory with another one, or
+ * CUDA memory in a build without CUDA/NCCL) or CRUN_ECUDA (crun_ddp_last_error() says why).
+ * With CUDA memory the calling thread's current device is the one the DDP uses.
  */
 CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_opts *opts,
 				struct crun_ddp **out);
@@ -49,25 +89,28 @@ CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_op
 CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d);
 /**
  * Register a tensor of @n floats (@param, @grad borrowed). Returns its index (>= 0, in
- * registration order), -EINVAL, -EBUSY (after the first broadcast/grad_ready/sync), -ENOMEM.
+ * registration order), -EINVAL, -EBUSY (after the first broadcast/grad_ready/sync), -ENOMEM,
+ * or CRUN_ECUDA (CUDA memory: no event).
  */
 CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad, size_t n);
 /**
  * Broadcast every parameter from rank 0 so all replicas start equal (builds the buckets).
  * Call it between steps. Returns 0, -EINVAL (nothing registered), -ENOMEM, -EBUSY (a step is
- * in flight), the DDP's sticky error, or a communication code.
+ * in flight), the DDP's sticky error, CRUN_ECUDA, or a communication code.
  */
 CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d);
 /**
  * Tensor @index's gradient is final for this step (do not write it until crun_ddp_sync()
- * returns). Returns 0, -EINVAL (bad index, or nothing registered), -EALREADY (marked twice in
- * one step) or -ENOMEM (building the buckets). A no-op returning 0 in no_sync mode.
+ * returns; CUDA memory: final once the work enqueued so far on the compute stream completes).
+ * Returns 0, -EINVAL (bad index, or nothing registered), -EALREADY (marked twice in one step),
+ * -ENOMEM (building the buckets) or CRUN_ECUDA. A no-op returning 0 in no_sync mode.
  */
 CRUN_EXPORT int crun_ddp_grad_ready(struct crun_ddp *d, int index);
 /**
  * Mark any gradient not yet marked ready, wait for every bucket's allreduce, and average.
  * In no_sync mode: returns 0 at once, gradients stay local (accumulate them). Returns 0 or the
- * first communication error (the DDP is then unusable: destroy it).
+ * first error of the step, a collective's or CRUN_ECUDA (the DDP is then unusable: destroy it;
+ * crun_ddp_last_error() says what failed).
  */
 CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d);
 /**
@@ -76,10 +119,14 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d);
  * completed and reduced by the next crun_ddp_sync().
  */
 CRUN_EXPORT void crun_ddp_set_no_sync(struct crun_ddp *d, bool on);
-/*
- * The DDP must not be NULL for the functions below (nor for crun_ddp_set_no_sync()).
- * Number of buckets (after the first broadcast/grad_ready/sync; 0 before).
+/**
+ * CUDA memory: the program computes gradients on @stream (a cudaStream_t, borrowed; NULL, the
+ * default after crun_ddp_create(): the legacy default stream). Events for later
+ * crun_ddp_grad_ready() calls are recorded there, and crun_ddp_broadcast_params() waits for
+ * it. Call it between steps. Returns 0, -EINVAL (NULL @d) or CRUN_EBACKEND (host memory).
  */
+CRUN_EXPORT int crun_ddp_set_stream(struct crun_ddp *d, void *stream);
+/** Number of buckets (after the first broadcast/grad_ready/sync; 0 before, or for NULL). */
 CRUN_EXPORT int crun_ddp_bucket_count(const struct crun_ddp *d);
 /**
  * Buckets whose allreduce has completed in the current step (0 .. bucket count): lets a
@@ -88,6 +135,11 @@ CRUN_EXPORT int crun_ddp_bucket_count(const struct crun_ddp *d);
 CRUN_EXPORT int crun_ddp_buckets_reduced(struct crun_ddp *d);
 /** Index of the bucket holding tensor @index, or -EINVAL. */
 CRUN_EXPORT int crun_ddp_bucket_of(const struct crun_ddp *d, int index);
+/**
+ * The message of the DDP's last failure, "<where>: <what>: <why>" (a CUDA call, a collective),
+ * or "" when none (or for NULL). Borrowed; valid until the next call on @d.
+ */
+CRUN_EXPORT const char *crun_ddp_last_error(const struct crun_ddp *d);
 
 /*
  * Sampler, as torch's DistributedSampler: the epoch's order is a permutation of [0, len)
@@ -156,5 +208,9 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 CRUN_EXPORT int crun_checkpoint_load_latest(const char *dir, uint64_t *epoch, uint64_t *step,
 					    const struct crun_ckpt_seg *segs, size_t nsegs,
 					    char *path, size_t pathlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

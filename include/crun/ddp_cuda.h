@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* include/crun/ddp_cuda.h: data-parallel gradient buckets on CUDA device memory (nccl). */
+/* include/crun/ddp_cuda.h: crun_ddp on CUDA device memory, the 0.1 names (thin wrappers). */
 #ifndef CRUN_DDP_CUDA_H
 #define CRUN_DDP_CUDA_H
 
@@ -10,20 +10,23 @@
 #include <crun/comm.h>
 #include <crun/ddp.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
- * The device twin of crun_ddp (include/crun/ddp.h), for an nccl communicator: parameters and
- * gradients are float32 device arrays. Buckets, their order (reverse registration), caps,
- * no_sync and the thread-safety rules are those of crun_ddp. What differs is the overlap:
- * crun_ddp_cuda_grad_ready() records a CUDA event on the program's compute stream (the
- * kernels that produce the gradient may still be running); a communication thread makes the
- * communicator's own stream wait for the bucket's events and runs the bucket's ncclAllReduce
- * (average) there, so the reduction runs on a separate stream while the program keeps
- * enqueuing the rest of backward. crun_ddp_cuda_sync() returns once every bucket is reduced on
- * the device; kernels enqueued afterwards on any stream see the averaged gradients.
+ * Device DDP under its 0.1 names. Each function is a thin wrapper over the one engine of
+ * include/crun/ddp.h: crun_ddp_cuda_create(comm, opts, stream, &d) is crun_ddp_create() with
+ * opts->memory set to CRUN_DDP_MEMORY_CUDA (whatever the caller's opts say) followed by
+ * crun_ddp_set_stream(stream), and crun_ddp_cuda_X(d, ...) is crun_ddp_X(d, ...). Buckets,
+ * their order, caps, no_sync, the CUDA overlap (events on the compute stream, ncclAllReduce
+ * on the communicator's stream) and the thread-safety rules are described there. New code
+ * may use crun_ddp_* with the memory option directly; these names stay for programs that use
+ * them.
  *
- * Available when libcrun-worker was built with CUDA and NCCL; otherwise every call returns
- * CRUN_EBACKEND (create) or is a no-op. Public headers stay free of CUDA types: a stream is a
- * cudaStream_t passed as void *.
+ * Available when libcrun-worker was built with CUDA and NCCL headers (the libraries are loaded
+ * at run time); otherwise every call returns CRUN_EBACKEND (create) or is a no-op. Public
+ * headers stay free of CUDA types: a stream is a cudaStream_t passed as void *.
  */
 struct crun_ddp_cuda;
 
@@ -66,5 +69,9 @@ CRUN_EXPORT void crun_ddp_cuda_set_no_sync(struct crun_ddp_cuda *d, bool on);
 CRUN_EXPORT int crun_ddp_cuda_bucket_count(const struct crun_ddp_cuda *d);
 /** The message of the last CUDA failure, "<where>: <what>: <why>", or "". Borrowed. */
 CRUN_EXPORT const char *crun_ddp_cuda_last_error(const struct crun_ddp_cuda *d);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/gpu/gpu_worker.c: a crun worker that checks crun_ddp_cuda on real device memory. */
+/* tests/gpu/gpu_worker.c: a crun worker that checks the device DDP on real device memory. */
 
 /*
- *   gpu_worker probe   print the number of CUDA devices, or exit 77 with the reason
- *   gpu_worker api     crun_ddp_cuda's argument checks, no GPU needed (a cpu communicator)
- *   gpu_worker ddp     device DDP over an nccl communicator of WORLD_SIZE ranks: parameters
- *                      broadcast from rank 0, gradients averaged over several buckets (in
- *                      place and through the flat copy) with ranks marking in different
- *                      orders, no_sync, and the error codes; exit 77 without a GPU
+ *   gpu_worker probe    print the number of CUDA devices, or exit 77 with the reason
+ *   gpu_worker api      argument checks of crun_ddp_cuda_* and of crun_ddp's memory option
+ *                       and stream setter, no GPU needed (a cpu communicator)
+ *   gpu_worker ddp      device DDP over an nccl communicator of WORLD_SIZE ranks through the
+ *                       crun_ddp_cuda_* names: parameters broadcast from rank 0, gradients
+ *                       averaged over several buckets (in place and through the flat copy)
+ *                       with ranks marking in different orders, no_sync, and the error codes;
+ *                       exit 77 without a GPU
+ *   gpu_worker ddp-one  the same through crun_ddp_* with CRUN_DDP_MEMORY_CUDA and
+ *                       crun_ddp_set_stream()
  * Run under crun, tests/worker/worker_launch, or alone with CRUN_SINGLE=1.
  */
 #include <errno.h>
@@ -99,6 +103,8 @@ static int api(void)
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_CPU, .timeout_ms = 60000,
 				       .name = "gpu_api"};
 	struct crun_ddp_cuda *d = (struct crun_ddp_cuda *)&copts;
+	struct crun_ddp_opts dopts = CRUN_DDP_OPTS_INIT;
+	struct crun_ddp *hd = (struct crun_ddp *)&copts;
 	struct crun_store *st;
 	struct crun_comm *comm;
 
@@ -116,6 +122,25 @@ static int api(void)
 	if (crun_ddp_cuda_last_error(NULL) == NULL) {
 		fail("crun_ddp_cuda_last_error(NULL) is NULL");
 	}
+	/* The one API: device memory needs an nccl communicator; host memory has no stream. */
+	dopts.memory = CRUN_DDP_MEMORY_CUDA;
+	EXPECT(crun_ddp_create(comm, &dopts, &hd), CRUN_EBACKEND);
+	if (hd != NULL) {
+		fail("crun_ddp_create left *out set after a failure");
+	}
+	dopts.memory = (enum crun_ddp_memory)7;
+	EXPECT(crun_ddp_create(comm, &dopts, &hd), -EINVAL);
+	dopts.memory = CRUN_DDP_MEMORY_HOST;
+	dopts.struct_size = 1;
+	EXPECT(crun_ddp_create(comm, &dopts, &hd), -EINVAL);
+	dopts.struct_size = sizeof(dopts);
+	EXPECT(crun_ddp_create(comm, &dopts, &hd), 0);
+	EXPECT(crun_ddp_set_stream(hd, NULL), CRUN_EBACKEND);
+	EXPECT(crun_ddp_set_stream(NULL, NULL), -EINVAL);
+	if (strcmp(crun_ddp_last_error(hd), "") != 0 || strcmp(crun_ddp_last_error(NULL), "") != 0) {
+		fail("crun_ddp_last_error: \"%s\" before any failure", crun_ddp_last_error(hd));
+	}
+	crun_ddp_destroy(hd);
 	crun_comm_destroy(comm);
 	crun_store_close(st);
 	crun_finish();
@@ -152,14 +177,79 @@ static void expect_values(const float *dev, size_t n, float base, const char *wh
 	}
 }
 
-static int ddp(void)
+/* The device DDP under test: the crun_ddp_cuda_* names (@one false) or crun_ddp_* (true). */
+struct dut {
+	bool one;
+	struct crun_ddp_cuda *legacy;
+	struct crun_ddp *d;
+};
+
+static int dut_create(struct dut *u, struct crun_comm *comm, struct crun_ddp_opts *o,
+		      cudaStream_t s)
+{
+	int rc;
+
+	if (!u->one) {
+		return crun_ddp_cuda_create(comm, o, s, &u->legacy);
+	}
+	o->memory = CRUN_DDP_MEMORY_CUDA;
+	rc = crun_ddp_create(comm, o, &u->d);
+	return rc < 0 ? rc : crun_ddp_set_stream(u->d, s);
+}
+
+static int dut_register(struct dut *u, float *p, float *g, size_t n)
+{
+	return u->one ? crun_ddp_register(u->d, p, g, n)
+		      : crun_ddp_cuda_register(u->legacy, p, g, n);
+}
+
+static int dut_broadcast(struct dut *u)
+{
+	return u->one ? crun_ddp_broadcast_params(u->d)
+		      : crun_ddp_cuda_broadcast_params(u->legacy);
+}
+
+static int dut_ready(struct dut *u, int t)
+{
+	return u->one ? crun_ddp_grad_ready(u->d, t) : crun_ddp_cuda_grad_ready(u->legacy, t);
+}
+
+static int dut_sync(struct dut *u)
+{
+	return u->one ? crun_ddp_sync(u->d) : crun_ddp_cuda_sync(u->legacy);
+}
+
+static void dut_no_sync(struct dut *u, bool on)
+{
+	if (u->one) {
+		crun_ddp_set_no_sync(u->d, on);
+	} else {
+		crun_ddp_cuda_set_no_sync(u->legacy, on);
+	}
+}
+
+static int dut_buckets(struct dut *u)
+{
+	return u->one ? crun_ddp_bucket_count(u->d) : crun_ddp_cuda_bucket_count(u->legacy);
+}
+
+static void dut_destroy(struct dut *u)
+{
+	if (u->one) {
+		crun_ddp_destroy(u->d);
+	} else {
+		crun_ddp_cuda_destroy(u->legacy);
+	}
+}
+
+static int ddp(bool one)
 {
 	static const size_t n[NT] = {1000, 3, 70000, 17, 5000};
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_NCCL, .timeout_ms = 60000,
 				       .name = "gpu_ddp"};
 	struct crun_ddp_opts dopts = {.bucket_cap_bytes = 64 << 10, .first_bucket_bytes = 4 << 10};
 	float *param[NT], *grad[NT], *pa, *ga, *pb, *gb, *host;
-	struct crun_ddp_cuda *d;
+	struct dut u = {.one = one}, *d = &u;
 	struct crun_store *st;
 	struct crun_comm *comm;
 	cudaStream_t s;
@@ -195,17 +285,17 @@ static int ddp(void)
 	param[4] = pb + n[3] + 64;
 	grad[4] = gb + n[3] + 64;
 
-	EXPECT(crun_ddp_cuda_create(comm, &dopts, s, &d), 0);
+	EXPECT(dut_create(d, comm, &dopts, s), 0);
 	for (t = 0; t < NT; t++) {
-		EXPECT(crun_ddp_cuda_register(d, param[t], grad[t], n[t]), t);
+		EXPECT(dut_register(d, param[t], grad[t], n[t]), t);
 		fill(param[t], n[t], 100.0f * (float)(rank + 1) + (float)t, s, host);
 	}
-	EXPECT(crun_ddp_cuda_register(d, NULL, grad[0], 1), -EINVAL);
-	EXPECT(crun_ddp_cuda_broadcast_params(d), 0);
-	EXPECT(crun_ddp_cuda_register(d, param[0], grad[0], 1), -EBUSY);
-	if (crun_ddp_cuda_bucket_count(d) < 3) {
+	EXPECT(dut_register(d, NULL, grad[0], 1), -EINVAL);
+	EXPECT(dut_broadcast(d), 0);
+	EXPECT(dut_register(d, param[0], grad[0], 1), -EBUSY);
+	if (dut_buckets(d) < 3) {
 		fail("%d buckets, expected at least 3 with a 4 KiB first and 64 KiB cap",
-		     crun_ddp_cuda_bucket_count(d));
+		     dut_buckets(d));
 	}
 	for (t = 0; t < NT; t++) {
 		expect_values(param[t], n[t], 100.0f + (float)t, "broadcast parameter", t, s, host);
@@ -219,39 +309,39 @@ static int ddp(void)
 		for (k = 0; k < NT; k++) {
 			t = order[k];
 			fill(grad[t], n[t], (float)((rank + 1) * (step + 1)), s, host);
-			EXPECT(crun_ddp_cuda_grad_ready(d, t), 0);
+			EXPECT(dut_ready(d, t), 0);
 		}
-		EXPECT(crun_ddp_cuda_grad_ready(d, order[0]), -EALREADY);
-		EXPECT(crun_ddp_cuda_grad_ready(d, NT), -EINVAL);
-		EXPECT(crun_ddp_cuda_sync(d), 0);
+		EXPECT(dut_ready(d, order[0]), -EALREADY);
+		EXPECT(dut_ready(d, NT), -EINVAL);
+		EXPECT(dut_sync(d), 0);
 		for (t = 0; t < NT; t++) {
 			expect_values(grad[t], n[t], (float)(step + 1) * (float)(world + 1) / 2.0f,
 				      "averaged gradient", t, s, host);
 		}
 	}
 	/* no_sync: gradients stay local; sync is immediate. */
-	crun_ddp_cuda_set_no_sync(d, true);
+	dut_no_sync(d, true);
 	for (t = 0; t < NT; t++) {
 		fill(grad[t], n[t], (float)(rank + 7), s, host);
-		EXPECT(crun_ddp_cuda_grad_ready(d, t), 0);
+		EXPECT(dut_ready(d, t), 0);
 	}
-	EXPECT(crun_ddp_cuda_sync(d), 0);
+	EXPECT(dut_sync(d), 0);
 	for (t = 0; t < NT; t++) {
 		expect_values(grad[t], n[t], (float)(rank + 7), "no_sync gradient", t, s, host);
 	}
-	crun_ddp_cuda_set_no_sync(d, false);
+	dut_no_sync(d, false);
 	/* A step where sync marks everything itself. */
 	for (t = 0; t < NT; t++) {
 		fill(grad[t], n[t], (float)(rank + 1), s, host);
 	}
-	EXPECT(crun_ddp_cuda_sync(d), 0);
+	EXPECT(dut_sync(d), 0);
 	for (t = 0; t < NT; t++) {
 		expect_values(grad[t], n[t], (float)(world + 1) / 2.0f, "gradient after sync", t,
 			      s, host);
 	}
-	printf("gpu_worker: rank %d: ddp ok (world %d, %d buckets)\n", rank, world,
-	       crun_ddp_cuda_bucket_count(d));
-	crun_ddp_cuda_destroy(d);
+	printf("gpu_worker: rank %d: %s ok (world %d, %d buckets)\n", rank,
+	       one ? "ddp-one" : "ddp", world, dut_buckets(d));
+	dut_destroy(d);
 	cudaFree(pa);
 	cudaFree(ga);
 	cudaFree(param[2]);
@@ -269,7 +359,7 @@ static int ddp(void)
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: gpu_worker probe|api|ddp\n");
+		fprintf(stderr, "usage: gpu_worker probe|api|ddp|ddp-one\n");
 		return 2;
 	}
 	if (strcmp(argv[1], "probe") == 0) {
@@ -279,8 +369,11 @@ int main(int argc, char **argv)
 		return api();
 	}
 	if (strcmp(argv[1], "ddp") == 0) {
-		return ddp();
+		return ddp(false);
 	}
-	fprintf(stderr, "gpu_worker: unknown mode \"%s\" (probe, api or ddp)\n", argv[1]);
+	if (strcmp(argv[1], "ddp-one") == 0) {
+		return ddp(true);
+	}
+	fprintf(stderr, "gpu_worker: unknown mode \"%s\" (probe, api, ddp or ddp-one)\n", argv[1]);
 	return 2;
 }

@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: MIT
 # tests/gpu/run.sh MODE: the 'gpu' suite. Every mode but cli exits 77 (skip) without a GPU.
 #   cli        the GPU programs reject bad input (exit 2) and, without a GPU, say so and exit 77;
-#              crun_ddp_cuda's argument checks (cpu communicator). Runs everywhere.
+#              the device DDP's argument checks (cpu communicator). Runs everywhere.
 #   curve      examples/train_gpu matches examples/train's loss curve on one rank
-#   ddp        crun_ddp_cuda on device memory: one rank, then one rank per GPU (2..4) if any
+#   ddp        the DDP engine on device memory, through crun_ddp_cuda_* and through crun_ddp_*
+#              with CRUN_DDP_MEMORY_CUDA: one rank, then one rank per GPU (2..4) if any
 #   allreduce  crun_comm_allreduce (nccl) within 5% of ncclAllReduce (bench/nccl/nccl_bench)
 # Programs come from the environment (tests/gpu/meson.build); "none" means not built.
 # Knobs: GPU_EPOCHS (curve, default 8), GPU_CURVE_RTOL (relative, default 0.05),
@@ -114,12 +115,14 @@ curve)
 ddp)
 	need_built "$GPU_WORKER" "$GPU_LAUNCH"
 	n=$(gpus) || exit $?
-	CRUN_SINGLE=1 bounded 120 "$GPU_WORKER" ddp || fail "gpu_worker ddp on one rank"
-	if [ "$n" -ge 2 ]; then
-		[ "$n" -gt 4 ] && n=4
-		bounded 300 "$GPU_LAUNCH" -n "$n" --timeout 240 -- "$GPU_WORKER" ddp ||
-			fail "gpu_worker ddp on $n ranks"
-	fi
+	[ "$n" -gt 4 ] && n=4
+	for api in ddp ddp-one; do
+		CRUN_SINGLE=1 bounded 120 "$GPU_WORKER" $api || fail "gpu_worker $api on one rank"
+		if [ "$n" -ge 2 ]; then
+			bounded 300 "$GPU_LAUNCH" -n "$n" --timeout 240 -- "$GPU_WORKER" $api ||
+				fail "gpu_worker $api on $n ranks"
+		fi
+	done
 	echo "tests/gpu (ddp): ok"
 	;;
 allreduce)

@@ -6,6 +6,8 @@
  *   worker_helper ddp-equiv STEPS N ranks on shards == one process on the whole batch
  *   worker_helper ddp-overlap     a complete bucket is reduced before sync is called
  *   worker_helper ddp-peer-dies exit|hang   rank 0's sync fails in time when rank 1 leaves
+ *   worker_helper comm-auto       the backend CRUN_BACKEND (or auto) picks: an allreduce and a
+ *                                 host DDP step (tests/worker/no_cuda.sh: no CUDA libraries)
  *   worker_helper fail MESSAGE    rank 0 records MESSAGE in the error file and exits 3 */
 #include <errno.h>
 #include <inttypes.h>
@@ -346,6 +348,69 @@ static int cmd_ddp_peer_dies(const char *how)
 	return 0;
 }
 
+/*
+ * A communicator whose backend the environment picks (CRUN_BACKEND, else auto), an allreduce
+ * and one step of a host DDP made with CRUN_DDP_OPTS_INIT. A failed creation prints the
+ * library's reason (it also logs it) and exits 1.
+ */
+static int cmd_comm_auto(void)
+{
+	struct crun_comm_opts co = {.backend = CRUN_BACKEND_AUTO, .timeout_ms = 60000,
+				    .name = "auto"};
+	struct crun_ddp_opts dopt = CRUN_DDP_OPTS_INIT;
+	int rank = crun_rank(), world = crun_world_size(), rc, i;
+	static float p[3000], g[3000];
+	float sum = (float)(rank + 1);
+	struct crun_store *st;
+	struct crun_comm *comm;
+	struct crun_ddp *ddp;
+	char err[256];
+
+	if (crun_worker_store_open(&st, err, sizeof(err)) < 0) {
+		fprintf(stderr, "worker_helper: %s\n", err);
+		return 1;
+	}
+	rc = crun_comm_create(st, rank, world, &co, &comm);
+	if (rc < 0) {
+		fprintf(stderr, "worker_helper: rank %d: comm_create: %s\n", rank,
+			crun_strerror(rc));
+		crun_store_close(st);
+		return 1;
+	}
+	printf("rank %d backend %s\n", rank,
+	       crun_comm_backend(comm) == CRUN_BACKEND_CPU ? "cpu" : "nccl");
+	check(crun_comm_allreduce(comm, &sum, &sum, 1, CRUN_FLOAT32, CRUN_SUM), "allreduce");
+	if (sum != (float)(world * (world + 1) / 2)) {
+		fprintf(stderr, "rank %d: allreduce gave %g\n", rank, (double)sum);
+		return 1;
+	}
+	dopt.bucket_cap_bytes = 4096;
+	dopt.first_bucket_bytes = 1024;
+	check(crun_ddp_create(comm, &dopt, &ddp), "ddp_create");
+	check(crun_ddp_set_stream(ddp, NULL) == CRUN_EBACKEND ? 0 : -EPROTO, "set_stream");
+	check(crun_ddp_register(ddp, p, g, 1000), "register");
+	check(crun_ddp_register(ddp, p + 1000, g + 1000, 2000), "register");
+	for (i = 0; i < 3000; i++) {
+		p[i] = (float)(rank * 10 + i % 3);
+		g[i] = (float)(rank + 1);
+	}
+	check(crun_ddp_broadcast_params(ddp), "broadcast_params");
+	check(crun_ddp_grad_ready(ddp, 1), "grad_ready");
+	check(crun_ddp_sync(ddp), "sync");
+	for (i = 0; i < 3000; i++) {
+		if (p[i] != (float)(i % 3) || g[i] != (float)(world + 1) / 2.0f) {
+			fprintf(stderr, "rank %d: element %d: param %g grad %g\n", rank, i,
+				(double)p[i], (double)g[i]);
+			return 1;
+		}
+	}
+	printf("rank %d comm-auto ok (%d buckets)\n", rank, crun_ddp_bucket_count(ddp));
+	crun_ddp_destroy(ddp);
+	crun_comm_destroy(comm);
+	crun_store_close(st);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -370,6 +435,8 @@ int main(int argc, char **argv)
 		rc = cmd_ddp_overlap();
 	} else if (strcmp(argv[1], "ddp-peer-dies") == 0 && argc == 3) {
 		rc = cmd_ddp_peer_dies(argv[2]);
+	} else if (strcmp(argv[1], "comm-auto") == 0) {
+		rc = cmd_comm_auto();
 	} else if (strcmp(argv[1], "fail") == 0 && argc == 3) {
 		/* Rank 0 fails; the others succeed, so the group is not torn down before rank 0
 		 * has written its record. */

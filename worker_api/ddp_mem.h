@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/ddp_mem.h: the DDP engine's state and its memory-operations tables (host, CUDA). */
+#ifndef CRUN_WORKER_API_DDP_MEM_H
+#define CRUN_WORKER_API_DDP_MEM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <crun/comm.h>
+#include <crun/ddp.h>
+
+#include "config.h"
+#include "src/common/diag.h"
+#include "worker_api/ddp_plan.h"
+#include "worker_api/gpu_loader.h"
+
+/*
+ * What struct_size 0 stands for: sizeof(struct crun_ddp_opts) in crun 0.2.0, the first
+ * versioned layout. Fields added later go after @memory, so this stays put.
+ */
+#define DDP_OPTS_SIZE_0_2_0                                                                        \
+	(offsetof(struct crun_ddp_opts, memory) + sizeof(enum crun_ddp_memory))
+
+struct ddp_tensor {
+	struct ddp_slot s; /* first member: what ddp_plan_buckets() reads and fills */
+	void *ev;          /* the memory ops' own per-tensor state (CUDA: a cudaEvent_t) */
+	bool marked;       /* gradient ready in this step */
+};
+
+struct ddp_memops;
+
+/* One engine (worker_api/ddp.c) for every kind of memory; what differs is in @mem. */
+struct crun_ddp {
+	struct crun_comm *comm;
+	const struct ddp_memops *mem;
+	size_t cap_bytes, first_bytes;
+	int world;
+	struct ddp_tensor *t;
+	int nt, tcap;
+	struct ddp_bucket *b;
+	int nb;
+	bool built;
+
+	/* State of the CUDA memory operations (unused on the host). */
+	void *stream;                /* the program's compute stream (borrowed); NULL: legacy */
+	int device;                  /* the device of the thread that created the DDP */
+	const struct gpu_cuda *cu;   /* the loaded CUDA runtime (gpu_loader.h) */
+
+	pthread_t thread;
+	bool thread_started;
+	pthread_mutex_t mu;
+	pthread_cond_t work; /* a bucket became ready, or stop */
+	pthread_cond_t done; /* a bucket finished */
+	int next;            /* next bucket the communication thread reduces */
+	int finished;        /* buckets finished in this step */
+	int nmarked;         /* tensors marked in this step: > 0 means a step is in flight */
+	int err;             /* first communication error; sticky */
+	bool stop;
+	bool no_sync;
+	struct crun_diag diag; /* the last failure, for crun_ddp_last_error() */
+};
+
+/*
+ * How the engine touches parameters, gradients and bucket buffers. Every function returns 0
+ * or a negative code and, on failure, records "<where>: <what>: <why>" in d->diag. A NULL
+ * entry is a no-op. "Training thread" calls come with d->mu held where noted.
+ */
+struct ddp_memops {
+	bool has_stream; /* crun_ddp_set_stream() applies */
+	/* crun_ddp_create(): accept the communicator (else CRUN_EBACKEND), capture state. */
+	int (*init)(struct crun_ddp *d);
+	/* crun_ddp_register() (d->mu held) and crun_ddp_destroy(): per-tensor state. */
+	int (*tensor_init)(struct crun_ddp *d, struct ddp_tensor *t);
+	void (*tensor_finish)(struct crun_ddp *d, struct ddp_tensor *t);
+	/* A bucket's flat buffer of @n floats (d->mu held), and its release. */
+	int (*buf_alloc)(struct crun_ddp *d, float **buf, size_t n);
+	void (*buf_free)(struct crun_ddp *d, float *buf);
+	/* Training thread, d->mu held, world > 1: tensor @t's gradient is final as of now. */
+	int (*mark)(struct crun_ddp *d, struct ddp_tensor *t);
+	/* Communication thread: before bucket @bk's gradients are read. */
+	int (*wait_grads)(struct crun_ddp *d, const struct ddp_bucket *bk);
+	/* Copy @n floats from @src to @dst (a bucket's tensors to or from its flat buffer). */
+	int (*copy)(struct crun_ddp *d, float *dst, const float *src, size_t n);
+	/* The copies out of a flat buffer have landed: the tensors may be read. */
+	int (*copy_done)(struct crun_ddp *d);
+	/* Average @n floats at @buf over the world, in place. */
+	int (*allreduce_avg)(struct crun_ddp *d, float *buf, size_t n);
+	/* Training thread, before the parameters are broadcast: the program's writes landed. */
+	int (*params_ready)(struct crun_ddp *d);
+};
+
+/* Host memory: memcpy, and the communicator's allreduce on host buffers (ddp_mem_host.c). */
+extern const struct ddp_memops ddp_host_memops;
+#if CRUN_HAVE_NCCL
+/* CUDA device memory over an nccl communicator: events, streams, NCCL (ddp_mem_cuda.c). */
+extern const struct ddp_memops ddp_cuda_memops;
+#endif
+
+#endif

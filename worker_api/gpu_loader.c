@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_api/gpu_loader.c: dlopen the CUDA runtime and NCCL once; clear errors when absent. */
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <crun/error.h>
+
+#include "config.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/common/diag.h"
+#include "worker_api/gpu_loader.h"
+
+#ifndef CRUN_CUDA_ROOT
+#define CRUN_CUDA_ROOT "/usr/local/cuda"
+#endif
+
+/* NCCL 2.14 brought ncclCommInitRankConfig (non-blocking init) and ncclCommFinalize. */
+#define GPU_NCCL_MIN_VERSION 21400
+
+/* The symbol a name stands for after the headers' own macros (e.g. the _ptsz variants). */
+#define GPU_STR_(x) #x
+#define GPU_STR(x) GPU_STR_(x)
+
+struct gpu_sym {
+	const char *name;
+	size_t offset; /* of its pointer in the table */
+};
+
+#define GPU_CUDA_SYM(f) {GPU_STR(f), offsetof(struct gpu_cuda, f)},
+static const struct gpu_sym cuda_syms[] = {GPU_CUDA_FUNCS(GPU_CUDA_SYM)};
+#define GPU_NCCL_SYM(f) {GPU_STR(f), offsetof(struct gpu_nccl, f)},
+static const struct gpu_sym nccl_syms[] = {GPU_NCCL_FUNCS(GPU_NCCL_SYM)};
+
+/* What one library's loading came to; written once under pthread_once, then only read. */
+struct gpu_lib {
+	pthread_once_t once;
+	int rc;
+	struct crun_diag diag;
+};
+
+static struct gpu_lib cuda_lib = {.once = PTHREAD_ONCE_INIT};
+static struct gpu_cuda cuda_table;
+static struct gpu_lib nccl_lib = {.once = PTHREAD_ONCE_INIT};
+static struct gpu_nccl nccl_table;
+
+/*
+ * Open "<base>.<major>", then "<base>", through the dynamic loader's search (LD_LIBRARY_PATH,
+ * the ld.so cache, the default directories), then both in cuda-root's lib64/ and lib/.
+ * On success the real path goes into @path. The error names what was tried and the loader's
+ * reason for the first name (the one a working installation provides).
+ */
+static void *lib_open(const char *what, const char *base, int major, char *path, size_t pathlen,
+		      struct crun_diag *d)
+{
+	static const char *const dirs[] = {"", CRUN_CUDA_ROOT "/lib64/", CRUN_CUDA_ROOT "/lib/"};
+	char versioned[64], name[512], first_err[256] = "";
+	const struct link_map *lm = NULL;
+	const char *err;
+	size_t i, k;
+	void *h;
+
+	snprintf(versioned, sizeof(versioned), "%s.%d", base, major);
+	for (i = 0; i < ARRAY_SIZE(dirs); i++) {
+		for (k = 0; k < 2; k++) {
+			snprintf(name, sizeof(name), "%s%s", dirs[i], k == 0 ? versioned : base);
+			h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+			if (h != NULL) {
+				if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
+				    lm->l_name != NULL && lm->l_name[0] != '\0') {
+					snprintf(path, pathlen, "%s", lm->l_name);
+				} else {
+					snprintf(path, pathlen, "%s", name);
+				}
+				return h;
+			}
+			err = dlerror();
+			if (first_err[0] == '\0') {
+				snprintf(first_err, sizeof(first_err), "%s",
+					 err != NULL ? err : "unknown error");
+			}
+		}
+	}
+	diag_set(d, CRUN_EBACKEND,
+		 "cannot load %s: %s (also tried %s and both names in %s/lib64 and %s/lib)", what,
+		 first_err, base, CRUN_CUDA_ROOT, CRUN_CUDA_ROOT);
+	return NULL;
+}
+
+/* Fill @table's pointers from @h; the error names the first missing symbol. */
+static int resolve(void *h, const struct gpu_sym *syms, size_t n, void *table, const char *path,
+		   const char *version, struct crun_diag *d)
+{
+	size_t i;
+	void *p;
+
+	for (i = 0; i < n; i++) {
+		p = dlsym(h, syms[i].name);
+		if (p == NULL) {
+			return diag_set(d, CRUN_EBACKEND, "%s (%s): missing symbol %s", path,
+					version, syms[i].name);
+		}
+		memcpy((char *)table + syms[i].offset, &p, sizeof(p));
+	}
+	return 0;
+}
+
+static void cuda_load_once(void)
+{
+	struct gpu_cuda *t = &cuda_table;
+	cudaError_t (*get_version)(int *);
+	char version[64] = "version unknown";
+	void *h, *p;
+	int v = 0;
+
+	h = lib_open("the CUDA runtime", "libcudart.so", CUDART_VERSION / 1000, t->path,
+		     sizeof(t->path), &cuda_lib.diag);
+	if (h == NULL) {
+		cuda_lib.rc = CRUN_EBACKEND;
+		return;
+	}
+	p = dlsym(h, "cudaRuntimeGetVersion");
+	if (p != NULL) {
+		memcpy(&get_version, &p, sizeof(p));
+		if (get_version(&v) == cudaSuccess) {
+			t->version = v;
+			snprintf(version, sizeof(version), "CUDA runtime %d.%d", v / 1000,
+				 v % 1000 / 10);
+		}
+	}
+	cuda_lib.rc = resolve(h, cuda_syms, ARRAY_SIZE(cuda_syms), t, t->path, version,
+			      &cuda_lib.diag);
+	if (cuda_lib.rc == 0) {
+		log_debug("gpu: loaded %s (%s)", t->path, version);
+	}
+}
+
+static void nccl_version_string(int v, char *buf, size_t len)
+{
+	/* NCCL_VERSION(): X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z from 2.9 on. */
+	if (v >= 20900) {
+		snprintf(buf, len, "NCCL %d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+	} else {
+		snprintf(buf, len, "NCCL %d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
+	}
+}
+
+static void nccl_load_once(void)
+{
+	struct gpu_nccl *t = &nccl_table;
+	ncclResult_t (*get_version)(int *);
+	char version[64] = "version unknown";
+	void *h, *p;
+	int v = 0;
+
+	h = lib_open("NCCL", "libnccl.so", NCCL_MAJOR, t->path, sizeof(t->path), &nccl_lib.diag);
+	if (h == NULL) {
+		nccl_lib.rc = CRUN_EBACKEND;
+		return;
+	}
+	p = dlsym(h, "ncclGetVersion");
+	if (p != NULL) {
+		memcpy(&get_version, &p, sizeof(p));
+		if (get_version(&v) == ncclSuccess) {
+			t->version = v;
+			nccl_version_string(v, version, sizeof(version));
+		}
+	}
+	if (t->version != 0 && t->version < GPU_NCCL_MIN_VERSION) {
+		nccl_lib.rc = diag_set(&nccl_lib.diag, CRUN_EBACKEND,
+				       "%s: %s found, 2.14 or newer needed", t->path, version);
+		return;
+	}
+	nccl_lib.rc = resolve(h, nccl_syms, ARRAY_SIZE(nccl_syms), t, t->path, version,
+			      &nccl_lib.diag);
+	if (nccl_lib.rc == 0) {
+		log_debug("gpu: loaded %s (%s)", t->path, version);
+	}
+}
+
+int gpu_cuda_load(const struct gpu_cuda **out, struct crun_diag *d)
+{
+	pthread_once(&cuda_lib.once, cuda_load_once);
+	if (cuda_lib.rc < 0) {
+		return diag_set(d, cuda_lib.rc, "%s", cuda_lib.diag.msg);
+	}
+	*out = &cuda_table;
+	return 0;
+}
+
+int gpu_nccl_load(const struct gpu_nccl **out, struct crun_diag *d)
+{
+	pthread_once(&nccl_lib.once, nccl_load_once);
+	if (nccl_lib.rc < 0) {
+		return diag_set(d, nccl_lib.rc, "%s", nccl_lib.diag.msg);
+	}
+	*out = &nccl_table;
+	return 0;
+}
