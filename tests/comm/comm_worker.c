@@ -666,6 +666,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "comm_worker: no GPU: skipping\n");
 		return EXIT_SKIP;
 	}
+	if (rc == CRUN_EBACKEND && strcmp(scen, "nccl") == 0 && !CRUN_HAVE_NCCL) {
+		crun_store_close(st);
+		fprintf(stderr, "comm_worker: built without NCCL: skipping\n");
+		return EXIT_SKIP;
+	}
 	if (rc < 0) {
 		FAILF("create: %s", crun_strerror(rc));
 	}
