@@ -449,7 +449,7 @@ void evaluate(const struct model *m, struct crun_comm *comm, const struct datase
 		s[1] += best == d->y[i] ? 1.0 : 0.0;
 		s[2] += 1.0;
 	}
-	rc = crun_comm_allreduce(comm, s, out, 3, CRUN_FLOAT64, CRUN_SUM);
+	rc = crun_comm_allreduce(comm, s, out, 3, CRUN_DTYPE_FLOAT64, CRUN_REDOP_SUM);
 	if (rc < 0) {
 		die("evaluate: allreduce: %s", crun_strerror(rc));
 	}

@@ -258,7 +258,7 @@ int main(int argc, char **argv)
 		gpu_check(g, gpu_model_take_loss(g, &loss_sum), "train loss");
 		tl[0] = loss_sum;
 		tl[1] = (double)smp.num_samples;
-		rc = crun_comm_allreduce(comm, tl, tl, 2, CRUN_FLOAT64, CRUN_SUM);
+		rc = crun_comm_allreduce(comm, tl, tl, 2, CRUN_DTYPE_FLOAT64, CRUN_REDOP_SUM);
 		if (rc < 0) {
 			die("train loss: allreduce: %s", crun_strerror(rc));
 		}

@@ -220,7 +220,7 @@ static int check_common(struct crun_comm *c, const char *what, enum crun_dtype d
 	}
 	c->diag.msg[0] = '\0';
 	c->diag.code = 0;
-	if (dt != CRUN_FLOAT32 && dt != CRUN_FLOAT64) {
+	if (dt != CRUN_DTYPE_FLOAT32 && dt != CRUN_DTYPE_FLOAT64) {
 		return diag_set(&c->diag, -EINVAL, "comm %s: %s: unknown dtype %d", c->name, what,
 				(int)dt);
 	}
@@ -229,7 +229,7 @@ static int check_common(struct crun_comm *c, const char *what, enum crun_dtype d
 
 static int check_op(struct crun_comm *c, const char *what, enum crun_redop op)
 {
-	if (op != CRUN_SUM && op != CRUN_AVG) {
+	if (op != CRUN_REDOP_SUM && op != CRUN_REDOP_AVG) {
 		return diag_set(&c->diag, -EINVAL, "comm %s: %s: unknown reduction %d", c->name,
 				what, (int)op);
 	}
@@ -367,7 +367,7 @@ CRUN_EXPORT int crun_comm_barrier(struct crun_comm *c)
 {
 	int rc;
 
-	rc = check_common(c, "barrier", CRUN_FLOAT32);
+	rc = check_common(c, "barrier", CRUN_DTYPE_FLOAT32);
 	if (rc < 0) {
 		return rc;
 	}

@@ -109,7 +109,7 @@ void cpu_reduce(char *dst, const char *a, const char *in, size_t bytes, enum cru
 {
 	const struct reducers *f = reducers();
 
-	if (dt == CRUN_FLOAT32) {
+	if (dt == CRUN_DTYPE_FLOAT32) {
 		size_t n = bytes / sizeof(float);
 
 		if (dst == a) {

@@ -461,7 +461,7 @@ int cpu_ring_allreduce(struct crun_comm *c, const char *what, enum cpu_op opc, c
 		p->rseg[t].dst = out + off * es;
 		p->rseg[t].a = in + off * es;
 		p->rseg[t].len = len * es;
-		p->rseg[t].scale = op == CRUN_AVG && t == n - 2;
+		p->rseg[t].scale = op == CRUN_REDOP_AVG && t == n - 2;
 	}
 	/* Allgather: at step s send segment r + 1 - s (now final), receive segment r - s. */
 	for (int s = 0; s < n - 1; s++) {
@@ -491,8 +491,8 @@ int cpu_barrier(struct crun_comm *c)
 	float token = 0;
 
 	/* An allreduce of one element: its value passes through every rank twice. */
-	return cpu_ring_allreduce(c, "barrier", OP_BARRIER, &token, &token, 1, CRUN_FLOAT32,
-				  CRUN_SUM);
+	return cpu_ring_allreduce(c, "barrier", OP_BARRIER, &token, &token, 1, CRUN_DTYPE_FLOAT32,
+				  CRUN_REDOP_SUM);
 }
 
 /* A pipelined chain root -> root+1 -> ... -> root-1; each rank forwards what it has received. */
@@ -593,7 +593,7 @@ int cpu_reduce_scatter(struct crun_comm *c, const void *send, void *recv, size_t
 		p->rseg[t].dst = t == n - 2 ? (char *)recv : p->scratch + (size_t)t * bl;
 		p->rseg[t].a = in + (size_t)rs * bl;
 		p->rseg[t].len = bl;
-		p->rseg[t].scale = op == CRUN_AVG && t == n - 2;
+		p->rseg[t].scale = op == CRUN_REDOP_AVG && t == n - 2;
 	}
 	x.ns = x.nr = n - 1;
 	return finish(c, p, run(c, p, &x));

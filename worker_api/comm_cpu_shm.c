@@ -35,7 +35,7 @@ int cpu_shm_agree(struct crun_comm *c, struct cpu *p, bool *shm)
 	float votes = p->pred_host == p->host && (env == NULL || strcmp(env, "0") != 0) ? 1 : 0;
 	int rc;
 
-	rc = cpu_ring_allreduce(c, "setup", OP_BARRIER, &votes, &votes, 1, CRUN_FLOAT32, CRUN_SUM);
+	rc = cpu_ring_allreduce(c, "setup", OP_BARRIER, &votes, &votes, 1, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 	*shm = rc == 0 && votes == (float)c->size;
 	return rc;
 }
@@ -164,7 +164,7 @@ int cpu_shm_setup(struct crun_comm *c, struct cpu *p, int64_t deadline)
 	}
 	c->diag = saved;
 	/* Everybody has mapped its neighbours' segments (or said it could not): names can go. */
-	rc = cpu_ring_allreduce(c, "setup", OP_BARRIER, votes, votes, 2, CRUN_FLOAT64, CRUN_SUM);
+	rc = cpu_ring_allreduce(c, "setup", OP_BARRIER, votes, votes, 2, CRUN_DTYPE_FLOAT64, CRUN_REDOP_SUM);
 	if (rc < 0) {
 		return rc;
 	}

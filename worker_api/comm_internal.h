@@ -48,7 +48,7 @@ struct crun_comm {
 /* Size in bytes of one element of @dt (4 or 8). */
 static inline size_t comm_dtype_size(enum crun_dtype dt)
 {
-	return dt == CRUN_FLOAT64 ? 8 : 4;
+	return dt == CRUN_DTYPE_FLOAT64 ? 8 : 4;
 }
 
 /* Store key of this comm: "<name>/<generation>/<suffix>" into @buf (NUL-terminated). */

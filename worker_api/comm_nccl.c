@@ -158,12 +158,12 @@ static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, co
 
 static ncclDataType_t nccl_dt(enum crun_dtype dt)
 {
-	return dt == CRUN_FLOAT64 ? ncclFloat64 : ncclFloat32;
+	return dt == CRUN_DTYPE_FLOAT64 ? ncclFloat64 : ncclFloat32;
 }
 
 static ncclRedOp_t nccl_op(enum crun_redop op)
 {
-	return op == CRUN_AVG ? ncclAvg : ncclSum;
+	return op == CRUN_REDOP_AVG ? ncclAvg : ncclSum;
 }
 
 /* After a failure the communicator is aborted, so no kernel waits forever on a dead peer. */
@@ -240,7 +240,7 @@ static int nccl_barrier(struct crun_comm *c)
 {
 	struct nccl *g = c->impl;
 
-	return nccl_allreduce(c, g->token, g->token, 1, CRUN_FLOAT32, CRUN_SUM);
+	return nccl_allreduce(c, g->token, g->token, 1, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 }
 
 static void nccl_destroy(struct crun_comm *c)

@@ -271,7 +271,7 @@ static int broadcast(struct crun_ddp *d, float *buf, size_t n)
 {
 	int rc;
 
-	rc = crun_comm_broadcast(d->comm, buf, n, CRUN_FLOAT32, 0);
+	rc = crun_comm_broadcast(d->comm, buf, n, CRUN_DTYPE_FLOAT32, 0);
 	if (rc < 0) {
 		return diag_set(&d->diag, rc, "ddp: broadcast: %s", crun_comm_last_error(d->comm));
 	}

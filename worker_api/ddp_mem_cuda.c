@@ -7,7 +7,7 @@
  * that produce the gradient may still be running). The communication thread makes the
  * communicator's own stream wait for a bucket's events, copies through the flat buffer on
  * that stream when the bucket's tensors are not back to back, and averages with the
- * communicator's allreduce (ncclAllReduce, CRUN_AVG, complete on the device when it returns).
+ * communicator's allreduce (ncclAllReduce, CRUN_REDOP_AVG, complete on the device when it returns).
  * Every CUDA call goes through the run-time loaded runtime (gpu_loader.h).
  */
 #include <stdlib.h>
@@ -149,7 +149,7 @@ static int cuda_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 {
 	int rc;
 
-	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_FLOAT32, CRUN_AVG);
+	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_DTYPE_FLOAT32, CRUN_REDOP_AVG);
 	if (rc < 0) {
 		return diag_set(&d->diag, rc, "ddp_cuda: allreduce: %s",
 				crun_comm_last_error(d->comm));

@@ -45,7 +45,7 @@ static int host_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 	size_t i;
 	int rc;
 
-	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_FLOAT32, CRUN_SUM);
+	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 	if (rc < 0) {
 		return diag_set(&d->diag, rc, "ddp: allreduce: %s", crun_comm_last_error(d->comm));
 	}

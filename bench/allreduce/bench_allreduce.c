@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 		int iters = iters_for(b);
 		double best = 1e30;
 
-		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_FLOAT32, CRUN_SUM); /* warm up */
+		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM); /* warm up */
 		/* The machine is shared: the best of REPEATS timed loops, each loop timed by its
 		 * slowest rank. */
 		for (int k = 0; k < REPEATS && rc == 0; k++) {
@@ -91,12 +91,12 @@ int main(int argc, char **argv)
 			rc = crun_comm_barrier(c);
 			t0 = now();
 			for (int i = 0; i < iters && rc == 0; i++) {
-				rc = crun_comm_allreduce(c, buf, buf, count, CRUN_FLOAT32,
-							 CRUN_SUM);
+				rc = crun_comm_allreduce(c, buf, buf, count, CRUN_DTYPE_FLOAT32,
+							 CRUN_REDOP_SUM);
 			}
 			dt = (now() - t0) / iters;
 			if (rc == 0) {
-				rc = crun_comm_allgather(c, &dt, all, 1, CRUN_FLOAT64);
+				rc = crun_comm_allgather(c, &dt, all, 1, CRUN_DTYPE_FLOAT64);
 			}
 			for (int r = 0; rc == 0 && r < size; r++) {
 				dt = all[r] > dt ? all[r] : dt;

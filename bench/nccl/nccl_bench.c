@@ -262,7 +262,7 @@ int main(int argc, char **argv)
 		count = bytes / 4;
 		best_crun = best_direct = 1e30;
 		for (i = 0; i < opt.warmup; i++) {
-			rc = crun_comm_allreduce(comm, send, recv, count, CRUN_FLOAT32, CRUN_SUM);
+			rc = crun_comm_allreduce(comm, send, recv, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 			if (rc < 0) {
 				fatal(3, "crun_comm_allreduce: %s", crun_comm_last_error(comm));
 			}
@@ -274,8 +274,8 @@ int main(int argc, char **argv)
 			rc = crun_comm_barrier(comm);
 			t0 = now_s();
 			for (i = 0; rc == 0 && i < opt.iters; i++) {
-				rc = crun_comm_allreduce(comm, send, recv, count, CRUN_FLOAT32,
-							 CRUN_SUM);
+				rc = crun_comm_allreduce(comm, send, recv, count, CRUN_DTYPE_FLOAT32,
+							 CRUN_REDOP_SUM);
 			}
 			t = (now_s() - t0) / opt.iters;
 			if (rc < 0) {

@@ -55,12 +55,12 @@ static double val(int r, size_t i)
 
 static size_t esz(enum crun_dtype dt)
 {
-	return dt == CRUN_FLOAT64 ? 8 : 4;
+	return dt == CRUN_DTYPE_FLOAT64 ? 8 : 4;
 }
 
 static void put(void *b, enum crun_dtype dt, size_t i, double v)
 {
-	if (dt == CRUN_FLOAT64) {
+	if (dt == CRUN_DTYPE_FLOAT64) {
 		((double *)b)[i] = v;
 	} else {
 		((float *)b)[i] = (float)v;
@@ -69,7 +69,7 @@ static void put(void *b, enum crun_dtype dt, size_t i, double v)
 
 static double get(const void *b, enum crun_dtype dt, size_t i)
 {
-	return dt == CRUN_FLOAT64 ? ((const double *)b)[i] : (double)((const float *)b)[i];
+	return dt == CRUN_DTYPE_FLOAT64 ? ((const double *)b)[i] : (double)((const float *)b)[i];
 }
 
 /* The reduced value of element i as the dtype holds it. */
@@ -80,8 +80,8 @@ static double want_reduced(enum crun_dtype dt, enum crun_redop op, size_t i)
 	for (int r = 0; r < g_size; r++) {
 		s += val(r, i);
 	}
-	if (op == CRUN_AVG) {
-		if (dt == CRUN_FLOAT32) {
+	if (op == CRUN_REDOP_AVG) {
+		if (dt == CRUN_DTYPE_FLOAT32) {
 			return (double)((float)s / (float)g_size);
 		}
 		return s / g_size;
@@ -101,7 +101,7 @@ static void *xmalloc(size_t n)
 
 static const char *dtn(enum crun_dtype dt)
 {
-	return dt == CRUN_FLOAT64 ? "f64" : "f32";
+	return dt == CRUN_DTYPE_FLOAT64 ? "f64" : "f32";
 }
 
 static void check_rc(struct crun_comm *c, int rc, const char *what)
@@ -125,7 +125,7 @@ static void t_allreduce(struct crun_comm *c, size_t count, enum crun_dtype dt, e
 		}
 	}
 	snprintf(what, sizeof(what), "allreduce count %zu %s %s %s", count, dtn(dt),
-		 op == CRUN_AVG ? "avg" : "sum", inplace ? "in place" : "out of place");
+		 op == CRUN_REDOP_AVG ? "avg" : "sum", inplace ? "in place" : "out of place");
 	check_rc(c, crun_comm_allreduce(c, send, recv, count, dt, op), what);
 	for (size_t i = 0; i < count; i++) {
 		double w = want_reduced(dt, op, i), g = get(recv, dt, i);
@@ -204,7 +204,7 @@ static void t_reduce_scatter(struct crun_comm *c, size_t rc_, enum crun_dtype dt
 	}
 	recv = inplace ? send + base * es : xmalloc(rc_ * es);
 	snprintf(what, sizeof(what), "reduce_scatter recvcount %zu %s %s %s", rc_, dtn(dt),
-		 op == CRUN_AVG ? "avg" : "sum", inplace ? "in place" : "out of place");
+		 op == CRUN_REDOP_AVG ? "avg" : "sum", inplace ? "in place" : "out of place");
 	check_rc(c, crun_comm_reduce_scatter(c, send, recv, rc_, dt, op), what);
 	for (size_t i = 0; i < rc_; i++) {
 		double w = want_reduced(dt, op, base + i), g = get(recv, dt, i);
@@ -223,8 +223,8 @@ static void scenario_all(struct crun_comm *c)
 {
 	size_t n = (size_t)g_size;
 	size_t counts[] = {1, 2, 3, n > 1 ? n - 1 : 1, n, n + 1, 7, 1000, 4097, 65537};
-	enum crun_dtype dts[] = {CRUN_FLOAT32, CRUN_FLOAT64};
-	enum crun_redop ops[] = {CRUN_SUM, CRUN_AVG};
+	enum crun_dtype dts[] = {CRUN_DTYPE_FLOAT32, CRUN_DTYPE_FLOAT64};
+	enum crun_redop ops[] = {CRUN_REDOP_SUM, CRUN_REDOP_AVG};
 
 	for (size_t k = 0; k < ARRAY_SIZE(counts); k++) {
 		for (int d = 0; d < 2; d++) {
@@ -235,13 +235,13 @@ static void scenario_all(struct crun_comm *c)
 		}
 	}
 	/* A size whose segments are larger than the reduction stage and the socket buffers. */
-	t_allreduce(c, (1u << 20) + 3, CRUN_FLOAT32, CRUN_SUM, true);
-	t_allreduce(c, (1u << 19) + 5, CRUN_FLOAT64, CRUN_AVG, false);
+	t_allreduce(c, (1u << 20) + 3, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM, true);
+	t_allreduce(c, (1u << 19) + 5, CRUN_DTYPE_FLOAT64, CRUN_REDOP_AVG, false);
 	for (int root = 0; root < g_size; root++) {
-		t_broadcast(c, 1, CRUN_FLOAT32, root);
-		t_broadcast(c, 4097, root % 2 ? CRUN_FLOAT64 : CRUN_FLOAT32, root);
+		t_broadcast(c, 1, CRUN_DTYPE_FLOAT32, root);
+		t_broadcast(c, 4097, root % 2 ? CRUN_DTYPE_FLOAT64 : CRUN_DTYPE_FLOAT32, root);
 	}
-	t_broadcast(c, (1u << 20) + 1, CRUN_FLOAT32, g_size - 1);
+	t_broadcast(c, (1u << 20) + 1, CRUN_DTYPE_FLOAT32, g_size - 1);
 	for (size_t k = 0; k < 4; k++) {
 		size_t cnt = k == 0 ? 1 : k == 1 ? 3 : k == 2 ? 1001 : 65536 + 5;
 
@@ -259,8 +259,8 @@ static void scenario_big(struct crun_comm *c)
 {
 	size_t count = (64u << 20) / sizeof(float); /* 64 MiB of float32 */
 
-	t_allreduce(c, count, CRUN_FLOAT32, CRUN_SUM, true);
-	t_broadcast(c, count, CRUN_FLOAT32, 0);
+	t_allreduce(c, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM, true);
+	t_broadcast(c, count, CRUN_DTYPE_FLOAT32, 0);
 }
 
 /* Loop allreduces until the launcher kills a peer: the error must come, not a hang. */
@@ -274,7 +274,7 @@ static int scenario_die(struct crun_comm *c, int timeout_ms)
 	memset(buf, 0, count * sizeof(float));
 	for (int i = 0; crun_now_ms() - start < 60000; i++) {
 		t0 = crun_now_ms();
-		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_FLOAT32, CRUN_SUM);
+		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 		if (rc < 0) {
 			break;
 		}
@@ -321,7 +321,7 @@ static int scenario_mismatch(struct crun_comm *c)
 	float buf[16] = {0};
 	int rc;
 
-	rc = crun_comm_allreduce(c, buf, buf, g_rank == 0 ? 10 : 11, CRUN_FLOAT32, CRUN_SUM);
+	rc = crun_comm_allreduce(c, buf, buf, g_rank == 0 ? 10 : 11, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 	if (rc == 0) {
 		FAILF("mismatched allreduce succeeded");
 	}
@@ -487,27 +487,27 @@ static int scenario_args(struct crun_store *st, struct crun_comm *c)
 	o.backend = CRUN_BACKEND_NCCL;
 	EXPECT(crun_comm_create(st, 0, 1, &o, &bad), CRUN_EBACKEND);
 #endif
-	EXPECT(crun_comm_allreduce(NULL, f, f, 4, CRUN_FLOAT32, CRUN_SUM), -EINVAL);
-	EXPECT(crun_comm_allreduce(c, f, f, 4, (enum crun_dtype)7, CRUN_SUM), -EINVAL);
-	EXPECT(crun_comm_allreduce(c, f, f, 4, CRUN_FLOAT32, (enum crun_redop)9), -EINVAL);
-	EXPECT(crun_comm_allreduce(c, NULL, f, 4, CRUN_FLOAT32, CRUN_SUM), -EINVAL);
-	EXPECT(crun_comm_allreduce(c, f, f + 1, 3, CRUN_FLOAT32, CRUN_SUM), -EINVAL);
+	EXPECT(crun_comm_allreduce(NULL, f, f, 4, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), -EINVAL);
+	EXPECT(crun_comm_allreduce(c, f, f, 4, (enum crun_dtype)7, CRUN_REDOP_SUM), -EINVAL);
+	EXPECT(crun_comm_allreduce(c, f, f, 4, CRUN_DTYPE_FLOAT32, (enum crun_redop)9), -EINVAL);
+	EXPECT(crun_comm_allreduce(c, NULL, f, 4, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), -EINVAL);
+	EXPECT(crun_comm_allreduce(c, f, f + 1, 3, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), -EINVAL);
 	if (strstr(crun_comm_last_error(c), "overlap") == NULL) {
 		FAILF("last error \"%s\" does not say overlap", crun_comm_last_error(c));
 	}
-	EXPECT(crun_comm_allreduce(c, f, f, SIZE_MAX / 2, CRUN_FLOAT32, CRUN_SUM), -EOVERFLOW);
-	EXPECT(crun_comm_broadcast(c, f, 4, CRUN_FLOAT32, g_size), -EINVAL);
-	EXPECT(crun_comm_broadcast(c, f, 4, CRUN_FLOAT32, -1), -EINVAL);
-	EXPECT(crun_comm_broadcast(c, NULL, 4, CRUN_FLOAT32, 0), -EINVAL);
-	EXPECT(crun_comm_allgather(c, f, NULL, 1, CRUN_FLOAT32), -EINVAL);
-	EXPECT(crun_comm_allgather(c, f + 1, f, 3, CRUN_FLOAT32), -EINVAL);
+	EXPECT(crun_comm_allreduce(c, f, f, SIZE_MAX / 2, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), -EOVERFLOW);
+	EXPECT(crun_comm_broadcast(c, f, 4, CRUN_DTYPE_FLOAT32, g_size), -EINVAL);
+	EXPECT(crun_comm_broadcast(c, f, 4, CRUN_DTYPE_FLOAT32, -1), -EINVAL);
+	EXPECT(crun_comm_broadcast(c, NULL, 4, CRUN_DTYPE_FLOAT32, 0), -EINVAL);
+	EXPECT(crun_comm_allgather(c, f, NULL, 1, CRUN_DTYPE_FLOAT32), -EINVAL);
+	EXPECT(crun_comm_allgather(c, f + 1, f, 3, CRUN_DTYPE_FLOAT32), -EINVAL);
 	if (strstr(crun_comm_last_error(c), "overlap") == NULL) {
 		FAILF("last error \"%s\" does not say overlap", crun_comm_last_error(c));
 	}
-	EXPECT(crun_comm_reduce_scatter(c, f, f + 1, 2, CRUN_FLOAT32, CRUN_SUM), -EINVAL);
+	EXPECT(crun_comm_reduce_scatter(c, f, f + 1, 2, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), -EINVAL);
 	EXPECT(crun_comm_set_stream(c, NULL), CRUN_EBACKEND);
 	/* Zero elements: nothing to do, on every rank. */
-	EXPECT(crun_comm_allreduce(c, NULL, NULL, 0, CRUN_FLOAT32, CRUN_SUM), 0);
+	EXPECT(crun_comm_allreduce(c, NULL, NULL, 0, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), 0);
 	/* The argument errors above did not poison the communicator. */
 	EXPECT(crun_comm_barrier(c), 0);
 	EXPECT(crun_comm_rank(c), g_rank);
@@ -530,14 +530,14 @@ static int scenario_nccl(struct crun_comm *c)
 	    cudaMemcpy(d, h, count * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
 		FAILF("cuda setup failed");
 	}
-	check_rc(c, crun_comm_allreduce(c, d, d, count, CRUN_FLOAT32, CRUN_SUM), "nccl allreduce");
+	check_rc(c, crun_comm_allreduce(c, d, d, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), "nccl allreduce");
 	cudaMemcpy(h, d, count * sizeof(float), cudaMemcpyDeviceToHost);
 	for (size_t i = 0; i < count; i++) {
-		if (h[i] != (float)want_reduced(CRUN_FLOAT32, CRUN_SUM, i)) {
+		if (h[i] != (float)want_reduced(CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM, i)) {
 			FAILF("nccl allreduce: element %zu: got %g", i, (double)h[i]);
 		}
 	}
-	check_rc(c, crun_comm_broadcast(c, d, count, CRUN_FLOAT32, 0), "nccl broadcast");
+	check_rc(c, crun_comm_broadcast(c, d, count, CRUN_DTYPE_FLOAT32, 0), "nccl broadcast");
 	check_rc(c, crun_comm_barrier(c), "nccl barrier");
 	cudaFree(d);
 	free(h);

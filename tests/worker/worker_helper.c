@@ -379,7 +379,7 @@ static int cmd_comm_auto(void)
 	}
 	printf("rank %d backend %s\n", rank,
 	       crun_comm_backend(comm) == CRUN_BACKEND_CPU ? "cpu" : "nccl");
-	check(crun_comm_allreduce(comm, &sum, &sum, 1, CRUN_FLOAT32, CRUN_SUM), "allreduce");
+	check(crun_comm_allreduce(comm, &sum, &sum, 1, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM), "allreduce");
 	if (sum != (float)(world * (world + 1) / 2)) {
 		fprintf(stderr, "rank %d: allreduce gave %g\n", rank, (double)sum);
 		return 1;
