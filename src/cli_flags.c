@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -59,32 +58,12 @@ int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, 
 }
 
 /* Seconds as a decimal ("30", "0.5") into milliseconds. */
-static int parse_seconds(const char *s, int64_t *ms)
-{
-	char *end;
-	double v;
-
-	if (*s == '\0' || isspace((unsigned char)*s)) {
-		return -EINVAL;
-	}
-	errno = 0;
-	v = strtod(s, &end);
-	if (*end != '\0' || !isfinite(v)) {
-		return -EINVAL;
-	}
-	if (errno == ERANGE || v < 0 || v > SECONDS_MAX) {
-		return -ERANGE;
-	}
-	*ms = (int64_t)(v * 1000.0 + 0.5);
-	return 0;
-}
-
 int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms)
 {
 	char b[64];
 	int rc;
 
-	rc = parse_seconds(p->v[id].val, ms);
+	rc = parse_seconds_ms(p->v[id].val, SECONDS_MAX, ms);
 	if (rc == -EINVAL) {
 		return cli_fail(p, id, "expected seconds, got \"%s\"",
 				cli_show(b, sizeof(b), p->v[id].val));
@@ -506,7 +485,7 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 		if (strcmp(key, secs[i].key) != 0) {
 			continue;
 		}
-		if (parse_seconds(val, &ms) < 0) {
+		if (parse_seconds_ms(val, SECONDS_MAX, &ms) < 0) {
 			return cli_fail(p, O_RDZV_CONF, "%s: expected seconds, got \"%s\"", key,
 					cli_show(b, sizeof(b), val));
 		}

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -97,18 +96,12 @@ static int store_error(const char *what, const char *key, int rc)
 /* Seconds (fractions allowed) to milliseconds; -EINVAL unless 0 <= SEC <= 2,000,000. */
 static int parse_seconds(const char *s, int *ms)
 {
-	char *end;
-	double v;
+	int64_t v;
 
-	if (s == NULL || *s == '\0') {
+	if (parse_seconds_ms(s, 2000000.0, &v) != 0) {
 		return -EINVAL;
 	}
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0 || v > 2000000.0) {
-		return -EINVAL;
-	}
-	*ms = (int)(v * 1000.0 + 0.5);
+	*ms = (int)v;
 	return 0;
 }
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/parse.c: strict decimal integers. */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,4 +89,25 @@ int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 		return -EINVAL;
 	}
 	return parse_i64(buf, out);
+}
+
+int parse_seconds_ms(const char *s, double max_s, int64_t *ms)
+{
+	char *end;
+	double v;
+
+	/* strtod() would skip leading spaces and read "nan" and "inf": refuse all three. */
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s)) {
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end != '\0' || !isfinite(v)) {
+		return -EINVAL;
+	}
+	if (errno == ERANGE || v < 0 || v > max_s) {
+		return -ERANGE;
+	}
+	*ms = (int64_t)(v * 1000.0 + 0.5);
+	return 0;
 }

@@ -16,5 +16,11 @@ int parse_int(const char *s, int min, int max, int *out);
 int parse_i64(const char *s, int64_t *out);
 /** As parse_i64() over @n bytes that need not be NUL-terminated (a store value). */
 int parse_i64_bytes(const void *p, size_t n, int64_t *out);
+/**
+ * Seconds, fractions allowed ("2", "0.25", "1e3"; no spaces, no trailing text), to whole
+ * milliseconds rounded to nearest: 0, -EINVAL (not a finite number) or -ERANGE (outside
+ * [0, @max_s]).
+ */
+int parse_seconds_ms(const char *s, double max_s, int64_t *ms);
 
 #endif

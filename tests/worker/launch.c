@@ -2,7 +2,7 @@
 /* tests/worker/launch.c: a small stand-in for the agent: start N workers with the environment
  * crun would set, relay their output with a rank prefix, fail the group on the first failure,
  * restart it while restarts remain, and optionally kill one rank on cue (fault injection).
- * The store is the real TCP store server (rendezvous/server.c) on 127.0.0.1 with port 0, or a
+ * The store is the real TCP store server (rendezvous/store/server.c) on 127.0.0.1 with port 0, or a
  * real file store. */
 #include <errno.h>
 #include <fcntl.h>
