@@ -2,91 +2,62 @@
 /* src/common/io.c: whole-buffer reads and writes. */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include "src/common/io.h"
 
-int io_write_full(int fd, const void *buf, size_t len)
+/* One loop for all four: read(2)/write(2), or pread(2)/pwrite(2) from @off when @positional. */
+static ssize_t transfer(int fd, void *buf, size_t len, bool positional, off_t off, bool writing)
 {
-	const char *p = buf;
+	char *p = buf;
+	size_t done = 0;
 	ssize_t n;
 
-	while (len > 0) {
-		n = write(fd, p, len);
+	while (done < len) {
+		if (writing) {
+			n = !positional ? write(fd, p + done, len - done)
+				    : pwrite(fd, p + done, len - done, off + (off_t)done);
+		} else {
+			n = !positional ? read(fd, p + done, len - done)
+				    : pread(fd, p + done, len - done, off + (off_t)done);
+		}
 		if (n < 0) {
 			if (errno == EINTR) {
 				continue;
 			}
 			return -errno;
 		}
-		p += n;
-		len -= (size_t)n;
+		if (n == 0 && !writing) {
+			break; /* end of file */
+		}
+		done += (size_t)n;
 	}
-	return 0;
+	return (ssize_t)done;
+}
+
+int io_write_full(int fd, const void *buf, size_t len)
+{
+	ssize_t n = transfer(fd, (void *)buf, len, false, 0, true);
+
+	return n < 0 ? (int)n : 0;
 }
 
 int io_pwrite_full(int fd, const void *buf, size_t len, off_t off)
 {
-	const char *p = buf;
-	ssize_t n;
+	ssize_t n = transfer(fd, (void *)buf, len, true, off, true);
 
-	while (len > 0) {
-		n = pwrite(fd, p, len, off);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		p += n;
-		off += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return n < 0 ? (int)n : 0;
 }
 
 ssize_t io_read_full(int fd, void *buf, size_t len)
 {
-	char *p = buf;
-	size_t got = 0;
-	ssize_t n;
-
-	while (got < len) {
-		n = read(fd, p + got, len - got);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		if (n == 0) {
-			break;
-		}
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
+	return transfer(fd, buf, len, false, 0, false);
 }
 
 ssize_t io_pread_full(int fd, void *buf, size_t len, off_t off)
 {
-	char *p = buf;
-	size_t got = 0;
-	ssize_t n;
-
-	while (got < len) {
-		n = pread(fd, p + got, len - got, off + (off_t)got);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		if (n == 0) {
-			break;
-		}
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
+	return transfer(fd, buf, len, true, off, false);
 }
 
 int io_write_full_stall(int fd, const void *buf, size_t len, int stall_ms)
