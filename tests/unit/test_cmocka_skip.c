@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/unit/test_cmocka_skip.c: tests/lib/cmocka_skip.h: all skipped is 77, anything else is not. */
+/* tests/unit/test_cmocka_skip.c: tests/lib/cmocka_skip.h: all skipped is 77, else it is not. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

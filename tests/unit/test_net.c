@@ -102,7 +102,8 @@ static void net_parse_hostport_refuses_a_host_longer_than_the_buffer(void **stat
 	assert_string_equal(host, "1234567");
 	assert_int_equal(net_parse_hostport("12345678:1", -1, host, sizeof(host), &port), -EINVAL);
 	assert_int_equal(net_parse_hostport("12345678", 1, host, sizeof(host), &port), -EINVAL);
-	assert_int_equal(net_parse_hostport("[1:2:3:44]:1", -1, host, sizeof(host), &port), -EINVAL);
+	assert_int_equal(net_parse_hostport("[1:2:3:44]:1", -1, host, sizeof(host), &port),
+			 -EINVAL);
 	assert_int_equal(net_parse_hostport("[1:2:3:4]:1", -1, host, sizeof(host), &port), 0);
 	assert_string_equal(host, "1:2:3:4");
 }
@@ -228,8 +229,8 @@ static bool machine_has(int family, const char *addr)
 			continue;
 		}
 		if (family == AF_INET) {
-			inet_ntop(family, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, buf,
-				  sizeof(buf));
+			inet_ntop(family, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr,
+				  buf, sizeof(buf));
 		} else {
 			inet_ntop(family, &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr,
 				  buf, sizeof(buf));

@@ -101,8 +101,8 @@ static void signal_parse_takes_numbers_up_to_sigrtmax(void **state)
 static void signal_parse_refuses_unknown_names(void **state)
 {
 	static const char *const bad[] = {
-		"", "SIG", "sig", "SIGFOO", "FOO", "TERMX", "SIGTERMX", "SIGSIGTERM", " TERM", "TERM ",
-		"15x", "x15", "SIG-TERM", "SIG_TERM", "1.5",
+		"", "SIG", "sig", "SIGFOO", "FOO", "TERMX", "SIGTERMX", "SIGSIGTERM", " TERM",
+		"TERM ", "15x", "x15", "SIG-TERM", "SIG_TERM", "1.5",
 	};
 	size_t i;
 
