@@ -55,7 +55,11 @@ int diag_prefix(struct crun_diag *d, const char *fmt, ...)
 	n = vsnprintf(d->msg, sizeof(d->msg), fmt, ap);
 	va_end(ap);
 	if (n >= 0 && (size_t)n < sizeof(d->msg)) {
-		snprintf(d->msg + n, sizeof(d->msg) - (size_t)n, ": %s", old);
+		/* The old message loses its end when both do not fit; looking at the count tells
+		 * GCC the cut is meant (-Wformat-truncation fails -O0 -Werror builds otherwise). */
+		if (snprintf(d->msg + n, sizeof(d->msg) - (size_t)n, ": %s", old) < 0) {
+			d->msg[n] = '\0';
+		}
 	}
 	return d->code;
 }

@@ -77,17 +77,32 @@ int parse_i64(const char *s, int64_t *out)
 
 int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 {
+	const char *s = p;
 	char buf[32];
+	size_t i;
 
-	/* 20 digits and a sign is the longest int64; anything longer cannot be one. */
-	if (n == 0 || n >= sizeof(buf)) {
-		return n == 0 ? -EINVAL : -ERANGE;
+	/*
+	 * The grammar first, over all @n bytes (a NUL is not a digit), so that text which is
+	 * not a number is -EINVAL at any length, as parse_i64() says of it.
+	 */
+	i = n > 0 && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+	if (i == n) {
+		return -EINVAL;
+	}
+	for (; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9') {
+			return -EINVAL;
+		}
+	}
+	/*
+	 * 20 digits and a sign is the longest int64 without leading zeros; a number of 32 bytes
+	 * or more is out of range whatever its zeros (the store's limit before this helper).
+	 */
+	if (n >= sizeof(buf)) {
+		return -ERANGE;
 	}
 	memcpy(buf, p, n);
 	buf[n] = '\0';
-	if (memchr(buf, '\0', n) != NULL) {
-		return -EINVAL;
-	}
 	return parse_i64(buf, out);
 }
 

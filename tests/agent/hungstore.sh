@@ -17,11 +17,13 @@ wait_for 30 test -e "$T/ready.1"
 # Every request from here on hangs: the agent's failure report cannot complete.
 kill -STOP $RDZVD_PID
 touch "$T/go"
-t0=$(date +%s)
+t0=$(now_ms)
 # The grace is 1 s; allow a loaded machine plenty, but far less than the 90 s read timeout.
 wait_for 30 grep -q "sending SIGKILL" "$T/err"
-t1=$(date +%s)
-[ $((t1 - t0)) -lt 30 ] || fail "SIGKILL came $((t1 - t0)) s after the failure"
+ms=$(($(now_ms) - t0))
+note "SIGKILL $ms ms after the failure"
+# The 1 s grace plus a few ms when it works; a stop held up by the store waits 90 s.
+[ $ms -lt 5000 ] || fail "SIGKILL came $ms ms after the failure"
 kill -CONT $RDZVD_PID
 wait_pid 60 $JOB
 expect_eq $RC 3 "exit status once the store answers again"

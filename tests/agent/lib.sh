@@ -38,17 +38,22 @@ track() {
 	PIDS="$PIDS $1"
 }
 
-# wait_for SECONDS CMD...: poll CMD every 20 ms until it succeeds, or fail.
+# now_ms: the wall clock in milliseconds (bash's EPOCHREALTIME: no process started).
+now_ms() {
+	local us=${EPOCHREALTIME//[!0-9]/}
+	echo $((us / 1000))
+}
+
+# wait_for SECONDS CMD...: poll CMD every 20 ms until it succeeds, or fail once SECONDS of
+# wall time have passed (however long CMD itself takes on a loaded machine).
 wait_for() {
-	local limit=$1 i
+	local limit=$1 deadline
+	deadline=$(($(now_ms) + limit * 1000))
 	shift
-	for ((i = 0; i < limit * 50; i++)); do
-		if "$@"; then
-			return 0
-		fi
+	until "$@"; do
+		[ "$(now_ms)" -lt $deadline ] || fail "timed out after ${limit}s waiting for: $*"
 		sleep 0.02
 	done
-	fail "timed out after ${limit}s waiting for: $*"
 }
 
 # wait_pid SECONDS PID: wait for a tracked child to exit; sets RC to its status.

@@ -86,8 +86,10 @@ for i in 0 1; do
 	track $!
 done
 wait_for 30 test -e "$T/up.3"
+up=$(now_ms)
 # Ranks 2 and 3 run on the node where nothing failed; rank 1 ignores SIGTERM on the failing one.
 wait_for 6 eval '[ "$(cat "$T"/jff.*.out | grep -c "got SIGTERM")" -ge 2 ]'
+note "the other node's workers got SIGTERM $(($(now_ms) - up)) ms after the last one came up"
 [ $(($(date +%s) - start)) -lt 12 ] || fail "the other node's workers were stopped only after the grace period"
 RCS=""
 for i in 0 1; do

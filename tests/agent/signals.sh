@@ -32,13 +32,14 @@ expect_eq $RC 130 "agent exit status after SIGINT"
 note "a worker that ignores SIGTERM is killed after --shutdown-timeout"
 start_job grace --standalone --nproc-per-node 3 --shutdown-timeout 1 "$W" ignore-term \
 	touch:"$T/ready.%r" sleep:120000
-t0=$(date +%s%N)
+t0=$(now_ms)
 kill -TERM $JOB
 wait_pid 30 $JOB
-t1=$(date +%s%N)
+ms=$(($(now_ms) - t0))
 expect_eq $RC 143 "agent exit status after SIGTERM + grace"
-ms=$(((t1 - t0) / 1000000))
-[ $ms -ge 900 ] && [ $ms -lt 15000 ] || fail "grace period took $ms ms, expected about 1000"
+note "grace period and SIGKILL: $ms ms"
+# About 1030 ms on an idle machine: 3 s still holds on a loaded one, a missed SIGKILL does not.
+[ $ms -ge 900 ] && [ $ms -lt 3000 ] || fail "grace period took $ms ms, expected about 1000"
 expect_grep "SIGKILL" "$T/grace.err" "SIGKILL after the grace period"
 
 note "--signals-to-handle SIGUSR1: forwarded, exit 138"

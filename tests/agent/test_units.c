@@ -18,6 +18,7 @@
 #include "agent/jobspec.h"
 #include "agent/logroute.h"
 #include "agent/spawn.h"
+#include "tests/lib/cmocka_skip.h"
 
 static int parse(const char *doc, char *msg, size_t len)
 {
@@ -173,7 +174,8 @@ static void logroute_gives_up_on_a_stuck_nonblocking_console(void **state)
 	dt = mono_ms() - t0;
 	alarm(0);
 	assert_true(dt >= 2 * LOGROUTE_STALL_MS - 50);
-	assert_true(dt < 2 * LOGROUTE_STALL_MS + 5000);
+	/* Two stalls and a few ms; 1 s more still holds on a loaded machine. */
+	assert_true(dt < 2 * LOGROUTE_STALL_MS + 1000);
 	logroute_finish(&s);
 	close(p[0]);
 	close(p[1]);
@@ -349,8 +351,5 @@ int main(int argc, char **argv)
 		cmocka_unit_test(spawn_argv_expands_only_the_macro),
 	};
 
-	if (argc > 1) {
-		cmocka_set_test_filter(argv[1]);
-	}
-	return cmocka_run_group_tests_name("agent-units", tests, NULL, NULL);
+	return test_run_group("agent-units", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);
 }

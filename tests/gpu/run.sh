@@ -42,11 +42,13 @@ need_built() {
 	done
 }
 
-# The number of usable GPUs, or skip.
+# The number of usable GPUs, or skip when the probe says there is none (exit 77). Any other
+# failure (a crash, a hang, a missing library) is a failure, not a skip.
 gpus() {
-	n=$(CRUN_SINGLE=1 bounded 60 "$GPU_WORKER" probe 2>"$tmp/probe.err") || {
-		skip "$(cat "$tmp/probe.err")"
-	}
+	n=$(CRUN_SINGLE=1 bounded 60 "$GPU_WORKER" probe 2>"$tmp/probe.err")
+	rc=$?
+	[ "$rc" -ne 77 ] || skip "$(cat "$tmp/probe.err")"
+	[ "$rc" -eq 0 ] || fail "gpu_worker probe: exit $rc: $(cat "$tmp/probe.err")"
 	echo "$n"
 }
 

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 static char tmpdir[PATH_MAX / 2]; /* half: room for the names appended to it */
 
 static const char *need(const char *var)
@@ -734,8 +736,5 @@ int main(int argc, char **argv)
 						teardown),
 	};
 
-	if (argc > 1) {
-		cmocka_set_test_filter(argv[1]);
-	}
-	return cmocka_run_group_tests_name("worker-multi", tests, NULL, NULL);
+	return test_run_group("worker-multi", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);
 }

@@ -23,6 +23,8 @@
 
 #include <crun/crun.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 static const char *const env_vars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
 	"GROUP_RANK", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
 	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
@@ -203,7 +205,8 @@ static void barrier_times_out_without_peers(void **state)
 	assert_int_equal(crun_barrier(300), -ETIMEDOUT);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-	assert_true(dt >= 0.25 && dt < 10.0);
+	/* The 300 ms timeout and a few ms; 10x that still holds on a loaded machine. */
+	assert_true(dt >= 0.25 && dt < 3.0);
 }
 
 static void error_record_writes_torchrun_json(void **state)
@@ -784,8 +787,5 @@ int main(int argc, char **argv)
 						teardown),
 	};
 
-	if (argc > 1) {
-		cmocka_set_test_filter(argv[1]);
-	}
-	return cmocka_run_group_tests_name("worker-unit", tests, NULL, NULL);
+	return test_run_group("worker-unit", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);
 }

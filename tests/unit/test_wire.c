@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/store/test_wire.c: the frame codec and its limits (docs/protocol.md). */
+/* tests/unit/test_wire.c: the frame codec and its limits (docs/protocol.md). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +14,7 @@
 
 #include "rendezvous/store/wire.h"
 #include "src/common/diag.h"
+#include "tests/lib/cmocka_skip.h"
 
 static const struct wire_limits lim = {CRUN_STORE_MAX_KEY_LEN, CRUN_STORE_MAX_VALUE_LEN,
 				       CRUN_STORE_MAX_KEYS};
@@ -413,8 +414,5 @@ int main(int argc, char **argv)
 		cmocka_unit_test(wire_decode_stream_counts_frames),
 	};
 
-	if (argc > 1) {
-		cmocka_set_test_filter(argv[1]);
-	}
-	return cmocka_run_group_tests_name("store-wire", tests, NULL, NULL);
+	return test_run_group("unit-wire", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);
 }

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/unit/test_parse.c: src/common/parse: every accepted and refused form, at every bound. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "src/common/parse.h"
+#include "tests/lib/cmocka_skip.h"
+
+/* Not integers, for any parser: -EINVAL and the output untouched. */
+static const char *const malformed[] = {
+	"",	"+",	"-",	" 1",	"1 ",	"\t1",	"1\n",	"1x",	 "x1",	   "0x10",
+	"1.0",	"1e3",	"--1",	"+-1",	"-+1",	"++1",	"1-",	"1,000", "1_000",  "\xd9\xa1",
+	"one",	"- 1",	"+ 1",	"0b1",	"inf",	"nan",	"1\v",	 "\x01" "1",
+};
+
+static void parse_int_accepts_signs_and_leading_zeros(void **state)
+{
+	static const struct {
+		const char *s;
+		int v;
+	} ok[] = {
+		{"0", 0},  {"-0", 0},	{"+0", 0},   {"7", 7},	   {"+7", 7},
+		{"-7", -7}, {"007", 7}, {"-007", -7}, {"+000", 0}, {"1234567", 1234567},
+	};
+	size_t i;
+	int v;
+
+	(void)state;
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		v = 12345;
+		assert_int_equal(parse_int(ok[i].s, INT_MIN, INT_MAX, &v), 0);
+		assert_int_equal(v, ok[i].v);
+	}
+}
+
+static void parse_int_refuses_malformed_text_and_leaves_out_alone(void **state)
+{
+	size_t i;
+	int v = 12345;
+
+	(void)state;
+	for (i = 0; i < sizeof(malformed) / sizeof(malformed[0]); i++) {
+		if (parse_int(malformed[i], INT_MIN, INT_MAX, &v) != -EINVAL) {
+			print_error("accepted \"%s\"\n", malformed[i]);
+			fail();
+		}
+		assert_int_equal(v, 12345);
+	}
+	assert_int_equal(parse_int(NULL, INT_MIN, INT_MAX, &v), -EINVAL);
+	assert_int_equal(v, 12345);
+}
+
+static void parse_int_bounds_are_inclusive_and_errors_are_erange(void **state)
+{
+	int v = 12345;
+
+	(void)state;
+	assert_int_equal(parse_int("2147483647", INT_MIN, INT_MAX, &v), 0);
+	assert_int_equal(v, INT_MAX);
+	assert_int_equal(parse_int("-2147483648", INT_MIN, INT_MAX, &v), 0);
+	assert_int_equal(v, INT_MIN);
+	v = 12345;
+	assert_int_equal(parse_int("2147483648", INT_MIN, INT_MAX, &v), -ERANGE);
+	assert_int_equal(parse_int("-2147483649", INT_MIN, INT_MAX, &v), -ERANGE);
+	/* Past long long too: strtoll's own overflow is -ERANGE, not a wrapped value. */
+	assert_int_equal(parse_int("99999999999999999999999", INT_MIN, INT_MAX, &v), -ERANGE);
+	assert_int_equal(parse_int("-99999999999999999999999", INT_MIN, INT_MAX, &v), -ERANGE);
+	assert_int_equal(v, 12345);
+	/* A caller's own range, e.g. a port or a count. */
+	assert_int_equal(parse_int("1", 1, 10, &v), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(parse_int("10", 1, 10, &v), 0);
+	assert_int_equal(v, 10);
+	assert_int_equal(parse_int("0", 1, 10, &v), -ERANGE);
+	assert_int_equal(parse_int("11", 1, 10, &v), -ERANGE);
+	assert_int_equal(parse_int("-1", 1, 10, &v), -ERANGE);
+	assert_int_equal(parse_int("65536", 0, 65535, &v), -ERANGE);
+	assert_int_equal(v, 10);
+	/* Malformed wins over out of range. */
+	assert_int_equal(parse_int("99x", 1, 10, &v), -EINVAL);
+}
+
+static void parse_long_covers_the_whole_long_range(void **state)
+{
+	long v = 12345;
+	size_t i;
+
+	(void)state;
+	assert_int_equal(parse_long("9223372036854775807", LONG_MIN, LONG_MAX, &v), 0);
+	assert_true(v == LONG_MAX);
+	assert_int_equal(parse_long("-9223372036854775808", LONG_MIN, LONG_MAX, &v), 0);
+	assert_true(v == LONG_MIN);
+	assert_int_equal(parse_long("+42", LONG_MIN, LONG_MAX, &v), 0);
+	assert_int_equal(v, 42);
+	v = 12345;
+	assert_int_equal(parse_long("9223372036854775808", LONG_MIN, LONG_MAX, &v), -ERANGE);
+	assert_int_equal(parse_long("-9223372036854775809", LONG_MIN, LONG_MAX, &v), -ERANGE);
+	assert_int_equal(parse_long("18446744073709551616", LONG_MIN, LONG_MAX, &v), -ERANGE);
+	assert_int_equal(parse_long("5", 6, 9, &v), -ERANGE);
+	assert_int_equal(v, 12345);
+	for (i = 0; i < sizeof(malformed) / sizeof(malformed[0]); i++) {
+		assert_int_equal(parse_long(malformed[i], LONG_MIN, LONG_MAX, &v), -EINVAL);
+	}
+	assert_int_equal(parse_long(NULL, 0, 1, &v), -EINVAL);
+	assert_int_equal(v, 12345);
+}
+
+static void parse_i64_covers_the_whole_int64_range(void **state)
+{
+	int64_t v = 12345;
+	size_t i;
+
+	(void)state;
+	assert_int_equal(parse_i64("9223372036854775807", &v), 0);
+	assert_true(v == INT64_MAX);
+	assert_int_equal(parse_i64("-9223372036854775808", &v), 0);
+	assert_true(v == INT64_MIN);
+	assert_int_equal(parse_i64("-00000000000000000000000000000000001", &v), 0);
+	assert_true(v == -1);
+	v = 12345;
+	assert_int_equal(parse_i64("9223372036854775808", &v), -ERANGE);
+	assert_int_equal(parse_i64("-9223372036854775809", &v), -ERANGE);
+	assert_int_equal(parse_i64("100000000000000000000", &v), -ERANGE);
+	for (i = 0; i < sizeof(malformed) / sizeof(malformed[0]); i++) {
+		assert_int_equal(parse_i64(malformed[i], &v), -EINVAL);
+	}
+	assert_int_equal(parse_i64(NULL, &v), -EINVAL);
+	assert_true(v == 12345);
+}
+
+static void parse_i64_bytes_reads_exactly_n_bytes(void **state)
+{
+	int64_t v = 12345;
+
+	(void)state;
+	/* Not NUL-terminated: only the first @n bytes count. */
+	assert_int_equal(parse_i64_bytes("4299", 2, &v), 0);
+	assert_true(v == 42);
+	assert_int_equal(parse_i64_bytes("-7abc", 2, &v), 0);
+	assert_true(v == -7);
+	assert_int_equal(parse_i64_bytes("9223372036854775807", 19, &v), 0);
+	assert_true(v == INT64_MAX);
+	assert_int_equal(parse_i64_bytes("-9223372036854775808", 20, &v), 0);
+	assert_true(v == INT64_MIN);
+	v = 12345;
+	assert_int_equal(parse_i64_bytes("42", 0, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("-", 1, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("4 ", 2, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes(" 4", 2, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("9223372036854775808", 19, &v), -ERANGE);
+	assert_true(v == 12345);
+}
+
+static void parse_i64_bytes_refuses_an_embedded_nul(void **state)
+{
+	int64_t v = 12345;
+
+	(void)state;
+	assert_int_equal(parse_i64_bytes("4\0" "2", 3, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("42\0", 3, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("\0" "42", 3, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("\0", 1, &v), -EINVAL);
+	assert_true(v == 12345);
+}
+
+/* 20 digits and a sign is the longest int64 without leading zeros; longer values are judged as
+ * parse_i64() judges them, up to the 31-byte cap a store value has always had. */
+static void parse_i64_bytes_judges_21_bytes_and_more(void **state)
+{
+	char buf[64];
+	int64_t v = 12345;
+
+	(void)state;
+	assert_int_equal(parse_i64_bytes("-09223372036854775808", 21, &v), 0);
+	assert_true(v == INT64_MIN);
+	assert_int_equal(parse_i64_bytes("+09223372036854775807", 21, &v), 0);
+	assert_true(v == INT64_MAX);
+	v = 12345;
+	assert_int_equal(parse_i64_bytes("100000000000000000000", 21, &v), -ERANGE);
+	assert_int_equal(parse_i64_bytes("-100000000000000000000", 22, &v), -ERANGE);
+	/* 31 bytes, leading zeros: still an int64. */
+	memset(buf, '0', 31);
+	buf[30] = '5';
+	assert_int_equal(parse_i64_bytes(buf, 31, &v), 0);
+	assert_true(v == 5);
+	v = 12345;
+	/* 32 bytes and more: out of range, whatever their value. */
+	memset(buf, '0', sizeof(buf));
+	buf[31] = '5';
+	assert_int_equal(parse_i64_bytes(buf, 32, &v), -ERANGE);
+	memset(buf, '9', sizeof(buf));
+	assert_int_equal(parse_i64_bytes(buf, sizeof(buf), &v), -ERANGE);
+	assert_true(v == 12345);
+}
+
+/* Text that is not a number is -EINVAL at any length, as parse_i64() says of it. */
+static void parse_i64_bytes_calls_long_text_malformed_not_out_of_range(void **state)
+{
+	char buf[64];
+	int64_t v = 12345;
+
+	(void)state;
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(parse_i64_bytes(buf, 21, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes(buf, 32, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes(buf, sizeof(buf), &v), -EINVAL);
+	memset(buf, '1', sizeof(buf));
+	buf[40] = ' ';
+	assert_int_equal(parse_i64_bytes(buf, sizeof(buf), &v), -EINVAL);
+	buf[40] = '\0';
+	assert_int_equal(parse_i64_bytes(buf, sizeof(buf), &v), -EINVAL);
+	assert_true(v == 12345);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(parse_int_accepts_signs_and_leading_zeros),
+		cmocka_unit_test(parse_int_refuses_malformed_text_and_leaves_out_alone),
+		cmocka_unit_test(parse_int_bounds_are_inclusive_and_errors_are_erange),
+		cmocka_unit_test(parse_long_covers_the_whole_long_range),
+		cmocka_unit_test(parse_i64_covers_the_whole_int64_range),
+		cmocka_unit_test(parse_i64_bytes_reads_exactly_n_bytes),
+		cmocka_unit_test(parse_i64_bytes_refuses_an_embedded_nul),
+		cmocka_unit_test(parse_i64_bytes_judges_21_bytes_and_more),
+		cmocka_unit_test(parse_i64_bytes_calls_long_text_malformed_not_out_of_range),
+	};
+
+	return test_run_group("unit-parse", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);
+}
