@@ -117,10 +117,16 @@ int parse_seconds_ms(const char *s, double max_s, int64_t *ms)
 	}
 	errno = 0;
 	v = strtod(s, &end);
-	if (*end != '\0' || !isfinite(v)) {
+	if (*end != '\0') {
 		return -EINVAL;
 	}
-	if (errno == ERANGE || v < 0 || v > max_s) {
+	if (errno == ERANGE && v != 0) {
+		return -ERANGE; /* "1e400": a number, too large for a double */
+	}
+	if (!isfinite(v)) {
+		return -EINVAL; /* "inf", "nan": not a number of seconds */
+	}
+	if (v < 0 || v > max_s) {
 		return -ERANGE;
 	}
 	*ms = (int64_t)(v * 1000.0 + 0.5);

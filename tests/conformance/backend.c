@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -133,7 +135,7 @@ void torn_last_record_is_recovered(void **state)
 
 	(void)state;
 	if (g_tcp) {
-		skip();
+		test_skip();
 	}
 	snprintf(tpath, sizeof(tpath), "%s.torn", g_path);
 	snprintf(ep, sizeof(ep), "file://%s", tpath);
@@ -193,7 +195,7 @@ void hostile_record_lengths_are_rejected(void **state)
 
 	(void)state;
 	if (g_tcp) {
-		skip();
+		test_skip();
 	}
 	snprintf(tpath, sizeof(tpath), "%s.hostile", g_path);
 	snprintf(ep, sizeof(ep), "file://%s", tpath);
@@ -246,7 +248,7 @@ void held_lock_times_out(void **state)
 
 	(void)state;
 	if (g_tcp) {
-		skip();
+		test_skip();
 	}
 	st = open_with(g_endpoint, "lock/", 500);
 	assert_int_equal(sets(st, "k", "v"), 0);
@@ -310,7 +312,7 @@ void file_compaction_keeps_every_key(void **state)
 
 	(void)state;
 	if (g_tcp) {
-		skip();
+		test_skip();
 	}
 	snprintf(tpath, sizeof(tpath), "%s.compact", g_path);
 	snprintf(ep, sizeof(ep), "file://%s", tpath);

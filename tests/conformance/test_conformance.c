@@ -16,6 +16,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -256,9 +258,6 @@ int main(int argc, char **argv)
 			argv[0]);
 		return 2;
 	}
-	if (argc > filter_at) {
-		cmocka_set_test_filter(argv[filter_at]);
-	}
-	return cmocka_run_group_tests_name(g_tcp ? "conformance-tcp" : "conformance-file", tests,
-					   group_setup, group_teardown);
+	return test_run_group(g_tcp ? "conformance-tcp" : "conformance-file", tests,
+			      argc > filter_at ? argv[filter_at] : NULL, group_setup, group_teardown);
 }

@@ -18,8 +18,11 @@
 #include <fnmatch.h>
 #include <stddef.h>
 
-/* Cases that called test_skip(); one program, one group, so a file-scope count is enough. */
-static unsigned int test_skipped_cases;
+/*
+ * Cases that called test_skip(): one program runs one group, so one counter. Weak, so that a
+ * program built from several files that include this header shares a single counter.
+ */
+__attribute__((weak)) unsigned int test_skipped_cases;
 
 /* Skip the running case (cmocka's skip(): it does not return), counted for test_run_group(). */
 #define test_skip()                                                                            \

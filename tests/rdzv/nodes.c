@@ -276,7 +276,7 @@ void run_store_wait(const char *key, int timeout_ms)
 
 int nodes_main(int argc, char **argv, const char *area, const struct CMUnitTest *tests, size_t n)
 {
-	const char *rdzvd = NULL;
+	const char *rdzvd = NULL, *filter = NULL;
 	char name[64];
 	int rc;
 
@@ -293,13 +293,9 @@ int nodes_main(int argc, char **argv, const char *area, const struct CMUnitTest 
 		}
 		rdzvd = argv[2];
 		rdzvd_path = rdzvd;
-		if (argc > 3) {
-			cmocka_set_test_filter(argv[3]);
-		}
+		filter = argc > 3 ? argv[3] : NULL;
 	} else if (strcmp(backend, "file") == 0) {
-		if (argc > 2) {
-			cmocka_set_test_filter(argv[2]);
-		}
+		filter = argc > 2 ? argv[2] : NULL;
 	} else {
 		fprintf(stderr, "%s: backend: expected tcp or file, got \"%s\"\n", argv[0],
 			backend);
@@ -309,7 +305,7 @@ int nodes_main(int argc, char **argv, const char *area, const struct CMUnitTest 
 		return 1;
 	}
 	snprintf(name, sizeof(name), "rdzv-%s-%s", area, backend);
-	rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+	rc = test_run_group_n(name, tests, n, filter, NULL, NULL);
 	fixture_stop(&fx);
 	return rc;
 }

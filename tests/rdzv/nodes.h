@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 

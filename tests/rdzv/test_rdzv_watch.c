@@ -408,7 +408,7 @@ static void store_loss_is_reported_by_the_watch_thread(void **state)
 
 	(void)state;
 	if (fx.file) {
-		skip(); /* a file cannot go away like a daemon; the tcp run covers this */
+		test_skip(); /* a file cannot go away like a daemon; the tcp run covers this */
 	}
 	assert_int_equal(fixture_start(&own, "tcp", rdzvd_path, NULL), 0);
 	node_init(&n, 0, 1, 1, 1);

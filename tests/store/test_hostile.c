@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -421,7 +423,7 @@ static void two_thousand_connections(void **state)
 		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	}
 	if (rl.rlim_cur < N + 100) {
-		skip();
+		test_skip();
 	}
 	for (i = 0; i < N; i++) {
 		fds[i] = raw_connect(dmn.port);
@@ -578,8 +580,6 @@ int main(int argc, char **argv)
 		cmocka_unit_test(extreme_ttl_and_timeout),
 	};
 
-	if (argc > 1) {
-		cmocka_set_test_filter(argv[1]);
-	}
-	return cmocka_run_group_tests_name("store-hostile", tests, group_setup, group_teardown);
+	return test_run_group("store-hostile", tests, argc > 1 ? argv[1] : NULL, group_setup,
+			      group_teardown);
 }

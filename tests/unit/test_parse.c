@@ -219,6 +219,54 @@ static void parse_i64_bytes_calls_long_text_malformed_not_out_of_range(void **st
 	assert_true(v == 12345);
 }
 
+static void parse_seconds_ms_rounds_to_milliseconds(void **state)
+{
+	int64_t ms = -1;
+
+	(void)state;
+	assert_int_equal(parse_seconds_ms("2", 10, &ms), 0);
+	assert_int_equal(ms, 2000);
+	assert_int_equal(parse_seconds_ms("0.25", 10, &ms), 0);
+	assert_int_equal(ms, 250);
+	assert_int_equal(parse_seconds_ms("0.0004", 10, &ms), 0);
+	assert_int_equal(ms, 0);
+	assert_int_equal(parse_seconds_ms("0.0006", 10, &ms), 0);
+	assert_int_equal(ms, 1);
+	assert_int_equal(parse_seconds_ms("1e1", 10, &ms), 0);
+	assert_int_equal(ms, 10000);
+	assert_int_equal(parse_seconds_ms("0", 10, &ms), 0);
+	assert_int_equal(ms, 0);
+}
+
+static void parse_seconds_ms_refuses_text_spaces_and_non_finite(void **state)
+{
+	static const char *const bad[] = {"", " 1", "\t1", "1 ", "1s", "nan", "inf", "-inf",
+					  "0x", "abc"};
+	int64_t ms = 77;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(parse_seconds_ms(bad[i], 10, &ms), -EINVAL);
+	}
+	assert_int_equal(parse_seconds_ms(NULL, 10, &ms), -EINVAL);
+	assert_int_equal(ms, 77);
+}
+
+static void parse_seconds_ms_bounds_are_inclusive_and_errors_are_erange(void **state)
+{
+	int64_t ms = 77;
+
+	(void)state;
+	assert_int_equal(parse_seconds_ms("10", 10, &ms), 0);
+	assert_int_equal(ms, 10000);
+	ms = 77;
+	assert_int_equal(parse_seconds_ms("10.001", 10, &ms), -ERANGE);
+	assert_int_equal(parse_seconds_ms("-1", 10, &ms), -ERANGE);
+	assert_int_equal(parse_seconds_ms("1e400", 10, &ms), -ERANGE);
+	assert_int_equal(ms, 77);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -231,6 +279,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(parse_i64_bytes_refuses_an_embedded_nul),
 		cmocka_unit_test(parse_i64_bytes_judges_21_bytes_and_more),
 		cmocka_unit_test(parse_i64_bytes_calls_long_text_malformed_not_out_of_range),
+		cmocka_unit_test(parse_seconds_ms_rounds_to_milliseconds),
+		cmocka_unit_test(parse_seconds_ms_refuses_text_spaces_and_non_finite),
+		cmocka_unit_test(parse_seconds_ms_bounds_are_inclusive_and_errors_are_erange),
 	};
 
 	return test_run_group("unit-parse", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);

@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests/lib/cmocka_skip.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -171,7 +173,7 @@ static void scdoc_accepts_man_page(void **state)
 
 	(void)state;
 	if (scdoc == NULL) {
-		skip();
+		test_skip();
 	}
 	argv[0] = (char *)scdoc;
 	snprintf(path, sizeof(path), "%s/man/crun.1.scd", src);
@@ -189,7 +191,7 @@ static const char *crun_exe(void)
 	const char *exe = getenv("CRUN_EXE");
 
 	if (exe == NULL) {
-		skip();
+		test_skip();
 	}
 	return exe;
 }
@@ -289,8 +291,6 @@ int main(int argc, char **argv)
 		cmocka_unit_test(crun_binary_bad_flags_exit_2),
 	};
 
-	if (argc > 1) {
-		cmocka_set_test_filter(argv[1]);
-	}
-	return cmocka_run_group_tests_name("cli-man", tests, group_setup, group_teardown);
+	return test_run_group("cli-man", tests, argc > 1 ? argv[1] : NULL, group_setup,
+			      group_teardown);
 }
