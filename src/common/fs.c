@@ -34,8 +34,19 @@ int fs_mkdir_p(const char *path, mode_t mode)
 		}
 		tmp[i] = '/';
 	}
-	if (mkdir(tmp, mode) != 0 && errno != EEXIST) {
-		return -errno;
+	if (mkdir(tmp, mode) != 0) {
+		struct stat st;
+
+		if (errno != EEXIST) {
+			return -errno;
+		}
+		/* Something is there: fine if it is a directory (or a link to one). */
+		if (stat(tmp, &st) != 0) {
+			return -errno;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			return -ENOTDIR;
+		}
 	}
 	return 0;
 }

@@ -14,8 +14,12 @@
 #include "src/common/net.h"
 #include "src/common/parse.h"
 
+/* Digits only: a port has no sign. */
 static int parse_port(const char *s, int *port)
 {
+	if (*s < '0' || *s > '9') {
+		return -EINVAL;
+	}
 	return parse_int(s, 0, 65535, port) == 0 ? 0 : -EINVAL;
 }
 

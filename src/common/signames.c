@@ -45,7 +45,9 @@ const char *signal_name(int sig, char *buf, size_t len)
 
 	if (n != NULL) {
 		snprintf(buf, len, "%s", n);
-	} else if (sig >= SIGRTMIN && sig <= SIGRTMAX) {
+	} else if (sig == SIGRTMIN) {
+		snprintf(buf, len, "SIGRTMIN");
+	} else if (sig > SIGRTMIN && sig <= SIGRTMAX) {
 		snprintf(buf, len, "SIGRTMIN+%d", sig - SIGRTMIN);
 	} else {
 		snprintf(buf, len, "signal %d", sig);

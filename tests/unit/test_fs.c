@@ -152,6 +152,7 @@ static void fs_mkdir_p_reports_what_stops_it(void **state)
 	put_file(at("file"), "x");
 	snprintf(p, sizeof(p), "%s", at("file/sub"));
 	assert_int_equal(fs_mkdir_p(p, 0755), -ENOTDIR);
+	assert_int_equal(fs_mkdir_p(at("file"), 0755), -ENOTDIR);
 	memset(p, 'n', sizeof(p) - 1);
 	p[0] = '/';
 	p[sizeof(p) - 1] = '\0';

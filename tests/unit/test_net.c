@@ -50,6 +50,8 @@ static const struct {
 	/* Bad port. */
 	{"host:65536", -1, -EINVAL, NULL, 0},
 	{"host:-1", -1, -EINVAL, NULL, 0},
+	{"host:+80", -1, -EINVAL, NULL, 0},
+	{"[::1]:+80", -1, -EINVAL, NULL, 0},
 	{"host:http", -1, -EINVAL, NULL, 0},
 	{"host:80x", -1, -EINVAL, NULL, 0},
 	{"host: 80", -1, -EINVAL, NULL, 0},

@@ -122,6 +122,7 @@ static void signal_name_prints_something_for_any_number(void **state)
 	(void)state;
 	assert_string_equal(signal_name(SIGSEGV, buf, sizeof(buf)), "SIGSEGV");
 	assert_string_equal(signal_name(SIGRTMIN + 3, buf, sizeof(buf)), "SIGRTMIN+3");
+	assert_string_equal(signal_name(SIGRTMIN, buf, sizeof(buf)), "SIGRTMIN");
 	assert_string_equal(signal_name(99, buf, sizeof(buf)), "signal 99");
 	assert_string_equal(signal_name(0, buf, sizeof(buf)), "signal 0");
 	assert_string_equal(signal_name(-4, buf, sizeof(buf)), "signal -4");
