@@ -73,6 +73,11 @@ else
 	extra=-DCRUN_NO_DEPRECATED
 fi
 warn='-Wall -Wextra -Werror -pedantic -Wshadow -Wundef'
+# A library built with sanitizers (scripts/test's second pass) needs its runtime first in the
+# program: build the clients the same way, as a user of such a build would.
+if readelf -d "$libdir/libcrun-worker.so" 2>/dev/null | grep -q 'NEEDED.*libasan'; then
+	extra="$extra -fsanitize=address,undefined"
+fi
 
 rc=0
 for h in "$incdir"/crun/*.h; do
