@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/env.c: read the worker environment the agent sets, once; single-process mode. */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -51,6 +52,10 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, char *er
 		}
 		*out = def;
 		return 0;
+	}
+	/* Leading white space is allowed, as strtol() (0.1) and Python's int() allow it. */
+	while (isspace((unsigned char)*s)) {
+		s++;
 	}
 	if (parse_int(s, lo, hi, out) != 0) {
 		return fail(err, errlen, CRUN_ECONFIG,

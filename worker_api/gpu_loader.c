@@ -132,6 +132,17 @@ static void cuda_load_once(void)
 				 v % 1000 / 10);
 		}
 	}
+	/*
+	 * The table's types come from the headers this library was built with, and the CUDA
+	 * runtime keeps its ABI within a major version only: an unversioned libcudart.so of
+	 * another major is refused rather than called with the wrong layouts.
+	 */
+	if (v != 0 && v / 1000 != CUDART_VERSION / 1000) {
+		cuda_lib.rc = diag_set(&cuda_lib.diag, CRUN_EBACKEND,
+				       "%s: %s found, libcrun-worker was built for CUDA %d.x",
+				       t->path, version, CUDART_VERSION / 1000);
+		return;
+	}
 	cuda_lib.rc = resolve(h, cuda_syms, ARRAY_SIZE(cuda_syms), t, t->path, version,
 			      &cuda_lib.diag);
 	if (cuda_lib.rc == 0) {
@@ -173,6 +184,13 @@ static void nccl_load_once(void)
 	if (t->version != 0 && t->version < GPU_NCCL_MIN_VERSION) {
 		nccl_lib.rc = diag_set(&nccl_lib.diag, CRUN_EBACKEND,
 				       "%s: %s found, 2.14 or newer needed", t->path, version);
+		return;
+	}
+	if (t->version != 0 && (t->version >= 20900 ? t->version / 10000 : t->version / 1000) !=
+				       NCCL_MAJOR) {
+		nccl_lib.rc = diag_set(&nccl_lib.diag, CRUN_EBACKEND,
+				       "%s: %s found, libcrun-worker was built for NCCL %d.x",
+				       t->path, version, NCCL_MAJOR);
 		return;
 	}
 	nccl_lib.rc = resolve(h, nccl_syms, ARRAY_SIZE(nccl_syms), t, t->path, version,

@@ -82,6 +82,14 @@ int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 	size_t i;
 
 	/*
+	 * Leading white space is skipped, as the TCP store always did and as TCPStore's
+	 * std::stoll does: a counter written as " 5" by some client still adds.
+	 */
+	while (n > 0 && (*s == ' ' || (*s >= '\t' && *s <= '\r'))) {
+		s++;
+		n--;
+	}
+	/*
 	 * The grammar first, over all @n bytes (a NUL is not a digit), so that text which is
 	 * not a number is -EINVAL at any length, as parse_i64() says of it.
 	 */
@@ -101,7 +109,7 @@ int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 	if (n >= sizeof(buf)) {
 		return -ERANGE;
 	}
-	memcpy(buf, p, n);
+	memcpy(buf, s, n);
 	buf[n] = '\0';
 	return parse_i64(buf, out);
 }
@@ -120,8 +128,8 @@ int parse_seconds_ms(const char *s, double max_s, int64_t *ms)
 	if (*end != '\0') {
 		return -EINVAL;
 	}
-	if (errno == ERANGE && v != 0) {
-		return -ERANGE; /* "1e400": a number, too large for a double */
+	if (errno == ERANGE) {
+		return -ERANGE; /* "1e400", "1e-400": a number a double cannot hold */
 	}
 	if (!isfinite(v)) {
 		return -EINVAL; /* "inf", "nan": not a number of seconds */

@@ -14,7 +14,10 @@
 int parse_long(const char *s, long min, long max, long *out);
 int parse_int(const char *s, int min, int max, int *out);
 int parse_i64(const char *s, int64_t *out);
-/** As parse_i64() over @n bytes that need not be NUL-terminated (a store value). */
+/**
+ * A store counter's value: @n bytes that need not be NUL-terminated, leading white space
+ * skipped (the TCP store's grammar since 0.1, and TCPStore's), then as parse_i64().
+ */
 int parse_i64_bytes(const void *p, size_t n, int64_t *out);
 /**
  * Seconds, fractions allowed ("2", "0.25", "1e3"; no spaces, no trailing text), to whole

@@ -10,6 +10,7 @@
 #include "src/common/signames.h"
 #include "src/common/util.h"
 
+/* Number to name takes the first entry: SIGPOLL for 29, as glibc's sigabbrev_np() says. */
 static const struct {
 	const char *name;
 	int sig;
@@ -23,7 +24,7 @@ static const struct {
 	{"SIGSTOP", SIGSTOP},   {"SIGTSTP", SIGTSTP},     {"SIGTTIN", SIGTTIN},
 	{"SIGTTOU", SIGTTOU},   {"SIGURG", SIGURG},       {"SIGXCPU", SIGXCPU},
 	{"SIGXFSZ", SIGXFSZ},   {"SIGVTALRM", SIGVTALRM}, {"SIGPROF", SIGPROF},
-	{"SIGWINCH", SIGWINCH}, {"SIGIO", SIGIO},         {"SIGPWR", SIGPWR},
+	{"SIGWINCH", SIGWINCH}, {"SIGPOLL", SIGPOLL}, {"SIGIO", SIGIO},         {"SIGPWR", SIGPWR},
 	{"SIGSYS", SIGSYS},
 };
 

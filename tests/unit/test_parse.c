@@ -153,9 +153,14 @@ static void parse_i64_bytes_reads_exactly_n_bytes(void **state)
 	assert_int_equal(parse_i64_bytes("42", 0, &v), -EINVAL);
 	assert_int_equal(parse_i64_bytes("-", 1, &v), -EINVAL);
 	assert_int_equal(parse_i64_bytes("4 ", 2, &v), -EINVAL);
-	assert_int_equal(parse_i64_bytes(" 4", 2, &v), -EINVAL);
+	assert_int_equal(parse_i64_bytes("   ", 3, &v), -EINVAL);
 	assert_int_equal(parse_i64_bytes("9223372036854775808", 19, &v), -ERANGE);
 	assert_true(v == 12345);
+	/* Leading white space is skipped, as the TCP store and TCPStore always did. */
+	assert_int_equal(parse_i64_bytes(" 4", 2, &v), 0);
+	assert_int_equal(v, 4);
+	assert_int_equal(parse_i64_bytes("\t\n -4", 5, &v), 0);
+	assert_int_equal(v, -4);
 }
 
 static void parse_i64_bytes_refuses_an_embedded_nul(void **state)
@@ -264,6 +269,7 @@ static void parse_seconds_ms_bounds_are_inclusive_and_errors_are_erange(void **s
 	assert_int_equal(parse_seconds_ms("10.001", 10, &ms), -ERANGE);
 	assert_int_equal(parse_seconds_ms("-1", 10, &ms), -ERANGE);
 	assert_int_equal(parse_seconds_ms("1e400", 10, &ms), -ERANGE);
+	assert_int_equal(parse_seconds_ms("1e-400", 10, &ms), -ERANGE);
 	assert_int_equal(ms, 77);
 }
 

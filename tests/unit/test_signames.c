@@ -123,6 +123,10 @@ static void signal_name_prints_something_for_any_number(void **state)
 	assert_string_equal(signal_name(SIGSEGV, buf, sizeof(buf)), "SIGSEGV");
 	assert_string_equal(signal_name(SIGRTMIN + 3, buf, sizeof(buf)), "SIGRTMIN+3");
 	assert_string_equal(signal_name(SIGRTMIN, buf, sizeof(buf)), "SIGRTMIN");
+	/* 29 has two names: glibc prints SIGPOLL, and both parse. */
+	assert_string_equal(signal_name(SIGPOLL, buf, sizeof(buf)), "SIGPOLL");
+	assert_int_equal(signal_parse("IO"), SIGPOLL);
+	assert_int_equal(signal_parse("SIGPOLL"), SIGIO);
 	assert_string_equal(signal_name(99, buf, sizeof(buf)), "signal 99");
 	assert_string_equal(signal_name(0, buf, sizeof(buf)), "signal 0");
 	assert_string_equal(signal_name(-4, buf, sizeof(buf)), "signal -4");
