@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/comm_cpu_net.c: the cpu backend's transport: listen, connect, hello, addresses. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -59,9 +60,16 @@ static void tune(int fd)
 	const char *env = getenv("CRUN_COMM_SOCKBUF");
 	int one = 1, sz = CPU_SOCKBUF;
 
-	/* CRUN_COMM_SOCKBUF: bytes; anything that is not a size keeps the default. */
-	if (env != NULL) {
-		(void)parse_int(env, 0, INT32_MAX, &sz);
+	/* CRUN_COMM_SOCKBUF: bytes; anything that is not a size keeps the default, said once. */
+	if (env != NULL && parse_int(env, 0, INT32_MAX, &sz) != 0) {
+		static atomic_bool warned;
+
+		sz = CPU_SOCKBUF;
+		if (!atomic_exchange(&warned, true)) {
+			log_warn("comm: CRUN_COMM_SOCKBUF=\"%.32s\" is not a byte count in [0, %d]; "
+				 "using the default",
+				 env, INT32_MAX);
+		}
 	}
 	/*
 	 * 0 keeps the kernel's autotuning. Measured on loopback (2 ranks, 64-256 MiB): fixed

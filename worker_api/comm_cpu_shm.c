@@ -112,8 +112,14 @@ int cpu_shm_setup(struct crun_comm *c, struct cpu *p, int64_t deadline)
 	int rc, want;
 
 	/* CRUN_COMM_SHM_RING: bytes, at least 4096, rounded down to 64; anything else: default. */
-	if (env != NULL && parse_int(env, 4096, INT32_MAX, &want) == 0) {
-		ring = (size_t)want & ~(size_t)63;
+	if (env != NULL) {
+		if (parse_int(env, 4096, INT32_MAX, &want) == 0) {
+			ring = (size_t)want & ~(size_t)63;
+		} else {
+			log_warn("comm %s: CRUN_COMM_SHM_RING=\"%.32s\" is not a byte count in "
+				 "[4096, %d]; using the default",
+				 c->name, env, INT32_MAX);
+		}
 	}
 	snprintf(p->shm_name, sizeof(p->shm_name), "/crun-comm-%d-%u", (int)getpid(),
 		 atomic_fetch_add(&counter, 1));
