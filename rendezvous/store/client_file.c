@@ -18,6 +18,7 @@
 #include "rendezvous/store/client_file_internal.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
+#include "src/common/log.h"
 #include "src/common/parse.h"
 
 static int put_one(struct store_backend *b, const char *key, size_t klen, const void *val,
@@ -132,6 +133,11 @@ static int f_wait(struct store_backend *b, const char *const *keys, size_t n, bo
 		left = end - crun_now_ms();
 		if (left <= 0) {
 			return -ETIMEDOUT;
+		}
+		/* Once per wait; tests wait for this line before writing (server_wait.c's twin). */
+		if (backoff == 1000) {
+			log_debug("store file://%s: WAIT parked (%s of %zu key%s), polling",
+				  b->path, any ? "any" : "all", n, n == 1 ? "" : "s");
 		}
 		fstore_sleep_us(backoff < left * 1000 ? backoff : left * 1000);
 		backoff = backoff * 2 > 100000 ? 100000 : backoff * 2;

@@ -37,7 +37,7 @@ static void on_conn_closed(uv_handle_t *h)
 	conn_unref(h->data);
 }
 
-static void peer_name(struct conn *c, char *buf, size_t len)
+void srv_conn_peer(struct conn *c, char *buf, size_t len)
 {
 	struct sockaddr_storage ss;
 	int n = sizeof(ss);
@@ -180,7 +180,7 @@ void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, con
 	if (c->failing || c->closing) {
 		return;
 	}
-	peer_name(c, peer, sizeof(peer));
+	srv_conn_peer(c, peer, sizeof(peer));
 	log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
 	c->failing = true;
 	c->drain_until = (int64_t)uv_now(c->s->loop) + DRAIN_TIMEOUT_MS;
@@ -495,13 +495,13 @@ void srv_on_sweep(uv_timer_t *t)
 				srv_conn_close(c);
 			}
 		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS) {
-			peer_name(c, peer, sizeof(peer));
+			srv_conn_peer(c, peer, sizeof(peer));
 			log_info("store: dropping %s: no handshake within %d ms", peer,
 				 HANDSHAKE_TIMEOUT_MS);
 			srv_conn_close(c);
 		} else if (s->idle_timeout_ms > 0 && c->nwaits == 0 && !c->paused &&
 			   now - c->last_active >= s->idle_timeout_ms) {
-			peer_name(c, peer, sizeof(peer));
+			srv_conn_peer(c, peer, sizeof(peer));
 			log_info("store: dropping %s: idle for %d ms", peer, s->idle_timeout_ms);
 			srv_conn_close(c);
 		}

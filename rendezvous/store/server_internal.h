@@ -184,6 +184,8 @@ void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, con
 void srv_flush(struct conn *c);
 /** srv_flush() every connection queued with flush_later(). */
 void srv_flush_all(struct store_server *s);
+/** "addr:port" of @c's peer into @buf ("?" when unknown), for messages. */
+void srv_conn_peer(struct conn *c, char *buf, size_t len);
 void srv_on_connection(uv_stream_t *server, int status);
 void srv_on_sweep(uv_timer_t *t);
 

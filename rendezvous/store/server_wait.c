@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "src/common/log.h"
 
 static void link_unlink(struct link *l)
 {
@@ -233,5 +234,18 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 		if (w->dl.idx == 0) {
 			srv_wait_arm(s);
 		}
+	}
+	/*
+	 * Held until a write or the deadline. Tests wait for this line before writing, so that
+	 * they exercise the wake-up and not the answer-at-once path; the peer's name costs a
+	 * system call, so only at debug level.
+	 */
+	if (log_get_level() >= LOG_DEBUG) {
+		char peer[96];
+
+		srv_conn_peer(c, peer, sizeof(peer));
+		log_debug("store: %s: WAIT parked (%s of %" PRIu32 " key%s, %" PRIu32 " missing)",
+			  peer, w->mode == WIRE_WAIT_ANY ? "any" : "all", w->n,
+			  w->n == 1 ? "" : "s", w->missing);
 	}
 }

@@ -100,10 +100,13 @@ if command -v python3 >/dev/null; then
 	expect_grep "^\[rank1\]:py 1 1 \['a', 'b c'\]$" "$T/out" "python worker"
 fi
 note "two --standalone jobs at once: separate stores, run ids and master ports"
-"$CRUN" --standalone --nproc-per-node 2 "$W" env sleep:300 >"$T/a.out" 2>"$T/a.err" &
+# Each rank waits for the same rank of the other job, so both jobs are surely up at once.
+"$CRUN" --standalone --nproc-per-node 2 "$W" env touch:"$T/a-up.%r" wait-file:"$T/b-up.%r" \
+	>"$T/a.out" 2>"$T/a.err" &
 pa=$!
 track $pa
-"$CRUN" --standalone --nproc-per-node 2 "$W" env sleep:300 >"$T/b.out" 2>"$T/b.err" &
+"$CRUN" --standalone --nproc-per-node 2 "$W" env touch:"$T/b-up.%r" wait-file:"$T/a-up.%r" \
+	>"$T/b.out" 2>"$T/b.err" &
 pb=$!
 track $pb
 wait_pid 60 $pa

@@ -24,6 +24,25 @@ struct crun_store *open_fresh(void);
 void want_value(struct crun_store *st, const char *key, const char *want);
 int sets(struct crun_store *st, const char *key, const char *val);
 
+/*
+ * Parked waits (parked.c): a test that means to wake a wait writes only once the store holds
+ * it, not while the key could still be found at once. Both backends log "WAIT parked" at debug
+ * level; the harness counts those lines.
+ */
+/** tcp: count the parked waits crun-rdzvd logs on @fd (its stderr; taken) until EOF. */
+int parked_tap_daemon(int fd);
+/** Wait for the tap to reach EOF (after the daemon exits). */
+void parked_tap_stop(void);
+/**
+ * Start counting before starting the threads that wait; returns the count so far. The file
+ * backend logs at debug level, through a tap on stderr, until park_watch_end().
+ */
+unsigned park_watch_begin(void);
+/** Any thread: 0 once @n waits in all have parked, -ETIMEDOUT after @timeout_ms. */
+int park_watch_until(unsigned n, int timeout_ms);
+/** After joining those threads; the group teardown calls it too (a test that failed). */
+void park_watch_end(void);
+
 /* The tests, listed in main() in the order they run. */
 void set_get_roundtrip(void **state);
 void get_missing_is_enoent(void **state);

@@ -82,23 +82,33 @@ void wait_returns_at_once_when_present(void **state)
 	crun_store_close(st);
 }
 
+/*
+ * From the write to the woken wait's return: milliseconds. The bound leaves room for a loaded
+ * 2-core machine and still fails when waking slows to seconds (a lost wake-up fails on its
+ * own: the wait times out).
+ */
+#define WAKE_MS 2000
+
+/* How long the waits may take to park: only a stuck store needs more. */
+#define PARK_MS 10000
+
 struct writer_arg {
 	struct crun_store *st;
 	const char *key;
+	unsigned parked; /* write once this many waits have parked */
+	int park_rc;
+	int64_t wrote_at;
 	int rc;
 };
 
 static void *writer_main(void *p)
 {
 	struct writer_arg *a = p;
-	const char *ready[] = {"ready"};
 
-	/* Wait (through the store) until the main thread is about to block, then write. */
-	a->rc = crun_store_wait(a->st, ready, 1, 20000);
-	if (a->rc == 0) {
-		usleep(50000); /* let the waiter park; correctness does not depend on it */
-		a->rc = sets(a->st, a->key, "go");
-	}
+	/* Write only once the main thread's wait is held, so that the write has to wake it. */
+	a->park_rc = park_watch_until(a->parked, PARK_MS);
+	a->wrote_at = crun_now_ms();
+	a->rc = sets(a->st, a->key, "go");
 	return NULL;
 }
 
@@ -109,29 +119,36 @@ void wait_woken_by_second_handle(void **state)
 	const char *all[] = {"target"};
 	const char *any[] = {"never", "target"};
 	pthread_t th;
-	int64_t t0;
+	int64_t woke;
+	int rc;
 
 	(void)state;
 	assert_int_equal(crun_store_clone(st, "", &a.st), 0);
 	assert_string_equal(crun_store_prefix(a.st), crun_store_prefix(st));
+	a.parked = park_watch_begin() + 1;
 	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
-	assert_int_equal(sets(st, "ready", "1"), 0);
-	t0 = crun_now_ms();
-	assert_int_equal(crun_store_wait(st, all, 1, 20000), 0);
-	assert_true(crun_now_ms() - t0 < 15000);
+	rc = crun_store_wait(st, all, 1, 20000);
+	woke = crun_now_ms();
 	pthread_join(th, NULL);
+	park_watch_end();
+	assert_int_equal(a.park_rc, 0);
+	assert_int_equal(rc, 0);
 	assert_int_equal(a.rc, 0);
+	assert_true(woke - a.wrote_at < WAKE_MS);
 	want_value(st, "target", "go");
 
 	/* The same with ANY: woken by the write, reports the index of the key written. */
-	a.key = "target";
 	assert_int_equal(crun_store_delete(st, "target"), 0);
-	assert_int_equal(crun_store_delete(st, "ready"), 0);
+	a.parked = park_watch_begin() + 1;
 	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
-	assert_int_equal(sets(st, "ready", "1"), 0);
-	assert_int_equal(crun_store_wait_any(st, any, 2, 20000), 1);
+	rc = crun_store_wait_any(st, any, 2, 20000);
+	woke = crun_now_ms();
 	pthread_join(th, NULL);
+	park_watch_end();
+	assert_int_equal(a.park_rc, 0);
+	assert_int_equal(rc, 1);
 	assert_int_equal(a.rc, 0);
+	assert_true(woke - a.wrote_at < WAKE_MS);
 	crun_store_close(a.st);
 	crun_store_close(st);
 }
@@ -262,6 +279,7 @@ void add_from_processes_is_exact(void **state)
 struct waiter {
 	struct crun_store *st;
 	int rc;
+	int64_t woke;
 };
 
 static void *waiter_main(void *p)
@@ -270,6 +288,7 @@ static void *waiter_main(void *p)
 	const char *keys[] = {"bell"};
 
 	w->rc = crun_store_wait(w->st, keys, 1, 20000);
+	w->woke = crun_now_ms();
 	return NULL;
 }
 
@@ -279,25 +298,37 @@ void one_write_wakes_many_waiters(void **state)
 	struct crun_store *st = open_fresh();
 	struct waiter w[WAITERS];
 	pthread_t th[WAITERS];
-	int64_t t0;
-	int i;
+	unsigned base;
+	int64_t t0, last = 0;
+	int i, park_rc;
 
 	(void)state;
 	memset(w, 0, sizeof(w));
 	for (i = 0; i < WAITERS; i++) {
 		assert_int_equal(crun_store_clone(st, "", &w[i].st), 0);
 		w[i].rc = 1;
+	}
+	base = park_watch_begin();
+	for (i = 0; i < WAITERS; i++) {
 		assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
 	}
-	usleep(100000); /* let the waiters park; correctness does not depend on it */
+	/* Ring only once every waiter is held, so that the write has to wake all of them. */
+	park_rc = park_watch_until(base + WAITERS, PARK_MS);
 	t0 = crun_now_ms();
 	assert_int_equal(sets(st, "bell", "ring"), 0);
 	for (i = 0; i < WAITERS; i++) {
 		pthread_join(th[i], NULL);
+		last = w[i].woke > last ? w[i].woke : last;
+	}
+	park_watch_end();
+	if (park_rc < 0) {
+		fail_msg("fewer than %d waits parked within %d ms", WAITERS, PARK_MS);
+	}
+	for (i = 0; i < WAITERS; i++) {
 		assert_int_equal(w[i].rc, 0);
 		crun_store_close(w[i].st);
 	}
-	assert_true(crun_now_ms() - t0 < 15000);
+	assert_true(last - t0 < WAKE_MS);
 	crun_store_close(st);
 }
 

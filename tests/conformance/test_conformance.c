@@ -4,11 +4,13 @@
  * Usage: test_conformance file [FILTER]
  *        test_conformance tcp PATH/TO/crun-rdzvd [FILTER]
  * The file run uses a store file in a fresh temporary directory; the tcp run starts a real
- * crun-rdzvd on 127.0.0.1 port 0 and reads the bound address from its first stdout line.
+ * crun-rdzvd on 127.0.0.1 port 0 and reads the bound address from its first stdout line; its
+ * stderr passes through parked.c, which counts the waits it holds.
  * Every test goes through the public API (include/crun/store.h) with a prefix of its own.
  * The tests live beside this file, by area: ops.c (each operation's semantics, TTLs, prefixes,
  * limits), races.c (waits and races between handles, threads and processes), backend.c
- * (endpoints, failures, and the file backend's format, locks and compaction).
+ * (endpoints, failures, and the file backend's format, locks and compaction); parked.c lets a
+ * test see that the store holds a wait before it writes the key.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,10 +101,15 @@ static void stop_daemon(void)
 static int start_daemon(void)
 {
 	char line[256];
-	int pfd[2];
+	int pfd[2], efd[2];
 	pid_t pid;
 
 	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		return -1;
+	}
+	if (pipe2(efd, O_CLOEXEC) < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
 		return -1;
 	}
 	pid = fork();
@@ -111,16 +118,25 @@ static int start_daemon(void)
 	}
 	if (pid == 0) {
 		dup2(pfd[1], 1);
-		execl(g_rdzvd, g_rdzvd, "--listen", "127.0.0.1:0", (char *)NULL);
+		dup2(efd[1], 2);
+		/* --verbose: each held WAIT is logged (parked.c counts them). */
+		execl(g_rdzvd, g_rdzvd, "--listen", "127.0.0.1:0", "--verbose", (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", g_rdzvd, strerror(errno));
 		_exit(127);
 	}
 	close(pfd[1]);
+	close(efd[1]);
 	g_pid = pid;
+	if (parked_tap_daemon(efd[0]) < 0) {
+		close(pfd[0]);
+		stop_daemon();
+		return -1;
+	}
 	if (read_line(pfd[0], line, sizeof(line), 15000) < 0) {
 		fprintf(stderr, "conformance: %s printed no address within 15 s\n", g_rdzvd);
 		close(pfd[0]);
 		stop_daemon();
+		parked_tap_stop();
 		return -1;
 	}
 	/* The daemon may log more to stdout: keep the pipe open but never block on it. */
@@ -149,7 +165,9 @@ static int group_teardown(void **state)
 	char p[600];
 
 	(void)state;
+	park_watch_end();
 	stop_daemon();
+	parked_tap_stop();
 	snprintf(p, sizeof(p), "%s.torn", g_path);
 	unlink(p);
 	snprintf(p, sizeof(p), "%s.compact", g_path);
