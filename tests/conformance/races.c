@@ -149,6 +149,10 @@ void wait_woken_by_second_handle(void **state)
 	assert_int_equal(rc, 1);
 	assert_int_equal(a.rc, 0);
 	assert_true(woke - a.wrote_at < WAKE_MS);
+
+	/* And the other way: what this handle writes, the clone sees. */
+	assert_int_equal(sets(st, "ready", "1"), 0);
+	want_value(a.st, "ready", "1");
 	crun_store_close(a.st);
 	crun_store_close(st);
 }
