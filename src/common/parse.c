@@ -3,43 +3,67 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/common/parse.h"
 
-/* The digits after an optional sign: strtoll alone would accept spaces before them. */
-static int well_formed(const char *s)
+/*
+ * The one grammar: an optional sign, then decimal digits, all @n bytes of them. Text that is
+ * not a number is -EINVAL whatever its length (every byte is looked at), a number outside
+ * [@min, @max] -ERANGE. One pass, no strtoll(): the store's ADD parses a counter per request.
+ */
+static int parse_span(const char *s, size_t n, long long min, long long max, long long *out)
 {
-	if (*s == '+' || *s == '-') {
-		s++;
-	}
-	if (*s == '\0') {
-		return 0;
-	}
-	for (; *s != '\0'; s++) {
-		if (*s < '0' || *s > '9') {
-			return 0;
-		}
-	}
-	return 1;
-}
-
-static int parse_ll(const char *s, long long min, long long max, long long *out)
-{
+	unsigned long long mag = 0, limit;
+	bool neg = false, over = false;
 	long long v;
+	size_t i = 0;
+	unsigned d;
 
-	if (s == NULL || !well_formed(s)) {
+	if (n > 0 && (s[0] == '+' || s[0] == '-')) {
+		neg = s[0] == '-';
+		i = 1;
+	}
+	if (i == n) {
 		return -EINVAL;
 	}
-	errno = 0;
-	v = strtoll(s, NULL, 10);
-	if (errno == ERANGE || v < min || v > max) {
+	/* The magnitude a long long can hold with this sign: 2^63 for a negative number. */
+	limit = neg ? (unsigned long long)LLONG_MAX + 1 : (unsigned long long)LLONG_MAX;
+	for (; i < n; i++) {
+		d = (unsigned)(unsigned char)s[i] - '0';
+		if (d > 9) {
+			return -EINVAL;
+		}
+		if (!over && (mag > (limit - d) / 10)) {
+			over = true;
+		}
+		mag = mag * 10 + d;
+	}
+	if (over) {
+		return -ERANGE;
+	}
+	/* -(2^63) is LLONG_MIN; every smaller magnitude negates in range. */
+	if (neg) {
+		v = mag == (unsigned long long)LLONG_MAX + 1 ? LLONG_MIN : -(long long)mag;
+	} else {
+		v = (long long)mag;
+	}
+	if (v < min || v > max) {
 		return -ERANGE;
 	}
 	*out = v;
 	return 0;
+}
+
+static int parse_ll(const char *s, long long min, long long max, long long *out)
+{
+	if (s == NULL) {
+		return -EINVAL;
+	}
+	return parse_span(s, strlen(s), min, max, out);
 }
 
 int parse_long(const char *s, long min, long max, long *out)
@@ -78,8 +102,8 @@ int parse_i64(const char *s, int64_t *out)
 int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 {
 	const char *s = p;
-	char buf[32];
-	size_t i;
+	long long v;
+	int rc;
 
 	/*
 	 * Leading white space is skipped, as the TCP store always did and as TCPStore's
@@ -89,29 +113,18 @@ int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 		s++;
 		n--;
 	}
-	/*
-	 * The grammar first, over all @n bytes (a NUL is not a digit), so that text which is
-	 * not a number is -EINVAL at any length, as parse_i64() says of it.
-	 */
-	i = n > 0 && (s[0] == '+' || s[0] == '-') ? 1 : 0;
-	if (i == n) {
-		return -EINVAL;
-	}
-	for (; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9') {
-			return -EINVAL;
-		}
-	}
+	rc = parse_span(s, n, INT64_MIN, INT64_MAX, &v);
 	/*
 	 * 20 digits and a sign is the longest int64 without leading zeros; a number of 32 bytes
 	 * or more is out of range whatever its zeros (the store's limit before this helper).
 	 */
-	if (n >= sizeof(buf)) {
+	if (rc == 0 && n >= 32) {
 		return -ERANGE;
 	}
-	memcpy(buf, s, n);
-	buf[n] = '\0';
-	return parse_i64(buf, out);
+	if (rc == 0) {
+		*out = (int64_t)v;
+	}
+	return rc;
 }
 
 int parse_seconds_ms(const char *s, double max_s, int64_t *ms)
