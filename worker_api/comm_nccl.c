@@ -182,8 +182,10 @@ static ncclRedOp_t nccl_op(enum crun_redop op)
 
 /*
  * Make the communicator's device current for one collective; *@prev receives the caller's,
- * which device_leave() puts back (the program's thread keeps the device it had, and a DDP's
- * communication thread gets the communicator's for the call only).
+ * which device_leave() puts back, so the program's thread keeps the device it had. Unless
+ * nobody in the process has used that device: a thread that never chose one reads device 0,
+ * and cudaSetDevice(0) would create a context on GPU 0 in every rank; such a thread is left
+ * on the communicator's device, as before.
  */
 static int device_enter(struct crun_comm *c, struct nccl *g, int *prev)
 {
@@ -205,7 +207,7 @@ static int device_leave(struct crun_comm *c, struct nccl *g, int prev, int rc)
 {
 	cudaError_t e;
 
-	if (prev != g->device) {
+	if (prev != g->device && gpu_cuda_device_active(prev)) {
 		e = g->cu->cudaSetDevice(prev);
 		if (e != cudaSuccess && rc == 0) {
 			rc = cuda_fail(c, e, "cudaSetDevice (back to the caller's device)");
@@ -424,7 +426,7 @@ static void nccl_destroy(struct crun_comm *c)
 		g->cu->cudaStreamDestroy(g->own);
 	}
 	g->cu->cudaFree(g->token);
-	if (prev >= 0 && g->device >= 0 && prev != g->device) {
+	if (prev >= 0 && g->device >= 0 && prev != g->device && gpu_cuda_device_active(prev)) {
 		g->cu->cudaSetDevice(prev);
 	}
 	free(g);

@@ -295,3 +295,39 @@ int gpu_cuda_device_count(const struct gpu_cuda *cu, struct crun_diag *d)
 			cu->cudaGetErrorString(e), (int)e, drv > 0 ? drv / 1000 : 0,
 			drv > 0 ? drv % 1000 / 10 : 0);
 }
+
+/* Two driver functions, from the libcuda.so.1 the runtime loaded (never loaded here). */
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static int (*drv_device_get)(int *dev, int ordinal);
+static int (*drv_primary_state)(int dev, unsigned int *flags, int *active);
+
+static void drv_load_once(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	void *a, *b;
+
+	if (h == NULL) {
+		(void)dlerror();
+		return;
+	}
+	/* CUdevice is an int and CUresult an enum: the prototypes of cuda.h, without it. */
+	a = dlsym(h, "cuDeviceGet");
+	b = dlsym(h, "cuDevicePrimaryCtxGetState");
+	if (a != NULL && b != NULL) {
+		memcpy(&drv_device_get, &a, sizeof(a));
+		memcpy(&drv_primary_state, &b, sizeof(b));
+	}
+}
+
+int gpu_cuda_device_active(int dev)
+{
+	unsigned int flags = 0;
+	int cudev = 0, active = 1;
+
+	pthread_once(&drv_once, drv_load_once);
+	if (drv_primary_state == NULL || drv_device_get(&cudev, dev) != 0 ||
+	    drv_primary_state(cudev, &flags, &active) != 0) {
+		return 1;
+	}
+	return active != 0;
+}

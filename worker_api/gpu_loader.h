@@ -102,6 +102,16 @@ int gpu_nccl_load(const struct gpu_nccl **out, struct crun_diag *d);
  */
 int gpu_cuda_device_count(const struct gpu_cuda *cu, struct crun_diag *d);
 
+/**
+ * 1 when device @dev's primary context is active in this process (someone has used the
+ * device), 0 when it is not, 1 when that cannot be told (the driver's
+ * cuDevicePrimaryCtxGetState not found). cudaSetDevice() initialises the primary context
+ * (CUDA 12 and later), so switching a thread "back" to a device nobody used would cost a
+ * context on it: comm_nccl.c asks first. Call after the runtime is initialised (any device
+ * call), which loads the driver library this looks into.
+ */
+int gpu_cuda_device_active(int dev);
+
 #endif
 
 #endif

@@ -99,7 +99,7 @@ CRUN_EXPORT void crun_comm_destroy(struct crun_comm *c);
  * refuses any other with -EFAULT and a message naming the buffer and the remedy, before
  * NCCL sees it; that does not poison the communicator. Each call blocks until done (nccl:
  * until enqueued and complete on the comm's stream, with the comm's device current for the
- * call and the caller's restored after) and returns 0, -ETIMEDOUT (a peer did not answer in
+ * call and the caller's restored after, if the process has used it) and returns 0, -ETIMEDOUT (a peer did not answer in
  * time), -ECONNRESET (a peer died), -EFAULT, or another code. @send == @recv means in place.
  * One communicator is used by one thread at a time: a call while another thread is inside
  * one returns -EBUSY. So a program must not use the communicator of a crun_ddp while its

@@ -465,6 +465,40 @@ static void device_case(void)
 	store_done(st);
 }
 
+static int g_thread_dev;
+
+static void *allreduce_thread_dev(void *arg)
+{
+	(void)arg;
+	g_rc = crun_comm_allreduce(g_comm, g_buf, g_buf, 8, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	fk.get_device(&g_thread_dev);
+	return NULL;
+}
+
+static void unused_device_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	pthread_t t;
+	int rc;
+
+	/* Device 1 from the start: nothing in this process ever touches device 0. */
+	CHECK(fk.set_device(crun_cuda_device(NULL, 0)) == cudaSuccess, "set device");
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	g_comm = c;
+	g_buf = dev_floats(8);
+	/* A thread that never chose a device reads 0; switching it "back" would create a
+	 * context on GPU 0 (cudaSetDevice initialises it): it stays on the comm's device. */
+	CHECK(pthread_create(&t, NULL, allreduce_thread_dev, NULL) == 0, "thread");
+	pthread_join(t, NULL);
+	CHECK(g_rc == 0, "allreduce: %s", crun_comm_last_error(c));
+	CHECK(g_thread_dev == 1, "the thread's device after the collective: %d, expected 1",
+	      g_thread_dev);
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
 static void no_crun_case(void)
 {
 	struct crun_store *st = store_open();
@@ -496,6 +530,7 @@ static void communicator_device_is_the_callers(void **state)
 
 	(void)state;
 	in_child(device_case, env);
+	in_child(unused_device_case, env);
 	in_child(no_crun_case, outside);
 }
 

@@ -6,7 +6,8 @@
  * tests/comm/test_comm_fake_gpu.c, so the nccl backend (worker_api/comm_nccl.c) runs on a
  * machine without a GPU. Exactly the functions worker_api/gpu_loader.h resolves, typed by
  * the real header. "Device memory" is host memory kept in a list, so cudaPointerGetAttributes
- * can tell it from malloc'd memory; the current device is per thread, as in CUDA. Knobs
+ * can tell it from malloc'd memory; the current device is per thread, as in CUDA, and a
+ * device set or allocated on has its primary context active (fake_libcuda.c). Knobs
  * (read at each call): FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_ERROR (the error
  * cudaGetDeviceCount returns instead), FAKE_CUDA_DRIVER (cudaDriverGetVersion, default 13000).
  * fake_cuda_stream_hold(1) makes cudaStreamQuery answer "not ready" until released.
@@ -23,6 +24,9 @@
 #pragma GCC diagnostic pop
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
+
+/* fake_libcuda.c: the device's primary context is active once used. */
+void fake_cu_mark_active(int dev);
 
 struct CUstream_st {
 	int id;
@@ -108,6 +112,7 @@ FAKE_EXPORT cudaError_t cudaSetDevice(int d)
 		return cudaErrorInvalidDevice;
 	}
 	current = d;
+	fake_cu_mark_active(d); /* CUDA 12: cudaSetDevice initialises the primary context */
 	return cudaSuccess;
 }
 
@@ -121,6 +126,7 @@ FAKE_EXPORT cudaError_t cudaMalloc(void **p, size_t n)
 	}
 	a->n = n;
 	a->device = current;
+	fake_cu_mark_active(current);
 	pthread_mutex_lock(&lock);
 	a->next = allocs;
 	allocs = a;
