@@ -84,6 +84,8 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st);
 int comm_nccl_gpu_visible(void);
 int comm_nccl_set_stream(struct crun_comm *c, void *stream);
 void *comm_nccl_get_stream(const struct crun_comm *c);
+/** The communicator's CUDA device (crun_cuda_device()'s under crun): the device DDP's. */
+int comm_nccl_device(const struct crun_comm *c);
 #endif
 
 #endif

@@ -477,6 +477,13 @@ void *comm_nccl_get_stream(const struct crun_comm *c)
 	return g->stream;
 }
 
+int comm_nccl_device(const struct crun_comm *c)
+{
+	const struct nccl *g = c->impl;
+
+	return g->device;
+}
+
 /* Rank 0 makes the unique id and publishes it; the others wait for it. */
 static int exchange_id(struct crun_comm *c, struct crun_store *st, ncclUniqueId *id,
 		       int64_t deadline)
