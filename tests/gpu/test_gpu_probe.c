@@ -48,12 +48,15 @@ static void classification(void **state)
 	classify(&f, GPU_NONE, "no NVIDIA driver (libcuda.so.1: cannot open", &r);
 	/* A device node but no driver library: the library is missing. */
 	f.dev_node = "/dev/nvidia0";
-	classify(&f, GPU_BROKEN, "/dev/nvidia0 exists but the NVIDIA driver library cannot be "
-				 "loaded: libcuda.so.1: cannot open",
+	classify(&f, GPU_BROKEN,
+		 "/dev/nvidia0 exists but the NVIDIA driver library cannot be "
+		 "loaded: libcuda.so.1: cannot open",
 		 &r);
 	/* A working driver. */
-	f = (struct gpu_facts){.lib_path = "/usr/lib/libcuda.so.1", .count = 8,
-			       .driver_version = 12020, .dev_node = "/dev/nvidia0"};
+	f = (struct gpu_facts){.lib_path = "/usr/lib/libcuda.so.1",
+			       .count = 8,
+			       .driver_version = 12020,
+			       .dev_node = "/dev/nvidia0"};
 	classify(&f, GPU_VISIBLE, "8 CUDA devices (driver CUDA 12.2", &r);
 	assert_int_equal(r.count, 8);
 	assert_int_equal(r.driver_version, 12020);
@@ -76,8 +79,9 @@ static void classification(void **state)
 	f.cvd = "";
 	classify(&f, GPU_NONE, "CUDA_VISIBLE_DEVICES=\"\"", &r);
 	f.cvd = NULL;
-	classify(&f, GPU_BROKEN, "/dev/nvidia3 exists but the NVIDIA driver reports no CUDA "
-				 "device",
+	classify(&f, GPU_BROKEN,
+		 "/dev/nvidia3 exists but the NVIDIA driver reports no CUDA "
+		 "device",
 		 &r);
 	f.init_rc = 0;
 	classify(&f, GPU_BROKEN, "reports no CUDA device", &r);
