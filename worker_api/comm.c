@@ -40,8 +40,12 @@ static const char *backend_name(enum crun_backend b)
 	}
 }
 
-/* Resolve AUTO: the CRUN_BACKEND environment variable, then nccl if a GPU is visible, else cpu. */
-static int choose_backend(enum crun_backend want, enum crun_backend *out, struct crun_diag *d)
+/*
+ * Resolve AUTO: the CRUN_BACKEND environment variable, then nccl if a GPU is visible, else cpu.
+ * *@by_auto tells whether the GPU's presence made the choice.
+ */
+static int choose_backend(enum crun_backend want, enum crun_backend *out, bool *by_auto,
+			  struct crun_diag *d)
 {
 	const char *env;
 
@@ -63,6 +67,7 @@ static int choose_backend(enum crun_backend want, enum crun_backend *out, struct
 			}
 		}
 	}
+	*by_auto = want == CRUN_BACKEND_AUTO;
 	if (want == CRUN_BACKEND_AUTO) {
 #if CRUN_HAVE_NCCL
 		want = comm_nccl_gpu_visible() ? CRUN_BACKEND_NCCL : CRUN_BACKEND_CPU;
@@ -150,7 +155,7 @@ CRUN_EXPORT int crun_comm_create(struct crun_store *st, int rank, int size,
 		opts != NULL && opts->timeout_ms > 0 ? opts->timeout_ms : COMM_DEFAULT_TIMEOUT_MS;
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	rc = choose_backend(opts != NULL ? opts->backend : CRUN_BACKEND_AUTO, &c->backend,
-			    &c->diag);
+			    &c->backend_auto, &c->diag);
 	if (rc < 0) {
 		goto err;
 	}
@@ -196,33 +201,85 @@ CRUN_EXPORT void crun_comm_destroy(struct crun_comm *c)
 	free(c);
 }
 
-/* A failed collective poisons the comm; the first error is the one every later call returns. */
+/*
+ * A failed collective poisons the comm; the first error is the one every later call returns.
+ * Only the thread inside the call (enter()) writes; any thread may read comm_poisoned() and
+ * crun_comm_last_error(), so the message is copied before the code is published.
+ */
 static int finish(struct crun_comm *c, const char *what, int rc)
 {
-	if (rc < 0 && c->poisoned == 0) {
-		c->poisoned = rc;
+	int none = 0;
+
+	if (rc < 0 && comm_poisoned(c) == 0) {
 		if (c->diag.msg[0] == '\0') {
 			diag_set(&c->diag, rc, "comm %s: rank %d: %s: %s", c->name, c->rank, what,
 				 crun_strerror(rc));
 		}
+		snprintf(c->poison_msg, sizeof(c->poison_msg), "%s", c->diag.msg);
+		__atomic_compare_exchange_n(&c->poisoned, &none, rc, false, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED);
 		log_error("%s", c->diag.msg);
 	}
 	return rc;
 }
 
-static int check_common(struct crun_comm *c, const char *what, enum crun_dtype dt)
+/*
+ * One thread at a time inside a call on @c (the collectives and crun_comm_set_stream()):
+ * a second one gets -EBUSY at once instead of corrupting the first one's state or, with
+ * nccl, enqueuing on a communicator NCCL does not let two threads use (a program calling
+ * the communicator while a DDP's buckets are in flight on it). @c's message is the busy
+ * thread's, so this one is only logged.
+ */
+static int enter(struct crun_comm *c, const char *what)
 {
 	if (c == NULL) {
 		return -EINVAL;
 	}
-	if (c->poisoned != 0) {
-		return c->poisoned;
+	if (__atomic_exchange_n(&c->busy, 1, __ATOMIC_ACQUIRE) != 0) {
+		log_error("comm %s: rank %d: %s: another thread is inside a call on this "
+			  "communicator (a DDP's buckets in flight?): one thread at a time",
+			  c->name, c->rank, what);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static int leave(struct crun_comm *c, int rc)
+{
+	__atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+	return rc;
+}
+
+static int check_common(struct crun_comm *c, const char *what, enum crun_dtype dt)
+{
+	int rc = comm_poisoned(c);
+
+	if (rc != 0) {
+		return rc;
 	}
 	c->diag.msg[0] = '\0';
 	c->diag.code = 0;
 	if (dt != CRUN_DTYPE_FLOAT32 && dt != CRUN_DTYPE_FLOAT64) {
 		return diag_set(&c->diag, -EINVAL, "comm %s: %s: unknown dtype %d", c->name, what,
 				(int)dt);
+	}
+	return 0;
+}
+
+/* The backend's verdict on each buffer (nccl: device memory only); NULL entries are skipped. */
+static int check_bufs(struct crun_comm *c, const char *what, const void *send, const void *recv)
+{
+	int rc;
+
+	if (c->ops->check_buf == NULL) {
+		return 0;
+	}
+	if (send != NULL &&
+	    (rc = c->ops->check_buf(c, what, recv == NULL ? "buffer" : "send", send)) < 0) {
+		return rc;
+	}
+	if (recv != NULL && recv != send && (rc = c->ops->check_buf(c, what, "recv", recv)) < 0) {
+		return rc;
 	}
 	return 0;
 }
@@ -257,8 +314,8 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
 	return pa < pb + blen && pb < pa + alen;
 }
 
-CRUN_EXPORT int crun_comm_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,
-				    enum crun_dtype dt, enum crun_redop op)
+static int do_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,
+			enum crun_dtype dt, enum crun_redop op)
 {
 	size_t bytes = 0;
 	int rc;
@@ -279,11 +336,14 @@ CRUN_EXPORT int crun_comm_allreduce(struct crun_comm *c, const void *send, void 
 				"comm %s: allreduce: send and recv overlap without being equal",
 				c->name);
 	}
+	rc = check_bufs(c, "allreduce", send, recv);
+	if (rc < 0) {
+		return rc;
+	}
 	return finish(c, "allreduce", c->ops->allreduce(c, send, recv, count, dt, op));
 }
 
-CRUN_EXPORT int crun_comm_broadcast(struct crun_comm *c, void *buf, size_t count,
-				    enum crun_dtype dt, int root)
+static int do_broadcast(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt, int root)
 {
 	size_t bytes;
 	int rc;
@@ -302,11 +362,15 @@ CRUN_EXPORT int crun_comm_broadcast(struct crun_comm *c, void *buf, size_t count
 	if (buf == NULL) {
 		return diag_set(&c->diag, -EINVAL, "comm %s: broadcast: NULL buffer", c->name);
 	}
+	rc = check_bufs(c, "broadcast", buf, NULL);
+	if (rc < 0) {
+		return rc;
+	}
 	return finish(c, "broadcast", c->ops->broadcast(c, buf, count, dt, root));
 }
 
-CRUN_EXPORT int crun_comm_allgather(struct crun_comm *c, const void *send, void *recv, size_t count,
-				    enum crun_dtype dt)
+static int do_allgather(struct crun_comm *c, const void *send, void *recv, size_t count,
+			enum crun_dtype dt)
 {
 	size_t bytes = 0;
 	int rc;
@@ -330,11 +394,15 @@ CRUN_EXPORT int crun_comm_allgather(struct crun_comm *c, const void *send, void 
 				"comm %s: allgather: send overlaps recv other than at block %d",
 				c->name, c->rank);
 	}
+	rc = check_bufs(c, "allgather", send, recv);
+	if (rc < 0) {
+		return rc;
+	}
 	return finish(c, "allgather", c->ops->allgather(c, send, recv, count, dt));
 }
 
-CRUN_EXPORT int crun_comm_reduce_scatter(struct crun_comm *c, const void *send, void *recv,
-					 size_t recvcount, enum crun_dtype dt, enum crun_redop op)
+static int do_reduce_scatter(struct crun_comm *c, const void *send, void *recv, size_t recvcount,
+			     enum crun_dtype dt, enum crun_redop op)
 {
 	size_t bytes = 0, es;
 	int rc;
@@ -359,11 +427,15 @@ CRUN_EXPORT int crun_comm_reduce_scatter(struct crun_comm *c, const void *send, 
 			"comm %s: reduce_scatter: recv overlaps send other than at block %d",
 			c->name, c->rank);
 	}
+	rc = check_bufs(c, "reduce_scatter", send, recv);
+	if (rc < 0) {
+		return rc;
+	}
 	return finish(c, "reduce_scatter",
 		      c->ops->reduce_scatter(c, send, recv, recvcount, dt, op));
 }
 
-CRUN_EXPORT int crun_comm_barrier(struct crun_comm *c)
+static int do_barrier(struct crun_comm *c)
 {
 	int rc;
 
@@ -372,6 +444,45 @@ CRUN_EXPORT int crun_comm_barrier(struct crun_comm *c)
 		return rc;
 	}
 	return finish(c, "barrier", c->ops->barrier(c));
+}
+
+CRUN_EXPORT int crun_comm_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,
+				    enum crun_dtype dt, enum crun_redop op)
+{
+	int rc = enter(c, "allreduce");
+
+	return rc < 0 ? rc : leave(c, do_allreduce(c, send, recv, count, dt, op));
+}
+
+CRUN_EXPORT int crun_comm_broadcast(struct crun_comm *c, void *buf, size_t count,
+				    enum crun_dtype dt, int root)
+{
+	int rc = enter(c, "broadcast");
+
+	return rc < 0 ? rc : leave(c, do_broadcast(c, buf, count, dt, root));
+}
+
+CRUN_EXPORT int crun_comm_allgather(struct crun_comm *c, const void *send, void *recv, size_t count,
+				    enum crun_dtype dt)
+{
+	int rc = enter(c, "allgather");
+
+	return rc < 0 ? rc : leave(c, do_allgather(c, send, recv, count, dt));
+}
+
+CRUN_EXPORT int crun_comm_reduce_scatter(struct crun_comm *c, const void *send, void *recv,
+					 size_t recvcount, enum crun_dtype dt, enum crun_redop op)
+{
+	int rc = enter(c, "reduce_scatter");
+
+	return rc < 0 ? rc : leave(c, do_reduce_scatter(c, send, recv, recvcount, dt, op));
+}
+
+CRUN_EXPORT int crun_comm_barrier(struct crun_comm *c)
+{
+	int rc = enter(c, "barrier");
+
+	return rc < 0 ? rc : leave(c, do_barrier(c));
 }
 
 CRUN_EXPORT int crun_comm_rank(const struct crun_comm *c)
@@ -391,7 +502,11 @@ CRUN_EXPORT enum crun_backend crun_comm_backend(const struct crun_comm *c)
 
 CRUN_EXPORT const char *crun_comm_last_error(const struct crun_comm *c)
 {
-	return c == NULL ? "comm: NULL communicator" : c->diag.msg;
+	if (c == NULL) {
+		return "comm: NULL communicator";
+	}
+	/* Once poisoned, the first error's message: written once, so any thread may read it. */
+	return comm_poisoned(c) != 0 ? c->poison_msg : c->diag.msg;
 }
 
 CRUN_EXPORT int crun_comm_set_stream(struct crun_comm *c, void *stream)
@@ -401,7 +516,9 @@ CRUN_EXPORT int crun_comm_set_stream(struct crun_comm *c, void *stream)
 	}
 #if CRUN_HAVE_NCCL
 	if (c->backend == CRUN_BACKEND_NCCL) {
-		return comm_nccl_set_stream(c, stream);
+		int rc = enter(c, "set_stream");
+
+		return rc < 0 ? rc : leave(c, comm_nccl_set_stream(c, stream));
 	}
 #endif
 	return CRUN_EBACKEND;

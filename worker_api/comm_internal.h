@@ -28,6 +28,11 @@ struct comm_ops {
 	int (*reduce_scatter)(struct crun_comm *c, const void *send, void *recv, size_t recvcount,
 			      enum crun_dtype dt, enum crun_redop op);
 	int (*barrier)(struct crun_comm *c);
+	/*
+	 * Optional: can this backend use @buf (the @which buffer of @what) at all? Called before
+	 * the collective for every buffer; an error is an argument error (the comm stays usable).
+	 */
+	int (*check_buf)(struct crun_comm *c, const char *what, const char *which, const void *buf);
 	/* Release the backend state (c->impl); never fails. */
 	void (*destroy)(struct crun_comm *c);
 };
@@ -36,14 +41,29 @@ struct crun_comm {
 	int rank;
 	int size;
 	enum crun_backend backend;
+	bool backend_auto; /* chosen by CRUN_BACKEND_AUTO (a GPU is visible), not asked for */
 	int timeout_ms;
 	uint64_t generation;	  /* how many comms of this name were created before in the store */
 	char name[COMM_MAX_NAME]; /* store namespace: keys live under "<name>/<generation>/" */
 	const struct comm_ops *ops;
-	void *impl;	       /* the backend's state */
-	int poisoned;	       /* 0, or the first error of a collective: later calls fail fast */
-	struct crun_diag diag; /* the last error, "<where>: <what>: <why>" */
+	void *impl; /* the backend's state */
+	/*
+	 * The error state, read by any thread (comm_poisoned()): 0, or the first error of a
+	 * collective, after which every call fails fast. Set once, by comm.c's finish(), with
+	 * poison_msg written before it is published (release), so a thread that sees it set
+	 * (acquire) reads a complete message.
+	 */
+	int poisoned;
+	char poison_msg[CRUN_DIAG_MSG_MAX];
+	int busy;	       /* 1 while a thread is inside a call that uses @diag (atomic) */
+	struct crun_diag diag; /* the last error, "<where>: <what>: <why>" (the busy thread's) */
 };
+
+/* 0, or the error that poisoned @c. Any thread. */
+static inline int comm_poisoned(const struct crun_comm *c)
+{
+	return __atomic_load_n(&c->poisoned, __ATOMIC_ACQUIRE);
+}
 
 /* Size in bytes of one element of @dt (4 or 8). */
 static inline size_t comm_dtype_size(enum crun_dtype dt)
@@ -64,6 +84,8 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st);
 int comm_nccl_gpu_visible(void);
 int comm_nccl_set_stream(struct crun_comm *c, void *stream);
 void *comm_nccl_get_stream(const struct crun_comm *c);
+/** The communicator's CUDA device (crun_cuda_device()'s under crun): the device DDP's. */
+int comm_nccl_device(const struct crun_comm *c);
 #endif
 
 #endif

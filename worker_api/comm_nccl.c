@@ -1,9 +1,23 @@
 /* SPDX-License-Identifier: MIT */
-/* worker_api/comm_nccl.c: the nccl backend: a non-blocking NCCL comm polled with deadlines. */
+/* worker_api/comm_nccl.c: the nccl backend: NCCL communicators set up and polled with deadlines. */
 
 /*
  * NCCL and the CUDA runtime are not linked: every call goes through the function tables of
  * worker_api/gpu_loader.h (g->cu, g->nc), loaded when the first nccl communicator is made.
+ *
+ * Two NCCL communicators per crun one. The first is made non-blocking
+ * (ncclCommInitRankConfig, blocking = 0), so that a rank that never comes cannot hold
+ * crun_comm_create() past its deadline: its state is polled (ncclCommGetAsyncError). But a
+ * non-blocking communicator starts a thread of NCCL's for every collective (NCCL 2.28:
+ * ncclGroupEndInternal, ~30 us each), so the collectives run on a second one, split off the
+ * first (ncclCommSplit, every rank the same colour) with blocking = 1 in its own config.
+ * The split is itself non-blocking: NCCL runs it on a thread and reports on the parent
+ * (ncclAsyncLaunch(..., parent): the group's blocking mode is the parent's), so it is polled
+ * to the same deadline; NCCL writes the child to its pointer when the split is done (always,
+ * failed or not). On a timeout the parent is aborted first, which raises the child's abort
+ * flag too and joins the split's thread, then the child, if any, is aborted. Once the split
+ * is done the parent is finalised and freed. See docs/gpu.md for what a blocking collective
+ * can and cannot time out on.
  */
 #include <errno.h>
 #include <sched.h>
@@ -16,22 +30,30 @@
 #include <crun/comm.h>
 #include <crun/error.h>
 #include <crun/store.h>
+#include <crun/worker.h>
 
 #include "src/common/log.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
 #include "worker_api/comm_internal.h"
+#include "worker_api/gpu_device.h"
 #include "worker_api/gpu_loader.h"
+
+/* Buffers found usable by check_buf() and remembered (device or managed memory only). */
+#define NCCL_USABLE 8
 
 struct nccl {
 	const struct gpu_cuda *cu; /* the loaded runtime (gpu_loader.h) */
 	const struct gpu_nccl *nc;
-	ncclComm_t comm;
+	ncclComm_t comm;     /* blocking, split off @parent: every collective runs on it */
+	ncclComm_t parent;   /* non-blocking, from ncclCommInitRankConfig; freed after the split */
 	cudaStream_t own;    /* created here, destroyed on destroy */
 	cudaStream_t stream; /* where collectives are enqueued: own or the program's */
 	float *token;	     /* one device float for barrier */
-	int device;
+	int device;	     /* the creator's current device (crun_cuda_device() under crun) */
+	const void *usable[NCCL_USABLE];
+	unsigned int usable_next;
 };
 
 /* One bridge per foreign error system: NCCL and CUDA results become CRUN_ENCCL / CRUN_ECUDA
@@ -42,8 +64,8 @@ static int nccl_fail(struct crun_comm *c, ncclComm_t comm, ncclResult_t r, const
 	const char *last = comm != NULL ? nc->ncclGetLastError(comm) : NULL;
 
 	return diag_set(&c->diag, CRUN_ENCCL, "comm %s: rank %d: %s: %s%s%s", c->name, c->rank,
-			call, nc->ncclGetErrorString(r),
-			last != NULL && *last != '\0' ? ": " : "", last != NULL ? last : "");
+			call, nc->ncclGetErrorString(r), last != NULL && *last != '\0' ? ": " : "",
+			last != NULL ? last : "");
 }
 
 static int cuda_fail(struct crun_comm *c, cudaError_t e, const char *call)
@@ -54,25 +76,17 @@ static int cuda_fail(struct crun_comm *c, cudaError_t e, const char *call)
 			cu->cudaGetErrorString(e));
 }
 
-/* NCCL_TRY(c, comm, ncclAllReduce, (args...), rc, label): call g->nc's @fn with @args. */
-#define NCCL_TRY(c, comm, fn, args, rc, label)                                                     \
-	do {                                                                                       \
-		ncclResult_t r_ = ((struct nccl *)(c)->impl)->nc->fn args;                         \
-		if (r_ != ncclSuccess && r_ != ncclInProgress) {                                   \
-			(rc) = nccl_fail((c), (comm), r_, #fn #args);                              \
-			goto label;                                                                \
-		}                                                                                  \
-	} while (0)
+/* @r, the result of NCCL's @call on @comm: 0 when it succeeded or is in progress. */
+static int nccl_check(struct crun_comm *c, ncclComm_t comm, ncclResult_t r, const char *call)
+{
+	return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(c, comm, r, call);
+}
 
-/* CUDA_TRY(c, cudaSetDevice, (args...), rc, label): call g->cu's @fn with @args. */
-#define CUDA_TRY(c, fn, args, rc, label)                                                           \
-	do {                                                                                       \
-		cudaError_t e_ = ((struct nccl *)(c)->impl)->cu->fn args;                          \
-		if (e_ != cudaSuccess) {                                                           \
-			(rc) = cuda_fail((c), e_, #fn #args);                                      \
-			goto label;                                                                \
-		}                                                                                  \
-	} while (0)
+/* @e, the result of the runtime's @call: 0 or CRUN_ECUDA. */
+static int cuda_check(struct crun_comm *c, cudaError_t e, const char *call)
+{
+	return e == cudaSuccess ? 0 : cuda_fail(c, e, call);
+}
 
 static void pause_briefly(void)
 {
@@ -97,7 +111,7 @@ static void pause_since(int64_t start_ns)
 	pause_briefly();
 }
 
-/* Wait until the communicator has no operation in progress, or @deadline. */
+/* Wait until @comm has no operation in progress, or @deadline. */
 static int wait_comm(struct crun_comm *c, ncclComm_t comm, int64_t deadline, const char *what)
 {
 	const struct gpu_nccl *nc = ((struct nccl *)c->impl)->nc;
@@ -143,8 +157,8 @@ static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, co
 		if (e != cudaErrorNotReady) {
 			return cuda_fail(c, e, "cudaStreamQuery");
 		}
-		if (g->nc->ncclCommGetAsyncError(g->comm, &st) == ncclSuccess && st != ncclSuccess &&
-		    st != ncclInProgress) {
+		if (g->nc->ncclCommGetAsyncError(g->comm, &st) == ncclSuccess &&
+		    st != ncclSuccess && st != ncclInProgress) {
 			return nccl_fail(c, g->comm, st, what);
 		}
 		if (crun_now_ms() >= deadline) {
@@ -166,9 +180,55 @@ static ncclRedOp_t nccl_op(enum crun_redop op)
 	return op == CRUN_REDOP_AVG ? ncclAvg : ncclSum;
 }
 
-/* After a failure the communicator is aborted, so no kernel waits forever on a dead peer. */
-static int done(struct crun_comm *c, struct nccl *g, int rc)
+/*
+ * Make the communicator's device current for one collective; *@prev receives the caller's,
+ * which device_leave() puts back, so the program's thread keeps the device it had. Unless
+ * nobody in the process has used that device: a thread that never chose one reads device 0,
+ * and cudaSetDevice(0) would create a context on GPU 0 in every rank; such a thread is left
+ * on the communicator's device, as before.
+ */
+static int device_enter(struct crun_comm *c, struct nccl *g, int *prev)
 {
+	int rc;
+
+	*prev = g->device;
+	rc = cuda_check(c, g->cu->cudaGetDevice(prev), "cudaGetDevice");
+	if (rc < 0) {
+		*prev = g->device;
+		return rc;
+	}
+	if (*prev != g->device) {
+		rc = cuda_check(c, g->cu->cudaSetDevice(g->device), "cudaSetDevice");
+	}
+	return rc;
+}
+
+static int device_leave(struct crun_comm *c, struct nccl *g, int prev, int rc)
+{
+	cudaError_t e;
+
+	if (prev != g->device && gpu_cuda_device_active(prev)) {
+		e = g->cu->cudaSetDevice(prev);
+		if (e != cudaSuccess && rc == 0) {
+			rc = cuda_fail(c, e, "cudaSetDevice (back to the caller's device)");
+		}
+	}
+	return rc;
+}
+
+/*
+ * After an enqueue (@r from NCCL's @call), wait for completion; after a failure the
+ * communicator is aborted, so no kernel waits forever on a dead peer.
+ */
+static int finish_op(struct crun_comm *c, struct nccl *g, int rc, ncclResult_t r, const char *call,
+		     int64_t deadline)
+{
+	if (rc == 0) {
+		rc = nccl_check(c, g->comm, r, call);
+	}
+	if (rc == 0) {
+		rc = wait_stream(c, g, deadline, call);
+	}
 	if (rc < 0 && g->comm != NULL) {
 		g->nc->ncclCommAbort(g->comm);
 		g->comm = NULL;
@@ -181,14 +241,16 @@ static int nccl_allreduce(struct crun_comm *c, const void *send, void *recv, siz
 {
 	struct nccl *g = c->impl;
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
-	int rc = 0;
+	ncclResult_t r = ncclSuccess;
+	int prev, rc;
 
-	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
-	NCCL_TRY(c, g->comm, ncclAllReduce,
-		 (send, recv, count, nccl_dt(dt), nccl_op(op), g->comm, g->stream), rc, out);
-	rc = wait_stream(c, g, deadline, "ncclAllReduce");
-out:
-	return done(c, g, rc);
+	rc = device_enter(c, g, &prev);
+	if (rc == 0) {
+		r = g->nc->ncclAllReduce(send, recv, count, nccl_dt(dt), nccl_op(op), g->comm,
+					 g->stream);
+	}
+	rc = finish_op(c, g, rc, r, "ncclAllReduce", deadline);
+	return device_leave(c, g, prev, rc);
 }
 
 static int nccl_broadcast(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
@@ -196,14 +258,15 @@ static int nccl_broadcast(struct crun_comm *c, void *buf, size_t count, enum cru
 {
 	struct nccl *g = c->impl;
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
-	int rc = 0;
+	ncclResult_t r = ncclSuccess;
+	int prev, rc;
 
-	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
-	NCCL_TRY(c, g->comm, ncclBroadcast, (buf, buf, count, nccl_dt(dt), root, g->comm, g->stream),
-		 rc, out);
-	rc = wait_stream(c, g, deadline, "ncclBroadcast");
-out:
-	return done(c, g, rc);
+	rc = device_enter(c, g, &prev);
+	if (rc == 0) {
+		r = g->nc->ncclBroadcast(buf, buf, count, nccl_dt(dt), root, g->comm, g->stream);
+	}
+	rc = finish_op(c, g, rc, r, "ncclBroadcast", deadline);
+	return device_leave(c, g, prev, rc);
 }
 
 static int nccl_allgather(struct crun_comm *c, const void *send, void *recv, size_t count,
@@ -211,14 +274,15 @@ static int nccl_allgather(struct crun_comm *c, const void *send, void *recv, siz
 {
 	struct nccl *g = c->impl;
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
-	int rc = 0;
+	ncclResult_t r = ncclSuccess;
+	int prev, rc;
 
-	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
-	NCCL_TRY(c, g->comm, ncclAllGather, (send, recv, count, nccl_dt(dt), g->comm, g->stream), rc,
-		 out);
-	rc = wait_stream(c, g, deadline, "ncclAllGather");
-out:
-	return done(c, g, rc);
+	rc = device_enter(c, g, &prev);
+	if (rc == 0) {
+		r = g->nc->ncclAllGather(send, recv, count, nccl_dt(dt), g->comm, g->stream);
+	}
+	rc = finish_op(c, g, rc, r, "ncclAllGather", deadline);
+	return device_leave(c, g, prev, rc);
 }
 
 static int nccl_reduce_scatter(struct crun_comm *c, const void *send, void *recv, size_t recvcount,
@@ -226,14 +290,16 @@ static int nccl_reduce_scatter(struct crun_comm *c, const void *send, void *recv
 {
 	struct nccl *g = c->impl;
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
-	int rc = 0;
+	ncclResult_t r = ncclSuccess;
+	int prev, rc;
 
-	CUDA_TRY(c, cudaSetDevice, (g->device), rc, out);
-	NCCL_TRY(c, g->comm, ncclReduceScatter,
-		 (send, recv, recvcount, nccl_dt(dt), nccl_op(op), g->comm, g->stream), rc, out);
-	rc = wait_stream(c, g, deadline, "ncclReduceScatter");
-out:
-	return done(c, g, rc);
+	rc = device_enter(c, g, &prev);
+	if (rc == 0) {
+		r = g->nc->ncclReduceScatter(send, recv, recvcount, nccl_dt(dt), nccl_op(op),
+					     g->comm, g->stream);
+	}
+	rc = finish_op(c, g, rc, r, "ncclReduceScatter", deadline);
+	return device_leave(c, g, prev, rc);
 }
 
 static int nccl_barrier(struct crun_comm *c)
@@ -243,31 +309,126 @@ static int nccl_barrier(struct crun_comm *c)
 	return nccl_allreduce(c, g->token, g->token, 1, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 }
 
+/*
+ * NCCL takes memory the communicator's device can address (NCCL's "Data Pointers": device
+ * memory of that device, managed memory, host memory registered and mapped for it). A plain
+ * host pointer would be read by NCCL's kernels as a device address and kill the CUDA
+ * context, so it is refused here, before NCCL sees it. Usable device and managed buffers
+ * are remembered (their addresses are not reused by host allocations), so a program that
+ * reduces the same buffers every step asks the runtime once per buffer.
+ */
+static int nccl_check_buf(struct crun_comm *c, const char *what, const char *which, const void *buf)
+{
+	struct nccl *g = c->impl;
+	struct cudaPointerAttributes a;
+	const char *why = NULL;
+	cudaError_t e;
+	unsigned int i;
+
+	for (i = 0; i < NCCL_USABLE; i++) {
+		if (g->usable[i] == buf) {
+			return 0;
+		}
+	}
+	memset(&a, 0, sizeof(a));
+	e = g->cu->cudaPointerGetAttributes(&a, buf);
+	if (e != cudaSuccess) {
+		return diag_set(&c->diag, -EFAULT,
+				"comm %s: rank %d: %s: %s buffer %p: cudaPointerGetAttributes: %s",
+				c->name, c->rank, what, which, buf, g->cu->cudaGetErrorString(e));
+	}
+	switch (a.type) {
+	case cudaMemoryTypeDevice:
+		if (a.device != g->device) {
+			return diag_set(&c->diag, -EFAULT,
+					"comm %s: rank %d: %s: %s buffer %p is on CUDA device %d, "
+					"the communicator on device %d: allocate it on the "
+					"communicator's device",
+					c->name, c->rank, what, which, buf, a.device, g->device);
+		}
+		break;
+	case cudaMemoryTypeManaged:
+		break;
+	case cudaMemoryTypeHost:
+		if (a.devicePointer == buf) {
+			return 0; /* registered and mapped: usable, but not remembered */
+		}
+		why = a.devicePointer == NULL ? "pinned host memory the device cannot address"
+					      : "pinned host memory whose device address differs "
+						"(pass cudaHostGetDevicePointer()'s)";
+		break;
+	default:
+		why = "host memory (not from cudaMalloc: malloc, the stack, ...)";
+		break;
+	}
+	if (why != NULL) {
+		return diag_set(&c->diag, -EFAULT,
+				"comm %s: rank %d: %s: %s buffer %p is %s; the nccl backend needs "
+				"device memory%s",
+				c->name, c->rank, what, which, buf, why,
+				c->backend_auto ? ": this communicator is nccl because a GPU is "
+						  "visible (backend auto): for host buffers set "
+						  "CRUN_BACKEND=cpu or create it with "
+						  "CRUN_BACKEND_CPU"
+						: " (host buffers need a cpu communicator)");
+	}
+	g->usable[g->usable_next++ % NCCL_USABLE] = buf;
+	return 0;
+}
+
+/*
+ * Free @*comm: finalised and destroyed when @clean and it completes by @deadline, else
+ * aborted. Never fails; a message is only logged at debug level.
+ */
+static void release(struct crun_comm *c, struct nccl *g, ncclComm_t *comm, bool clean,
+		    int64_t deadline)
+{
+	struct crun_diag saved = c->diag;
+	ncclResult_t r;
+
+	if (*comm == NULL) {
+		return;
+	}
+	if (clean) {
+		r = g->nc->ncclCommFinalize(*comm);
+		if ((r == ncclSuccess || r == ncclInProgress) &&
+		    wait_comm(c, *comm, deadline, "ncclCommFinalize") == 0) {
+			g->nc->ncclCommDestroy(*comm);
+			*comm = NULL;
+			return;
+		}
+		log_debug("%s", c->diag.msg);
+		c->diag = saved; /* the error that led here, if any, is the one to report */
+	}
+	g->nc->ncclCommAbort(*comm);
+	*comm = NULL;
+}
+
 static void nccl_destroy(struct crun_comm *c)
 {
 	struct nccl *g = c->impl;
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
+	int prev = -1;
 
 	if (g == NULL) {
 		return;
 	}
-	g->cu->cudaSetDevice(g->device);
-	if (g->comm != NULL) {
-		/* Flush, then free; a communicator that cannot finish in time is aborted. */
-		ncclResult_t r =
-			c->poisoned == 0 ? g->nc->ncclCommFinalize(g->comm) : ncclInvalidUsage;
-
-		if ((r == ncclSuccess || r == ncclInProgress) &&
-		    wait_comm(c, g->comm, deadline, "ncclCommFinalize") == 0) {
-			g->nc->ncclCommDestroy(g->comm);
-		} else {
-			g->nc->ncclCommAbort(g->comm);
-		}
+	if (g->cu->cudaGetDevice(&prev) != cudaSuccess) {
+		prev = -1;
 	}
+	if (g->device >= 0) {
+		g->cu->cudaSetDevice(g->device);
+	}
+	/* Flush, then free; a communicator that cannot finish in time is aborted. */
+	release(c, g, &g->comm, comm_poisoned(c) == 0, deadline);
+	release(c, g, &g->parent, false, deadline);
 	if (g->own != NULL) {
 		g->cu->cudaStreamDestroy(g->own);
 	}
 	g->cu->cudaFree(g->token);
+	if (prev >= 0 && g->device >= 0 && prev != g->device && gpu_cuda_device_active(prev)) {
+		g->cu->cudaSetDevice(prev);
+	}
 	free(g);
 	c->impl = NULL;
 }
@@ -278,6 +439,7 @@ static const struct comm_ops nccl_ops = {
 	.allgather = nccl_allgather,
 	.reduce_scatter = nccl_reduce_scatter,
 	.barrier = nccl_barrier,
+	.check_buf = nccl_check_buf,
 	.destroy = nccl_destroy,
 };
 
@@ -286,7 +448,6 @@ int comm_nccl_gpu_visible(void)
 	const struct gpu_cuda *cu;
 	const struct gpu_nccl *nc;
 	struct crun_diag d = {0};
-	int n = 0;
 
 	/* Without the libraries there is no nccl backend to choose; say why at debug level. */
 	if (gpu_cuda_load(&cu, &d) < 0 || gpu_nccl_load(&nc, &d) < 0) {
@@ -294,7 +455,11 @@ int comm_nccl_gpu_visible(void)
 		return 0;
 	}
 	/* Without a driver the runtime reports an error here; it does not crash. */
-	return cu->cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+	if (gpu_cuda_device_count(cu, &d) < 0) {
+		log_debug("comm: backend auto: %s", d.msg);
+		return 0;
+	}
+	return 1;
 }
 
 int comm_nccl_set_stream(struct crun_comm *c, void *stream)
@@ -310,6 +475,13 @@ void *comm_nccl_get_stream(const struct crun_comm *c)
 	const struct nccl *g = c->impl;
 
 	return g->stream;
+}
+
+int comm_nccl_device(const struct crun_comm *c)
+{
+	const struct nccl *g = c->impl;
+
+	return g->device;
 }
 
 /* Rank 0 makes the unique id and publishes it; the others wait for it. */
@@ -359,27 +531,92 @@ static int exchange_id(struct crun_comm *c, struct crun_store *st, ncclUniqueId 
 	return 0;
 }
 
+/*
+ * The communicator's device: the calling thread's current one, which must be this process's
+ * (crun_cuda_device(): the local rank among the visible devices, more local ranks than
+ * devices refused unless CRUN_GPU_SHARING=1). Outside crun (no RANK and WORLD_SIZE: the
+ * ranks came from the caller) there is nothing to compare with, and the current device is
+ * taken as it is.
+ */
+static int pick_device(struct crun_comm *c, struct nccl *g)
+{
+	struct crun_diag d = {0};
+	int n, want = -1, cur = -1, rc;
+
+	n = gpu_cuda_device_count(g->cu, &d);
+	if (n < 0) {
+		return diag_set(&c->diag, n, "comm %s: rank %d: backend nccl: %s", c->name, c->rank,
+				d.msg);
+	}
+	rc = cuda_check(c, g->cu->cudaGetDevice(&cur), "cudaGetDevice");
+	if (rc < 0) {
+		return rc;
+	}
+	rc = worker_cuda_device(n, &want, &d);
+	if (rc == CRUN_ENOTCRUN) {
+		log_debug("comm %s: rank %d: backend nccl: not under crun: the current device, %d",
+			  c->name, c->rank, cur);
+		g->device = cur;
+		return 0;
+	}
+	if (rc < 0) {
+		return diag_set(&c->diag, rc, "comm %s: rank %d: backend nccl: %s", c->name,
+				c->rank, d.msg);
+	}
+	if (want != cur) {
+		return diag_set(
+			&c->diag, CRUN_ECONFIG,
+			"comm %s: rank %d: backend nccl: the calling thread's current CUDA "
+			"device is %d, but this process's device is %d (crun_cuda_device(): "
+			"local rank %d, %d visible): call cudaSetDevice(crun_cuda_device(NULL, "
+			"0)) before crun_comm_create() and allocating buffers",
+			c->name, c->rank, cur, want, crun_local_rank(), n);
+	}
+	g->device = cur;
+	return 0;
+}
+
+/*
+ * Split the blocking communicator the collectives use off the non-blocking parent, polling
+ * the parent to @deadline (the header comment says why and how). On failure the caller
+ * aborts the parent before the child.
+ */
+static int split_blocking(struct crun_comm *c, struct nccl *g, int64_t deadline)
+{
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	int rc;
+
+	config.blocking = 1;
+	rc = nccl_check(c, g->parent,
+			g->nc->ncclCommSplit(g->parent, 0, c->rank, &g->comm, &config),
+			"ncclCommSplit");
+	if (rc == 0) {
+		rc = wait_comm(c, g->parent, deadline, "ncclCommSplit");
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	/* The parent's success was published after NCCL stored the child (release, acquire). */
+	if (g->comm == NULL) {
+		return nccl_fail(c, g->parent, ncclInternalError,
+				 "ncclCommSplit (no communicator)");
+	}
+	return wait_comm(c, g->comm, deadline, "ncclCommSplit (the new communicator)");
+}
+
 int comm_nccl_init(struct crun_comm *c, struct crun_store *st)
 {
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-	const char *lr = getenv("LOCAL_RANK");
 	const struct gpu_cuda *cu;
 	const struct gpu_nccl *nc;
 	ncclUniqueId id;
 	struct nccl *g;
-	cudaError_t e;
-	int ndev = 0, rc = 0;
+	int rc;
 
 	if (gpu_cuda_load(&cu, &c->diag) < 0 || gpu_nccl_load(&nc, &c->diag) < 0) {
 		diag_prefix(&c->diag, "comm %s: rank %d: backend nccl", c->name, c->rank);
 		return CRUN_EBACKEND;
-	}
-	e = cu->cudaGetDeviceCount(&ndev);
-	if (e != cudaSuccess || ndev == 0) {
-		return diag_set(&c->diag, CRUN_ENODEV, "comm %s: rank %d: backend nccl: %s",
-				c->name, c->rank,
-				e != cudaSuccess ? cu->cudaGetErrorString(e) : "no CUDA device");
 	}
 	g = calloc(1, sizeof(*g));
 	if (g == NULL) {
@@ -389,26 +626,39 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st)
 	g->nc = nc;
 	c->impl = g;
 	c->ops = &nccl_ops;
-	g->device = (lr != NULL ? atoi(lr) : 0) % ndev;
-	if (g->device < 0) {
-		g->device = 0;
+	g->device = -1;
+	rc = pick_device(c, g);
+	if (rc < 0) {
+		goto err;
 	}
-	CUDA_TRY(c, cudaSetDevice, (g->device), rc, err);
-	CUDA_TRY(c, cudaStreamCreateWithFlags, (&g->own, cudaStreamNonBlocking), rc, err);
+	/* The current device is the communicator's: everything below lands on it. */
+	if ((rc = cuda_check(c, cu->cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking),
+			     "cudaStreamCreateWithFlags")) < 0 ||
+	    (rc = cuda_check(c, cu->cudaMalloc((void **)&g->token, sizeof(float)), "cudaMalloc")) <
+		    0 ||
+	    (rc = cuda_check(c, cu->cudaMemset(g->token, 0, sizeof(float)), "cudaMemset")) < 0) {
+		goto err;
+	}
 	g->stream = g->own;
-	CUDA_TRY(c, cudaMalloc, ((void **)&g->token, sizeof(float)), rc, err);
-	CUDA_TRY(c, cudaMemset, (g->token, 0, sizeof(float)), rc, err);
 	rc = exchange_id(c, st, &id, deadline);
 	if (rc < 0) {
 		goto err;
 	}
 	config.blocking = 0;
-	NCCL_TRY(c, g->comm, ncclCommInitRankConfig, (&g->comm, c->size, id, c->rank, &config),
-		 rc, err);
-	rc = wait_comm(c, g->comm, deadline, "ncclCommInitRankConfig");
+	rc = nccl_check(c, g->parent,
+			nc->ncclCommInitRankConfig(&g->parent, c->size, id, c->rank, &config),
+			"ncclCommInitRankConfig");
+	if (rc == 0) {
+		rc = wait_comm(c, g->parent, deadline, "ncclCommInitRankConfig");
+	}
+	if (rc == 0) {
+		rc = split_blocking(c, g, deadline);
+	}
 	if (rc < 0) {
 		goto err;
 	}
+	/* Every rank has taken part in the split: the parent is no longer needed. */
+	release(c, g, &g->parent, true, deadline);
 	/* As for cpu: nobody returns before every rank has joined this generation. */
 	rc = nccl_barrier(c);
 	if (rc < 0) {
@@ -416,11 +666,16 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st)
 	}
 	return 0;
 err:
+	/* The parent first: that stops and joins a split still running, which sets g->comm. */
+	if (g->parent != NULL) {
+		g->nc->ncclCommAbort(g->parent);
+		g->parent = NULL;
+	}
 	if (g->comm != NULL) {
 		g->nc->ncclCommAbort(g->comm);
 		g->comm = NULL;
 	}
-	c->poisoned = rc;
+	__atomic_store_n(&c->poisoned, rc, __ATOMIC_RELEASE);
 	nccl_destroy(c);
 	c->ops = NULL;
 	return rc;

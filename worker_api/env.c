@@ -14,10 +14,13 @@
 #include <crun/error.h>
 #include <crun/worker.h>
 
+#include "config.h"
 #include "src/common/diag.h"
 #include "src/common/fs.h"
 #include "src/common/opts.h"
 #include "src/common/parse.h"
+#include "worker_api/gpu_device.h"
+#include "worker_api/gpu_loader.h"
 #include "worker_api/worker_internal.h"
 
 static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -281,3 +284,48 @@ QUERY_STR(crun_run_id, run_id)
 QUERY_STR(crun_master_addr, master_addr)
 QUERY_STR(crun_store_endpoint, store_endpoint)
 QUERY_STR(crun_store_key_prefix, store_prefix)
+
+int worker_cuda_device(int ndev, int *dev, struct crun_diag *d)
+{
+	const struct worker_env *e;
+	bool sharing;
+	int rc;
+
+	e = worker_env_get(&rc);
+	if (e == NULL) {
+		return diag_set(d, rc, "%s", g_diag.msg[0] != '\0' ? g_diag.msg : crun_strerror(rc));
+	}
+	rc = gpu_sharing_parse(getenv("CRUN_GPU_SHARING"), &sharing, d);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = gpu_device_pick(e->local_rank, e->local_world_size, ndev, sharing,
+			     getenv("CUDA_VISIBLE_DEVICES"), dev, d);
+	if (rc < 0) {
+		diag_prefix(d, "local rank %d", e->local_rank);
+	}
+	return rc;
+}
+
+CRUN_EXPORT int crun_cuda_device(char *err, size_t errlen)
+{
+	struct crun_diag d = {0};
+#if CRUN_HAVE_NCCL
+	const struct gpu_cuda *cu;
+	int n, dev = 0, rc;
+
+	rc = gpu_cuda_load(&cu, &d);
+	if (rc == 0) {
+		n = gpu_cuda_device_count(cu, &d);
+		rc = n < 0 ? n : worker_cuda_device(n, &dev, &d);
+	}
+	if (rc == 0) {
+		return dev;
+	}
+	diag_prefix(&d, "libcrun-worker: CUDA device");
+#else
+	diag_set(&d, CRUN_EBACKEND,
+		 "libcrun-worker: CUDA device: this libcrun-worker was built without CUDA");
+#endif
+	return diag_copy_out(&d, err, errlen);
+}

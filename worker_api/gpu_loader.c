@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <crun/error.h>
@@ -19,8 +20,11 @@
 #define CRUN_CUDA_ROOT "/usr/local/cuda"
 #endif
 
-/* NCCL 2.14 brought ncclCommInitRankConfig (non-blocking init) and ncclCommFinalize. */
-#define GPU_NCCL_MIN_VERSION 21400
+/*
+ * NCCL 2.14 brought ncclCommInitRankConfig (non-blocking init) and ncclCommFinalize, 2.18
+ * ncclCommSplit (comm_nccl.c splits a blocking communicator off the non-blocking one).
+ */
+#define GPU_NCCL_MIN_VERSION 21800
 
 /* The symbol a name stands for after the headers' own macros (e.g. the _ptsz variants). */
 #define GPU_STR_(x) #x
@@ -109,6 +113,35 @@ static int resolve(void *h, const struct gpu_sym *syms, size_t n, void *table, c
 	return 0;
 }
 
+/*
+ * The CUDA runtime opens the driver library as "libcuda.so.1" through the dynamic loader's
+ * search. Where that finds none but cuda-root holds a driver library (the forward
+ * compatibility package's compat/, or a driver installed beside the toolkit; never the
+ * toolkit's lib64/stubs/, which only links), open that one first: the runtime's later
+ * dlopen("libcuda.so.1") then matches it by soname. src/gpu_count.c looks in the same
+ * places, so crun's GPU count and the workers see the same driver.
+ */
+static void driver_preload(void)
+{
+	static const char *const dirs[] = {CRUN_CUDA_ROOT "/compat/", CRUN_CUDA_ROOT "/lib64/",
+					   CRUN_CUDA_ROOT "/lib/"};
+	char name[512];
+	size_t i;
+
+	if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) != NULL) {
+		return;
+	}
+	for (i = 0; i < ARRAY_SIZE(dirs); i++) {
+		snprintf(name, sizeof(name), "%slibcuda.so.1", dirs[i]);
+		if (dlopen(name, RTLD_NOW | RTLD_LOCAL) != NULL) {
+			log_debug("gpu: loaded the NVIDIA driver library %s (not on the loader's path)",
+				  name);
+			return;
+		}
+	}
+	(void)dlerror();
+}
+
 static void cuda_load_once(void)
 {
 	struct gpu_cuda *t = &cuda_table;
@@ -117,6 +150,7 @@ static void cuda_load_once(void)
 	void *h, *p;
 	int v = 0;
 
+	driver_preload();
 	h = lib_open("the CUDA runtime", "libcudart.so", CUDART_VERSION / 1000, t->path,
 		     sizeof(t->path), &cuda_lib.diag);
 	if (h == NULL) {
@@ -183,7 +217,7 @@ static void nccl_load_once(void)
 	}
 	if (t->version != 0 && t->version < GPU_NCCL_MIN_VERSION) {
 		nccl_lib.rc = diag_set(&nccl_lib.diag, CRUN_EBACKEND,
-				       "%s: %s found, 2.14 or newer needed", t->path, version);
+				       "%s: %s found, 2.18 or newer needed", t->path, version);
 		return;
 	}
 	if (t->version != 0 && (t->version >= 20900 ? t->version / 10000 : t->version / 1000) !=
@@ -218,4 +252,82 @@ int gpu_nccl_load(const struct gpu_nccl **out, struct crun_diag *d)
 	}
 	*out = &nccl_table;
 	return 0;
+}
+
+int gpu_cuda_device_count(const struct gpu_cuda *cu, struct crun_diag *d)
+{
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	cudaError_t e;
+	int n = 0, drv = 0;
+
+	e = cu->cudaGetDeviceCount(&n);
+	if (e == cudaSuccess && n > 0) {
+		return n;
+	}
+	if (e == cudaSuccess || e == cudaErrorNoDevice) {
+		return diag_set(d, CRUN_ENODEV, "no CUDA device visible (CUDA_VISIBLE_DEVICES%s%s%s)",
+				cvd != NULL ? "=\"" : " unset", cvd != NULL ? cvd : "",
+				cvd != NULL ? "\"" : "");
+	}
+	/* 0 when no driver is installed (cudaDriverGetVersion's documented answer). */
+	if (cu->cudaDriverGetVersion(&drv) != cudaSuccess) {
+		drv = -1;
+	}
+	if (drv == 0) {
+		return diag_set(d, CRUN_ENODEV, "no NVIDIA driver: the CUDA runtime finds no "
+				"libcuda.so.1 (cudaGetDeviceCount: %s)", cu->cudaGetErrorString(e));
+	}
+	if (e == cudaErrorInsufficientDriver && drv > 0) {
+		return diag_set(d, CRUN_ENODEV,
+				"the NVIDIA driver supports CUDA %d.%d, older than the CUDA runtime "
+				"%d.%d (%s): update the driver or use the CUDA forward-compatibility "
+				"package (cudaGetDeviceCount: %s)",
+				drv / 1000, drv % 1000 / 10, cu->version / 1000,
+				cu->version % 1000 / 10, cu->path, cu->cudaGetErrorString(e));
+	}
+	if (e == cudaErrorSystemNotReady) {
+		return diag_set(d, CRUN_ENODEV,
+				"the system is not ready for CUDA: on NVSwitch machines is "
+				"nvidia-fabricmanager running? (cudaGetDeviceCount: %s)",
+				cu->cudaGetErrorString(e));
+	}
+	return diag_set(d, CRUN_ENODEV, "cudaGetDeviceCount: %s (error %d, driver CUDA %d.%d)",
+			cu->cudaGetErrorString(e), (int)e, drv > 0 ? drv / 1000 : 0,
+			drv > 0 ? drv % 1000 / 10 : 0);
+}
+
+/* Two driver functions, from the libcuda.so.1 the runtime loaded (never loaded here). */
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static int (*drv_device_get)(int *dev, int ordinal);
+static int (*drv_primary_state)(int dev, unsigned int *flags, int *active);
+
+static void drv_load_once(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	void *a, *b;
+
+	if (h == NULL) {
+		(void)dlerror();
+		return;
+	}
+	/* CUdevice is an int and CUresult an enum: the prototypes of cuda.h, without it. */
+	a = dlsym(h, "cuDeviceGet");
+	b = dlsym(h, "cuDevicePrimaryCtxGetState");
+	if (a != NULL && b != NULL) {
+		memcpy(&drv_device_get, &a, sizeof(a));
+		memcpy(&drv_primary_state, &b, sizeof(b));
+	}
+}
+
+int gpu_cuda_device_active(int dev)
+{
+	unsigned int flags = 0;
+	int cudev = 0, active = 1;
+
+	pthread_once(&drv_once, drv_load_once);
+	if (drv_primary_state == NULL || drv_device_get(&cudev, dev) != 0 ||
+	    drv_primary_state(cudev, &flags, &active) != 0) {
+		return 1;
+	}
+	return active != 0;
 }

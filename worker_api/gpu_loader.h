@@ -32,9 +32,10 @@ struct gpu_nccl;
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-/* Exactly the CUDA runtime functions libcrun-worker calls (comm_nccl.c, ddp_mem_cuda.c). */
+/* Exactly the CUDA runtime functions libcrun-worker calls (comm_nccl.c, ddp_mem_cuda.c, env.c). */
 #define GPU_CUDA_FUNCS(X)                                                                          \
 	X(cudaGetErrorString)                                                                      \
+	X(cudaDriverGetVersion)                                                                    \
 	X(cudaGetDeviceCount)                                                                      \
 	X(cudaGetDevice)                                                                           \
 	X(cudaSetDevice)                                                                           \
@@ -49,7 +50,8 @@ struct gpu_nccl;
 	X(cudaStreamWaitEvent)                                                                     \
 	X(cudaEventCreateWithFlags)                                                                \
 	X(cudaEventDestroy)                                                                        \
-	X(cudaEventRecord)
+	X(cudaEventRecord)                                                                         \
+	X(cudaPointerGetAttributes)
 
 /* Exactly the NCCL functions libcrun-worker calls (comm_nccl.c). */
 #define GPU_NCCL_FUNCS(X)                                                                          \
@@ -57,6 +59,7 @@ struct gpu_nccl;
 	X(ncclGetLastError)                                                                        \
 	X(ncclGetUniqueId)                                                                         \
 	X(ncclCommInitRankConfig)                                                                  \
+	X(ncclCommSplit)                                                                           \
 	X(ncclCommGetAsyncError)                                                                   \
 	X(ncclCommFinalize)                                                                        \
 	X(ncclCommDestroy)                                                                         \
@@ -88,8 +91,26 @@ struct gpu_nccl {
  * it), or which symbol is missing from which file, with the version found.
  */
 int gpu_cuda_load(const struct gpu_cuda **out, struct crun_diag *d);
-/** As gpu_cuda_load(), for NCCL (2.14 or newer: the non-blocking config and finalize). */
+/** As gpu_cuda_load(), for NCCL (2.18 or newer: non-blocking init, finalize, split). */
 int gpu_nccl_load(const struct gpu_nccl **out, struct crun_diag *d);
+
+/**
+ * The number of CUDA devices the runtime @cu sees (>= 1), or CRUN_ENODEV with the cause in
+ * @d (may be NULL), named as a person would fix it: no NVIDIA driver; a driver older than
+ * the runtime (both versions); the system not ready (NVSwitch machines: the fabric manager);
+ * no device visible (with CUDA_VISIBLE_DEVICES); else the runtime's own words.
+ */
+int gpu_cuda_device_count(const struct gpu_cuda *cu, struct crun_diag *d);
+
+/**
+ * 1 when device @dev's primary context is active in this process (someone has used the
+ * device), 0 when it is not, 1 when that cannot be told (the driver's
+ * cuDevicePrimaryCtxGetState not found). cudaSetDevice() initialises the primary context
+ * (CUDA 12 and later), so switching a thread "back" to a device nobody used would cost a
+ * context on it: comm_nccl.c asks first. Call after the runtime is initialised (any device
+ * call), which loads the driver library this looks into.
+ */
+int gpu_cuda_device_active(int dev);
 
 #endif
 

@@ -10,9 +10,13 @@
  * alternate between the two and the best round of each is kept. Rank 0 prints nccl-tests'
  * figures (algbw = bytes / time, busbw = algbw * 2(n-1)/n) and the ratio crun / direct of
  * busbw (= direct time / crun time: 1.00 is parity). --check PCT exits 1 when a size of at
- * least --check-from bytes is more than PCT % slower through crun.
+ * least --check-from bytes is more than PCT % slower through crun, or when either side's
+ * sums differ from the serial reference: the send buffers hold non-zero, rank-dependent
+ * small integers (exact in float32), and after each size's timing one allreduce of each kind
+ * is copied back and compared element by element with the sums computed on the host.
  *
- * Exit status: 0, 1 (check failed), 2 (bad option), 77 (no GPU), 3 (setup failed).
+ * Exit status: 0, 1 (check failed), 2 (bad option), 77 (no GPU visible: src/gpu_count.h),
+ * 3 (setup failed, including a GPU that is visible but that CUDA cannot use).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -31,7 +35,11 @@
 
 #include <crun/crun.h>
 
+#include "src/gpu_count.h"
+
 #define EXIT_NO_GPU 77
+/* The send data: rank r's element i. Period 29 in i; from 1 to 29, so sums are exact. */
+#define VAL_PERIOD 29
 
 static struct {
 	size_t min_bytes, max_bytes;
@@ -202,6 +210,56 @@ static void exchange_id(struct crun_store *st, int rank, ncclUniqueId *id)
 	free(val);
 }
 
+static float val(int rank, size_t i)
+{
+	return (float)(((size_t)(rank + 1) * 7u + (i % VAL_PERIOD) * 13u) % VAL_PERIOD + 1u);
+}
+
+/*
+ * No usable device: exit 77 only where no GPU is visible at all; a visible GPU that the
+ * CUDA runtime cannot use (driver too old, fabric manager, ...) is a setup failure.
+ */
+static void no_device(cudaError_t e, int ndev)
+{
+	struct crun_diag d = {0};
+	struct gpu_probe p;
+	int drv = 0;
+
+	if (gpu_probe(&p, &d) == 0 && p.state == GPU_NONE) {
+		fprintf(stderr, "nccl_bench: no GPU available: %s (%s)\n",
+			e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device", p.msg);
+		exit(EXIT_NO_GPU);
+	}
+	cudaDriverGetVersion(&drv);
+	fprintf(stderr,
+		"nccl_bench: a GPU is visible (%s) but the CUDA runtime %d.%d sees %d device(s): "
+		"%s (driver supports CUDA %d.%d)\n",
+		d.msg[0] != '\0' ? d.msg : p.msg, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
+		ndev, e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device", drv / 1000,
+		drv % 1000 / 10);
+	exit(3);
+}
+
+/* Copy @dev (@count floats) back and compare with the serial reference @ref. */
+static int verify(const char *who, const float *dev, size_t count, const float *ref,
+		  float *host)
+{
+	size_t i;
+
+	CUDA_OK(cudaMemcpy(host, dev, count * sizeof(float), cudaMemcpyDeviceToHost));
+	for (i = 0; i < count; i++) {
+		if (host[i] != ref[i % VAL_PERIOD]) {
+			fprintf(stderr,
+				"nccl_bench: rank %d: %s allreduce of %zu bytes: element %zu is %g, "
+				"the serial reference %g\n",
+				g_rank, who, count * sizeof(float), i, (double)host[i],
+				(double)ref[i % VAL_PERIOD]);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_NCCL, .timeout_ms = 120000,
@@ -212,18 +270,18 @@ int main(int argc, char **argv)
 	cudaStream_t stream;
 	ncclUniqueId id;
 	char err[512];
+	float ref[VAL_PERIOD], *host = NULL;
 	void *send, *recv;
 	size_t bytes, count;
 	double t0, t, best_crun, best_direct, factor, algbw_c, algbw_d, ratio;
-	int rank, world, ndev = 0, rc, i, r, failed = 0;
+	int rank, world, ndev = 0, dev, rc, i, r, failed = 0, wrong = 0;
+	size_t k;
 	cudaError_t e;
 
 	parse_args(argc, argv);
 	e = cudaGetDeviceCount(&ndev);
 	if (e != cudaSuccess || ndev == 0) {
-		fprintf(stderr, "nccl_bench: no GPU available: %s\n",
-			e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
-		return EXIT_NO_GPU;
+		no_device(e, ndev);
 	}
 	rc = crun_init(NULL, err, sizeof(err));
 	if (rc < 0) {
@@ -233,7 +291,12 @@ int main(int argc, char **argv)
 	rank = crun_rank();
 	world = crun_world_size();
 	g_rank = rank;
-	CUDA_OK(cudaSetDevice(crun_local_rank() % ndev));
+	/* The one rule for this rank's device (libcrun-worker(3)): the nccl backend checks it. */
+	dev = crun_cuda_device(err, sizeof(err));
+	if (dev < 0) {
+		fatal(3, "%s", err);
+	}
+	CUDA_OK(cudaSetDevice(dev));
 	rc = crun_worker_store_open(&st, err, sizeof(err));
 	if (rc < 0) {
 		fatal(3, "%s", err);
@@ -248,7 +311,24 @@ int main(int argc, char **argv)
 	CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 	CUDA_OK(cudaMalloc(&send, opt.max_bytes));
 	CUDA_OK(cudaMalloc(&recv, opt.max_bytes));
-	CUDA_OK(cudaMemset(send, 0, opt.max_bytes));
+	host = malloc(opt.max_bytes);
+	if (host == NULL) {
+		fatal(3, "out of memory (%zu bytes)", opt.max_bytes);
+	}
+	for (k = 0; k < opt.max_bytes / sizeof(float); k++) {
+		host[k] = val(rank, k);
+	}
+	CUDA_OK(cudaMemcpy(send, host, opt.max_bytes / sizeof(float) * sizeof(float),
+			   cudaMemcpyHostToDevice));
+	/* The copy may still be in flight on the legacy stream, which the streams of both
+	 * communicators (non-blocking) do not wait for. */
+	CUDA_OK(cudaDeviceSynchronize());
+	for (k = 0; k < VAL_PERIOD; k++) {
+		ref[k] = 0;
+		for (r = 0; r < world; r++) {
+			ref[k] += val(r, k);
+		}
+	}
 	factor = world > 1 ? 2.0 * (world - 1) / world : 1.0;
 	if (rank == 0) {
 		printf("# nccl_bench: %d ranks, float32 sum, out of place, %d iters x best of %d "
@@ -295,6 +375,24 @@ int main(int argc, char **argv)
 			t = (now_s() - t0) / opt.iters;
 			best_direct = t < best_direct ? t : best_direct;
 		}
+		if (opt.check_pct >= 0) {
+			/* The sums, each side once more, from a poisoned recv buffer (the memset
+			 * runs on the legacy stream: wait for it). */
+			CUDA_OK(cudaMemset(recv, 0xff, bytes));
+			CUDA_OK(cudaDeviceSynchronize());
+			rc = crun_comm_allreduce(comm, send, recv, count, CRUN_DTYPE_FLOAT32,
+						 CRUN_REDOP_SUM);
+			if (rc < 0) {
+				fatal(3, "crun_comm_allreduce: %s", crun_comm_last_error(comm));
+			}
+			wrong += verify("crun", recv, count, ref, host);
+			CUDA_OK(cudaMemset(recv, 0xff, bytes));
+			CUDA_OK(cudaDeviceSynchronize());
+			NCCL_OK(direct, ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, direct,
+						      stream));
+			CUDA_OK(cudaStreamSynchronize(stream));
+			wrong += verify("direct NCCL", recv, count, ref, host);
+		}
 		algbw_c = (double)bytes / best_crun / 1e9;
 		algbw_d = (double)bytes / best_direct / 1e9;
 		ratio = best_direct / best_crun;
@@ -316,6 +414,12 @@ int main(int argc, char **argv)
 		printf("# check: crun within %.0f%% of direct NCCL from %zu bytes: %s\n",
 		       opt.check_pct, opt.check_from, failed == 0 ? "ok" : "FAILED");
 	}
+	if (opt.check_pct >= 0) {
+		printf("# check: rank %d: sums against the serial reference: %s\n", rank,
+		       wrong == 0 ? "ok" : "WRONG");
+		failed += wrong;
+	}
+	free(host);
 	cudaFree(send);
 	cudaFree(recv);
 	cudaStreamDestroy(stream);

@@ -18,7 +18,8 @@ extern "C" {
  * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
  * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
  * TORCHELASTIC_ERROR_FILE) plus CRUN_STORE_ENDPOINT, CRUN_STORE_PREFIX, CRUN_STORE_TOKEN and
- * CRUN_BACKEND. The environment is read once, by crun_init() or by the first query.
+ * CRUN_BACKEND. The environment is read once, by crun_init() or by the first query
+ * (CRUN_GPU_SHARING and CUDA_VISIBLE_DEVICES: by crun_cuda_device() and the nccl backend).
  *
  * Single-process mode: with CRUN_SINGLE=1 in the environment (or opts.single), a program
  * started outside crun runs as rank 0 of 1 with a private "file://" store in a fresh
@@ -73,6 +74,22 @@ CRUN_EXPORT const char *crun_run_id(void);      /* TORCHELASTIC_RUN_ID (default 
 CRUN_EXPORT const char *crun_master_addr(void); /* MASTER_ADDR */
 CRUN_EXPORT const char *crun_store_endpoint(void); /* CRUN_STORE_ENDPOINT */
 CRUN_EXPORT const char *crun_store_key_prefix(void); /* CRUN_STORE_PREFIX (default "") */
+
+/**
+ * The CUDA device this process uses: its local rank (crun_local_rank()) among the devices
+ * the CUDA runtime sees (CUDA_VISIBLE_DEVICES applies). The one rule for "my device": the
+ * nccl backend requires it to be the calling thread's current device when a communicator is
+ * created, and the device DDP uses the current device, so call
+ * cudaSetDevice(crun_cuda_device(NULL, 0)) first. More local ranks (LOCAL_WORLD_SIZE) than
+ * visible devices is refused (NCCL refuses two ranks of one communicator on one GPU) unless
+ * CRUN_GPU_SHARING=1, which gives local rank r device r % count. Loads the CUDA runtime
+ * (libcrun-worker(3)). Returns the device (>= 0), the crun_init() code, CRUN_EBACKEND (no
+ * CUDA runtime, or built without CUDA), CRUN_ENODEV (no device visible, with the cause: no
+ * driver, a driver older than the runtime, ...) or CRUN_ECONFIG (more local ranks than
+ * devices, or a bad CRUN_GPU_SHARING); @err (may be NULL) receives the message.
+ * Thread-safe.
+ */
+CRUN_EXPORT int crun_cuda_device(char *err, size_t errlen);
 
 /**
  * Open a new handle to the job's store, scoped to this attempt's prefix (CRUN_STORE_PREFIX)

@@ -19,8 +19,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "src/common/util.h"
 #include "src/common/clock.h"
+#include "src/gpu_count.h"
 
 #define MAX_PROCS 16
 #define S(lit) ((char *)(lit)) /* execv() takes char *const[]; it does not write them */
@@ -478,38 +480,85 @@ static void file_store_works_too(void **state)
 	run_group(ep, 0, 2, 3, "all", 60000, 120000, 0);
 }
 
-/* NCCL: skip (77) without a GPU, else it must pass. One rank: any GPU machine has one device. */
+/* Run the nccl scenario on @n ranks (one per GPU): 0 when every rank passed. */
+static int run_nccl_ranks(struct store_daemon *d, int n)
+{
+	struct proc p[4];
+	char prefix[64], ranks[4][16], size[16];
+	int bad = 0;
+
+	snprintf(prefix, sizeof(prefix), "nccl%d-%d/", (int)getpid(), ++prefix_seq);
+	snprintf(size, sizeof(size), "%d", n);
+	for (int i = 0; i < n; i++) {
+		char *argv[] = {(char *)worker_exe, d->endpoint, prefix, ranks[i], size,
+				S("nccl"),	    S("60000"), NULL};
+
+		snprintf(ranks[i], sizeof(ranks[i]), "%d", i);
+		p[i] = spawn(argv, false);
+	}
+	for (int i = 0; i < n; i++) {
+		int st = wait_proc(p[i].pid, 180000);
+		int code = st == -ETIMEDOUT ? -1
+			   : WIFEXITED(st)  ? WEXITSTATUS(st)
+					    : 128 + WTERMSIG(st);
+
+		if (st != -ETIMEDOUT) {
+			p[i].pid = -1;
+		}
+		if (code != 0) {
+			/* 77 too: the worker found no usable GPU, but one is visible. */
+			fprintf(stderr, "nccl worker rank %d of %d: %s %d%s\n", i, n,
+				code < 0 ? "timed out" : "exit", code,
+				code == 77 ? " (no usable GPU, although one is visible)" : "");
+			bad++;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		kill_proc(&p[i]);
+	}
+	return bad == 0 ? 0 : 1;
+}
+
+/*
+ * NCCL: skip (77) only where no GPU is visible (src/gpu_count.h: no driver library and no
+ * /dev/nvidia*); where one is visible, a broken driver or a worker that cannot use it fails.
+ * One rank, then one per GPU (up to 4) when there are several: NCCL refuses two ranks on one.
+ */
 static int run_nccl(void)
 {
 	struct store_daemon d;
-	struct proc p;
-	char prefix[64];
-	int st, code;
+	struct crun_diag diag = {0};
+	struct gpu_probe g;
+	int rc, n;
 
-	daemon_start(&d);
-	snprintf(prefix, sizeof(prefix), "nccl%d/", (int)getpid());
-	{
-		char *argv[] = {(char *)worker_exe, d.endpoint, prefix, S("0"), S("1"),
-				S("nccl"),	    S("30000"), NULL};
-
-		p = spawn(argv, false);
-	}
-	st = wait_proc(p.pid, 120000);
-	code = st == -ETIMEDOUT ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	if (st != -ETIMEDOUT) {
-		p.pid = -1;
-	}
-	kill_proc(&p);
-	daemon_stop(&d);
-	if (code == 77) {
-		printf("nccl: no GPU visible: skipped\n");
+	if (!CRUN_HAVE_NCCL) {
+		printf("nccl: built without NCCL: skipped\n");
 		return 77;
 	}
-	if (code != 0) {
-		fprintf(stderr, "nccl worker: %s %d\n", code < 0 ? "timed out" : "exit", code);
+	if (gpu_probe(&g, &diag) < 0) {
+		fprintf(stderr, "nccl: the GPU probe failed: %s\n", diag.msg);
 		return 1;
 	}
-	return 0;
+	if (g.state == GPU_NONE) {
+		printf("nccl: no GPU visible: skipped (%s)\n", g.msg);
+		return 77;
+	}
+	if (g.state == GPU_BROKEN) {
+		fprintf(stderr, "nccl: a GPU is visible but broken: %s\n", g.msg);
+		return 1;
+	}
+	printf("nccl: %s\n", g.msg);
+	n = g.count < 4 ? g.count : 4;
+	daemon_start(&d);
+	rc = run_nccl_ranks(&d, 1);
+	if (rc == 0 && n >= 2) {
+		rc = run_nccl_ranks(&d, n);
+	} else if (rc == 0) {
+		printf("nccl: one GPU: the multi-rank case needs two (NCCL refuses two ranks on "
+		       "one GPU)\n");
+	}
+	daemon_stop(&d);
+	return rc;
 }
 
 int main(int argc, char **argv)

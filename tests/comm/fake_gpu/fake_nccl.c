@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/comm/fake_gpu/fake_nccl.c: a one-rank NCCL without a GPU, for libcrun-worker's loader. */
+
+/*
+ * Built as libnccl.so.<major> beside fake_cudart.c's runtime. One rank only (a collective is a
+ * copy), but the states NCCL 2.28 has: a non-blocking communicator answers ncclInProgress
+ * and completes after a few ncclCommGetAsyncError polls; ncclCommSplit of a non-blocking
+ * parent reports on the parent and writes the child to its pointer when done (or when the
+ * parent is aborted, as NCCL's split thread does). A host pointer handed to a collective
+ * aborts the process, as a real NCCL kernel would kill the CUDA context. Knobs:
+ * FAKE_NCCL_HANG=init|split (that step never completes). fake_nccl_stat(NAME) counts:
+ * "coll_nonblocking", "coll_blocking", "split", "abort", "finalize", "destroy", "live".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+#define FAKE_POLLS 3
+
+enum pending { NONE, INIT, SPLIT, COLL };
+
+struct ncclComm {
+	int blocking;
+	int device;
+	ncclResult_t state;
+	enum pending pending;
+	int polls;
+	ncclComm_t *split_out; /* SPLIT: where the child goes */
+	ncclComm_t split_child;
+};
+
+static struct {
+	int coll_nonblocking, coll_blocking, split, abort, finalize, destroy, live;
+} st;
+
+FAKE_EXPORT int fake_nccl_stat(const char *name);
+
+FAKE_EXPORT int fake_nccl_stat(const char *name)
+{
+	if (strcmp(name, "coll_nonblocking") == 0) {
+		return __atomic_load_n(&st.coll_nonblocking, __ATOMIC_SEQ_CST);
+	}
+	if (strcmp(name, "coll_blocking") == 0) {
+		return __atomic_load_n(&st.coll_blocking, __ATOMIC_SEQ_CST);
+	}
+	if (strcmp(name, "split") == 0) {
+		return st.split;
+	}
+	if (strcmp(name, "abort") == 0) {
+		return st.abort;
+	}
+	if (strcmp(name, "finalize") == 0) {
+		return st.finalize;
+	}
+	if (strcmp(name, "destroy") == 0) {
+		return st.destroy;
+	}
+	if (strcmp(name, "live") == 0) {
+		return st.live;
+	}
+	return -1;
+}
+
+static int hangs(enum pending p)
+{
+	const char *h = getenv("FAKE_NCCL_HANG");
+
+	return h != NULL &&
+	       ((p == INIT && strcmp(h, "init") == 0) || (p == SPLIT && strcmp(h, "split") == 0));
+}
+
+static ncclComm_t comm_new(int blocking)
+{
+	ncclComm_t c = calloc(1, sizeof(*c));
+
+	if (c == NULL) {
+		abort();
+	}
+	c->blocking = blocking == NCCL_CONFIG_UNDEF_INT ? 1 : blocking;
+	cudaGetDevice(&c->device);
+	st.live++;
+	return c;
+}
+
+static void comm_free(ncclComm_t c)
+{
+	st.live--;
+	free(c);
+}
+
+/* Start @what on @c: done at once when blocking, else after FAKE_POLLS polls. */
+static ncclResult_t start(ncclComm_t c, enum pending what)
+{
+	if (c->blocking && !hangs(what)) {
+		return ncclSuccess;
+	}
+	c->state = ncclInProgress;
+	c->pending = what;
+	c->polls = FAKE_POLLS;
+	return ncclInProgress;
+}
+
+static void complete(ncclComm_t c)
+{
+	if (c->pending == SPLIT) {
+		__atomic_store_n(c->split_out, c->split_child, __ATOMIC_RELEASE);
+		c->split_child = NULL;
+	}
+	c->pending = NONE;
+	c->state = ncclSuccess;
+}
+
+FAKE_EXPORT ncclResult_t ncclGetVersion(int *v)
+{
+	*v = NCCL_VERSION_CODE;
+	return ncclSuccess;
+}
+
+FAKE_EXPORT const char *ncclGetErrorString(ncclResult_t r)
+{
+	static __thread char buf[64];
+
+	snprintf(buf, sizeof(buf), "fake NCCL result %d", (int)r);
+	return buf;
+}
+
+FAKE_EXPORT const char *ncclGetLastError(ncclComm_t c)
+{
+	(void)c;
+	return "";
+}
+
+FAKE_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+	memset(id, 0, sizeof(*id));
+	memcpy(id->internal, "fake", 4);
+	return ncclSuccess;
+}
+
+FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id,
+						int rank, ncclConfig_t *config)
+{
+	(void)id;
+	if (nranks != 1 || rank != 0) {
+		return ncclInvalidArgument;
+	}
+	*out = comm_new(config != NULL ? config->blocking : 1);
+	return start(*out, INIT);
+}
+
+FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out,
+				       ncclConfig_t *config)
+{
+	(void)color;
+	(void)key;
+	if (c->state != ncclSuccess) {
+		return ncclInvalidUsage;
+	}
+	st.split++;
+	*out = NULL;
+	c->split_child = comm_new(config != NULL ? config->blocking : c->blocking);
+	c->split_out = out;
+	if (start(c, SPLIT) == ncclSuccess) {
+		c->pending = SPLIT;
+		complete(c);
+		return ncclSuccess;
+	}
+	return ncclInProgress;
+}
+
+FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
+{
+	if (c->state == ncclInProgress && !hangs(c->pending) && --c->polls <= 0) {
+		complete(c);
+	}
+	*r = c->state;
+	return ncclSuccess;
+}
+
+FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t c)
+{
+	st.finalize++;
+	return start(c, COLL);
+}
+
+FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+	st.destroy++;
+	comm_free(c);
+	return ncclSuccess;
+}
+
+FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+	st.abort++;
+	if (c->pending == SPLIT) {
+		/* NCCL's split thread stops and still hands over the (failed) child. */
+		c->split_child->state = ncclInternalError;
+		__atomic_store_n(c->split_out, c->split_child, __ATOMIC_RELEASE);
+	}
+	comm_free(c);
+	return ncclSuccess;
+}
+
+/* A collective on @c over @send and @recv: device memory only, as NCCL's kernels need. */
+static ncclResult_t coll(const char *what, const void *send, void *recv, size_t bytes, ncclComm_t c)
+{
+	struct cudaPointerAttributes a;
+	const void *bufs[2] = {send, recv};
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		cudaPointerGetAttributes(&a, bufs[i]);
+		if (a.type != cudaMemoryTypeDevice || a.device != c->device) {
+			fprintf(stderr,
+				"fake NCCL: %s: %p is not memory of device %d: a real NCCL "
+				"would have killed the CUDA context\n",
+				what, bufs[i], c->device);
+			abort();
+		}
+	}
+	if (c->state != ncclSuccess) {
+		return ncclInvalidUsage;
+	}
+	memmove(recv, send, bytes);
+	if (c->blocking) {
+		__atomic_add_fetch(&st.coll_blocking, 1, __ATOMIC_SEQ_CST);
+	} else {
+		/* NCCL 2.28 starts a thread for this one (ncclGroupEndInternal, non-blocking). */
+		__atomic_add_fetch(&st.coll_nonblocking, 1, __ATOMIC_SEQ_CST);
+	}
+	return start(c, COLL);
+}
+
+static size_t tsize(ncclDataType_t t)
+{
+	return t == ncclFloat64 ? 8 : 4;
+}
+
+FAKE_EXPORT ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+				       ncclRedOp_t op, ncclComm_t c, cudaStream_t s)
+{
+	(void)op;
+	(void)s;
+	return coll("ncclAllReduce", send, recv, count * tsize(t), c);
+}
+
+FAKE_EXPORT ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
+				       int root, ncclComm_t c, cudaStream_t s)
+{
+	(void)root;
+	(void)s;
+	return coll("ncclBroadcast", send, recv, count * tsize(t), c);
+}
+
+FAKE_EXPORT ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
+				       ncclComm_t c, cudaStream_t s)
+{
+	(void)s;
+	return coll("ncclAllGather", send, recv, count * tsize(t), c);
+}
+
+FAKE_EXPORT ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
+					   ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+					   cudaStream_t s)
+{
+	(void)op;
+	(void)s;
+	return coll("ncclReduceScatter", send, recv, count * tsize(t), c);
+}

@@ -1,0 +1,631 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/comm/test_comm_fake_gpu.c: the nccl backend's logic on a fake CUDA runtime and NCCL. */
+
+/*
+ * What the GPU path decides before NCCL does anything, shown without a GPU: which device a
+ * rank uses, the refusal of more local ranks than GPUs, the check that the communicator's
+ * device is the caller's, host buffers refused before NCCL sees them, the caller's device
+ * restored after a collective, the collectives on a blocking communicator split off the
+ * non-blocking one (with a deadline on the split), one thread at a time, and the cause of a
+ * CUDA initialisation failure named. LD_LIBRARY_PATH (tests/comm/meson.build) leads the
+ * loader to tests/comm/fake_gpu/'s libcudart and libnccl; each case runs in a child process
+ * of its own, since the loader and the environment are read once per process.
+ */
+#include <stdarg.h> /* cmocka 1.x wants these before cmocka.h */
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cuda_runtime_api.h>
+#pragma GCC diagnostic pop
+
+#include <crun/crun.h>
+
+#include "src/common/clock.h"
+#include "src/common/fs.h"
+#include "worker_api/gpu_device.h"
+
+/* In a child: print and exit 1 (cmocka's asserts belong to the parent). */
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                 \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			_exit(1);                                                                  \
+		}                                                                                  \
+	} while (0)
+
+/* The fake runtime's and NCCL's functions the cases call themselves. */
+static struct {
+	cudaError_t (*malloc)(void **, size_t);
+	cudaError_t (*set_device)(int);
+	cudaError_t (*get_device)(int *);
+	void (*hold)(int);
+	int (*held_queries)(void);
+	int (*stat)(const char *);
+} fk;
+
+static void fake_load(void)
+{
+	char name[32];
+	void *cu, *nc;
+
+	snprintf(name, sizeof(name), "libcudart.so.%d", CUDART_VERSION / 1000);
+	cu = dlopen(name, RTLD_NOW);
+	nc = dlopen("libnccl.so.2", RTLD_NOW);
+	CHECK(cu != NULL && nc != NULL, "%s", dlerror());
+	*(void **)&fk.malloc = dlsym(cu, "cudaMalloc");
+	*(void **)&fk.set_device = dlsym(cu, "cudaSetDevice");
+	*(void **)&fk.get_device = dlsym(cu, "cudaGetDevice");
+	*(void **)&fk.hold = dlsym(cu, "fake_cuda_stream_hold");
+	*(void **)&fk.held_queries = dlsym(cu, "fake_cuda_held_queries");
+	*(void **)&fk.stat = dlsym(nc, "fake_nccl_stat");
+	CHECK(fk.hold != NULL && fk.stat != NULL,
+	      "%s and libnccl.so.2 are not the fakes: LD_LIBRARY_PATH must lead to "
+	      "tests/comm/fake_gpu (LD_LIBRARY_PATH=%s)",
+	      name, getenv("LD_LIBRARY_PATH") != NULL ? getenv("LD_LIBRARY_PATH") : "unset");
+}
+
+static char store_dir[64];
+
+static struct crun_store *store_open(void)
+{
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct crun_store *st = NULL;
+	char ep[128], err[256];
+
+	snprintf(store_dir, sizeof(store_dir), "/tmp/crun-fakegpu-XXXXXX");
+	CHECK(mkdtemp(store_dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(ep, sizeof(ep), "file://%s/store", store_dir);
+	o.endpoint = ep;
+	o.prefix = "t/";
+	CHECK(crun_store_open(&o, &st, err, sizeof(err)) == 0, "store: %s", err);
+	return st;
+}
+
+static void store_done(struct crun_store *st)
+{
+	crun_store_close(st);
+	fs_rm_rf(store_dir);
+}
+
+static int create(struct crun_store *st, enum crun_backend b, int timeout_ms, struct crun_comm **c)
+{
+	struct crun_comm_opts o = CRUN_COMM_OPTS_INIT;
+
+	o.backend = b;
+	o.timeout_ms = timeout_ms;
+	return crun_comm_create(st, 0, 1, &o, c);
+}
+
+static float *dev_floats(size_t n)
+{
+	void *p = NULL;
+
+	CHECK(fk.malloc(&p, n * sizeof(float)) == cudaSuccess, "fake cudaMalloc");
+	return p;
+}
+
+/* Run @fn in a child with @env ("NAME=VALUE", NULL-terminated; "NAME=" unsets) applied. */
+static void in_child(void (*fn)(void), const char *const *env)
+{
+	static const char *const clear[] = {"RANK",
+					    "WORLD_SIZE",
+					    "LOCAL_RANK",
+					    "LOCAL_WORLD_SIZE",
+					    "CRUN_SINGLE",
+					    "CRUN_BACKEND",
+					    "CRUN_GPU_SHARING",
+					    "CUDA_VISIBLE_DEVICES",
+					    "FAKE_CUDA_DEVICES",
+					    "FAKE_CUDA_ERROR",
+					    "FAKE_CUDA_DRIVER",
+					    "FAKE_NCCL_HANG"};
+	pid_t pid;
+	int st;
+
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* A crash here is the case's failure, not cmocka's to catch and carry on from. */
+		signal(SIGSEGV, SIG_DFL);
+		signal(SIGABRT, SIG_DFL);
+		signal(SIGBUS, SIG_DFL);
+		signal(SIGFPE, SIG_DFL);
+		signal(SIGILL, SIG_DFL);
+		for (size_t i = 0; i < sizeof(clear) / sizeof(clear[0]); i++) {
+			unsetenv(clear[i]);
+		}
+		for (; *env != NULL; env++) {
+			char name[64];
+			const char *eq = strchr(*env, '=');
+
+			snprintf(name, sizeof(name), "%.*s", (int)(eq - *env), *env);
+			if (eq[1] == '\0') {
+				unsetenv(name);
+			} else {
+				setenv(name, eq + 1, 1);
+			}
+		}
+		fake_load();
+		fn();
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fail_msg("case failed: %s %d", WIFEXITED(st) ? "exit" : "signal",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+	}
+}
+
+/* stderr into a memfd, so a message only logged can be checked. */
+static int capture_begin(int *saved)
+{
+	int fd = memfd_create("fakegpu-log", MFD_CLOEXEC);
+
+	fflush(stderr);
+	*saved = dup(STDERR_FILENO);
+	CHECK(fd >= 0 && *saved >= 0 && dup2(fd, STDERR_FILENO) >= 0, "capture");
+	return fd;
+}
+
+static void capture_end(int fd, int saved, char *buf, size_t len)
+{
+	ssize_t n;
+
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, buf, len - 1, 0);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	fputs(buf, stderr);
+}
+
+/* ---- the device rule, as arithmetic ---- */
+
+static void device_rule_arithmetic(void **state)
+{
+	struct crun_diag d = {0};
+	bool on = true;
+	int dev = -1;
+
+	(void)state;
+	assert_int_equal(gpu_device_pick(0, 1, 1, false, NULL, &dev, &d), 0);
+	assert_int_equal(dev, 0);
+	assert_int_equal(gpu_device_pick(3, 8, 8, false, NULL, &dev, &d), 0);
+	assert_int_equal(dev, 3);
+	/* Fewer local ranks than GPUs: rank r still takes GPU r. */
+	assert_int_equal(gpu_device_pick(1, 2, 4, false, NULL, &dev, &d), 0);
+	assert_int_equal(dev, 1);
+	/* More local ranks than GPUs: refused, naming both counts and CUDA_VISIBLE_DEVICES. */
+	dev = -1;
+	assert_int_equal(gpu_device_pick(0, 4, 2, false, "0,1", &dev, &d), CRUN_ECONFIG);
+	assert_int_equal(dev, -1);
+	assert_non_null(strstr(d.msg, "4 local ranks"));
+	assert_non_null(strstr(d.msg, "2 visible GPUs"));
+	assert_non_null(strstr(d.msg, "CUDA_VISIBLE_DEVICES=\"0,1\""));
+	assert_non_null(strstr(d.msg, "CRUN_GPU_SHARING=1"));
+	assert_int_equal(gpu_device_pick(2, 3, 1, false, NULL, &dev, &d), CRUN_ECONFIG);
+	assert_non_null(strstr(d.msg, "1 visible GPU ("));
+	assert_non_null(strstr(d.msg, "CUDA_VISIBLE_DEVICES unset"));
+	/* ... unless sharing is asked for: r % n. */
+	assert_int_equal(gpu_device_pick(3, 4, 2, true, "0,1", &dev, &d), 0);
+	assert_int_equal(dev, 1);
+	assert_int_equal(gpu_device_pick(0, 1, 0, true, NULL, &dev, &d), CRUN_ENODEV);
+	assert_int_equal(gpu_device_pick(2, 2, 4, false, NULL, &dev, &d), -EINVAL);
+	assert_int_equal(gpu_sharing_parse(NULL, &on, &d), 0);
+	assert_false(on);
+	assert_int_equal(gpu_sharing_parse("1", &on, &d), 0);
+	assert_true(on);
+	assert_int_equal(gpu_sharing_parse("0", &on, &d), 0);
+	assert_false(on);
+	assert_int_equal(gpu_sharing_parse("yes", &on, &d), CRUN_ECONFIG);
+	assert_non_null(strstr(d.msg, "CRUN_GPU_SHARING"));
+}
+
+/* ---- a GPU visible, a program written for host buffers ---- */
+
+static void host_buffers_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	float h[4] = {1, 2, 3, 4}, *d = dev_floats(4);
+	int rc;
+
+	rc = create(st, CRUN_BACKEND_AUTO, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	CHECK(crun_comm_backend(c) == CRUN_BACKEND_NCCL, "auto chose %d", crun_comm_backend(c));
+	/* The fake NCCL aborts the process if a host pointer reaches it. */
+	rc = crun_comm_allreduce(c, h, h, 4, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == -EFAULT, "host allreduce: %s", crun_strerror(rc));
+	CHECK(strstr(crun_comm_last_error(c), "send buffer") != NULL &&
+		      strstr(crun_comm_last_error(c), "host memory") != NULL &&
+		      strstr(crun_comm_last_error(c), "CRUN_BACKEND=cpu") != NULL,
+	      "message: %s", crun_comm_last_error(c));
+	rc = crun_comm_allreduce(c, d, h, 4, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == -EFAULT && strstr(crun_comm_last_error(c), "recv buffer") != NULL,
+	      "recv on the host: %s: %s", crun_strerror(rc), crun_comm_last_error(c));
+	rc = crun_comm_broadcast(c, h, 4, CRUN_DTYPE_FLOAT32, 0);
+	CHECK(rc == -EFAULT, "host broadcast: %s", crun_strerror(rc));
+	/* An argument error: the communicator still works with device memory. */
+	rc = crun_comm_allreduce(c, d, d, 4, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == 0, "device allreduce: %s: %s", crun_strerror(rc), crun_comm_last_error(c));
+	rc = crun_comm_allgather(c, d, d, 4, CRUN_DTYPE_FLOAT32);
+	CHECK(rc == 0, "device allgather: %s", crun_comm_last_error(c));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void auto_backend_refuses_host_buffers(void **state)
+{
+	static const char *const env[] = {"CRUN_SINGLE=1", "FAKE_CUDA_DEVICES=1", NULL};
+
+	(void)state;
+	in_child(host_buffers_case, env);
+}
+
+/* ---- collectives on a blocking communicator, split off the non-blocking one ---- */
+
+static void blocking_split_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	float *d = dev_floats(16);
+	int rc, i;
+
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	CHECK(fk.stat("split") == 1, "%d splits", fk.stat("split"));
+	/* The parent is gone once the split is done: only the blocking one is left. */
+	CHECK(fk.stat("live") == 1, "%d live NCCL communicators", fk.stat("live"));
+	for (i = 0; i < 10; i++) {
+		rc = crun_comm_allreduce(c, d, d, 16, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+		CHECK(rc == 0, "allreduce: %s", crun_comm_last_error(c));
+	}
+	CHECK(crun_comm_barrier(c) == 0, "barrier");
+	CHECK(fk.stat("coll_nonblocking") == 0,
+	      "%d collectives on a non-blocking communicator (a thread each in NCCL 2.28)",
+	      fk.stat("coll_nonblocking"));
+	CHECK(fk.stat("coll_blocking") == 12, "%d collectives", fk.stat("coll_blocking"));
+	crun_comm_destroy(c);
+	CHECK(fk.stat("live") == 0 && fk.stat("abort") == 0, "after destroy: %d live, %d aborted",
+	      fk.stat("live"), fk.stat("abort"));
+	store_done(st);
+}
+
+static void collectives_run_on_a_blocking_split(void **state)
+{
+	static const char *const env[] = {"CRUN_SINGLE=1", NULL};
+
+	(void)state;
+	in_child(blocking_split_case, env);
+}
+
+static void hang_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	const char *hang = getenv("FAKE_NCCL_HANG");
+	int64_t t0 = crun_now_ms();
+	int rc;
+
+	rc = create(st, CRUN_BACKEND_NCCL, 400, &c);
+	CHECK(rc == -ETIMEDOUT, "create with the %s hanging: %s", hang, crun_strerror(rc));
+	CHECK(crun_now_ms() - t0 < 5000, "took %lld ms", (long long)(crun_now_ms() - t0));
+	/* Both aborted, parent first (which hands over the split's child). */
+	CHECK(fk.stat("live") == 0, "%d NCCL communicators left", fk.stat("live"));
+	CHECK(fk.stat("abort") == (strcmp(hang, "split") == 0 ? 2 : 1), "%d aborts",
+	      fk.stat("abort"));
+	store_done(st);
+}
+
+static void split_and_init_keep_the_deadline(void **state)
+{
+	static const char *const split[] = {"CRUN_SINGLE=1", "FAKE_NCCL_HANG=split", NULL};
+	static const char *const init[] = {"CRUN_SINGLE=1", "FAKE_NCCL_HANG=init", NULL};
+
+	(void)state;
+	in_child(hang_case, split);
+	in_child(hang_case, init);
+}
+
+/* ---- one source of truth for the device ---- */
+
+static void too_many_ranks_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	char err[512], log[4096];
+	int rc, fd, saved;
+
+	rc = crun_cuda_device(err, sizeof(err));
+	CHECK(rc == CRUN_ECONFIG, "crun_cuda_device: %d", rc);
+	CHECK(strstr(err, "4 local ranks") != NULL && strstr(err, "2 visible GPUs") != NULL &&
+		      strstr(err, "CUDA_VISIBLE_DEVICES=\"0,1\"") != NULL,
+	      "message: %s", err);
+	fd = capture_begin(&saved);
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	capture_end(fd, saved, log, sizeof(log));
+	CHECK(rc == CRUN_ECONFIG, "create: %s", crun_strerror(rc));
+	CHECK(strstr(log, "4 local ranks") != NULL && strstr(log, "backend nccl") != NULL,
+	      "log: %s", log);
+	CHECK(fk.stat("live") == 0, "NCCL was called");
+	store_done(st);
+}
+
+static void sharing_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	char err[512];
+	int dev, rc;
+
+	dev = crun_cuda_device(err, sizeof(err));
+	CHECK(dev == 1, "local rank 3 of 4 on 2 GPUs, sharing: %d (%s)", dev, err);
+	CHECK(fk.set_device(dev) == cudaSuccess, "set device");
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void more_local_ranks_than_gpus_is_refused(void **state)
+{
+	static const char *const env[] = {"RANK=0",
+					  "WORLD_SIZE=4",
+					  "LOCAL_RANK=0",
+					  "LOCAL_WORLD_SIZE=4",
+					  "FAKE_CUDA_DEVICES=2",
+					  "CUDA_VISIBLE_DEVICES=0,1",
+					  NULL};
+	static const char *const shared[] = {"RANK=3",
+					     "WORLD_SIZE=4",
+					     "LOCAL_RANK=3",
+					     "LOCAL_WORLD_SIZE=4",
+					     "FAKE_CUDA_DEVICES=2",
+					     "CRUN_GPU_SHARING=1",
+					     NULL};
+
+	(void)state;
+	in_child(too_many_ranks_case, env);
+	in_child(sharing_case, shared);
+}
+
+static struct crun_comm *g_comm;
+static float *g_buf;
+static int g_rc;
+
+static void *allreduce_thread(void *arg)
+{
+	(void)arg;
+	g_rc = crun_comm_allreduce(g_comm, g_buf, g_buf, 8, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	return NULL;
+}
+
+static void device_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	char log[4096];
+	float *on1, *on0;
+	int rc, fd, saved, dev = -1;
+
+	/* Local rank 1, but the thread's current device is still 0. */
+	fd = capture_begin(&saved);
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	capture_end(fd, saved, log, sizeof(log));
+	CHECK(rc == CRUN_ECONFIG, "create on the wrong device: %s", crun_strerror(rc));
+	CHECK(strstr(log, "current CUDA device is 0, but this process's device is 1") != NULL,
+	      "log: %s", log);
+	on0 = dev_floats(8);
+	CHECK(fk.set_device(crun_cuda_device(NULL, 0)) == cudaSuccess, "set device");
+	on1 = dev_floats(8);
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	/* Another thread (device 0 by default, as a DDP's): the call switches and switches back. */
+	g_comm = c;
+	g_buf = on1;
+	{
+		pthread_t t;
+
+		CHECK(pthread_create(&t, NULL, allreduce_thread, NULL) == 0, "thread");
+		pthread_join(t, NULL);
+	}
+	CHECK(g_rc == 0, "allreduce from another thread: %s", crun_comm_last_error(c));
+	CHECK(fk.set_device(0) == cudaSuccess, "set device 0");
+	rc = crun_comm_allreduce(c, on1, on1, 8, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == 0, "allreduce: %s", crun_comm_last_error(c));
+	fk.get_device(&dev);
+	CHECK(dev == 0, "the caller's device after a collective: %d, expected 0 (restored)", dev);
+	/* Memory of another device is refused. */
+	rc = crun_comm_allreduce(c, on0, on0, 8, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == -EFAULT && strstr(crun_comm_last_error(c), "on CUDA device 0, the "
+							       "communicator on device 1") != NULL,
+	      "device 0 memory: %s: %s", crun_strerror(rc), crun_comm_last_error(c));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static int g_thread_dev;
+
+static void *allreduce_thread_dev(void *arg)
+{
+	(void)arg;
+	g_rc = crun_comm_allreduce(g_comm, g_buf, g_buf, 8, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	fk.get_device(&g_thread_dev);
+	return NULL;
+}
+
+static void unused_device_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	pthread_t t;
+	int rc;
+
+	/* Device 1 from the start: nothing in this process ever touches device 0. */
+	CHECK(fk.set_device(crun_cuda_device(NULL, 0)) == cudaSuccess, "set device");
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	g_comm = c;
+	g_buf = dev_floats(8);
+	/* A thread that never chose a device reads 0; switching it "back" would create a
+	 * context on GPU 0 (cudaSetDevice initialises it): it stays on the comm's device. */
+	CHECK(pthread_create(&t, NULL, allreduce_thread_dev, NULL) == 0, "thread");
+	pthread_join(t, NULL);
+	CHECK(g_rc == 0, "allreduce: %s", crun_comm_last_error(c));
+	CHECK(g_thread_dev == 1, "the thread's device after the collective: %d, expected 1",
+	      g_thread_dev);
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void no_crun_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	float *d;
+	int rc;
+
+	/* Ranks from the caller, no crun environment: the current device is the one. */
+	CHECK(crun_cuda_device(NULL, 0) == CRUN_ENOTCRUN, "crun_cuda_device outside crun");
+	CHECK(fk.set_device(1) == cudaSuccess, "set device");
+	d = dev_floats(8);
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	rc = crun_comm_allreduce(c, d, d, 8, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == 0, "allreduce: %s", crun_comm_last_error(c));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void communicator_device_is_the_callers(void **state)
+{
+	static const char *const env[] = {"RANK=1",
+					  "WORLD_SIZE=2",
+					  "LOCAL_RANK=1",
+					  "LOCAL_WORLD_SIZE=2",
+					  "FAKE_CUDA_DEVICES=2",
+					  NULL};
+	static const char *const outside[] = {"FAKE_CUDA_DEVICES=2", NULL};
+
+	(void)state;
+	in_child(device_case, env);
+	in_child(unused_device_case, env);
+	in_child(no_crun_case, outside);
+}
+
+/* ---- one thread at a time ---- */
+
+static void busy_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	pthread_t t;
+	int rc;
+
+	rc = create(st, CRUN_BACKEND_NCCL, 20000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	g_comm = c;
+	g_buf = dev_floats(8);
+	fk.hold(1);
+	CHECK(pthread_create(&t, NULL, allreduce_thread, NULL) == 0, "thread");
+	while (fk.held_queries() == 0) {
+		usleep(1000);
+	}
+	/* The other thread is waiting for its collective: this call must not enter. */
+	rc = crun_comm_barrier(c);
+	fk.hold(0);
+	pthread_join(t, NULL);
+	CHECK(rc == -EBUSY, "a second thread's barrier: %s", crun_strerror(rc));
+	CHECK(g_rc == 0, "the first thread's allreduce: %s", crun_comm_last_error(c));
+	CHECK(crun_comm_barrier(c) == 0, "barrier after: %s", crun_comm_last_error(c));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void second_thread_gets_ebusy(void **state)
+{
+	static const char *const env[] = {"CRUN_SINGLE=1", NULL};
+
+	(void)state;
+	in_child(busy_case, env);
+}
+
+/* ---- the cause of a CUDA initialisation failure ---- */
+
+static void init_failure_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	const char *want = getenv("WANT");
+	char err[512];
+	int rc;
+
+	rc = crun_cuda_device(err, sizeof(err));
+	CHECK(rc == CRUN_ENODEV && strstr(err, want) != NULL, "crun_cuda_device: %d: %s", rc, err);
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == CRUN_ENODEV, "create: %s", crun_strerror(rc));
+	/* Auto: no usable GPU, so cpu. */
+	rc = create(st, CRUN_BACKEND_AUTO, 10000, &c);
+	CHECK(rc == 0 && crun_comm_backend(c) == CRUN_BACKEND_CPU, "auto: %s", crun_strerror(rc));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void cuda_init_failures_name_the_cause(void **state)
+{
+	static const char *const old[] = {
+		"CRUN_SINGLE=1", "FAKE_CUDA_ERROR=35", "FAKE_CUDA_DRIVER=12020",
+		"WANT=the NVIDIA driver supports CUDA 12.2, older than the "
+		"CUDA runtime 13.0",
+		NULL};
+	static const char *const none[] = {"CRUN_SINGLE=1", "FAKE_CUDA_ERROR=35",
+					   "FAKE_CUDA_DRIVER=0", "WANT=no NVIDIA driver", NULL};
+	static const char *const fm[] = {"CRUN_SINGLE=1", "FAKE_CUDA_ERROR=802",
+					 "WANT=nvidia-fabricmanager", NULL};
+	static const char *const hidden[] = {
+		"CRUN_SINGLE=1", "FAKE_CUDA_DEVICES=0", "CUDA_VISIBLE_DEVICES=-1",
+		"WANT=no CUDA device visible (CUDA_VISIBLE_DEVICES=\"-1\")", NULL};
+
+	(void)state;
+	in_child(init_failure_case, old);
+	in_child(init_failure_case, none);
+	in_child(init_failure_case, fm);
+	in_child(init_failure_case, hidden);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(device_rule_arithmetic),
+		cmocka_unit_test(auto_backend_refuses_host_buffers),
+		cmocka_unit_test(collectives_run_on_a_blocking_split),
+		cmocka_unit_test(split_and_init_keep_the_deadline),
+		cmocka_unit_test(more_local_ranks_than_gpus_is_refused),
+		cmocka_unit_test(communicator_device_is_the_callers),
+		cmocka_unit_test(second_thread_gets_ebusy),
+		cmocka_unit_test(cuda_init_failures_name_the_cause),
+	};
+
+	return cmocka_run_group_tests_name("comm-fake-gpu", tests, NULL, NULL);
+}
