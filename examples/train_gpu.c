@@ -13,7 +13,8 @@
  * Gradients are averaged with crun_ddp_cuda (the one DDP engine on device memory: NCCL on the
  * model's device; the allreduce runs on the communicator's own stream while the hidden layer's
  * backward is still being computed). Host-side scalars (train loss, evaluation sums) go
- * through a second, cpu communicator.
+ * through a second, cpu communicator: the nccl one carries the DDP's buckets, and a program
+ * must not run its own collectives on it while a step is in flight.
  *
  * Exit status: as train, plus 77 when no CUDA device is usable (the message says why).
  */

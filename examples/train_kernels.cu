@@ -260,11 +260,20 @@ static int model_init(struct gpu_model *g, const float *x, const int *y)
 	CUDA_TRY(g, cudaMalloc((void **)&g->z, NCLASS * mb * sizeof(float)));
 	CUDA_TRY(g, cudaMalloc((void **)&g->loss_b, mb * sizeof(double)));
 	CUDA_TRY(g, cudaMalloc((void **)&g->loss_sum, sizeof(double)));
-	CUDA_TRY(g, cudaMemcpy(g->data_x, x, g->n * NFEAT * sizeof(float), cudaMemcpyHostToDevice));
-	CUDA_TRY(g, cudaMemcpy(g->data_y, y, g->n * sizeof(int), cudaMemcpyHostToDevice));
-	CUDA_TRY(g, cudaMemset(g->g, 0, g->np * sizeof(float)));
-	CUDA_TRY(g, cudaMemset(g->v, 0, g->np * sizeof(float)));
-	CUDA_TRY(g, cudaMemset(g->loss_sum, 0, sizeof(double)));
+	/*
+	 * Everything on the model's stream, which is non-blocking: work on the legacy default
+	 * stream (a plain cudaMemset, or a cudaMemcpy whose pageable source is only staged when
+	 * it returns) is not ordered with it, so a zeroing of the momentum could land after
+	 * gpu_model_upload() wrote the resumed momentum, or after the first update.
+	 */
+	CUDA_TRY(g, cudaMemcpyAsync(g->data_x, x, g->n * NFEAT * sizeof(float),
+				    cudaMemcpyHostToDevice, g->stream));
+	CUDA_TRY(g, cudaMemcpyAsync(g->data_y, y, g->n * sizeof(int), cudaMemcpyHostToDevice,
+				    g->stream));
+	CUDA_TRY(g, cudaMemsetAsync(g->g, 0, g->np * sizeof(float), g->stream));
+	CUDA_TRY(g, cudaMemsetAsync(g->v, 0, g->np * sizeof(float), g->stream));
+	CUDA_TRY(g, cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+	CUDA_TRY(g, cudaStreamSynchronize(g->stream));
 	return 0;
 }
 

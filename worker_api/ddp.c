@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,23 @@
 
 #define DDP_DEFAULT_CAP (25u << 20)
 #define DDP_DEFAULT_FIRST (1u << 20)
+
+/* Set on each DDP's communication thread: where ddp_diag() sends its failures. */
+static _Thread_local bool on_comm_thread;
+
+struct crun_diag *ddp_diag(struct crun_ddp *d)
+{
+	return on_comm_thread ? &d->tdiag : &d->diag;
+}
+
+/* The communication thread's failure becomes the DDP's last error. Called with d->mu held. */
+static void take_thread_error(struct crun_ddp *d)
+{
+	if (d->tdiag.code != 0) {
+		d->diag = d->tdiag;
+		diag_clear(&d->tdiag);
+	}
+}
 
 /* Copy a bucket's tensors (@params or gradients) into (@in) or out of its flat buffer. */
 static int flat_copy(struct crun_ddp *d, struct ddp_bucket *bk, bool in, bool params)
@@ -43,13 +61,13 @@ static int flat_copy(struct crun_ddp *d, struct ddp_bucket *bk, bool in, bool pa
 			return rc;
 		}
 	}
-	if (!in && mem->copy_done != NULL) {
-		return mem->copy_done(d);
-	}
 	return 0;
 }
 
-/* Runs on the communication thread: wait for the bucket's gradients, then average them. */
+/*
+ * Runs on the communication thread: wait for the bucket's gradients, then average them. On
+ * the host this is complete on return; on a device it is queued (drain() waits for it).
+ */
 static int reduce_bucket(struct crun_ddp *d, struct ddp_bucket *bk)
 {
 	float *buf = bk->grad_span != NULL ? bk->grad_span : bk->buf;
@@ -71,12 +89,21 @@ static int reduce_bucket(struct crun_ddp *d, struct ddp_bucket *bk)
 	return 0;
 }
 
+/*
+ * Buckets are started in bucket order, each as soon as it is ready, without waiting for the
+ * one before to complete: with host memory a bucket is complete when reduce_bucket() returns
+ * (the allreduce is synchronous), so it is finished at once, as it always was; with device
+ * memory it is only queued on the communicator's stream, so every ready bucket is queued at
+ * once and their transfers follow each other on the device, and the thread drains the
+ * stream after the step's last bucket.
+ */
 static void *comm_thread(void *arg)
 {
 	struct crun_ddp *d = arg;
 	struct ddp_bucket *bk;
 	int rc;
 
+	on_comm_thread = true;
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
 		if (d->world > 1 && d->next < d->nb && d->b[d->next].ready) {
@@ -89,7 +116,19 @@ static void *comm_thread(void *arg)
 					d->err = rc;
 				}
 			}
-			d->finished++;
+			if (d->mem->drain == NULL) {
+				d->finished++;
+			} else if (d->next == d->nb) {
+				if (d->err == 0) {
+					pthread_mutex_unlock(&d->mu);
+					rc = d->mem->drain(d);
+					pthread_mutex_lock(&d->mu);
+					if (rc < 0 && d->err == 0) {
+						d->err = rc;
+					}
+				}
+				d->finished = d->nb;
+			}
 			pthread_cond_broadcast(&d->done);
 			continue;
 		}
@@ -179,6 +218,11 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 		pthread_mutex_unlock(&d->mu);
 		pthread_join(d->thread, NULL);
 	}
+	/* Buckets queued on a device but not drained (destroyed mid-step): let them land before
+	 * their buffers go. */
+	if (d->mem->drain != NULL && d->next > d->finished && d->err == 0) {
+		d->mem->drain(d);
+	}
 	for (i = 0; i < d->nb; i++) {
 		if (d->b[i].buf != NULL) {
 			d->mem->buf_free(d, d->b[i].buf);
@@ -234,7 +278,49 @@ CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad,
 	return idx;
 }
 
-/* Group tensors into buckets, last registered first. Called with d->mu held. */
+/*
+ * Every rank must have built the same buckets: gather each rank's plan (ddp_plan.h) once, and
+ * fail with both plans named when one differs. The gathered record has the same size on every
+ * rank whatever it registered, so a mismatch cannot hang this collective; without it the
+ * first bucket's collective would pair different sizes (a hang, a timeout or garbage).
+ * Through the communicator rather than the store: the DDP is given a communicator only, the
+ * communicator does not keep the store it was created from, and this is one small collective
+ * that every rank makes at the same point. Called with d->mu held, world > 1.
+ */
+static int check_plan(struct crun_ddp *d, const struct ddp_bucket *b, int nb)
+{
+	double mine[DDP_PLAN_WORDS], *all, *w;
+	char a[192], o[192];
+	int me = crun_comm_rank(d->comm), r, k, rc;
+
+	ddp_plan_summary(d->t, sizeof(*d->t), d->nt, b, nb, d->first_bytes, d->cap_bytes, mine);
+	all = calloc((size_t)d->world * DDP_PLAN_WORDS, sizeof(*all));
+	if (all == NULL) {
+		return -ENOMEM;
+	}
+	rc = d->mem->gather(d, mine, all, DDP_PLAN_WORDS);
+	for (r = 0; rc == 0 && r < d->world; r++) {
+		w = all + (size_t)r * DDP_PLAN_WORDS;
+		for (k = 0; k < DDP_PLAN_WORDS && w[k] == mine[k]; k++) {
+		}
+		if (k < DDP_PLAN_WORDS) {
+			ddp_plan_describe(mine, a, sizeof(a));
+			ddp_plan_describe(w, o, sizeof(o));
+			rc = diag_set(ddp_diag(d), CRUN_ECONFIG,
+				      "ddp: rank %d: bucket plan differs from rank %d's: rank %d: %s; "
+				      "rank %d: %s (every rank must register the same tensor sizes "
+				      "in the same order, with the same bucket caps)",
+				      me, r, me, a, r, o);
+		}
+	}
+	free(all);
+	return rc;
+}
+
+/*
+ * Group tensors into buckets, last registered first, and check that every rank did the same.
+ * A plan that differs, or a failed exchange, is sticky. Called with d->mu held.
+ */
 static int build(struct crun_ddp *d)
 {
 	struct ddp_bucket *b;
@@ -243,8 +329,18 @@ static int build(struct crun_ddp *d)
 	if (d->built) {
 		return 0;
 	}
+	if (d->err != 0) {
+		return d->err;
+	}
 	rc = ddp_plan_buckets(d->t, sizeof(*d->t), d->nt, d->first_bytes, d->cap_bytes, &b, &nb);
 	if (rc < 0) {
+		return rc;
+	}
+	if (d->world > 1 && (rc = check_plan(d, b, nb)) < 0) {
+		if (rc != -ENOMEM) {
+			d->err = rc;
+		}
+		free(b);
 		return rc;
 	}
 	for (i = 0; i < nb; i++) {
@@ -273,7 +369,8 @@ static int broadcast(struct crun_ddp *d, float *buf, size_t n)
 
 	rc = crun_comm_broadcast(d->comm, buf, n, CRUN_DTYPE_FLOAT32, 0);
 	if (rc < 0) {
-		return diag_set(&d->diag, rc, "ddp: broadcast: %s", crun_comm_last_error(d->comm));
+		return diag_set(ddp_diag(d), rc, "ddp: broadcast: %s",
+				crun_comm_last_error(d->comm));
 	}
 	return 0;
 }
@@ -288,9 +385,17 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 	}
 	pthread_mutex_lock(&d->mu);
 	rc = build(d);
-	if (rc == 0 && (d->next != 0 || d->finished != 0 || d->err != 0)) {
-		rc = d->err != 0 ? d->err : -EBUSY; /* in the middle of a step */
+	if (rc == 0 && d->err != 0) {
+		rc = d->err;
+	} else if (rc == 0 && (d->nmarked != 0 || d->next != 0 || d->finished != 0)) {
+		/* In the middle of a step: the communication thread may be reducing a bucket on
+		 * this communicator, and the marked gradients wait for crun_ddp_sync(). */
+		rc = diag_set(&d->diag, -EBUSY,
+			      "ddp: broadcast_params: a step is in flight (%d of %d gradients "
+			      "marked ready): call crun_ddp_sync() first",
+			      d->nmarked, d->nt);
 	}
+	take_thread_error(d);
 	pthread_mutex_unlock(&d->mu);
 	if (rc < 0 || d->world == 1) {
 		return rc;
@@ -315,6 +420,10 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 		if (rc < 0) {
 			return rc;
 		}
+	}
+	/* Device memory: the copies out of the flat buffers are queued; let them land. */
+	if (d->mem->drain != NULL) {
+		return d->mem->drain(d);
 	}
 	return 0;
 }
@@ -418,6 +527,7 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 		pthread_cond_wait(&d->done, &d->mu);
 	}
 	rc = d->err;
+	take_thread_error(d);
 	for (i = 0; i < d->nt; i++) {
 		d->t[i].marked = false;
 	}

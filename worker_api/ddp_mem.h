@@ -52,19 +52,29 @@ struct crun_ddp {
 	pthread_mutex_t mu;
 	pthread_cond_t work; /* a bucket became ready, or stop */
 	pthread_cond_t done; /* a bucket finished */
-	int next;            /* next bucket the communication thread reduces */
+	int next;            /* next bucket the communication thread starts */
 	int finished;        /* buckets finished in this step */
 	int nmarked;         /* tensors marked in this step: > 0 means a step is in flight */
-	int err;             /* first communication error; sticky */
+	int err;             /* first communication error (or a bucket plan mismatch); sticky */
 	bool stop;
 	bool no_sync;
-	struct crun_diag diag; /* the last failure, for crun_ddp_last_error() */
+	struct crun_diag diag;  /* the last failure, for crun_ddp_last_error() */
+	struct crun_diag tdiag; /* the communication thread's failure, moved to @diag under @mu */
 };
 
 /*
+ * Where a memory operation records its failure: the communication thread writes its own
+ * diag (the engine hands it over to the training thread's under d->mu), every other thread
+ * d->diag, so the two never write the same message at once.
+ */
+struct crun_diag *ddp_diag(struct crun_ddp *d);
+
+/*
  * How the engine touches parameters, gradients and bucket buffers. Every function returns 0
- * or a negative code and, on failure, records "<where>: <what>: <why>" in d->diag. A NULL
- * entry is a no-op. "Training thread" calls come with d->mu held where noted.
+ * or a negative code and, on failure, records "<where>: <what>: <why>" in ddp_diag(d). A
+ * NULL entry is a no-op. "Training thread" calls come with d->mu held where noted; they may
+ * come from any thread the program calls crun_ddp_grad_ready() on, so an operation that
+ * needs the DDP's device makes it current and gives the caller's back.
  */
 struct ddp_memops {
 	bool has_stream; /* crun_ddp_set_stream() applies */
@@ -76,16 +86,28 @@ struct ddp_memops {
 	/* A bucket's flat buffer of @n floats (d->mu held), and its release. */
 	int (*buf_alloc)(struct crun_ddp *d, float **buf, size_t n);
 	void (*buf_free)(struct crun_ddp *d, float *buf);
+	/*
+	 * Building the buckets (d->mu held, world > 1): gather @n doubles from every rank's
+	 * host array @send into the host array @recv (world * @n, rank r's at r * @n), over the
+	 * communicator. Complete on return.
+	 */
+	int (*gather)(struct crun_ddp *d, const double *send, double *recv, size_t n);
 	/* Training thread, d->mu held, world > 1: tensor @t's gradient is final as of now. */
 	int (*mark)(struct crun_ddp *d, struct ddp_tensor *t);
 	/* Communication thread: before bucket @bk's gradients are read. */
 	int (*wait_grads)(struct crun_ddp *d, const struct ddp_bucket *bk);
 	/* Copy @n floats from @src to @dst (a bucket's tensors to or from its flat buffer). */
 	int (*copy)(struct crun_ddp *d, float *dst, const float *src, size_t n);
-	/* The copies out of a flat buffer have landed: the tensors may be read. */
-	int (*copy_done)(struct crun_ddp *d);
 	/* Average @n floats at @buf over the world, in place. */
 	int (*allreduce_avg)(struct crun_ddp *d, float *buf, size_t n);
+	/*
+	 * Wait until everything copy and allreduce_avg queued has completed. NULL: they are
+	 * complete when they return (host memory), so each bucket is finished as soon as it is
+	 * reduced. Otherwise (CUDA) the communication thread queues every ready bucket at once
+	 * and calls drain once the step's last bucket is queued; the broadcast calls it at its
+	 * end.
+	 */
+	int (*drain)(struct crun_ddp *d);
 	/* Training thread, before the parameters are broadcast: the program's writes landed. */
 	int (*params_ready)(struct crun_ddp *d);
 };

@@ -6,9 +6,18 @@
  * gradient ready records a CUDA event on the program's compute stream (d->stream: the kernels
  * that produce the gradient may still be running). The communication thread makes the
  * communicator's own stream wait for a bucket's events, copies through the flat buffer on
- * that stream when the bucket's tensors are not back to back, and averages with the
- * communicator's allreduce (ncclAllReduce, CRUN_REDOP_AVG, complete on the device when it returns).
+ * that stream when the bucket's tensors are not back to back, averages there (ncclAllReduce,
+ * CRUN_REDOP_AVG), queues the copies back, and goes on to the next ready bucket without
+ * waiting for the copies; drain() waits for the stream once the step's last bucket is queued.
  * Every CUDA call goes through the run-time loaded runtime (gpu_loader.h).
+ *
+ * Devices: the DDP works on the device that was current when it was created (d->device).
+ * Calls made on the program's threads (register, the first broadcast/grad_ready/sync, which
+ * allocate; grad_ready, which records an event, on the legacy stream of the current device
+ * when no stream was set; broadcast, which waits for that stream) make that device current
+ * and give the caller's back (device_enter(), device_leave()), so the program's current
+ * device is never changed behind its back. The communication thread is the DDP's own: it
+ * sets the device once per bucket and keeps it.
  */
 #include <stdlib.h>
 
@@ -20,10 +29,10 @@
 #include "worker_api/ddp_mem.h"
 #include "worker_api/gpu_loader.h"
 
-/* The bridge for CUDA results: CRUN_ECUDA with the runtime's words in d->diag. */
+/* The bridge for CUDA results: CRUN_ECUDA with the runtime's words in ddp_diag(d). */
 static int cuda_fail(struct crun_ddp *d, cudaError_t e, const char *what)
 {
-	return diag_set(&d->diag, CRUN_ECUDA, "ddp_cuda: rank %d: %s: %s",
+	return diag_set(ddp_diag(d), CRUN_ECUDA, "ddp_cuda: rank %d: %s: %s",
 			crun_comm_rank(d->comm), what, d->cu->cudaGetErrorString(e));
 }
 
@@ -32,17 +41,47 @@ static cudaStream_t comm_stream(const struct crun_ddp *d)
 	return (cudaStream_t)comm_nccl_get_stream(d->comm);
 }
 
+/* Make the DDP's device current on a program's thread; *@prev receives the caller's. */
+static int device_enter(struct crun_ddp *d, int *prev)
+{
+	cudaError_t e;
+
+	e = d->cu->cudaGetDevice(prev);
+	if (e != cudaSuccess) {
+		return cuda_fail(d, e, "cudaGetDevice");
+	}
+	if (*prev != d->device && (e = d->cu->cudaSetDevice(d->device)) != cudaSuccess) {
+		return cuda_fail(d, e, "cudaSetDevice");
+	}
+	return 0;
+}
+
+/* Give the caller its device back; returns @rc, or the failure to restore it. */
+static int device_leave(struct crun_ddp *d, int prev, int rc)
+{
+	cudaError_t e;
+
+	if (prev == d->device) {
+		return rc;
+	}
+	e = d->cu->cudaSetDevice(prev);
+	if (e != cudaSuccess && rc == 0) {
+		return cuda_fail(d, e, "cudaSetDevice (back to the caller's device)");
+	}
+	return rc;
+}
+
 static int cuda_init(struct crun_ddp *d)
 {
 	cudaError_t e;
 	int rc;
 
 	if (crun_comm_backend(d->comm) != CRUN_BACKEND_NCCL) {
-		return diag_set(&d->diag, CRUN_EBACKEND,
+		return diag_set(ddp_diag(d), CRUN_EBACKEND,
 				"ddp_cuda: device memory needs an nccl communicator");
 	}
 	/* An nccl communicator exists, so the runtime has been loaded already. */
-	rc = gpu_cuda_load(&d->cu, &d->diag);
+	rc = gpu_cuda_load(&d->cu, ddp_diag(d));
 	if (rc < 0) {
 		return rc;
 	}
@@ -54,19 +93,27 @@ static int cuda_init(struct crun_ddp *d)
 	return 0;
 }
 
+/* An event belongs to the device current when it is made: the DDP's. */
 static int cuda_tensor_init(struct crun_ddp *d, struct ddp_tensor *t)
 {
 	cudaEvent_t ev;
 	cudaError_t e;
+	int prev, rc;
 
+	rc = device_enter(d, &prev);
+	if (rc < 0) {
+		return rc;
+	}
 	e = d->cu->cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
 	if (e != cudaSuccess) {
-		return cuda_fail(d, e, "cudaEventCreateWithFlags");
+		rc = cuda_fail(d, e, "cudaEventCreateWithFlags");
+	} else {
+		t->ev = ev;
 	}
-	t->ev = ev;
-	return 0;
+	return device_leave(d, prev, rc);
 }
 
+/* Any device: an event still pending is released once it completes. */
 static void cuda_tensor_finish(struct crun_ddp *d, struct ddp_tensor *t)
 {
 	d->cu->cudaEventDestroy((cudaEvent_t)t->ev);
@@ -75,29 +122,93 @@ static void cuda_tensor_finish(struct crun_ddp *d, struct ddp_tensor *t)
 static int cuda_buf_alloc(struct crun_ddp *d, float **buf, size_t n)
 {
 	cudaError_t e;
+	int prev, rc;
 
+	*buf = NULL;
+	rc = device_enter(d, &prev);
+	if (rc < 0) {
+		return rc;
+	}
 	e = d->cu->cudaMalloc((void **)buf, n * sizeof(float));
 	if (e != cudaSuccess) {
 		*buf = NULL;
-		return cuda_fail(d, e, "cudaMalloc (bucket buffer)");
+		rc = cuda_fail(d, e, "cudaMalloc (bucket buffer)");
 	}
-	return 0;
+	return device_leave(d, prev, rc);
 }
 
 static void cuda_buf_free(struct crun_ddp *d, float *buf)
 {
-	d->cu->cudaFree(buf);
+	int prev;
+
+	if (device_enter(d, &prev) == 0) {
+		d->cu->cudaFree(buf);
+		device_leave(d, prev, 0);
+	}
 }
 
+/*
+ * The bucket plans of every rank (ddp.c, once): NCCL gathers device memory, so the few
+ * doubles go through a device buffer, in order on the communicator's stream.
+ */
+static int cuda_gather(struct crun_ddp *d, const double *send, double *recv, size_t n)
+{
+	size_t bytes = n * sizeof(double), all = (size_t)d->world * bytes;
+	cudaStream_t cs = comm_stream(d);
+	double *dev = NULL;
+	cudaError_t e;
+	int prev, rc;
+
+	rc = device_enter(d, &prev);
+	if (rc < 0) {
+		return rc;
+	}
+	e = d->cu->cudaMalloc((void **)&dev, bytes + all);
+	if (e != cudaSuccess) {
+		dev = NULL;
+		rc = cuda_fail(d, e, "cudaMalloc (bucket plan)");
+		goto out;
+	}
+	e = d->cu->cudaMemcpyAsync(dev, send, bytes, cudaMemcpyHostToDevice, cs);
+	if (e != cudaSuccess) {
+		rc = cuda_fail(d, e, "cudaMemcpyAsync (bucket plan to the device)");
+		goto out;
+	}
+	rc = crun_comm_allgather(d->comm, dev, dev + n, n, CRUN_DTYPE_FLOAT64);
+	if (rc < 0) {
+		rc = diag_set(ddp_diag(d), rc, "ddp_cuda: bucket plan: allgather: %s",
+			      crun_comm_last_error(d->comm));
+		goto out;
+	}
+	e = d->cu->cudaMemcpyAsync(recv, dev + n, all, cudaMemcpyDeviceToHost, cs);
+	if (e == cudaSuccess) {
+		e = d->cu->cudaStreamSynchronize(cs);
+	}
+	if (e != cudaSuccess) {
+		rc = cuda_fail(d, e, "cudaMemcpyAsync (bucket plans to the host)");
+	}
+out:
+	if (dev != NULL) {
+		d->cu->cudaFree(dev);
+	}
+	return device_leave(d, prev, rc);
+}
+
+/* On the compute stream; the legacy one (NULL) is the current device's, hence the device. */
 static int cuda_mark(struct crun_ddp *d, struct ddp_tensor *t)
 {
 	cudaError_t e;
+	int prev, rc;
 
+	rc = device_enter(d, &prev);
+	if (rc < 0) {
+		return rc;
+	}
 	e = d->cu->cudaEventRecord((cudaEvent_t)t->ev, (cudaStream_t)d->stream);
 	if (e != cudaSuccess) {
-		return cuda_fail(d, e, "cudaEventRecord");
+		rc = cuda_fail(d, e, "cudaEventRecord");
 	}
-	return 0;
+	return device_leave(d, prev, rc);
 }
 
 /* Communication thread: its device is the program's; the comm stream waits for the bucket. */
@@ -120,7 +231,8 @@ static int cuda_wait_grads(struct crun_ddp *d, const struct ddp_bucket *bk)
 	return 0;
 }
 
-/* Enqueued on the comm stream, after the events and before (or after) the collective. */
+/* Queued on the comm stream, after the events and before (or after) the collective; a copy
+ * may be issued to a stream of a device other than the current one. */
 static int cuda_copy(struct crun_ddp *d, float *dst, const float *src, size_t n)
 {
 	cudaError_t e;
@@ -133,26 +245,39 @@ static int cuda_copy(struct crun_ddp *d, float *dst, const float *src, size_t n)
 	return 0;
 }
 
-static int cuda_copy_done(struct crun_ddp *d)
-{
-	cudaError_t e;
-
-	e = d->cu->cudaStreamSynchronize(comm_stream(d));
-	if (e != cudaSuccess) {
-		return cuda_fail(d, e, "cudaStreamSynchronize (bucket copy)");
-	}
-	return 0;
-}
-
-/* NCCL averages on the device; crun_comm_allreduce() returns once the result is there. */
+/*
+ * Average on the device, on the comm stream. The nccl backend offers no collective that only
+ * queues (crun_comm_allreduce() returns once the result is on the device, polling NCCL for
+ * asynchronous errors under the communicator's deadline), so each bucket's allreduce is
+ * still complete before the next bucket is queued; what no longer waits is the copy out of a
+ * flat buffer, and the engine no longer waits per bucket. With a queue-only call from the
+ * backend (comm_nccl.c: ncclAllReduce on its stream, no wait) this is the one line to change,
+ * and drain() must then wait as the backend does (deadline, asynchronous NCCL errors).
+ */
 static int cuda_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 {
 	int rc;
 
 	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_DTYPE_FLOAT32, CRUN_REDOP_AVG);
 	if (rc < 0) {
-		return diag_set(&d->diag, rc, "ddp_cuda: allreduce: %s",
+		return diag_set(ddp_diag(d), rc, "ddp_cuda: allreduce: %s",
 				crun_comm_last_error(d->comm));
+	}
+	return 0;
+}
+
+/*
+ * Everything queued on the comm stream has completed. Only device-to-device copies can be
+ * pending there (every collective was waited for by the backend), so this cannot wait on a
+ * dead peer.
+ */
+static int cuda_drain(struct crun_ddp *d)
+{
+	cudaError_t e;
+
+	e = d->cu->cudaStreamSynchronize(comm_stream(d));
+	if (e != cudaSuccess) {
+		return cuda_fail(d, e, "cudaStreamSynchronize (comm stream)");
 	}
 	return 0;
 }
@@ -161,12 +286,17 @@ static int cuda_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 static int cuda_params_ready(struct crun_ddp *d)
 {
 	cudaError_t e;
+	int prev, rc;
 
+	rc = device_enter(d, &prev);
+	if (rc < 0) {
+		return rc;
+	}
 	e = d->cu->cudaStreamSynchronize((cudaStream_t)d->stream);
 	if (e != cudaSuccess) {
-		return cuda_fail(d, e, "cudaStreamSynchronize (compute stream)");
+		rc = cuda_fail(d, e, "cudaStreamSynchronize (compute stream)");
 	}
-	return 0;
+	return device_leave(d, prev, rc);
 }
 
 const struct ddp_memops ddp_cuda_memops = {
@@ -176,10 +306,11 @@ const struct ddp_memops ddp_cuda_memops = {
 	.tensor_finish = cuda_tensor_finish,
 	.buf_alloc = cuda_buf_alloc,
 	.buf_free = cuda_buf_free,
+	.gather = cuda_gather,
 	.mark = cuda_mark,
 	.wait_grads = cuda_wait_grads,
 	.copy = cuda_copy,
-	.copy_done = cuda_copy_done,
 	.allreduce_avg = cuda_allreduce_avg,
+	.drain = cuda_drain,
 	.params_ready = cuda_params_ready,
 };

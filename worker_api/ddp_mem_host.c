@@ -15,7 +15,7 @@
 static int host_init(struct crun_ddp *d)
 {
 	if (crun_comm_backend(d->comm) == CRUN_BACKEND_NCCL) {
-		return diag_set(&d->diag, CRUN_EBACKEND,
+		return diag_set(ddp_diag(d), CRUN_EBACKEND,
 				"ddp: host memory needs a host communicator, not nccl");
 	}
 	return 0;
@@ -38,6 +38,18 @@ static int host_copy(struct crun_ddp *d, float *dst, const float *src, size_t n)
 	return 0;
 }
 
+static int host_gather(struct crun_ddp *d, const double *send, double *recv, size_t n)
+{
+	int rc;
+
+	rc = crun_comm_allgather(d->comm, send, recv, n, CRUN_DTYPE_FLOAT64);
+	if (rc < 0) {
+		return diag_set(ddp_diag(d), rc, "ddp: bucket plan: allgather: %s",
+				crun_comm_last_error(d->comm));
+	}
+	return 0;
+}
+
 /* Sum, then scale by 1/world here: the same arithmetic on every communicator. */
 static int host_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 {
@@ -47,7 +59,8 @@ static int host_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 
 	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
 	if (rc < 0) {
-		return diag_set(&d->diag, rc, "ddp: allreduce: %s", crun_comm_last_error(d->comm));
+		return diag_set(ddp_diag(d), rc, "ddp: allreduce: %s",
+				crun_comm_last_error(d->comm));
 	}
 	for (i = 0; i < n; i++) {
 		buf[i] *= scale;
@@ -59,6 +72,7 @@ const struct ddp_memops ddp_host_memops = {
 	.init = host_init,
 	.buf_alloc = host_buf_alloc,
 	.buf_free = host_buf_free,
+	.gather = host_gather,
 	.copy = host_copy,
 	.allreduce_avg = host_allreduce_avg,
 };

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/ddp_plan.c: bucket planning for the DDP engine, host and device alike. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "worker_api/ddp_plan.h"
@@ -62,4 +64,51 @@ int ddp_plan_buckets(void *tensors, size_t stride, int nt, size_t first_bytes,
 	*out = b;
 	*nb_out = nb;
 	return 0;
+}
+
+/* FNV-1a over @v's eight bytes, least significant first: the same on every host. */
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+	int i;
+
+	for (i = 0; i < 8; i++) {
+		h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ULL;
+	}
+	return h;
+}
+
+void ddp_plan_summary(const void *tensors, size_t stride, int nt, const struct ddp_bucket *b,
+		      int nb, size_t first_bytes, size_t cap_bytes, double out[DDP_PLAN_WORDS])
+{
+	uint64_t h = 14695981039346656037ULL;
+	size_t numel = 0, n;
+	int i;
+
+	h = fnv_u64(h, (uint64_t)nt);
+	for (i = 0; i < nt; i++) {
+		n = slot_at((void *)tensors, stride, i)->n;
+		h = fnv_u64(h, (uint64_t)n);
+		numel += n;
+	}
+	h = fnv_u64(h, (uint64_t)first_bytes);
+	h = fnv_u64(h, (uint64_t)cap_bytes);
+	h = fnv_u64(h, (uint64_t)nb);
+	for (i = 0; i < nb; i++) {
+		h = fnv_u64(h, (uint64_t)b[i].first);
+		h = fnv_u64(h, (uint64_t)b[i].count);
+	}
+	out[0] = (double)(h >> 32);
+	out[1] = (double)(h & 0xffffffffu);
+	out[2] = (double)nt;
+	out[3] = (double)numel;
+	out[4] = (double)nb;
+	out[5] = (double)first_bytes;
+	out[6] = (double)cap_bytes;
+}
+
+void ddp_plan_describe(const double w[DDP_PLAN_WORDS], char *buf, size_t len)
+{
+	snprintf(buf, len, "%.0f tensors, %.0f floats, %.0f buckets (first %.0f B, cap %.0f B), "
+		 "plan %08llx%08llx",
+		 w[2], w[3], w[4], w[5], w[6], (unsigned long long)w[0], (unsigned long long)w[1]);
 }

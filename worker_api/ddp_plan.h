@@ -40,6 +40,23 @@ struct ddp_bucket {
 int ddp_plan_buckets(void *tensors, size_t stride, int nt, size_t first_bytes,
 		     size_t cap_bytes, struct ddp_bucket **out, int *nb);
 
+/*
+ * The plan every rank must share before any bucket is reduced (ddp.c gathers it once, when
+ * the buckets are built): ranks that registered different sizes, or set different caps, would
+ * pair different elements, or wait for a collective the others never start. Words, as
+ * doubles so that any communicator can gather them (each is exact): the 64-bit FNV-1a hash
+ * of the tensor sizes, the caps and the bucket boundaries (high and low 32 bits), then the
+ * tensor count, the total floats, the bucket count and the two caps in bytes (what a message
+ * shows: the caps may round).
+ */
+#define DDP_PLAN_WORDS 7
+
+/** Fill @out with the plan of @nt tensors (as ddp_plan_buckets() left them) in @nb buckets. */
+void ddp_plan_summary(const void *tensors, size_t stride, int nt, const struct ddp_bucket *b,
+		      int nb, size_t first_bytes, size_t cap_bytes, double out[DDP_PLAN_WORDS]);
+/** "<n> tensors, <n> floats, <n> buckets (first <n> B, cap <n> B), plan <hash>" into @buf. */
+void ddp_plan_describe(const double w[DDP_PLAN_WORDS], char *buf, size_t len);
+
 /* Whether the bucket needs a flat buffer: its gradients or parameters are not back to back. */
 static inline bool ddp_bucket_needs_buf(const struct ddp_bucket *bk)
 {

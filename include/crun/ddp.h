@@ -22,8 +22,16 @@ extern "C" {
  * crun_ddp_grad_ready() for each tensor whose gradient is final; when a bucket is complete its
  * allreduce starts at once on the DDP's communication thread (overlap with the rest of
  * backward). Buckets are always reduced in bucket order, so ranks that mark gradients in
- * different orders still agree. crun_ddp_sync() waits for every bucket; afterwards every
- * gradient holds the average over the world.
+ * different orders still agree; a bucket that becomes ready is started at once, whatever is
+ * still in flight. crun_ddp_sync() waits for every bucket; afterwards every gradient holds
+ * the average over the world.
+ *
+ * Every rank must register the same tensor sizes in the same order with the same caps. The
+ * call that builds the buckets (the first crun_ddp_broadcast_params(), crun_ddp_grad_ready()
+ * or crun_ddp_sync()) checks it with one allgather of a fixed-size plan summary on the
+ * communicator, so every rank must get there; a plan that differs fails on every rank with
+ * CRUN_ECONFIG, and crun_ddp_last_error() names this rank's plan and the first different
+ * rank's (tensor count, floats, buckets, caps, a hash of it all). The DDP stays failed.
  *
  * Memory. One engine serves host and device memory; opts->memory says which:
  * - CRUN_DDP_MEMORY_HOST (the default): host arrays, any communicator but nccl. A bucket is
@@ -33,11 +41,15 @@ extern "C" {
  *   crun_ddp_grad_ready() records a CUDA event on the program's compute stream (see
  *   crun_ddp_set_stream(); the kernels producing the gradient may still be running); the
  *   communication thread makes the communicator's own stream wait for the bucket's events and
- *   averages it there with ncclAllReduce, while the program keeps enqueuing backward.
- *   crun_ddp_sync() returns once every bucket is averaged on the device: kernels enqueued
- *   afterwards on any stream see the result. crun_ddp_broadcast_params() first waits for the
- *   compute stream. Buckets whose tensors are not back to back go through a flat device
- *   buffer (device-to-device copies on the communicator's stream).
+ *   averages it there with ncclAllReduce, while the program keeps enqueuing backward; the
+ *   copies and collectives of ready buckets are queued one after the other on that stream
+ *   and waited for once, after the step's last bucket. crun_ddp_sync() returns once every
+ *   bucket is averaged on the device: kernels enqueued afterwards on any stream see the
+ *   result. crun_ddp_broadcast_params() first waits for the compute stream. Buckets whose
+ *   tensors are not back to back go through a flat device buffer (device-to-device copies on
+ *   the communicator's stream). The DDP uses the device that was current when it was
+ *   created; a call made on a thread whose current device is another one switches to the
+ *   DDP's for its CUDA calls and back before it returns.
  * Public headers stay free of CUDA types: a stream is a cudaStream_t passed as void *.
  *
  * Thread safety: crun_ddp_register(), crun_ddp_broadcast_params(), crun_ddp_sync(),
@@ -45,7 +57,11 @@ extern "C" {
  * training thread. crun_ddp_grad_ready() may be called from any thread. The DDP's thread uses
  * the communicator only while a step is in flight (from the first crun_ddp_grad_ready() to
  * the return of crun_ddp_sync()); between steps the training thread may use it for its own
- * collectives.
+ * collectives. While a step is in flight the program must not use the communicator at all:
+ * its collectives would run beside the DDP's buckets (with NCCL: two threads' calls on one
+ * communicator and its stream, which NCCL does not allow) and could pair with a bucket of
+ * another rank, a hang or wrong sums. Use a second communicator for the program's own
+ * collectives during backward (examples/train_gpu reduces its host scalars on a cpu one).
  */
 struct crun_ddp;
 
@@ -96,14 +112,17 @@ CRUN_EXPORT int crun_ddp_register(struct crun_ddp *d, float *param, float *grad,
 /**
  * Broadcast every parameter from rank 0 so all replicas start equal (builds the buckets).
  * Call it between steps. Returns 0, -EINVAL (nothing registered), -ENOMEM, -EBUSY (a step is
- * in flight), the DDP's sticky error, CRUN_ECUDA, or a communication code.
+ * in flight: a gradient of this step is marked ready; crun_ddp_last_error() says how many;
+ * call crun_ddp_sync() first), CRUN_ECONFIG (the ranks' bucket plans differ), the DDP's
+ * sticky error, CRUN_ECUDA, or a communication code.
  */
 CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d);
 /**
  * Tensor @index's gradient is final for this step (do not write it until crun_ddp_sync()
  * returns; CUDA memory: final once the work enqueued so far on the compute stream completes).
  * Returns 0, -EINVAL (bad index, or nothing registered), -EALREADY (marked twice in one step),
- * -ENOMEM (building the buckets) or CRUN_ECUDA. A no-op returning 0 in no_sync mode.
+ * -ENOMEM (building the buckets), CRUN_ECONFIG (the ranks' bucket plans differ), a
+ * communication code (the plan check) or CRUN_ECUDA. A no-op returning 0 in no_sync mode.
  */
 CRUN_EXPORT int crun_ddp_grad_ready(struct crun_ddp *d, int index);
 /**
@@ -130,7 +149,9 @@ CRUN_EXPORT int crun_ddp_set_stream(struct crun_ddp *d, void *stream);
 CRUN_EXPORT int crun_ddp_bucket_count(const struct crun_ddp *d);
 /**
  * Buckets whose allreduce has completed in the current step (0 .. bucket count): lets a
- * program (or a test) see communication finish while backward is still running.
+ * program (or a test) see communication finish while backward is still running. Host memory
+ * counts each bucket as it completes; CUDA memory queues the buckets on the device and counts
+ * them all when the step's last one has completed there.
  */
 CRUN_EXPORT int crun_ddp_buckets_reduced(struct crun_ddp *d);
 /** Index of the bucket holding tensor @index, or -EINVAL. */

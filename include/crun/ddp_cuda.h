@@ -49,8 +49,8 @@ CRUN_EXPORT int crun_ddp_cuda_register(struct crun_ddp_cuda *d, float *param, fl
 				       size_t n);
 /**
  * Wait for the compute stream, then broadcast every parameter from rank 0 on the device.
- * Returns 0, -EINVAL (nothing registered), -EBUSY (a step in flight), -ENOMEM, CRUN_ECUDA or
- * a communication code.
+ * Returns 0, -EINVAL (nothing registered), -EBUSY (a step in flight: a gradient is marked),
+ * -ENOMEM, CRUN_ECONFIG (the ranks' bucket plans differ), CRUN_ECUDA or a communication code.
  */
 CRUN_EXPORT int crun_ddp_cuda_broadcast_params(struct crun_ddp_cuda *d);
 /**

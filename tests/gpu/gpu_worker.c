@@ -6,10 +6,17 @@
  *   gpu_worker api      argument checks of crun_ddp_cuda_* and of crun_ddp's memory option
  *                       and stream setter, no GPU needed (a cpu communicator)
  *   gpu_worker ddp      device DDP over an nccl communicator of WORLD_SIZE ranks through the
- *                       crun_ddp_cuda_* names: parameters broadcast from rank 0, gradients
- *                       averaged over several buckets (in place and through the flat copy)
- *                       with ranks marking in different orders, no_sync, and the error codes;
- *                       exit 77 without a GPU
+ *                       crun_ddp_cuda_* names: ten tensors in four buckets (in place, through
+ *                       the flat buffer with several small tensors, a tensor above the cap,
+ *                       contiguous gradients with scattered parameters), parameters broadcast
+ *                       from rank 0, exact averages with ranks marking in different orders,
+ *                       no_sync, the error codes (-EBUSY for a broadcast in a partly marked
+ *                       step), then STEPS steps of training whose parameters must match one
+ *                       process trained on the whole batch, and (several ranks) a bucket plan
+ *                       that differs between ranks. Exit 77 without a GPU, or when a node has
+ *                       more ranks than GPUs (NCCL refuses two ranks on one GPU; it says so).
+ *                       On one rank the DDP has nothing to reduce: the flat buffers and
+ *                       NCCL are exercised from two ranks (two GPUs) on.
  *   gpu_worker ddp-one  the same through crun_ddp_* with CRUN_DDP_MEMORY_CUDA and
  *                       crun_ddp_set_stream()
  * Run under crun, tests/worker/worker_launch, or alone with CRUN_SINGLE=1.
@@ -17,6 +24,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +39,6 @@
 #include <crun/ddp_cuda.h>
 
 #define EXIT_NO_GPU 77
-#define NT 5
 
 static int g_rank;
 
@@ -148,6 +155,25 @@ static int api(void)
 	return 0;
 }
 
+/*
+ * The tensors of the ddp modes, their sizes in floats and the gaps (floats) left after each in
+ * the one parameter block and the one gradient block they are carved from. With a 4 KiB first
+ * bucket and a 64 KiB cap the buckets are, last registered first:
+ *   0 = {9, 8}        gradients back to back (reduced in place), parameters not (the
+ *                     broadcast goes through the flat buffer)
+ *   1 = {7, 6, 5}     back to back in both: in place
+ *   2 = {4}           larger than the cap: a bucket of its own
+ *   3 = {3, 2, 1, 0}  four small tensors with gaps: the flat buffer, both ways
+ */
+#define NT 10
+#define NBUCKETS 4
+static const size_t tn[NT] = {100, 7, 300, 33, 70000, 500, 11, 900, 200, 50};
+static const size_t pgap[NT] = {64, 64, 64, 64, 64, 0, 0, 64, 64, 0};
+static const size_t ggap[NT] = {64, 64, 64, 64, 64, 0, 0, 64, 0, 0};
+#define NMAX 70000
+#define STEPS 5   /* training steps compared with the single-process reference */
+#define SAMPLES 3 /* samples per rank per step */
+
 static void fill(float *dev, size_t n, float base, cudaStream_t s, float *host)
 {
 	size_t i;
@@ -160,13 +186,18 @@ static void fill(float *dev, size_t n, float base, cudaStream_t s, float *host)
 }
 
 /* Reads after the compute stream @s has finished (it is non-blocking: no implicit order). */
+static void download(float *host, const float *dev, size_t n, cudaStream_t s)
+{
+	CUDA_OK(cudaStreamSynchronize(s));
+	CUDA_OK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
 static void expect_values(const float *dev, size_t n, float base, const char *what, int t,
 			  cudaStream_t s, float *host)
 {
 	size_t i;
 
-	CUDA_OK(cudaStreamSynchronize(s));
-	CUDA_OK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+	download(host, dev, n, s);
 	for (i = 0; i < n; i++) {
 		float want = base + (float)(i % 7);
 
@@ -174,6 +205,42 @@ static void expect_values(const float *dev, size_t n, float base, const char *wh
 			fail("%s of tensor %d, element %zu: %g, expected %g", what, t, i,
 			     (double)host[i], (double)want);
 		}
+	}
+}
+
+/* A deterministic pseudo-random value in [-1, 1) for (a, b, c) (tests/worker/worker_helper.c's). */
+static float hashf(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b * 0xbf58476d1ce4e5b9ULL ^ c * 0x94d049bb133111ebULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return (float)((double)(z >> 40) / 8388608.0 - 1.0);
+}
+
+/* @g = (1/@denom) sum over samples [s0, s0 + ns) of tanh(3 p a_s) - t_s: depends on @p. */
+static void host_grad(const float *p, float *g, int t, uint64_t s0, size_t ns, float denom)
+{
+	size_t i, s;
+
+	for (i = 0; i < tn[t]; i++) {
+		g[i] = 0.0f;
+	}
+	for (s = s0; s < s0 + ns; s++) {
+		for (i = 0; i < tn[t]; i++) {
+			float a = hashf(s, (uint64_t)t, i), tg = hashf(s, (uint64_t)t + 100, i);
+
+			g[i] += (tanhf(p[i] * a * 3.0f) - tg) / denom;
+		}
+	}
+}
+
+static void host_sgd(float *p, const float *g, float *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		v[i] = 0.9f * v[i] + g[i];
+		p[i] -= 0.1f * v[i];
 	}
 }
 
@@ -233,6 +300,11 @@ static int dut_buckets(struct dut *u)
 	return u->one ? crun_ddp_bucket_count(u->d) : crun_ddp_cuda_bucket_count(u->legacy);
 }
 
+static const char *dut_error(struct dut *u)
+{
+	return u->one ? crun_ddp_last_error(u->d) : crun_ddp_cuda_last_error(u->legacy);
+}
+
 static void dut_destroy(struct dut *u)
 {
 	if (u->one) {
@@ -242,18 +314,109 @@ static void dut_destroy(struct dut *u)
 	}
 }
 
+/*
+ * @steps steps of training, each rank on its own SAMPLES samples, the gradients averaged by
+ * the DDP and SGD applied on the host; the parameters must match one process that trains on
+ * all world * SAMPLES samples of each step (as tests/worker's ddp-equiv does on the host).
+ * Returns the largest relative difference.
+ */
+static double train_matches_one_process(struct dut *d, float **param, float **grad,
+					cudaStream_t s, int rank, int world)
+{
+	float *hp[NT], *hg[NT], *hv[NT], *rp[NT], *rg[NT], *rv[NT];
+	double maxerr = 0.0, e;
+	int t, k, step;
+	size_t i;
+
+	for (t = 0; t < NT; t++) {
+		hp[t] = calloc(tn[t], sizeof(float));
+		hg[t] = calloc(tn[t], sizeof(float));
+		hv[t] = calloc(tn[t], sizeof(float));
+		rp[t] = calloc(tn[t], sizeof(float));
+		rg[t] = calloc(tn[t], sizeof(float));
+		rv[t] = calloc(tn[t], sizeof(float));
+		if (!hp[t] || !hg[t] || !hv[t] || !rp[t] || !rg[t] || !rv[t]) {
+			fail("out of memory");
+		}
+		/* Ranks start apart; the broadcast must give every rank rank 0's values. */
+		for (i = 0; i < tn[t]; i++) {
+			hp[t][i] = hashf(1000 + (uint64_t)rank, (uint64_t)t, i);
+			rp[t][i] = hashf(1000, (uint64_t)t, i);
+		}
+		CUDA_OK(cudaMemcpyAsync(param[t], hp[t], tn[t] * sizeof(float),
+					cudaMemcpyHostToDevice, s));
+	}
+	EXPECT(dut_broadcast(d), 0);
+	for (step = 0; step < STEPS; step++) {
+		uint64_t s0 = (uint64_t)(step * world + rank) * SAMPLES;
+
+		for (k = 0; k < NT; k++) {
+			/* Backward's order (last registered first), rotated per rank. */
+			t = (NT - 1 - k + rank) % NT;
+			download(hp[t], param[t], tn[t], s);
+			host_grad(hp[t], hg[t], t, s0, SAMPLES, (float)SAMPLES);
+			CUDA_OK(cudaMemcpyAsync(grad[t], hg[t], tn[t] * sizeof(float),
+						cudaMemcpyHostToDevice, s));
+			EXPECT(dut_ready(d, t), 0);
+		}
+		EXPECT(dut_sync(d), 0);
+		for (t = 0; t < NT; t++) {
+			download(hg[t], grad[t], tn[t], s);
+			host_sgd(hp[t], hg[t], hv[t], tn[t]);
+			CUDA_OK(cudaMemcpyAsync(param[t], hp[t], tn[t] * sizeof(float),
+						cudaMemcpyHostToDevice, s));
+			/* The reference: one process, every rank's samples of this step. */
+			host_grad(rp[t], rg[t], t, (uint64_t)step * (uint64_t)world * SAMPLES,
+				  (size_t)world * SAMPLES, (float)(world * SAMPLES));
+			host_sgd(rp[t], rg[t], rv[t], tn[t]);
+		}
+	}
+	for (t = 0; t < NT; t++) {
+		download(hp[t], param[t], tn[t], s);
+		for (i = 0; i < tn[t]; i++) {
+			e = fabs((double)hp[t][i] - (double)rp[t][i]) / (1.0 + fabs((double)rp[t][i]));
+			maxerr = e > maxerr ? e : maxerr;
+		}
+		free(hp[t]);
+		free(hg[t]);
+		free(hv[t]);
+		free(rp[t]);
+		free(rg[t]);
+		free(rv[t]);
+	}
+	return maxerr;
+}
+
+/* Ranks that register different sizes: CRUN_ECONFIG naming both plans, not a hang. */
+static void plans_differ(bool one, struct crun_comm *comm, float *p, float *g, int rank)
+{
+	struct crun_ddp_opts o = CRUN_DDP_OPTS_INIT;
+	struct dut u = {.one = one};
+
+	EXPECT(dut_create(&u, comm, &o, NULL), 0);
+	EXPECT(dut_register(&u, p, g, 100 + (size_t)rank), 0);
+	EXPECT(dut_broadcast(&u), CRUN_ECONFIG);
+	if (strstr(dut_error(&u), "bucket plan differs from rank") == NULL) {
+		fail("plan mismatch: \"%s\"", dut_error(&u));
+	}
+	EXPECT(dut_sync(&u), CRUN_ECONFIG);
+	dut_destroy(&u);
+	EXPECT(crun_comm_barrier(comm), 0);
+}
+
 static int ddp(bool one)
 {
-	static const size_t n[NT] = {1000, 3, 70000, 17, 5000};
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_NCCL, .timeout_ms = 60000,
 				       .name = "gpu_ddp"};
 	struct crun_ddp_opts dopts = {.bucket_cap_bytes = 64 << 10, .first_bucket_bytes = 4 << 10};
-	float *param[NT], *grad[NT], *pa, *ga, *pb, *gb, *host;
+	float *param[NT], *grad[NT], *pblock, *gblock, *host;
 	struct dut u = {.one = one}, *d = &u;
+	size_t poff = 0, goff = 0;
 	struct crun_store *st;
 	struct crun_comm *comm;
 	cudaStream_t s;
 	int rank, world, ndev, t, k, step, order[NT];
+	double err;
 
 	if (probe() != 0) {
 		return EXIT_NO_GPU;
@@ -262,92 +425,118 @@ static int ddp(bool one)
 	rank = crun_rank();
 	world = crun_world_size();
 	CUDA_OK(cudaGetDeviceCount(&ndev));
-	CUDA_OK(cudaSetDevice(crun_local_rank() % ndev));
+	if (crun_local_world_size() > ndev) {
+		/* NCCL refuses two ranks of one communicator on one GPU: nothing to test here. */
+		fprintf(stderr,
+			"gpu_worker: rank %d: %s on %d ranks per node needs a GPU per rank "
+			"(NCCL refuses two ranks on one GPU); %d visible: skipped\n",
+			rank, one ? "ddp-one" : "ddp", crun_local_world_size(), ndev);
+		crun_store_close(st);
+		crun_finish();
+		return EXIT_NO_GPU;
+	}
+	CUDA_OK(cudaSetDevice(crun_local_rank()));
 	EXPECT(crun_comm_create(st, rank, world, &copts, &comm), 0);
 	CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	host = malloc(70000 * sizeof(float));
+	host = malloc(NMAX * sizeof(float));
 	if (host == NULL) {
 		fail("out of memory");
 	}
-	/* Tensors 0, 1 back to back (one span); 2 alone; 3, 4 with a gap (a flat copy). */
-	CUDA_OK(cudaMalloc((void **)&pa, (n[0] + n[1]) * sizeof(float)));
-	CUDA_OK(cudaMalloc((void **)&ga, (n[0] + n[1]) * sizeof(float)));
-	CUDA_OK(cudaMalloc((void **)&param[2], n[2] * sizeof(float)));
-	CUDA_OK(cudaMalloc((void **)&grad[2], n[2] * sizeof(float)));
-	CUDA_OK(cudaMalloc((void **)&pb, (n[3] + n[4] + 64) * sizeof(float)));
-	CUDA_OK(cudaMalloc((void **)&gb, (n[3] + n[4] + 64) * sizeof(float)));
-	param[0] = pa;
-	grad[0] = ga;
-	param[1] = pa + n[0];
-	grad[1] = ga + n[0];
-	param[3] = pb;
-	grad[3] = gb;
-	param[4] = pb + n[3] + 64;
-	grad[4] = gb + n[3] + 64;
+	for (t = 0; t < NT; t++) {
+		poff += tn[t] + pgap[t];
+		goff += tn[t] + ggap[t];
+	}
+	CUDA_OK(cudaMalloc((void **)&pblock, poff * sizeof(float)));
+	CUDA_OK(cudaMalloc((void **)&gblock, goff * sizeof(float)));
+	for (t = 0, poff = 0, goff = 0; t < NT; t++) {
+		param[t] = pblock + poff;
+		grad[t] = gblock + goff;
+		poff += tn[t] + pgap[t];
+		goff += tn[t] + ggap[t];
+	}
 
 	EXPECT(dut_create(d, comm, &dopts, s), 0);
 	for (t = 0; t < NT; t++) {
-		EXPECT(dut_register(d, param[t], grad[t], n[t]), t);
-		fill(param[t], n[t], 100.0f * (float)(rank + 1) + (float)t, s, host);
+		EXPECT(dut_register(d, param[t], grad[t], tn[t]), t);
+		fill(param[t], tn[t], 100.0f * (float)(rank + 1) + (float)t, s, host);
 	}
 	EXPECT(dut_register(d, NULL, grad[0], 1), -EINVAL);
 	EXPECT(dut_broadcast(d), 0);
 	EXPECT(dut_register(d, param[0], grad[0], 1), -EBUSY);
-	if (dut_buckets(d) < 3) {
-		fail("%d buckets, expected at least 3 with a 4 KiB first and 64 KiB cap",
-		     dut_buckets(d));
+	if (dut_buckets(d) != NBUCKETS) {
+		fail("%d buckets, expected %d with a 4 KiB first and 64 KiB cap", dut_buckets(d),
+		     NBUCKETS);
+	}
+	if (one && (crun_ddp_bucket_of(d->d, 9) != 0 || crun_ddp_bucket_of(d->d, 5) != 1 ||
+		    crun_ddp_bucket_of(d->d, 4) != 2 || crun_ddp_bucket_of(d->d, 0) != 3)) {
+		fail("tensors 9, 5, 4, 0 in buckets %d %d %d %d, expected 0 1 2 3",
+		     crun_ddp_bucket_of(d->d, 9), crun_ddp_bucket_of(d->d, 5),
+		     crun_ddp_bucket_of(d->d, 4), crun_ddp_bucket_of(d->d, 0));
 	}
 	for (t = 0; t < NT; t++) {
-		expect_values(param[t], n[t], 100.0f + (float)t, "broadcast parameter", t, s, host);
+		expect_values(param[t], tn[t], 100.0f + (float)t, "broadcast parameter", t, s,
+			      host);
 	}
 	for (step = 0; step < 3; step++) {
 		for (t = 0; t < NT; t++) {
 			/* Each rank marks in its own order (a multiplier prime to NT makes a
 			 * permutation): the buckets still pair up. */
-			order[t] = (t * (rank % (NT - 1) + 1) + step) % NT;
+			static const int mult[4] = {1, 3, 7, 9};
+
+			order[t] = (t * mult[rank % 4] + step) % NT;
 		}
 		for (k = 0; k < NT; k++) {
 			t = order[k];
-			fill(grad[t], n[t], (float)((rank + 1) * (step + 1)), s, host);
+			fill(grad[t], tn[t], (float)((rank + 1) * (step + 1)), s, host);
 			EXPECT(dut_ready(d, t), 0);
+			if (k == 0) {
+				/* A partly marked step: no broadcast beside it. */
+				EXPECT(dut_broadcast(d), -EBUSY);
+			}
 		}
 		EXPECT(dut_ready(d, order[0]), -EALREADY);
 		EXPECT(dut_ready(d, NT), -EINVAL);
 		EXPECT(dut_sync(d), 0);
 		for (t = 0; t < NT; t++) {
-			expect_values(grad[t], n[t], (float)(step + 1) * (float)(world + 1) / 2.0f,
+			expect_values(grad[t], tn[t], (float)(step + 1) * (float)(world + 1) / 2.0f,
 				      "averaged gradient", t, s, host);
 		}
 	}
 	/* no_sync: gradients stay local; sync is immediate. */
 	dut_no_sync(d, true);
 	for (t = 0; t < NT; t++) {
-		fill(grad[t], n[t], (float)(rank + 7), s, host);
+		fill(grad[t], tn[t], (float)(rank + 7), s, host);
 		EXPECT(dut_ready(d, t), 0);
 	}
 	EXPECT(dut_sync(d), 0);
 	for (t = 0; t < NT; t++) {
-		expect_values(grad[t], n[t], (float)(rank + 7), "no_sync gradient", t, s, host);
+		expect_values(grad[t], tn[t], (float)(rank + 7), "no_sync gradient", t, s, host);
 	}
 	dut_no_sync(d, false);
 	/* A step where sync marks everything itself. */
 	for (t = 0; t < NT; t++) {
-		fill(grad[t], n[t], (float)(rank + 1), s, host);
+		fill(grad[t], tn[t], (float)(rank + 1), s, host);
 	}
 	EXPECT(dut_sync(d), 0);
 	for (t = 0; t < NT; t++) {
-		expect_values(grad[t], n[t], (float)(world + 1) / 2.0f, "gradient after sync", t,
+		expect_values(grad[t], tn[t], (float)(world + 1) / 2.0f, "gradient after sync", t,
 			      s, host);
 	}
-	printf("gpu_worker: rank %d: %s ok (world %d, %d buckets)\n", rank,
-	       one ? "ddp-one" : "ddp", world, dut_buckets(d));
+	/* Training: parameters after STEPS steps against one process on the whole batch. */
+	err = train_matches_one_process(d, param, grad, s, rank, world);
+	if (err > 1e-5) {
+		fail("parameters after %d steps differ from one process's by %.3g (relative)",
+		     STEPS, err);
+	}
+	if (world > 1) {
+		plans_differ(one, comm, pblock, gblock, rank);
+	}
+	printf("gpu_worker: rank %d: %s ok (world %d, %d buckets, %d steps within %.2g of one "
+	       "process)\n",
+	       rank, one ? "ddp-one" : "ddp", world, dut_buckets(d), STEPS, err);
 	dut_destroy(d);
-	cudaFree(pa);
-	cudaFree(ga);
-	cudaFree(param[2]);
-	cudaFree(grad[2]);
-	cudaFree(pb);
-	cudaFree(gb);
+	cudaFree(pblock);
+	cudaFree(gblock);
 	cudaStreamDestroy(s);
 	free(host);
 	crun_comm_destroy(comm);

@@ -361,6 +361,28 @@ static void ddp_sync_times_out_when_a_peer_hangs(void **state)
 	ddp_peer_leaves("hang", "(Connection timed out)");
 }
 
+/* Ranks that register different tensor sizes are told so, by name, on every rank. */
+static void ddp_ranks_with_different_plans_fail_clearly(void **state)
+{
+	const char *argv[] = {need("WORKER_LAUNCH"), "-n", "2", "--timeout", "90", "--",
+			      need("WORKER_HELPER"), "ddp-plan-mismatch", NULL};
+	char *out;
+	int rc;
+
+	(void)state;
+	rc = run(argv, 120, &out);
+	expect_rc(rc, 0, out);
+	assert_int_equal(count(out, "plan mismatch reported"), 2);
+	if (strstr(out, "ddp: rank 0: bucket plan differs from rank 1's: rank 0: 2 tensors, "
+			"150 floats, 1 buckets") == NULL ||
+	    strstr(out, "ddp: rank 1: bucket plan differs from rank 0's: rank 1: 2 tensors, "
+			"151 floats, 1 buckets") == NULL) {
+		fprintf(stderr, "no message naming both plans in:\n%s\n", out);
+		fail();
+	}
+	free(out);
+}
+
 static void train_reaches_accuracy_with_equal_digests(void **state)
 {
 	const char *argv[] = {need("WORKER_LAUNCH"), "-n", "2", "--timeout", "150", "--store", "rdzvd", "--rdzvd", need("WORKER_RDZVD"), "--",
@@ -729,6 +751,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(ddp_reduces_complete_buckets_before_sync),
 		cmocka_unit_test(ddp_sync_fails_when_a_peer_exits),
 		cmocka_unit_test(ddp_sync_times_out_when_a_peer_hangs),
+		cmocka_unit_test(ddp_ranks_with_different_plans_fail_clearly),
 		cmocka_unit_test(train_reaches_accuracy_with_equal_digests),
 		cmocka_unit_test_setup_teardown(train_resumes_from_checkpoint_after_kill, setup,
 						teardown),

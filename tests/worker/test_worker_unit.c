@@ -762,6 +762,47 @@ static void ddp_no_sync_entered_mid_step_finishes_the_step(void **state)
 	crun_store_close(st);
 }
 
+/*
+ * crun_ddp_broadcast_params() between the marks of one step would run a collective beside the
+ * step's (and overwrite parameters whose gradients are being reduced): it refuses with
+ * -EBUSY and says why, even before any bucket is complete.
+ */
+static void ddp_broadcast_refuses_a_partly_marked_step(void **state)
+{
+	struct crun_init_opts o = {.single = true};
+	struct crun_comm_opts co = {.backend = CRUN_BACKEND_CPU, .timeout_ms = 10000};
+	static float p[2][100], g[2][100];
+	struct crun_store *st;
+	struct crun_comm *comm;
+	struct crun_ddp *ddp;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(crun_init(&o, NULL, 0), 0);
+	assert_int_equal(crun_worker_store_open(&st, err, sizeof(err)), 0);
+	assert_int_equal(crun_comm_create(st, 0, 1, &co, &comm), 0);
+	assert_int_equal(crun_ddp_create(comm, NULL, &ddp), 0);
+	assert_int_equal(crun_ddp_register(ddp, p[0], g[0], 100), 0);
+	assert_int_equal(crun_ddp_register(ddp, p[1], g[1], 100), 1);
+	assert_int_equal(crun_ddp_broadcast_params(ddp), 0);
+	assert_int_equal(crun_ddp_bucket_count(ddp), 1); /* both tensors in one bucket */
+	assert_int_equal(crun_ddp_grad_ready(ddp, 1), 0);
+	assert_int_equal(crun_ddp_broadcast_params(ddp), -EBUSY);
+	assert_non_null(strstr(crun_ddp_last_error(ddp), "a step is in flight (1 of 2 gradients"));
+	assert_int_equal(crun_ddp_grad_ready(ddp, 0), 0);
+	assert_int_equal(crun_ddp_broadcast_params(ddp), -EBUSY);
+	assert_int_equal(crun_ddp_sync(ddp), 0);
+	assert_int_equal(crun_ddp_broadcast_params(ddp), 0);
+	/* no_sync marks nothing: broadcasting between accumulated micro-batches is allowed. */
+	crun_ddp_set_no_sync(ddp, true);
+	assert_int_equal(crun_ddp_grad_ready(ddp, 1), 0);
+	assert_int_equal(crun_ddp_broadcast_params(ddp), 0);
+	crun_ddp_set_no_sync(ddp, false);
+	crun_ddp_destroy(ddp);
+	crun_comm_destroy(comm);
+	crun_store_close(st);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -784,6 +825,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(ddp_no_sync_entered_mid_step_finishes_the_step, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(ddp_buckets_follow_reverse_registration, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(ddp_broadcast_refuses_a_partly_marked_step, setup,
 						teardown),
 	};
 

@@ -6,6 +6,8 @@
  *   worker_helper ddp-equiv STEPS N ranks on shards == one process on the whole batch
  *   worker_helper ddp-overlap     a complete bucket is reduced before sync is called
  *   worker_helper ddp-peer-dies exit|hang   rank 0's sync fails in time when rank 1 leaves
+ *   worker_helper ddp-plan-mismatch   ranks that register different sizes get CRUN_ECONFIG
+ *                                 naming both plans, from every DDP call, without a hang
  *   worker_helper comm-auto       the backend CRUN_BACKEND (or auto) picks: an allreduce and a
  *                                 host DDP step (tests/worker/no_cuda.sh: no CUDA libraries)
  *   worker_helper fail MESSAGE    rank 0 records MESSAGE in the error file and exits 3 */
@@ -349,6 +351,47 @@ static int cmd_ddp_peer_dies(const char *how)
 }
 
 /*
+ * Rank r registers tensors of 100 and 50 + r floats: the bucket plans differ, and the first
+ * call that builds the buckets must say so on every rank (CRUN_ECONFIG, both plans named)
+ * instead of pairing 50 floats with 51. Later calls return the same error at once.
+ */
+static int cmd_ddp_plan_mismatch(void)
+{
+	struct crun_comm_opts co = {.backend = CRUN_BACKEND_CPU, .timeout_ms = 10000};
+	static float p[2][100], g[2][100];
+	int rank = crun_rank(), world = crun_world_size(), rc;
+	struct crun_store *st;
+	struct crun_comm *comm;
+	struct crun_ddp *ddp;
+	char err[256];
+
+	if (crun_worker_store_open(&st, err, sizeof(err)) < 0) {
+		fprintf(stderr, "worker_helper: %s\n", err);
+		return 1;
+	}
+	check(crun_comm_create(st, rank, world, &co, &comm), "comm_create");
+	check(crun_ddp_create(comm, NULL, &ddp), "ddp_create");
+	check(crun_ddp_register(ddp, p[0], g[0], 100), "register");
+	check(crun_ddp_register(ddp, p[1], g[1], 50 + (size_t)rank), "register");
+	rc = crun_ddp_broadcast_params(ddp);
+	printf("rank %d broadcast_params: %d (%s): %s\n", rank, rc, crun_strerror(rc),
+	       crun_ddp_last_error(ddp));
+	if (rc != CRUN_ECONFIG || crun_ddp_grad_ready(ddp, 0) != CRUN_ECONFIG ||
+	    crun_ddp_sync(ddp) != CRUN_ECONFIG || crun_ddp_broadcast_params(ddp) != CRUN_ECONFIG ||
+	    crun_ddp_bucket_count(ddp) != 0) {
+		fprintf(stderr, "rank %d: a bucket plan mismatch was not reported\n", rank);
+		return 1;
+	}
+	printf("rank %d plan mismatch reported\n", rank);
+	crun_ddp_destroy(ddp);
+	/* The communicator is still in step: the plans were gathered, nothing else ran. */
+	check(crun_comm_barrier(comm), "barrier");
+	crun_comm_destroy(comm);
+	crun_store_close(st);
+	return 0;
+}
+
+/*
  * A communicator whose backend the environment picks (CRUN_BACKEND, else auto), an allreduce
  * and one step of a host DDP made with CRUN_DDP_OPTS_INIT. A failed creation prints the
  * library's reason (it also logs it) and exits 1.
@@ -433,6 +476,8 @@ int main(int argc, char **argv)
 		rc = cmd_ddp_equiv(atoi(argv[2]));
 	} else if (strcmp(argv[1], "ddp-overlap") == 0) {
 		rc = cmd_ddp_overlap();
+	} else if (strcmp(argv[1], "ddp-plan-mismatch") == 0) {
+		rc = cmd_ddp_plan_mismatch();
 	} else if (strcmp(argv[1], "ddp-peer-dies") == 0 && argc == 3) {
 		rc = cmd_ddp_peer_dies(argv[2]);
 	} else if (strcmp(argv[1], "comm-auto") == 0) {
