@@ -8,6 +8,7 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
+#include "config.h"
 #include "rendezvous/store/backend.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
@@ -31,7 +32,8 @@ struct crun_store {
 };
 
 /*
- * Endpoint forms: "file:///abs/path", "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT".
+ * Endpoint forms: "file:///abs/path", "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT", and etcd's
+ * "etcd://H:P[,H:P...]", "etcd+https://...", "http://H:P[,...]", "https://...".
  * Anything else is -EINVAL with a message that names the endpoint.
  */
 static int open_backend(const char *endpoint, const char *token, int connect_timeout_ms,
@@ -60,12 +62,24 @@ static int open_backend(const char *endpoint, const char *token, int connect_tim
 		}
 		return store_file_open(path, connect_timeout_ms, b, ops, d);
 	}
+	if (strncmp(endpoint, "etcd://", 7) == 0 || strncmp(endpoint, "etcd+https://", 13) == 0 ||
+	    strncmp(endpoint, "http://", 7) == 0 || strncmp(endpoint, "https://", 8) == 0) {
+#if CRUN_HAVE_ETCD
+		return store_etcd_open(endpoint, connect_timeout_ms, b, ops, d);
+#else
+		return diag_set(d, -EOPNOTSUPP,
+				"store %s: endpoint: this crun was built without the etcd backend "
+				"(it needs libcurl and json-c)",
+				endpoint);
+#endif
+	}
 	hp = endpoint;
 	if (strncmp(endpoint, "tcp://", 6) == 0) {
 		hp = endpoint + 6;
 	} else if (strstr(endpoint, "://") != NULL) {
 		return diag_set(d, -EINVAL,
-				"store %s: endpoint: unsupported scheme (expected tcp:// or file://)",
+				"store %s: endpoint: unsupported scheme (expected tcp://, file://, "
+				"etcd://, etcd+https://, http:// or https://)",
 				endpoint);
 	}
 	rc = net_parse_hostport(hp, -1, host, sizeof(host), &port);
