@@ -8,12 +8,13 @@
 #include <stdint.h>
 
 #include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_etcd_parse.h"
 #include "src/common/diag.h"
 
 /*
  * The etcd v3 backend speaks etcd's JSON gateway (/v3/kv/range, /v3/kv/txn, /v3/watch, ...)
  * over libcurl, with json-c. docs/etcd.md describes the key layout and the semantics.
- *   client_etcd_parse.c  pure: the endpoint list, base64 (unit-tested without curl or json-c)
+ *   client_etcd_parse.c  pure: the endpoint list, base64 (client_etcd_parse.h; always built)
  *   client_etcd_http.c   one POST with fail-over between endpoints, error mapping, auth,
  *                        streamed replies, JSON helpers
  *   client_etcd.c        the store operations and open
@@ -23,38 +24,10 @@
 /* Every key lives under this root, then the handle's prefix: "/crun/<prefix><key>". */
 #define ETCD_ROOT "/crun/"
 #define ETCD_ROOT_LEN 6
-#define ETCD_MAX_ENDPOINTS 64
 /* etcd's own cap on a lease's TTL, in seconds (lease.MaxLeaseTTL); longer TTLs never expire. */
 #define ETCD_MAX_LEASE_TTL_S 9000000000LL
 /* etcd's default --max-txn-ops: reads of more keys are split into transactions this big. */
 #define ETCD_TXN_CHUNK 128
-
-/* ---- client_etcd_parse.c (pure) ---- */
-
-struct etcd_ep {
-	char url[320];  /* "http://HOST:PORT" or "https://[V6]:PORT", no trailing slash */
-	char name[300]; /* "HOST:PORT", for messages */
-};
-
-/**
- * Parse "etcd://HOST:PORT[,HOST:PORT...]", "etcd+https://..." or a list of "http://" /
- * "https://" URLs (an entry without a scheme takes the list's). A missing port is 2379.
- * On success *eps (malloc'd, caller frees) holds *n >= 1 endpoints. Returns 0 or -EINVAL /
- * -ENOMEM with a message in @d naming @endpoint.
- */
-int etcd_parse_endpoints(const char *endpoint, struct etcd_ep **eps, size_t *n,
-			 struct crun_diag *d);
-/** Whether @endpoint has one of the schemes etcd_parse_endpoints() takes. */
-bool etcd_is_endpoint(const char *endpoint);
-/** Bytes etcd_b64_encode() writes for @n input bytes, NUL included. */
-size_t etcd_b64_len(size_t n);
-/** Standard base64 with padding, NUL-terminated, into @dst of etcd_b64_len(@n) bytes. */
-void etcd_b64_encode(const void *src, size_t n, char *dst);
-/**
- * Decode standard base64 (padding optional) of @n chars into @dst, which holds at least
- * n / 4 * 3 + 3 bytes; *@outlen = bytes written. Returns 0 or -EINVAL.
- */
-int etcd_b64_decode(const char *src, size_t n, void *dst, size_t *outlen);
 
 /* ---- client_etcd_http.c ---- */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rendezvous/store/client_etcd_internal.h"
+#include "rendezvous/store/client_etcd_parse.h"
 #include "src/common/net.h"
 
 #define ETCD_DEFAULT_PORT 2379

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_etcd_parse.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
@@ -62,8 +63,16 @@ static int open_backend(const char *endpoint, const char *token, int connect_tim
 		}
 		return store_file_open(path, connect_timeout_ms, b, ops, d);
 	}
-	if (strncmp(endpoint, "etcd://", 7) == 0 || strncmp(endpoint, "etcd+https://", 13) == 0 ||
-	    strncmp(endpoint, "http://", 7) == 0 || strncmp(endpoint, "https://", 8) == 0) {
+	if (etcd_is_endpoint(endpoint)) {
+		struct etcd_ep *eps;
+		size_t n;
+
+		/* The syntax is checked in every build, the backend or not. */
+		rc = etcd_parse_endpoints(endpoint, &eps, &n, d);
+		if (rc < 0) {
+			return rc;
+		}
+		free(eps);
 #if CRUN_HAVE_ETCD
 		return store_etcd_open(endpoint, connect_timeout_ms, b, ops, d);
 #else
