@@ -90,14 +90,31 @@ static void print_log(const struct etcd_proc *p)
 static pid_t spawn(const char *bin, const struct etcd_proc *p, int peer)
 {
 	char data[300], log[300], curl[64], purl[64], cluster[96];
+	const char *argv[64];
+	size_t n = 0, i;
 	pid_t pid;
 	int fd;
 
 	snprintf(data, sizeof(data), "%s/data", p->dir);
 	snprintf(log, sizeof(log), "%s/etcd.log", p->dir);
-	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", p->port);
+	snprintf(curl, sizeof(curl), "%s://127.0.0.1:%d", p->tls ? "https" : "http", p->port);
 	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", peer);
 	snprintf(cluster, sizeof(cluster), "crun-test=%s", purl);
+	{
+		const char *fixed[] = {bin, "--name", "crun-test", "--data-dir", data,
+				       "--listen-client-urls", curl, "--advertise-client-urls", curl,
+				       "--listen-peer-urls", purl, "--initial-advertise-peer-urls",
+				       purl, "--initial-cluster", cluster, "--max-request-bytes",
+				       MAX_REQUEST_BYTES, "--logger", "zap", "--log-level", "warn"};
+
+		for (i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+			argv[n++] = fixed[i];
+		}
+	}
+	for (i = 0; p->args != NULL && p->args[i] != NULL && n + 1 < 64; i++) {
+		argv[n++] = p->args[i];
+	}
+	argv[n] = NULL;
 	pid = fork();
 	if (pid != 0) {
 		return pid;
@@ -107,11 +124,7 @@ static pid_t spawn(const char *bin, const struct etcd_proc *p, int peer)
 		dup2(fd, 1);
 		dup2(fd, 2);
 	}
-	execl(bin, bin, "--name", "crun-test", "--data-dir", data, "--listen-client-urls", curl,
-	      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-	      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-	      "--max-request-bytes", MAX_REQUEST_BYTES, "--logger", "zap", "--log-level", "warn",
-	      (char *)NULL);
+	execv(bin, (char *const *)argv);
 	fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 	_exit(127);
 }
@@ -161,7 +174,8 @@ int etcd_proc_start(const char *bin, struct etcd_proc *p)
 		if (p->port <= 0 || peer <= 0) {
 			break;
 		}
-		snprintf(p->endpoint, sizeof(p->endpoint), "etcd://127.0.0.1:%d", p->port);
+		snprintf(p->endpoint, sizeof(p->endpoint), "%s://127.0.0.1:%d",
+			 p->tls ? "etcd+https" : "etcd", p->port);
 		snprintf(data, sizeof(data), "%s/data", p->dir);
 		fs_rm_rf(data); /* what a failed try left */
 		p->pid = spawn(bin, p, peer);

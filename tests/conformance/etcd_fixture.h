@@ -7,10 +7,14 @@
 #include <sys/types.h>
 
 struct etcd_proc {
+	/* Set before etcd_proc_start() (zero: defaults). */
+	const char *const *args; /* more etcd flags, NULL-terminated; NULL: none */
+	bool tls;                /* https for clients: pass --cert-file and --key-file in args */
+	/* Set by etcd_proc_start(). */
 	pid_t pid;          /* -1: not running */
 	int port;           /* its client port on 127.0.0.1 */
 	char dir[256];      /* data directory and log, removed by etcd_proc_stop() */
-	char endpoint[64];  /* "etcd://127.0.0.1:PORT" */
+	char endpoint[64];  /* "etcd://127.0.0.1:PORT" ("etcd+https://..." with tls) */
 };
 
 /**
@@ -21,8 +25,8 @@ bool etcd_proc_available(const char *etcd_bin);
 /**
  * Start etcd @etcd_bin on two free loopback ports, in a fresh data directory (on /dev/shm when
  * there is one: etcd fsyncs every write), with crun's limits (16 MiB values: a larger
- * --max-request-bytes), and wait until it answers (up to 20 s). Returns 0 or -1 (etcd's log
- * is printed).
+ * --max-request-bytes), and wait until it answers through crun_store_open() (up to 20 s: the
+ * environment must let it in, CRUN_ETCD_* included). Returns 0 or -1 (etcd's log is printed).
  */
 int etcd_proc_start(const char *etcd_bin, struct etcd_proc *p);
 /** SIGTERM (SIGKILL after 10 s) by PID, then remove its directory. A stopped one is a no-op. */
