@@ -714,7 +714,6 @@ static void etcd_close(struct store_backend *b)
 		free(b->password);
 	}
 	free(b->token);
-	free(b->kbuf);
 	free(b->lease.key);
 	free(b);
 }

@@ -88,25 +88,6 @@ struct json_object *etcd_jbytes(const void *p, size_t n)
 	return o;
 }
 
-const char *etcd_full_key(struct store_backend *b, const char *key, size_t *len)
-{
-	size_t l = strlen(key);
-	char *p;
-
-	if (ETCD_ROOT_LEN + l + 2 > b->kcap) {
-		p = realloc(b->kbuf, ETCD_ROOT_LEN + l + 2);
-		if (p == NULL) {
-			return NULL;
-		}
-		b->kbuf = p;
-		b->kcap = ETCD_ROOT_LEN + l + 2;
-	}
-	memcpy(b->kbuf, ETCD_ROOT, ETCD_ROOT_LEN);
-	memcpy(b->kbuf + ETCD_ROOT_LEN, key, l + 1);
-	*len = ETCD_ROOT_LEN + l;
-	return b->kbuf;
-}
-
 struct json_object *etcd_jkey_suffix(struct store_backend *b, const char *key,
 				     const void *suffix, size_t slen)
 {
@@ -218,33 +199,6 @@ int etcd_jget_bytes(struct json_object *o, const char *k, void **p, size_t *n)
 	out[*n] = '\0';
 	*p = out;
 	return 0;
-}
-
-bool etcd_kv_is(struct json_object *kv, const char *key)
-{
-	struct json_object *v = etcd_jget(kv, "key");
-	size_t kl = strlen(key), n;
-	char small[256], *buf;
-	const char *s;
-	bool eq;
-	int sl;
-
-	if (v == NULL || !json_object_is_type(v, json_type_string)) {
-		return false;
-	}
-	s = json_object_get_string(v);
-	sl = json_object_get_string_len(v);
-	buf = (size_t)sl / 4 * 3 + 4 <= sizeof(small) ? small : malloc((size_t)sl / 4 * 3 + 4);
-	if (buf == NULL) {
-		return false;
-	}
-	eq = etcd_b64_decode(s, (size_t)sl, buf, &n) == 0 && n == ETCD_ROOT_LEN + kl &&
-	     memcmp(buf, ETCD_ROOT, ETCD_ROOT_LEN) == 0 &&
-	     memcmp(buf + ETCD_ROOT_LEN, key, kl) == 0;
-	if (buf != small) {
-		free(buf);
-	}
-	return eq;
 }
 
 /* ---- the curl handle ---- */

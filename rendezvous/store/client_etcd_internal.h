@@ -54,8 +54,6 @@ struct store_backend {
 	char *rx;                  /* the reply body being read */
 	size_t rx_len, rx_cap;
 	struct etcd_stream *stream; /* during etcd_stream() */
-	char *kbuf;                /* ETCD_ROOT + key, scratch */
-	size_t kcap;
 	struct {
 		char *key;         /* the key last written with a TTL; NULL: none */
 		int64_t ttl_s;
@@ -121,10 +119,6 @@ int64_t etcd_revision(struct json_object *reply);
  * empty. Returns 0, -EPROTO (not base64) or -ENOMEM.
  */
 int etcd_jget_bytes(struct json_object *o, const char *k, void **p, size_t *n);
-/** Whether the kv's base64 "key" is ETCD_ROOT + @key. */
-bool etcd_kv_is(struct json_object *kv, const char *key);
-/** ETCD_ROOT + @key in b->kbuf (valid until the next call); NULL when out of memory. */
-const char *etcd_full_key(struct store_backend *b, const char *key, size_t *len);
 
 /* ---- client_etcd_wait.c ---- */
 

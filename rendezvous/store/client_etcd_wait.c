@@ -313,7 +313,7 @@ int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool a
 	int64_t start = crun_now_ms(), deadline = start + (timeout_ms < 0 ? 300000 : timeout_ms);
 	struct waiter w = {.keys = keys, .n = n, .left = n, .any = any, .hit = -1};
 	struct json_object *req;
-	bool bad = false, resync = true;
+	bool bad = false, resync = true, stale = true;
 	int rc = 0, broken = 0;
 	size_t i;
 
@@ -329,12 +329,19 @@ int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool a
 	qsort_r(w.order, n, sizeof(*w.order), by_key_then_index, &w);
 	for (;;) {
 		/* The keys as they are now, then every write from that revision on: nothing
-		 * between the read and the watch is missed. After a broken stream the watch
-		 * resumes from the last event it saw, on the next endpoint. */
+		 * between the read and the watch is missed. After a broken stream the keys are
+		 * read again (which gives up, as every call does, when no endpoint answers) and
+		 * the watch resumes from the last event it saw, on the next endpoint; after a
+		 * compaction, from the new read. */
 		if (resync) {
+			int64_t seen_rev = w.rev;
+
 			rc = sync_state(b, &w, deadline);
 			if (rc != 0) {
 				break;
+			}
+			if (!stale && seen_rev > 0) {
+				w.rev = seen_rev;
 			}
 		}
 		if (crun_ms_until(deadline) == 0) {
@@ -350,7 +357,8 @@ int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool a
 		}
 		rc = etcd_stream(b, "wait", "/v3/watch", req, on_watch, &w, deadline);
 		json_object_put(req);
-		resync = rc == -ESTALE;
+		resync = rc == -ESTALE || rc == -EAGAIN;
+		stale = rc == -ESTALE;
 		if (rc == -EKEYEXPIRED) {
 			rc = etcd_authenticate(b, deadline + WAIT_MARGIN_MS);
 			if (rc < 0) {
