@@ -72,6 +72,7 @@ static int kv_from_range(struct store_backend *b, struct json_object *range, str
 	}
 	kv->found = true;
 	kv->mod_revision = etcd_jget_int(first, "mod_revision");
+	kv->lease = etcd_jget_int(first, "lease");
 	return 0;
 }
 
@@ -315,15 +316,65 @@ static int etcd_backend_wait(struct store_backend *b, const char *const *keys, s
 	return etcd_wait(b, keys, n, any, timeout_ms);
 }
 
+static void forget(struct store_backend *b)
+{
+	free(b->last.key);
+	free(b->last.val);
+	b->last.key = NULL;
+	b->last.val = NULL;
+}
+
+/* Remember (a small) @val as what @key holds at @rev: the next update's first guess. */
+static void remember(struct store_backend *b, const char *key, const void *val, size_t len,
+		     int64_t rev)
+{
+	forget(b);
+	if (len > 4096) {
+		return;
+	}
+	b->last.key = strdup(key);
+	b->last.val = malloc(len + 1);
+	if (b->last.key == NULL || b->last.val == NULL) {
+		forget(b);
+		return;
+	}
+	memcpy(b->last.val, val, len);
+	((char *)b->last.val)[len] = '\0';
+	b->last.len = len;
+	b->last.mod_revision = rev;
+}
+
+/* What this handle last wrote to @key, as if just read (a guess: the compare checks it). */
+static bool recall(struct store_backend *b, const char *key, struct etcd_kv *kv, int64_t *rev)
+{
+	if (b->last.key == NULL || strcmp(b->last.key, key) != 0) {
+		return false;
+	}
+	memset(kv, 0, sizeof(*kv));
+	kv->val = malloc(b->last.len + 1);
+	if (kv->val == NULL) {
+		return false;
+	}
+	memcpy(kv->val, b->last.val, b->last.len + 1);
+	kv->len = b->last.len;
+	kv->found = true;
+	kv->mod_revision = *rev = b->last.mod_revision;
+	return true;
+}
+
 /*
  * Read, compute, write if unchanged, retried on conflict: add and append. @next computes the
  * new value from the current one into a malloc'd buffer, or fails (its code is returned).
+ * The first try starts from what this handle wrote last, when it was this key: a counter one
+ * handle keeps adding to costs one transaction per add, not a read and a transaction.
+ * @fresh: read the key first instead (add 0 reads a counter; nothing is written when the
+ * value would not change and no TTL is to be cleared).
  */
 typedef int (*next_fn)(struct store_backend *b, const char *key, const struct etcd_kv *cur,
 		       const void *arg, void **nv, size_t *nlen);
 
 static int update(struct store_backend *b, const char *op, const char *key, next_fn next,
-		  const void *arg, void **out, size_t *outlen, int timeout_ms)
+		  const void *arg, bool fresh, void **out, size_t *outlen, int timeout_ms)
 {
 	int64_t deadline = deadline_of(timeout_ms), rev = 0, nrev;
 	struct etcd_kv cur, now;
@@ -331,12 +382,22 @@ static int update(struct store_backend *b, const char *op, const char *key, next
 	void *nv = NULL;
 	size_t nlen = 0;
 	bool ok, bad = false;
-	int rc, conflicts = 0;
+	int rc = 0, conflicts = 0;
 
-	rc = read_one(b, op, key, &cur, &rev, deadline);
+	if (fresh || !recall(b, key, &cur, &rev)) {
+		rc = read_one(b, op, key, &cur, &rev, deadline);
+	}
 	while (rc == 0) {
 		rc = next(b, key, &cur, arg, &nv, &nlen);
 		if (rc < 0) {
+			break;
+		}
+		if (fresh && cur.found && cur.lease == 0 && cur.len == nlen &&
+		    memcmp(cur.val, nv, nlen) == 0) {
+			remember(b, key, nv, nlen, cur.mod_revision);
+			*out = nv;
+			*outlen = nlen;
+			nv = NULL;
 			break;
 		}
 		cmp = cmp_unchanged(b, key, &cur, &bad);
@@ -352,6 +413,11 @@ static int update(struct store_backend *b, const char *op, const char *key, next
 		/* The compare failed. If an earlier try of this same transaction was lost on
 		 * the way back, it may be what changed the key: then it is done. */
 		if (ok || (b->maybe_applied && was_ours(b, key, rev, nv, nlen, deadline))) {
+			if (ok) {
+				remember(b, key, nv, nlen, nrev);
+			} else {
+				forget(b); /* its revision is unknown */
+			}
 			free(now.val);
 			*out = nv;
 			*outlen = nlen;
@@ -402,7 +468,7 @@ static int etcd_add(struct store_backend *b, const char *key, int64_t delta, int
 	size_t nlen;
 	int rc;
 
-	rc = update(b, "add", key, add_next, &delta, &nv, &nlen, timeout_ms);
+	rc = update(b, "add", key, add_next, &delta, delta == 0, &nv, &nlen, timeout_ms);
 	if (rc == 0) {
 		rc = parse_i64_bytes(nv, nlen, result);
 	}
@@ -448,7 +514,7 @@ static int etcd_append(struct store_backend *b, const char *key, const void *val
 	size_t nlen;
 	int rc;
 
-	rc = update(b, "append", key, append_next, &a, &nv, &nlen, timeout_ms);
+	rc = update(b, "append", key, append_next, &a, false, &nv, &nlen, timeout_ms);
 	free(nv);
 	return rc;
 }
@@ -715,6 +781,7 @@ static void etcd_close(struct store_backend *b)
 	}
 	free(b->token);
 	free(b->lease.key);
+	forget(b);
 	free(b);
 }
 

@@ -55,6 +55,12 @@ struct store_backend {
 	size_t rx_len, rx_cap;
 	struct etcd_stream *stream; /* during etcd_stream() */
 	struct {
+		char *key;         /* the key add/append last wrote (a small value); NULL: none */
+		void *val;         /* what it wrote, */
+		size_t len;
+		int64_t mod_revision; /* at this revision: the guess its next compare starts from */
+	} last;
+	struct {
 		char *key;         /* the key last written with a TTL; NULL: none */
 		int64_t ttl_s;
 		int64_t id;        /* its lease, kept alive while the same key is rewritten */
@@ -128,6 +134,7 @@ struct etcd_kv {
 	void *val;           /* malloc'd, NUL-terminated; NULL when not asked for or absent */
 	size_t len;
 	int64_t mod_revision;
+	int64_t lease;       /* its lease; 0: none */
 };
 
 /**
