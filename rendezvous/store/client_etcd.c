@@ -670,7 +670,6 @@ static int etcd_multi_get(struct store_backend *b, const char *const *keys, size
 			  void **vals, size_t *lens, int timeout_ms)
 {
 	struct etcd_kv *kv = calloc(n, sizeof(*kv));
-	uint64_t total = 8 + 4;
 	int64_t rev;
 	size_t i;
 	int rc;
@@ -682,16 +681,6 @@ static int etcd_multi_get(struct store_backend *b, const char *const *keys, size
 	if (rc < 0) {
 		free(kv);
 		return rc;
-	}
-	/* The TCP store's bound: what its reply frame could carry. */
-	for (i = 0; i < n; i++) {
-		total += 1 + (kv[i].found ? 4 + kv[i].len : 0);
-	}
-	if (total > WIRE_MAX_FRAME) {
-		etcd_kvs_free(kv, n);
-		free(kv);
-		return etcd_fail(b, -EMSGSIZE, "MULTI_GET: reply of %llu bytes exceeds the frame limit",
-				 (unsigned long long)total);
 	}
 	for (i = 0; i < n; i++) {
 		vals[i] = kv[i].val;

@@ -319,23 +319,19 @@ static int set_headers(struct store_backend *b)
 	curl_slist_free_all(b->hdrs);
 	b->hdrs = h;
 	curl_easy_setopt(b->curl, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(b->scurl, CURLOPT_HTTPHEADER, h);
 	return 0;
 }
 
-int etcd_http_init(struct store_backend *b)
+/* An easy handle with the options every request shares. */
+static CURL *easy(struct store_backend *b)
 {
-	CURL *c;
+	CURL *c = curl_easy_init();
 
-	pthread_once(&curl_once, curl_global);
-	if (curl_init_rc != CURLE_OK) {
-		return etcd_fail(b, -ENOMEM, "curl_global_init: %s",
-				 curl_easy_strerror(curl_init_rc));
-	}
-	c = curl_easy_init();
 	if (c == NULL) {
-		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
+		return NULL;
 	}
-	b->curl = c;
+	curl_easy_setopt(c, CURLOPT_SHARE, b->share);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_PROXY, ""); /* etcd is reached directly, whatever http_proxy says */
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -357,6 +353,31 @@ int etcd_http_init(struct store_backend *b)
 	if (b->key != NULL) {
 		curl_easy_setopt(c, CURLOPT_SSLKEY, b->key);
 	}
+	return c;
+}
+
+int etcd_http_init(struct store_backend *b)
+{
+	pthread_once(&curl_once, curl_global);
+	if (curl_init_rc != CURLE_OK) {
+		return etcd_fail(b, -ENOMEM, "curl_global_init: %s",
+				 curl_easy_strerror(curl_init_rc));
+	}
+	/*
+	 * Two easy handles: one for calls, whose connection stays open between them, and one
+	 * for watches, whose connection is dropped when a wait ends. They share TLS sessions
+	 * and DNS answers (one thread uses both: no locks).
+	 */
+	b->share = curl_share_init();
+	if (b->share != NULL) {
+		curl_share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+		curl_share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	}
+	b->curl = easy(b);
+	b->scurl = easy(b);
+	if (b->share == NULL || b->curl == NULL || b->scurl == NULL) {
+		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
+	}
 	if (set_headers(b) < 0) {
 		return etcd_fail(b, -ENOMEM, "out of memory");
 	}
@@ -365,9 +386,12 @@ int etcd_http_init(struct store_backend *b)
 
 void etcd_http_finish(struct store_backend *b)
 {
-	if (b->curl != NULL) {
-		curl_easy_cleanup(b->curl);
-		b->curl = NULL;
+	curl_easy_cleanup(b->curl);
+	curl_easy_cleanup(b->scurl);
+	b->curl = b->scurl = NULL;
+	if (b->share != NULL) {
+		curl_share_cleanup(b->share);
+		b->share = NULL;
 	}
 	curl_slist_free_all(b->hdrs);
 	b->hdrs = NULL;
@@ -475,6 +499,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 			    const char *path, const char *body, size_t blen, int tmo_ms,
 			    int conn_ms, bool *amb, struct json_object **reply, int *rc)
 {
+	CURL *c = b->stream != NULL ? b->scurl : b->curl;
 	char url[400];
 	struct json_object *o;
 	json_tokener *tok;
@@ -485,17 +510,17 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 
 	*reply = NULL;
 	snprintf(url, sizeof(url), "%s%s", ep->url, path);
-	curl_easy_setopt(b->curl, CURLOPT_URL, url);
-	curl_easy_setopt(b->curl, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(b->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
-	curl_easy_setopt(b->curl, CURLOPT_TIMEOUT_MS, (long)(tmo_ms > 0 ? tmo_ms : 1));
-	curl_easy_setopt(b->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(conn_ms > 0 ? conn_ms : 1));
-	curl_easy_setopt(b->curl, CURLOPT_WRITEFUNCTION, b->stream ? on_stream : on_body);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(tmo_ms > 0 ? tmo_ms : 1));
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(conn_ms > 0 ? conn_ms : 1));
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, b->stream ? on_stream : on_body);
 	b->rx_len = 0;
 	b->errbuf[0] = '\0';
-	cc = curl_easy_perform(b->curl);
-	curl_easy_getinfo(b->curl, CURLINFO_RESPONSE_CODE, &http);
-	curl_easy_getinfo(b->curl, CURLINFO_REQUEST_SIZE, &sent);
+	cc = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+	curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &sent);
 
 	if (b->stream != NULL && b->stream->rc != 0) {
 		*rc = b->stream->rc; /* the callback stopped it, or failed */

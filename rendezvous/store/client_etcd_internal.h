@@ -38,7 +38,9 @@ struct etcd_stream;
 typedef int (*etcd_msg_cb)(struct store_backend *b, struct json_object *msg, void *arg);
 
 struct store_backend {
-	void *curl;                /* CURL *: one easy handle, single-threaded like the handle */
+	void *curl;                /* CURL *: calls; single-threaded, like the handle */
+	void *scurl;               /* CURL *: streams (watches) */
+	void *share;               /* CURLSH *: TLS sessions and DNS, shared by the two */
 	void *hdrs;                /* struct curl_slist *: the request headers */
 	struct etcd_ep *eps;
 	size_t neps;

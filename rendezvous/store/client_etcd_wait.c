@@ -12,6 +12,7 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/client_etcd_internal.h"
+#include "rendezvous/store/wire.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 
@@ -99,13 +100,15 @@ static int read_chunk(struct store_backend *b, const char *op, const char *const
 int etcd_read_many(struct store_backend *b, const char *op, const char *const *keys, size_t n,
 		   bool values, struct etcd_kv *out, int64_t *rev, int64_t deadline)
 {
-	size_t from, m;
+	uint64_t total;
+	size_t from, m, i;
 	int64_t got = 0;
 	int rc, restarts = 0;
 
 restart:
 	memset(out, 0, n * sizeof(*out));
 	*rev = 0;
+	total = 8 + 4; /* a MULTI_GET reply of the TCP store: header, count, then each key */
 	for (from = 0; from < n; from += m) {
 		m = n - from > ETCD_TXN_CHUNK ? ETCD_TXN_CHUNK : n - from;
 		rc = read_chunk(b, op, keys, from, m, values, out, *rev, &got, deadline);
@@ -120,6 +123,17 @@ restart:
 		}
 		if (from == 0) {
 			*rev = got;
+		}
+		/* The TCP store's bound on what one reply carries, checked as the values come
+		 * (4096 keys of 16 MiB would not fit in memory). */
+		for (i = from; values && i < from + m; i++) {
+			total += 1 + (out[i].found ? 4 + out[i].len : 0);
+		}
+		if (total > WIRE_MAX_FRAME) {
+			etcd_kvs_free(out, n);
+			return etcd_fail(b, -EMSGSIZE,
+					 "%s: reply of over %llu bytes exceeds the frame limit", op,
+					 (unsigned long long)total);
 		}
 	}
 	return 0;

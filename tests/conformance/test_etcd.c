@@ -255,6 +255,80 @@ static void write_file(const char *path, const char *text, mode_t mode)
 	close(fd);
 }
 
+struct setter {
+	struct crun_store *st;
+	int rc;
+};
+
+static void *set_last_main(void *p)
+{
+	struct setter *s = p;
+
+	usleep(300000);
+	s->rc = crun_store_set(s->st, "m299", "x", 1);
+	return NULL;
+}
+
+/*
+ * etcd's --max-txn-ops (128 by default): reads of more keys are split into transactions at
+ * one revision; an atomic multi_set of more is refused as a limit (-EMSGSIZE), saying so.
+ */
+static void txn_size_limits(void **state)
+{
+	enum { N = 300 };
+	const struct store_ops *ops;
+	struct store_backend *b;
+	struct crun_store *st;
+	struct setter s = {0};
+	static char names[N][8];
+	const char *keys[N];
+	const void *vals[N];
+	size_t lens[N];
+	void *got[N];
+	char err[512];
+	struct crun_diag d;
+	pthread_t th;
+	bool all;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "m%zu", i);
+		keys[i] = names[i];
+		vals[i] = "v";
+		lens[i] = 1;
+	}
+	assert_int_equal(open_ep(g_etcd.endpoint, "txn/", 5000, 10000, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_multi_set(st, keys, N, vals, lens), -EMSGSIZE);
+	assert_int_equal(crun_store_multi_set(st, keys, 100, vals, lens), 0);
+	for (i = 100; i < N - 1; i++) {
+		assert_int_equal(crun_store_set(st, keys[i], "v", 1), 0);
+	}
+	assert_int_equal(crun_store_check(st, keys, N, &all), 0);
+	assert_false(all);
+	assert_int_equal(crun_store_multi_get(st, keys, N, got, lens), 0);
+	for (i = 0; i < N; i++) {
+		assert_true((got[i] != NULL) == (i < N - 1));
+		free(got[i]);
+	}
+	/* A wait on all of them, woken by the last. */
+	assert_int_equal(crun_store_clone(st, "", &s.st), 0);
+	assert_int_equal(pthread_create(&th, NULL, set_last_main, &s), 0);
+	assert_int_equal(crun_store_wait(st, keys, N, 10000), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(s.rc, 0);
+	assert_int_equal(crun_store_check(st, keys, N, &all), 0);
+	assert_true(all);
+	crun_store_close(s.st);
+	crun_store_close(st);
+
+	/* The message names etcd's limit. */
+	assert_int_equal(store_etcd_open(g_etcd.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(ops->multi_set(b, keys, N, vals, lens, 5000), -EMSGSIZE);
+	assert_non_null(strstr(store_etcd_last_error(b), "too many operations"));
+	ops->close(b);
+}
+
 /* The password file must belong to this user and be closed to group and others. */
 static void password_file_must_be_private(void **state)
 {
@@ -495,6 +569,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(unreachable_list_fails_within_deadline),
 		cmocka_unit_test(dead_etcd_is_reported_within_deadline),
 		cmocka_unit_test(ttl_expires_through_the_lease),
+		cmocka_unit_test(txn_size_limits),
 		cmocka_unit_test(password_file_must_be_private),
 		cmocka_unit_test(auth_confines_a_role_to_its_prefix),
 		cmocka_unit_test(tls_with_client_certificates),
