@@ -409,13 +409,14 @@ static bool ambiguous_msg(const char *msg)
 	       strstr(msg, "connection lost") != NULL;
 }
 
-/* Errors of a member that cannot serve now while another might: fail over. */
-static bool transient(int code, const char *msg)
+bool etcd_transient(int code, const char *msg)
 {
+	/* A member shutting down closes the gateway's own gRPC connection: "transport is
+	 * closing", "the client connection is closing" (Unavailable, or Canceled). */
 	return code == 14 /* Unavailable */ || code == 4 /* DeadlineExceeded */ ||
-	       ambiguous_msg(msg) || strstr(msg, "no leader") != NULL ||
+	       code == 1 /* Canceled */ || ambiguous_msg(msg) || strstr(msg, "no leader") != NULL ||
 	       strstr(msg, "too many requests") != NULL || strstr(msg, "server stopped") != NULL ||
-	       strstr(msg, "not capable") != NULL;
+	       strstr(msg, "not capable") != NULL || strstr(msg, "is closing") != NULL;
 }
 
 static bool token_expired(const char *msg)
@@ -484,7 +485,7 @@ static enum outcome answer_error(struct store_backend *b, const char *op, int co
 		*rc = etcd_fail(b, CRUN_EAUTH, "%s: etcd said: %s", op, msg);
 		return ATT_REAUTH;
 	}
-	if (transient(code, msg)) {
+	if (etcd_transient(code, msg)) {
 		*amb = *amb || code == 4 || ambiguous_msg(msg);
 		*rc = etcd_fail(b, -ETIMEDOUT, "%s: etcd said: %s", op, msg);
 		return ATT_RETRY;
@@ -680,7 +681,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 {
 	int64_t start = crun_now_ms(), give_up = start + b->connect_timeout_ms;
 	int backoff = BACKOFF_FIRST_MS, reauths = 0, rc = -ETIMEDOUT, left, tmo, conn;
-	bool amb = false, quorum = false, refused_all;
+	bool amb = false, said, refused, full_said = false, full_refused = false;
 	char sum[sizeof(b->diag.msg)], full[sizeof(b->diag.msg)] = "";
 	const char *body;
 	size_t blen, ep, tried;
@@ -700,7 +701,8 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	}
 	for (;;) {
 		sum[0] = '\0';
-		refused_all = true;
+		said = false;
+		refused = true;
 		for (tried = 0; tried < b->neps; tried++) {
 			ep = (b->cur + tried) % b->neps;
 			left = crun_ms_until(sweep ? give_up : deadline);
@@ -751,12 +753,15 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 				b->cur = (ep + 1) % b->neps;
 				return -EAGAIN;
 			}
-			refused_all = refused_all && rc == -ECONNREFUSED;
-			quorum = quorum || strstr(b->diag.msg, "etcd said") != NULL;
+			refused = refused && rc == -ECONNREFUSED;
+			said = said || strstr(b->diag.msg, "etcd said") != NULL;
 			note(sum, sizeof(sum), b, &b->eps[ep], op);
 		}
 		if (tried == b->neps) {
-			memcpy(full, sum, sizeof(full)); /* the last sweep that tried them all */
+			/* The last sweep that tried them all is the one to report. */
+			memcpy(full, sum, sizeof(full));
+			full_said = said;
+			full_refused = refused;
 		}
 		if (crun_ms_until(give_up) == 0) {
 			break;
@@ -766,9 +771,9 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	b->maybe_applied = amb;
 	rc = etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s", op,
 		       (int)(crun_now_ms() - start),
-		       quorum        ? " (has the cluster lost its quorum?)"
-		       : refused_all ? " (is etcd running there?)"
-				     : "",
+		       full_said      ? " (has the cluster lost its quorum?)"
+		       : full_refused ? " (is etcd running there?)"
+				      : "",
 		       full[0] != '\0' ? full : sum);
 	/* The store API returns only a code: say here what went wrong (open has its message). */
 	if (!b->opening) {

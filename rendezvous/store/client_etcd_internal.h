@@ -99,6 +99,8 @@ int etcd_stream(struct store_backend *b, const char *op, const char *path,
 		struct json_object *req, etcd_msg_cb cb, void *arg, int64_t deadline);
 /** Log in as b->user (an empty token when etcd has no auth enabled). */
 int etcd_authenticate(struct store_backend *b, int64_t deadline);
+/** Whether etcd's error (gRPC @code, @msg) is one another member, or a later try, may not have. */
+bool etcd_transient(int code, const char *msg);
 /** Map an error etcd reported (gRPC @code, @msg) for @op to a return code, in b->diag. */
 int etcd_map_error(struct store_backend *b, const char *op, int code, const char *msg);
 

@@ -230,6 +230,9 @@ static int on_watch(struct store_backend *b, struct json_object *res, void *arg)
 		}
 		reason = json_object_get_string(etcd_jget(res, "cancel_reason"));
 		reason = reason ? reason : "canceled";
+		if (etcd_transient(0, reason)) {
+			return etcd_fail(b, -EAGAIN, "wait: etcd said: %s", reason);
+		}
 		if (b->user != NULL && (strstr(reason, "invalid auth token") != NULL ||
 					strstr(reason, "auth store is old") != NULL)) {
 			etcd_fail(b, -EKEYEXPIRED, "wait: etcd said: %s", reason);

@@ -194,6 +194,9 @@ static void dead_etcd_is_reported_within_deadline(void **state)
 	assert_non_null(strstr(store_etcd_last_error(b), name));
 	assert_non_null(strstr(store_etcd_last_error(b), "no etcd endpoint could serve it"));
 	pthread_join(th, NULL);
+	if (w.rc != -ETIMEDOUT) {
+		fprintf(stderr, "wait: %d: %s\n", w.rc, store_etcd_last_error(b2));
+	}
 	assert_int_equal(w.rc, -ETIMEDOUT);
 	assert_true(w.took < 5000);
 	assert_non_null(strstr(store_etcd_last_error(b2), name));
