@@ -21,11 +21,14 @@
 #include "src/common/log.h"
 
 /*
- * One operation may try every endpoint several times. An attempt on one endpoint is bounded
- * so that a member that hangs (rather than refusing) cannot eat the whole deadline while
- * others could answer; with a single endpoint it gets the whole deadline.
+ * One operation may try every endpoint several times. An attempt is bounded so that a member
+ * that hangs (rather than refusing) cannot eat the whole deadline while others could answer,
+ * and so that a proposal lost with a leader that died is sent again once a new one is
+ * elected (about 1 s), not after etcd's own request timeout (about 7 s). Large bodies get
+ * 1 ms more per KiB; watches are not bounded. Connecting gets CONNECT_CAP_MS when there is
+ * another endpoint to try.
  */
-#define ATTEMPT_CAP_MS 10000
+#define ATTEMPT_CAP_MS 3000
 #define CONNECT_CAP_MS 2000
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 1000
@@ -680,7 +683,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	       struct json_object **reply, int64_t deadline, bool sweep)
 {
 	int64_t start = crun_now_ms(), give_up = start + b->connect_timeout_ms;
-	int backoff = BACKOFF_FIRST_MS, reauths = 0, rc = -ETIMEDOUT, left, tmo, conn;
+	int backoff = BACKOFF_FIRST_MS, reauths = 0, rc = -ETIMEDOUT, left, tmo, conn, cap;
 	bool amb = false, said, refused, full_said = false, full_refused = false;
 	char sum[sizeof(b->diag.msg)], full[sizeof(b->diag.msg)] = "";
 	const char *body;
@@ -694,6 +697,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	if (body == NULL) {
 		return etcd_fail(b, -ENOMEM, "%s: out of memory", op);
 	}
+	cap = ATTEMPT_CAP_MS + (int)(blen / 1024);
 	/* Nobody answering at all is given up after the connect timeout, as the TCP store
 	 * gives up reconnecting; an operation's own deadline may come first. */
 	if (give_up > deadline || b->connect_timeout_ms <= 0) {
@@ -711,11 +715,11 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 			}
 			tmo = crun_ms_until(deadline);
 			conn = left;
-			if (b->neps > 1) {
-				if (b->stream == NULL) {
-					tmo = tmo > ATTEMPT_CAP_MS ? ATTEMPT_CAP_MS : tmo;
-				}
-				conn = conn > CONNECT_CAP_MS ? CONNECT_CAP_MS : conn;
+			if (b->stream == NULL && tmo > cap) {
+				tmo = cap;
+			}
+			if (b->neps > 1 && conn > CONNECT_CAP_MS) {
+				conn = CONNECT_CAP_MS;
 			}
 			conn = conn > tmo ? tmo : conn;
 			r = attempt(b, &b->eps[ep], op, path, body, blen, tmo, conn, &amb, reply,
