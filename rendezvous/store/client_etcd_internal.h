@@ -17,7 +17,8 @@
  *   client_etcd_parse.c  pure: the endpoint list, base64 (client_etcd_parse.h; always built)
  *   client_etcd_http.c   one POST with fail-over between endpoints, error mapping, auth,
  *                        streamed replies, JSON helpers
- *   client_etcd.c        the store operations and open
+ *   client_etcd.c        the store operations
+ *   client_etcd_open.c   open: endpoints, TLS files and credentials from the environment
  *   client_etcd_wait.c   consistent multi-key reads, waits on watches, history look-ups
  */
 
@@ -28,6 +29,12 @@
 #define ETCD_MAX_LEASE_TTL_S 9000000000LL
 /* etcd's default --max-txn-ops: reads of more keys are split into transactions this big. */
 #define ETCD_TXN_CHUNK 128
+
+/* ---- client_etcd.c ---- */
+
+extern const struct store_ops etcd_store_ops;
+/** Free a handle and everything it holds (its ops->close). NULL is a no-op. */
+void etcd_backend_free(struct store_backend *b);
 
 /* ---- client_etcd_http.c ---- */
 
