@@ -214,7 +214,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
 
 	if (b->rx_len + n + 1 > b->rx_cap) {
 		if (b->rx_len + n + 1 > MAX_REPLY_BYTES) {
-			b->rx_len = SIZE_MAX; /* marks "too big" for attempt() */
+			b->rx_err = -EMSGSIZE;
 			return 0;
 		}
 		cap = b->rx_cap ? b->rx_cap : 4096;
@@ -223,6 +223,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
 		}
 		q = realloc(b->rx, cap);
 		if (q == NULL) {
+			b->rx_err = -ENOMEM;
 			return 0;
 		}
 		b->rx = q;
@@ -521,6 +522,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(conn_ms > 0 ? conn_ms : 1));
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, b->stream ? on_stream : on_body);
 	b->rx_len = 0;
+	b->rx_err = 0;
 	b->errbuf[0] = '\0';
 	cc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
@@ -540,9 +542,10 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 		}
 		return ATT_FINAL;
 	}
-	if (cc == CURLE_WRITE_ERROR && b->rx_len == SIZE_MAX) {
-		b->rx_len = 0;
-		*rc = etcd_fail(b, -EMSGSIZE, "%s: reply over %zu bytes", op, MAX_REPLY_BYTES);
+	if (cc == CURLE_WRITE_ERROR && b->rx_err < 0) {
+		*rc = b->rx_err == -ENOMEM
+			      ? etcd_fail(b, -ENOMEM, "%s: out of memory", op)
+			      : etcd_fail(b, -EMSGSIZE, "%s: reply over %zu bytes", op, MAX_REPLY_BYTES);
 		return ATT_FINAL;
 	}
 	switch (cc) {
