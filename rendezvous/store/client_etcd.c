@@ -612,6 +612,45 @@ static int etcd_del(struct store_backend *b, const char *key, int timeout_ms)
 	return deleted > 0 || b->maybe_applied ? 0 : -ENOENT;
 }
 
+/* Every key that starts with ETCD_ROOT + @prefix: [that, that + 1), in one request. */
+static int etcd_del_prefix(struct store_backend *b, const char *prefix, int timeout_ms)
+{
+	struct json_object *req = json_object_new_object(), *rep = NULL;
+	size_t l = ETCD_ROOT_LEN + strlen(prefix);
+	char *lo = malloc(l + 1), *hi = malloc(l + 1);
+	bool bad = false;
+	int rc;
+
+	if (lo == NULL || hi == NULL) {
+		json_object_put(req);
+		free(lo);
+		free(hi);
+		return oom(b);
+	}
+	snprintf(lo, l + 1, "%s%s", ETCD_ROOT, prefix);
+	memcpy(hi, lo, l + 1);
+	/* The first key after every key that starts with lo: its last byte below 0xff plus
+	 * one, with what follows it dropped (the root's '/' is always one). */
+	while ((unsigned char)hi[l - 1] == 0xff) {
+		l--;
+	}
+	hi[l - 1]++;
+	etcd_jset(req, "key", etcd_jbytes(lo, strlen(lo)), &bad);
+	etcd_jset(req, "range_end", etcd_jbytes(hi, l), &bad);
+	free(lo);
+	free(hi);
+	if (bad) {
+		json_object_put(req);
+		return oom(b);
+	}
+	rc = etcd_call(b, "delete prefix", "/v3/kv/deleterange", req, &rep,
+		       deadline_of(timeout_ms));
+	json_object_put(req);
+	json_object_put(rep);
+	forget(b);
+	return rc;
+}
+
 static int etcd_check(struct store_backend *b, const char *const *keys, size_t n, bool *all,
 		      int timeout_ms)
 {
@@ -783,5 +822,6 @@ const struct store_ops etcd_store_ops = {
 	.multi_get = etcd_multi_get,
 	.multi_set = etcd_multi_set,
 	.ping = etcd_ping,
+	.del_prefix = etcd_del_prefix,
 	.close = etcd_backend_free,
 };

@@ -516,6 +516,46 @@ static void lost_answers_are_not_applied_twice(void **state)
 	}
 }
 
+/* A job's keys go in one request: everything under the handle's prefix, nothing else. */
+static void delete_prefix_removes_a_job(void **state)
+{
+	struct crun_store *job, *other, *root;
+	char err[512];
+	int64_t before, after;
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "dp/job/", 5000, 5000, &job, err, sizeof(err)),
+			 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, "dp/job2/", 5000, 5000, &other, err,
+				 sizeof(err)), 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, NULL, 5000, 5000, &root, err, sizeof(err)), 0);
+	assert_int_equal(store_delete_prefix(root), -EINVAL); /* never the whole store */
+	assert_int_equal(crun_store_num_keys(root, &before), 0);
+	assert_int_equal(crun_store_set(job, "a", "1", 1), 0);
+	assert_int_equal(crun_store_set(job, "sub/deep", "1", 1), 0);
+	assert_int_equal(crun_store_set_ttl(job, "hb", "1", 1, 60000), 0);
+	assert_int_equal(crun_store_add(job, "n", 1, NULL), 0);
+	assert_int_equal(crun_store_set(other, "a", "2", 1), 0);
+	assert_int_equal(crun_store_set(root, "dp/job", "3", 1), 0);
+	assert_int_equal(store_delete_prefix(job), 0);
+	assert_false(present(job, "a"));
+	assert_false(present(job, "sub/deep"));
+	assert_false(present(job, "hb"));
+	want(other, "a", "2");
+	want(root, "dp/job", "3");
+	assert_int_equal(crun_store_num_keys(root, &after), 0);
+	assert_int_equal(after - before, 2);
+	/* The handle goes on: its counter starts again. */
+	assert_int_equal(crun_store_add(job, "n", 1, &after), 0);
+	assert_int_equal(after, 1);
+	assert_int_equal(store_delete_prefix(job), 0);
+	assert_int_equal(store_delete_prefix(other), 0);
+	assert_int_equal(crun_store_delete(root, "dp/job"), 0);
+	crun_store_close(root);
+	crun_store_close(other);
+	crun_store_close(job);
+}
+
 /* The password file must belong to this user and be closed to group and others. */
 static void password_file_must_be_private(void **state)
 {
@@ -758,6 +798,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(ttl_expires_through_the_lease),
 		cmocka_unit_test(txn_size_limits),
 		cmocka_unit_test(lost_answers_are_not_applied_twice),
+		cmocka_unit_test(delete_prefix_removes_a_job),
 		cmocka_unit_test(password_file_must_be_private),
 		cmocka_unit_test(auth_confines_a_role_to_its_prefix),
 		cmocka_unit_test(tls_with_client_certificates),
