@@ -556,6 +556,35 @@ static void delete_prefix_removes_a_job(void **state)
 	crun_store_close(job);
 }
 
+/* A value over etcd's --max-request-bytes: -EMSGSIZE, with etcd's reason in the message. */
+static void value_over_etcd_limit_is_emsgsize(void **state)
+{
+	const char *args[] = {"--max-request-bytes", "1048576", NULL};
+	struct etcd_proc e = {.pid = -1, .args = args};
+	const struct store_ops *ops;
+	struct store_backend *b;
+	struct crun_diag d;
+	size_t n = 2u << 20;
+	char *big = malloc(n);
+
+	(void)state;
+	assert_non_null(big);
+	memset(big, 'v', n);
+	/* The fixture's own flag comes first; a later one wins in etcd's flag parsing. */
+	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
+	assert_int_equal(store_etcd_open(e.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(ops->set(b, "big", big, n, 0, 5000), -EMSGSIZE);
+	/* gRPC's own limit (--max-request-bytes + 512 KiB), or etcd's "request is too large" */
+	assert_true(strstr(store_etcd_last_error(b), "etcd said: grpc: received message larger "
+							"than max") != NULL ||
+		    strstr(store_etcd_last_error(b), "etcd said: etcdserver: request is too large") !=
+			    NULL);
+	assert_int_equal(ops->set(b, "small", big, 1000, 0, 5000), 0);
+	ops->close(b);
+	etcd_proc_stop(&e);
+	free(big);
+}
+
 /* The password file must belong to this user and be closed to group and others. */
 static void password_file_must_be_private(void **state)
 {
@@ -797,6 +826,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(dead_etcd_is_reported_within_deadline),
 		cmocka_unit_test(ttl_expires_through_the_lease),
 		cmocka_unit_test(txn_size_limits),
+		cmocka_unit_test(value_over_etcd_limit_is_emsgsize),
 		cmocka_unit_test(lost_answers_are_not_applied_twice),
 		cmocka_unit_test(delete_prefix_removes_a_job),
 		cmocka_unit_test(password_file_must_be_private),
