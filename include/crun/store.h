@@ -15,7 +15,8 @@ extern "C" {
 
 /*
  * One interface over every backend (TCP store daemon "HOST:PORT" or "tcp://HOST:PORT",
- * shared file "file:///path"). Semantics follow torch's TCPStore where they overlap.
+ * shared file "file:///path", etcd v3 cluster "etcd://HOST:PORT[,HOST:PORT...]"). Semantics
+ * follow torch's TCPStore where they overlap; docs/etcd.md lists etcd's few differences.
  * A handle is blocking and NOT thread-safe: use one handle per thread (open more, they are
  * cheap). Every key argument is borrowed and is relative to the handle's prefix.
  */
@@ -33,7 +34,8 @@ struct crun_store;
  */
 struct crun_store_opts {
 	size_t struct_size;     /* set by CRUN_STORE_OPTS_INIT; 0: the 0.2.0 layout */
-	const char *endpoint;   /* "HOST:PORT", "tcp://HOST:PORT", "[V6]:PORT", "file:///PATH" */
+	const char *endpoint;   /* "HOST:PORT", "tcp://HOST:PORT", "[V6]:PORT", "file:///PATH",
+				   "etcd://HOST:PORT[,HOST:PORT...]", "etcd+https://..." */
 	const char *prefix;     /* prepended to every key; NULL or "" for none */
 	const char *token;      /* shared secret for the handshake; NULL for none */
 	int connect_timeout_ms; /* retry with backoff+jitter until this deadline; <=0: 30000 */
