@@ -415,7 +415,8 @@ static int ddp(bool one)
 	struct crun_store *st;
 	struct crun_comm *comm;
 	cudaStream_t s;
-	int rank, world, ndev, t, k, step, order[NT];
+	int rank, world, ndev, dev, t, k, step, order[NT];
+	char why[512];
 	double err;
 
 	if (probe() != 0) {
@@ -435,7 +436,12 @@ static int ddp(bool one)
 		crun_finish();
 		return EXIT_NO_GPU;
 	}
-	CUDA_OK(cudaSetDevice(crun_local_rank()));
+	/* The one rule for "my device", current before anything is created. */
+	dev = crun_cuda_device(why, sizeof(why));
+	if (dev < 0) {
+		fail("crun_cuda_device: %s", why);
+	}
+	CUDA_OK(cudaSetDevice(dev));
 	EXPECT(crun_comm_create(st, rank, world, &copts, &comm), 0);
 	CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	host = malloc(NMAX * sizeof(float));
