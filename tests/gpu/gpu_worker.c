@@ -38,6 +38,8 @@
 #include <crun/crun.h>
 #include <crun/ddp_cuda.h>
 
+#include "tests/lib/hashf.h"
+
 #define EXIT_NO_GPU 77
 
 static int g_rank;
@@ -206,17 +208,6 @@ static void expect_values(const float *dev, size_t n, float base, const char *wh
 			     (double)host[i], (double)want);
 		}
 	}
-}
-
-/* A deterministic pseudo-random value in [-1, 1) for (a, b, c) (tests/worker/worker_helper.c's). */
-static float hashf(uint64_t a, uint64_t b, uint64_t c)
-{
-	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b * 0xbf58476d1ce4e5b9ULL ^ c * 0x94d049bb133111ebULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return (float)((double)(z >> 40) / 8388608.0 - 1.0);
 }
 
 /* @g = (1/@denom) sum over samples [s0, s0 + ns) of tanh(3 p a_s) - t_s: depends on @p. */
