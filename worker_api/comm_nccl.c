@@ -18,6 +18,10 @@
  * flag too and joins the split's thread, then the child, if any, is aborted. Once the split
  * is done the parent is finalised and freed. See docs/gpu.md for what a blocking collective
  * can and cannot time out on.
+ *
+ * Every collective waits for its stream before it returns, except the queue-only allreduce
+ * of the device DDP (nccl_allreduce_enqueue(), behind comm_allreduce_enqueue()), whose
+ * completion nccl_wait() waits for with the same deadline, polling and abort.
  */
 #include <errno.h>
 #include <sched.h>
