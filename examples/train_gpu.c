@@ -16,12 +16,20 @@
  * through a second, cpu communicator: the nccl one carries the DDP's buckets, and a program
  * must not run its own collectives on it while a step is in flight.
  *
- * Exit status: as train, plus 77 when no CUDA device is usable (the message says why).
+ * Exit status: as train, plus 77 when no CUDA device is usable (the message says why); 2 also
+ * when crun_cuda_device() refuses the device (more ranks on this node than GPUs).
  */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* Third-party header: not held to our warning flags. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cuda_runtime_api.h>
+#pragma GCC diagnostic pop
 
 #include <crun/crun.h>
 #include <crun/ddp_cuda.h>
@@ -135,6 +143,7 @@ int main(int argc, char **argv)
 	float *hid, lr_now;
 	double ev[3], tl[2], loss_sum;
 	int rank, world, rc, e, micro, ndev, device;
+	cudaError_t ce;
 
 	parse_args(argc, argv, &o);
 	if (o.gradcheck) {
@@ -156,8 +165,25 @@ int main(int argc, char **argv)
 	rank = crun_rank();
 	world = crun_world_size();
 	g_rank = rank;
-	/* As the nccl backend: one device per local rank, wrapping around. */
-	device = crun_local_rank() % ndev;
+	/*
+	 * The one rule for "my device" (crun_cuda_device(): the local rank among the visible
+	 * GPUs; more local ranks than GPUs refused unless CRUN_GPU_SHARING=1), made current
+	 * before anything is created: the nccl communicator requires it to be this thread's
+	 * current device, and the DDP takes the current device as its own.
+	 */
+	device = crun_cuda_device(err, sizeof(err));
+	if (device == CRUN_ENODEV || device == CRUN_EBACKEND) {
+		fprintf(stderr, "train_gpu: no GPU available: %s\n", err);
+		return EXIT_NO_GPU;
+	}
+	if (device < 0) {
+		fprintf(stderr, "train_gpu: %s\n", err);
+		return 2;
+	}
+	ce = cudaSetDevice(device);
+	if (ce != cudaSuccess) {
+		die("cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+	}
 
 	ntrain = data_prepare(&o, rank, &d);
 

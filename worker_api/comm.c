@@ -11,6 +11,7 @@
 #include <crun/store.h>
 
 #include "config.h"
+#include "src/common/clock.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
@@ -444,6 +445,68 @@ static int do_barrier(struct crun_comm *c)
 		return rc;
 	}
 	return finish(c, "barrier", c->ops->barrier(c));
+}
+
+/* The queued allreduce (comm_internal.h): crun_comm_allreduce()'s checks, then the backend's
+ * enqueue; in place only. */
+static int do_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
+				enum crun_redop op, void *stream)
+{
+	size_t bytes = 0;
+	int rc;
+
+	rc = check_common(c, "allreduce (queued)", dt);
+	if (rc < 0 || (rc = check_op(c, "allreduce (queued)", op)) < 0 ||
+	    (rc = span(c, "allreduce (queued)", count, 1, dt, &bytes)) < 0) {
+		return rc;
+	}
+	if (c->ops->allreduce_enqueue == NULL) {
+		return diag_set(&c->diag, CRUN_EBACKEND,
+				"comm %s: allreduce (queued): the %s backend queues no collectives",
+				c->name, backend_name(c->backend));
+	}
+	if (count == 0) {
+		return 0;
+	}
+	if (buf == NULL) {
+		return diag_set(&c->diag, -EINVAL, "comm %s: allreduce (queued): NULL buffer",
+				c->name);
+	}
+	rc = check_bufs(c, "allreduce", buf, buf);
+	if (rc < 0) {
+		return rc;
+	}
+	return finish(c, "allreduce (queued)",
+		      c->ops->allreduce_enqueue(c, buf, count, dt, op, stream));
+}
+
+int comm_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
+			   enum crun_redop op, void *stream)
+{
+	int rc = enter(c, "allreduce (queued)");
+
+	return rc < 0 ? rc : leave(c, do_allreduce_enqueue(c, buf, count, dt, op, stream));
+}
+
+static int do_wait(struct crun_comm *c, void *stream, int64_t deadline)
+{
+	int rc;
+
+	rc = check_common(c, "wait", CRUN_DTYPE_FLOAT32);
+	if (rc < 0 || c->ops->wait == NULL) {
+		return rc;
+	}
+	if (deadline <= 0) {
+		deadline = crun_now_ms() + c->timeout_ms;
+	}
+	return finish(c, "wait", c->ops->wait(c, stream, deadline));
+}
+
+int comm_wait(struct crun_comm *c, void *stream, int64_t deadline)
+{
+	int rc = enter(c, "wait");
+
+	return rc < 0 ? rc : leave(c, do_wait(c, stream, deadline));
 }
 
 CRUN_EXPORT int crun_comm_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,

@@ -33,6 +33,19 @@ struct comm_ops {
 	 * the collective for every buffer; an error is an argument error (the comm stays usable).
 	 */
 	int (*check_buf)(struct crun_comm *c, const char *what, const char *which, const void *buf);
+	/*
+	 * Optional (nccl): queue an in-place allreduce of @buf on @stream (NULL: the
+	 * communicator's) and return once it is queued, not complete; wait() waits for it.
+	 * A failure aborts the backend's communicator, as a failed collective does.
+	 */
+	int (*allreduce_enqueue)(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
+				 enum crun_redop op, void *stream);
+	/*
+	 * Optional (nccl): wait until everything queued on @stream (NULL: the communicator's)
+	 * has completed, by @deadline (crun_now_ms() time); a failure or the deadline aborts
+	 * the communicator.
+	 */
+	int (*wait)(struct crun_comm *c, void *stream, int64_t deadline);
 	/* Release the backend state (c->impl); never fails. */
 	void (*destroy)(struct crun_comm *c);
 };
@@ -73,6 +86,23 @@ static inline size_t comm_dtype_size(enum crun_dtype dt)
 
 /* Store key of this comm: "<name>/<generation>/<suffix>" into @buf (NUL-terminated). */
 int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffix);
+
+/*
+ * The queued collectives, for the device DDP (ddp_mem_cuda.c): comm_allreduce_enqueue()
+ * checks its arguments and buffers as crun_comm_allreduce() does and queues the allreduce of
+ * @buf in place on @stream (NULL: the communicator's), without waiting for it; comm_wait()
+ * waits until @stream has drained, by @deadline (crun_now_ms() time; <= 0: the
+ * communicator's timeout from now), watching for asynchronous errors. A failure of either
+ * poisons the communicator (and aborts NCCL's) exactly as a failed crun_comm_allreduce()
+ * does. Both are calls on @c like any other: one thread at a time (-EBUSY for a second),
+ * and between them the caller must not let another thread issue collectives on @c (the
+ * device DDP: only its communication thread uses the communicator while a step is in
+ * flight). CRUN_EBACKEND from comm_allreduce_enqueue() when the backend queues nothing (cpu:
+ * its collectives are complete on return); comm_wait() is then a no-op.
+ */
+int comm_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
+			   enum crun_redop op, void *stream);
+int comm_wait(struct crun_comm *c, void *stream, int64_t deadline);
 
 /** CPU backend: TCP ring between the ranks, peers found through @st (borrowed). */
 int comm_cpu_init(struct crun_comm *c, struct crun_store *st);

@@ -18,6 +18,10 @@
  * flag too and joins the split's thread, then the child, if any, is aborted. Once the split
  * is done the parent is finalised and freed. See docs/gpu.md for what a blocking collective
  * can and cannot time out on.
+ *
+ * Every collective waits for its stream before it returns, except the queue-only allreduce
+ * of the device DDP (nccl_allreduce_enqueue(), behind comm_allreduce_enqueue()), whose
+ * completion nccl_wait() waits for with the same deadline, polling and abort.
  */
 #include <errno.h>
 #include <sched.h>
@@ -137,8 +141,9 @@ static int wait_comm(struct crun_comm *c, ncclComm_t comm, int64_t deadline, con
 	}
 }
 
-/* Wait until the stream drained, watching for asynchronous NCCL errors, or @deadline. */
-static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, const char *what)
+/* Wait until @s drained, watching for asynchronous NCCL errors, or @deadline. */
+static int wait_stream(struct crun_comm *c, struct nccl *g, cudaStream_t s, int64_t deadline,
+		       const char *what)
 {
 	int64_t start = crun_now_ns();
 	ncclResult_t st;
@@ -150,7 +155,7 @@ static int wait_stream(struct crun_comm *c, struct nccl *g, int64_t deadline, co
 		return rc;
 	}
 	for (;;) {
-		e = g->cu->cudaStreamQuery(g->stream);
+		e = g->cu->cudaStreamQuery(s);
 		if (e == cudaSuccess) {
 			return 0;
 		}
@@ -216,10 +221,17 @@ static int device_leave(struct crun_comm *c, struct nccl *g, int prev, int rc)
 	return rc;
 }
 
-/*
- * After an enqueue (@r from NCCL's @call), wait for completion; after a failure the
- * communicator is aborted, so no kernel waits forever on a dead peer.
- */
+/* After a failure the communicator is aborted, so no kernel waits forever on a dead peer. */
+static int abort_on_failure(struct nccl *g, int rc)
+{
+	if (rc < 0 && g->comm != NULL) {
+		g->nc->ncclCommAbort(g->comm);
+		g->comm = NULL;
+	}
+	return rc;
+}
+
+/* After an enqueue (@r from NCCL's @call), wait for completion on the collectives' stream. */
 static int finish_op(struct crun_comm *c, struct nccl *g, int rc, ncclResult_t r, const char *call,
 		     int64_t deadline)
 {
@@ -227,13 +239,9 @@ static int finish_op(struct crun_comm *c, struct nccl *g, int rc, ncclResult_t r
 		rc = nccl_check(c, g->comm, r, call);
 	}
 	if (rc == 0) {
-		rc = wait_stream(c, g, deadline, call);
+		rc = wait_stream(c, g, g->stream, deadline, call);
 	}
-	if (rc < 0 && g->comm != NULL) {
-		g->nc->ncclCommAbort(g->comm);
-		g->comm = NULL;
-	}
-	return rc;
+	return abort_on_failure(g, rc);
 }
 
 static int nccl_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,
@@ -250,6 +258,58 @@ static int nccl_allreduce(struct crun_comm *c, const void *send, void *recv, siz
 					 g->stream);
 	}
 	rc = finish_op(c, g, rc, r, "ncclAllReduce", deadline);
+	return device_leave(c, g, prev, rc);
+}
+
+/*
+ * Queue an in-place allreduce on @stream (NULL: the collectives' stream) and return without
+ * waiting for it (the device DDP queues every ready bucket this way; nccl_wait() waits).
+ * As nccl_allreduce() up to the enqueue: the communicator's device for the call and the
+ * caller's back. Then NCCL's state is polled until it has left ncclInProgress (at once on
+ * the blocking communicator; NCCL_COMM_BLOCKING=0 would make it non-blocking, and NCCL then
+ * takes no other call before that), which also reports an asynchronous error already
+ * raised. A failure aborts the communicator, as in the synchronous path.
+ */
+static int nccl_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
+				  enum crun_redop op, void *stream)
+{
+	struct nccl *g = c->impl;
+	cudaStream_t s = stream != NULL ? (cudaStream_t)stream : g->stream;
+	int64_t deadline = crun_now_ms() + c->timeout_ms;
+	int prev, rc;
+
+	rc = device_enter(c, g, &prev);
+	if (rc == 0) {
+		rc = nccl_check(
+			c, g->comm,
+			g->nc->ncclAllReduce(buf, buf, count, nccl_dt(dt), nccl_op(op), g->comm, s),
+			"ncclAllReduce");
+	}
+	if (rc == 0) {
+		rc = wait_comm(c, g->comm, deadline, "ncclAllReduce");
+	}
+	rc = abort_on_failure(g, rc);
+	return device_leave(c, g, prev, rc);
+}
+
+/*
+ * Wait for what was queued on @stream (NULL: the collectives' stream) by @deadline, exactly
+ * as a synchronous collective waits for its own: cudaStreamQuery polled beside
+ * ncclCommGetAsyncError, the communicator aborted on an error or at the deadline (a peer
+ * that never joins a queued collective would otherwise hold its kernel, and this stream,
+ * for ever). On the communicator's device, as every call here.
+ */
+static int nccl_wait(struct crun_comm *c, void *stream, int64_t deadline)
+{
+	struct nccl *g = c->impl;
+	cudaStream_t s = stream != NULL ? (cudaStream_t)stream : g->stream;
+	int prev, rc;
+
+	rc = device_enter(c, g, &prev);
+	if (rc == 0) {
+		rc = wait_stream(c, g, s, deadline, "queued collectives");
+	}
+	rc = abort_on_failure(g, rc);
 	return device_leave(c, g, prev, rc);
 }
 
@@ -440,6 +500,8 @@ static const struct comm_ops nccl_ops = {
 	.reduce_scatter = nccl_reduce_scatter,
 	.barrier = nccl_barrier,
 	.check_buf = nccl_check_buf,
+	.allreduce_enqueue = nccl_allreduce_enqueue,
+	.wait = nccl_wait,
 	.destroy = nccl_destroy,
 };
 

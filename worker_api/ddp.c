@@ -90,6 +90,25 @@ static int reduce_bucket(struct crun_ddp *d, struct ddp_bucket *bk)
 }
 
 /*
+ * Device memory: wait for everything the step queued, also after a failure, so that no
+ * bucket queued before it is still being reduced into the gradients when crun_ddp_sync()
+ * returns (the wait is bounded by the communicator's timeout, and a poisoned communicator
+ * answers at once). After an earlier failure (@failed: d->err was set) its message is the
+ * one kept.
+ */
+static int drain(struct crun_ddp *d, bool failed)
+{
+	struct crun_diag first = *ddp_diag(d);
+	int rc;
+
+	rc = d->mem->drain(d);
+	if (failed || first.code != 0) {
+		*ddp_diag(d) = first;
+	}
+	return rc;
+}
+
+/*
  * Buckets are started in bucket order, each as soon as it is ready, without waiting for the
  * one before to complete: with host memory a bucket is complete when reduce_bucket() returns
  * (the allreduce is synchronous), so it is finished at once, as it always was; with device
@@ -119,13 +138,13 @@ static void *comm_thread(void *arg)
 			if (d->mem->drain == NULL) {
 				d->finished++;
 			} else if (d->next == d->nb) {
-				if (d->err == 0) {
-					pthread_mutex_unlock(&d->mu);
-					rc = d->mem->drain(d);
-					pthread_mutex_lock(&d->mu);
-					if (rc < 0 && d->err == 0) {
-						d->err = rc;
-					}
+				bool failed = d->err != 0;
+
+				pthread_mutex_unlock(&d->mu);
+				rc = drain(d, failed);
+				pthread_mutex_lock(&d->mu);
+				if (rc < 0 && d->err == 0) {
+					d->err = rc;
 				}
 				d->finished = d->nb;
 			}
@@ -218,10 +237,10 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 		pthread_mutex_unlock(&d->mu);
 		pthread_join(d->thread, NULL);
 	}
-	/* Buckets queued on a device but not drained (destroyed mid-step): let them land before
-	 * their buffers go. */
-	if (d->mem->drain != NULL && d->next > d->finished && d->err == 0) {
-		d->mem->drain(d);
+	/* Buckets queued on a device but not drained (destroyed mid-step, failed or not): let
+	 * them land, or the communicator time out, before their buffers go. */
+	if (d->mem->drain != NULL && d->next > d->finished) {
+		drain(d, d->err != 0);
 	}
 	for (i = 0; i < d->nb; i++) {
 		if (d->b[i].buf != NULL) {

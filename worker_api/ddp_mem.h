@@ -104,8 +104,9 @@ struct ddp_memops {
 	 * Wait until everything copy and allreduce_avg queued has completed. NULL: they are
 	 * complete when they return (host memory), so each bucket is finished as soon as it is
 	 * reduced. Otherwise (CUDA) the communication thread queues every ready bucket at once
-	 * and calls drain once the step's last bucket is queued; the broadcast calls it at its
-	 * end.
+	 * and calls drain once the step's last bucket is queued, also after a failure (nothing
+	 * queued may outlive the step); the broadcast calls it at its end. Bounded by the
+	 * communicator's timeout.
 	 */
 	int (*drain)(struct crun_ddp *d);
 	/* Training thread, before the parameters are broadcast: the program's writes landed. */

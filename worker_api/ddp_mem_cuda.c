@@ -6,9 +6,11 @@
  * gradient ready records a CUDA event on the program's compute stream (d->stream: the kernels
  * that produce the gradient may still be running). The communication thread makes the
  * communicator's own stream wait for a bucket's events, copies through the flat buffer on
- * that stream when the bucket's tensors are not back to back, averages there (ncclAllReduce,
- * CRUN_REDOP_AVG), queues the copies back, and goes on to the next ready bucket without
- * waiting for the copies; drain() waits for the stream once the step's last bucket is queued.
+ * that stream when the bucket's tensors are not back to back, queues the average there
+ * (ncclAllReduce, CRUN_REDOP_AVG, through the backend's queue-only call), queues the copies
+ * back, and goes on to the next ready bucket without waiting for any of it; drain() waits
+ * for the stream, as the backend waits for a collective, once the step's last bucket is
+ * queued.
  * Every CUDA call goes through the run-time loaded runtime (gpu_loader.h).
  *
  * Devices: the DDP works on the device that was current when it was created (d->device).
@@ -246,19 +248,18 @@ static int cuda_copy(struct crun_ddp *d, float *dst, const float *src, size_t n)
 }
 
 /*
- * Average on the device, on the comm stream. The nccl backend offers no collective that only
- * queues (crun_comm_allreduce() returns once the result is on the device, polling NCCL for
- * asynchronous errors under the communicator's deadline), so each bucket's allreduce is
- * still complete before the next bucket is queued; what no longer waits is the copy out of a
- * flat buffer, and the engine no longer waits per bucket. With a queue-only call from the
- * backend (comm_nccl.c: ncclAllReduce on its stream, no wait) this is the one line to change,
- * and drain() must then wait as the backend does (deadline, asynchronous NCCL errors).
+ * Average on the device, queued on the comm stream behind the bucket's event waits and copies
+ * in (comm_allreduce_enqueue(): the buffer checks of crun_comm_allreduce(), ncclAllReduce,
+ * no wait), so the communication thread goes on to the next ready bucket while this one is
+ * still being reduced; the copies out of a flat buffer are queued after it, and drain()
+ * waits for the lot. Only the communication thread uses the communicator in a step.
  */
 static int cuda_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 {
 	int rc;
 
-	rc = crun_comm_allreduce(d->comm, buf, buf, n, CRUN_DTYPE_FLOAT32, CRUN_REDOP_AVG);
+	rc = comm_allreduce_enqueue(d->comm, buf, n, CRUN_DTYPE_FLOAT32, CRUN_REDOP_AVG,
+				    comm_stream(d));
 	if (rc < 0) {
 		return diag_set(ddp_diag(d), rc, "ddp_cuda: allreduce: %s",
 				crun_comm_last_error(d->comm));
@@ -267,17 +268,20 @@ static int cuda_allreduce_avg(struct crun_ddp *d, float *buf, size_t n)
 }
 
 /*
- * Everything queued on the comm stream has completed. Only device-to-device copies can be
- * pending there (every collective was waited for by the backend), so this cannot wait on a
- * dead peer.
+ * Everything queued on the comm stream has completed: the step's collectives and the copies
+ * around them. Waited for as the backend waits for a collective of its own (comm_wait():
+ * the stream polled beside NCCL's asynchronous error state, to the communicator's timeout,
+ * the communicator aborted on an error or at the deadline), so a peer that never joins a
+ * bucket cannot hold this thread for ever.
  */
 static int cuda_drain(struct crun_ddp *d)
 {
-	cudaError_t e;
+	int rc;
 
-	e = d->cu->cudaStreamSynchronize(comm_stream(d));
-	if (e != cudaSuccess) {
-		return cuda_fail(d, e, "cudaStreamSynchronize (comm stream)");
+	rc = comm_wait(d->comm, comm_stream(d), 0);
+	if (rc < 0) {
+		return diag_set(ddp_diag(d), rc, "ddp_cuda: waiting for the buckets: %s",
+				crun_comm_last_error(d->comm));
 	}
 	return 0;
 }

@@ -6,8 +6,10 @@
  * rank uses, the refusal of more local ranks than GPUs, the check that the communicator's
  * device is the caller's, host buffers refused before NCCL sees them, the caller's device
  * restored after a collective, the collectives on a blocking communicator split off the
- * non-blocking one (with a deadline on the split), one thread at a time, and the cause of a
- * CUDA initialisation failure named. LD_LIBRARY_PATH (tests/comm/meson.build) leads the
+ * non-blocking one (with a deadline on the split), one thread at a time, the cause of a
+ * CUDA initialisation failure named, and the device DDP queuing every ready bucket's
+ * allreduce before the one before has completed (then waiting once, with the deadline and
+ * the asynchronous errors of a collective). LD_LIBRARY_PATH (tests/comm/meson.build) leads the
  * loader to tests/comm/fake_gpu/'s libcudart and libnccl; each case runs in a child process
  * of its own, since the loader and the environment are read once per process.
  */
@@ -33,6 +35,7 @@
 #pragma GCC diagnostic ignored "-Wundef"
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #pragma GCC diagnostic pop
 
 #include <crun/crun.h>
@@ -59,7 +62,9 @@ static struct {
 	cudaError_t (*get_device)(int *);
 	void (*hold)(int);
 	int (*held_queries)(void);
+	void (*log)(char *, size_t, int);
 	int (*stat)(const char *);
+	void (*async_error)(int);
 } fk;
 
 static void fake_load(void)
@@ -76,8 +81,10 @@ static void fake_load(void)
 	*(void **)&fk.get_device = dlsym(cu, "cudaGetDevice");
 	*(void **)&fk.hold = dlsym(cu, "fake_cuda_stream_hold");
 	*(void **)&fk.held_queries = dlsym(cu, "fake_cuda_held_queries");
+	*(void **)&fk.log = dlsym(cu, "fake_cuda_log");
 	*(void **)&fk.stat = dlsym(nc, "fake_nccl_stat");
-	CHECK(fk.hold != NULL && fk.stat != NULL,
+	*(void **)&fk.async_error = dlsym(nc, "fake_nccl_async_error");
+	CHECK(fk.hold != NULL && fk.log != NULL && fk.stat != NULL && fk.async_error != NULL,
 	      "%s and libnccl.so.2 are not the fakes: LD_LIBRARY_PATH must lead to "
 	      "tests/comm/fake_gpu (LD_LIBRARY_PATH=%s)",
 	      name, getenv("LD_LIBRARY_PATH") != NULL ? getenv("LD_LIBRARY_PATH") : "unset");
@@ -137,7 +144,8 @@ static void in_child(void (*fn)(void), const char *const *env)
 					    "FAKE_CUDA_DEVICES",
 					    "FAKE_CUDA_ERROR",
 					    "FAKE_CUDA_DRIVER",
-					    "FAKE_NCCL_HANG"};
+					    "FAKE_NCCL_HANG",
+					    "FAKE_NCCL_RANKS"};
 	pid_t pid;
 	int st;
 
@@ -614,6 +622,227 @@ static void cuda_init_failures_name_the_cause(void **state)
 	in_child(init_failure_case, hidden);
 }
 
+/* ---- the device DDP queues every ready bucket, then waits once ---- */
+
+#define QT 8  /* tensors, two per bucket */
+#define QN 64 /* floats per tensor */
+#define QB 4  /* buckets */
+
+static struct {
+	struct crun_store *st;
+	struct crun_comm *c;
+	struct crun_ddp *d;
+	float *p[QT], *g[QT];
+} q;
+
+/*
+ * Rank 0 of a 2-rank nccl communicator (the fake NCCL's other rank holds the same data: an
+ * average is the data itself) and a device DDP of QT tensors in QB buckets: tensors 0-3's
+ * gradients back to back in one allocation, 4-7's each in its own (through flat buffers).
+ */
+static void queue_setup(int timeout_ms)
+{
+	struct crun_comm_opts co = CRUN_COMM_OPTS_INIT;
+	struct crun_ddp_opts o = CRUN_DDP_OPTS_INIT;
+	float *block;
+	int rc, t;
+
+	q.st = store_open();
+	co.backend = CRUN_BACKEND_NCCL;
+	co.timeout_ms = timeout_ms;
+	rc = crun_comm_create(q.st, 0, 2, &co, &q.c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	o.memory = CRUN_DDP_MEMORY_CUDA;
+	o.bucket_cap_bytes = 2 * QN * sizeof(float);
+	o.first_bucket_bytes = 2 * QN * sizeof(float);
+	rc = crun_ddp_create(q.c, &o, &q.d);
+	CHECK(rc == 0, "ddp create: %s", crun_strerror(rc));
+	block = dev_floats(4 * QN);
+	for (t = 0; t < QT; t++) {
+		q.p[t] = dev_floats(QN);
+		q.g[t] = t < 4 ? block + (size_t)t * QN : dev_floats(QN);
+		CHECK(crun_ddp_register(q.d, q.p[t], q.g[t], QN) == t, "register %d", t);
+	}
+	rc = crun_ddp_broadcast_params(q.d);
+	CHECK(rc == 0, "broadcast: %s", crun_ddp_last_error(q.d));
+	CHECK(crun_ddp_bucket_count(q.d) == QB, "%d buckets", crun_ddp_bucket_count(q.d));
+}
+
+static void queue_done(void)
+{
+	crun_ddp_destroy(q.d);
+	crun_comm_destroy(q.c);
+	store_done(q.st);
+}
+
+/* Fill the gradients (step @k), clear the queue log, mark every gradient ready. */
+static void queue_step(int k)
+{
+	char log[256];
+	int t, i;
+
+	for (t = 0; t < QT; t++) {
+		for (i = 0; i < QN; i++) {
+			q.g[t][i] = (float)(k * 1000 + t * 10 + i % 7);
+		}
+	}
+	fk.log(log, sizeof(log), 1);
+	for (t = QT - 1; t >= 0; t--) {
+		CHECK(crun_ddp_grad_ready(q.d, t) == 0, "grad_ready %d: %s", t,
+		      crun_ddp_last_error(q.d));
+	}
+}
+
+static void queue_check_grads(int k)
+{
+	int t, i;
+
+	for (t = 0; t < QT; t++) {
+		for (i = 0; i < QN; i++) {
+			CHECK(q.g[t][i] == (float)(k * 1000 + t * 10 + i % 7),
+			      "step %d: gradient %d[%d] = %g after the average", k, t, i,
+			      (double)q.g[t][i]);
+		}
+	}
+}
+
+/* Wait (up to 5 s) until the queue log holds @n allreduces and the DDP waits on its stream. */
+static bool queue_wait_queued(int n, char *log, size_t len)
+{
+	int64_t end = crun_now_ms() + 5000;
+	int q0 = fk.held_queries(), i, got;
+
+	for (;;) {
+		fk.log(log, len, 0);
+		for (i = 0, got = 0; log[i] != '\0'; i++) {
+			got += log[i] == 'A';
+		}
+		if (got >= n && fk.held_queries() > q0) {
+			return true;
+		}
+		if (crun_now_ms() > end) {
+			return false;
+		}
+		usleep(1000);
+	}
+}
+
+static void queue_case(void)
+{
+	char log[256];
+	bool queued;
+	int k, rc;
+
+	queue_setup(20000);
+	/* Each step: the QB allreduces queued back to back ('A'), the stream found idle once
+	 * ('W'); one at a time would read "AWAWAWAW". */
+	for (k = 1; k <= 2; k++) {
+		queue_step(k);
+		rc = crun_ddp_sync(q.d);
+		CHECK(rc == 0, "sync: %s", crun_ddp_last_error(q.d));
+		fk.log(log, sizeof(log), 0);
+		CHECK(strcmp(log, "AAAAW") == 0,
+		      "step %d: queue log \"%s\", expected \"AAAAW\" (every bucket queued, "
+		      "then one wait)",
+		      k, log);
+		queue_check_grads(k);
+	}
+	/* The stream held (the first bucket never completes): every bucket is still queued,
+	 * and the DDP's thread waits inside the communicator, so another thread gets -EBUSY. */
+	fk.hold(1);
+	queue_step(3);
+	queued = queue_wait_queued(QB, log, sizeof(log));
+	rc = queued ? crun_comm_barrier(q.c) : 0;
+	fk.hold(0);
+	CHECK(queued,
+	      "with the first bucket incomplete, the queue log is \"%s\" after 5 s: "
+	      "expected %d allreduces queued and a wait",
+	      log, QB);
+	CHECK(rc == -EBUSY, "a barrier while the buckets are in flight: %s", crun_strerror(rc));
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == 0, "sync: %s", crun_ddp_last_error(q.d));
+	fk.log(log, sizeof(log), 0);
+	CHECK(strcmp(log, "AAAAW") == 0, "held step: queue log \"%s\"", log);
+	queue_check_grads(3);
+	CHECK(fk.stat("abort") == 0, "%d aborts", fk.stat("abort"));
+	queue_done();
+}
+
+/* The wait has the communicator's deadline, and aborts it as a collective's wait does. */
+static void queue_timeout_case(void)
+{
+	char log[256];
+	int64_t t0;
+	int rc;
+
+	queue_setup(300);
+	fk.hold(1);
+	t0 = crun_now_ms();
+	queue_step(1);
+	rc = crun_ddp_sync(q.d);
+	fk.hold(0);
+	fk.log(log, sizeof(log), 0);
+	CHECK(rc == -ETIMEDOUT, "sync with the stream held: %s: %s", crun_strerror(rc),
+	      crun_ddp_last_error(q.d));
+	CHECK(crun_now_ms() - t0 < 5000, "took %lld ms", (long long)(crun_now_ms() - t0));
+	CHECK(strcmp(log, "AAAA") == 0, "queue log \"%s\"", log);
+	CHECK(strstr(crun_ddp_last_error(q.d), "not complete within 300 ms") != NULL, "message: %s",
+	      crun_ddp_last_error(q.d));
+	CHECK(fk.stat("abort") == 1, "%d aborts", fk.stat("abort"));
+	/* Poisoned, as after a synchronous collective's timeout. */
+	rc = crun_comm_allreduce(q.c, q.g[0], q.g[0], QN, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == -ETIMEDOUT, "allreduce after: %s", crun_strerror(rc));
+	queue_done();
+}
+
+/* An asynchronous NCCL error while the DDP waits, and one already raised at a bucket's enqueue. */
+static void queue_async_error_case(void)
+{
+	char log[256];
+	bool queued;
+	int rc;
+
+	queue_setup(20000);
+	fk.hold(1);
+	queue_step(1);
+	queued = queue_wait_queued(QB, log, sizeof(log));
+	fk.async_error(ncclRemoteError);
+	rc = crun_ddp_sync(q.d);
+	fk.hold(0);
+	CHECK(queued, "queue log \"%s\"", log);
+	CHECK(rc == CRUN_ENCCL, "sync: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	CHECK(strstr(crun_ddp_last_error(q.d), "queued collectives") != NULL, "message: %s",
+	      crun_ddp_last_error(q.d));
+	CHECK(fk.stat("abort") == 1, "%d aborts", fk.stat("abort"));
+	queue_done();
+
+	/* Raised before the step: the first bucket's enqueue reports it and aborts, the others
+	 * are not queued, the wait answers at once, and the first message is kept. */
+	fk.async_error(0);
+	queue_setup(20000);
+	fk.async_error(ncclRemoteError);
+	queue_step(1);
+	rc = crun_ddp_sync(q.d);
+	fk.log(log, sizeof(log), 0);
+	CHECK(rc == CRUN_ENCCL, "sync: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	CHECK(strcmp(log, "A") == 0, "queue log \"%s\"", log);
+	CHECK(strstr(crun_ddp_last_error(q.d), "ddp_cuda: allreduce: ") != NULL &&
+		      strstr(crun_ddp_last_error(q.d), "ncclAllReduce") != NULL,
+	      "message: %s", crun_ddp_last_error(q.d));
+	CHECK(fk.stat("abort") == 2, "%d aborts", fk.stat("abort"));
+	queue_done();
+}
+
+static void ddp_buckets_are_queued_before_the_previous_completes(void **state)
+{
+	static const char *const env[] = {"FAKE_NCCL_RANKS=2", NULL};
+
+	(void)state;
+	in_child(queue_case, env);
+	in_child(queue_timeout_case, env);
+	in_child(queue_async_error_case, env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -625,6 +854,7 @@ int main(void)
 		cmocka_unit_test(communicator_device_is_the_callers),
 		cmocka_unit_test(second_thread_gets_ebusy),
 		cmocka_unit_test(cuda_init_failures_name_the_cause),
+		cmocka_unit_test(ddp_buckets_are_queued_before_the_previous_completes),
 	};
 
 	return cmocka_run_group_tests_name("comm-fake-gpu", tests, NULL, NULL);

@@ -38,6 +38,8 @@
 #include <crun/crun.h>
 #include <crun/ddp_cuda.h>
 
+#include "tests/lib/hashf.h"
+
 #define EXIT_NO_GPU 77
 
 static int g_rank;
@@ -206,17 +208,6 @@ static void expect_values(const float *dev, size_t n, float base, const char *wh
 			     (double)host[i], (double)want);
 		}
 	}
-}
-
-/* A deterministic pseudo-random value in [-1, 1) for (a, b, c) (tests/worker/worker_helper.c's). */
-static float hashf(uint64_t a, uint64_t b, uint64_t c)
-{
-	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b * 0xbf58476d1ce4e5b9ULL ^ c * 0x94d049bb133111ebULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return (float)((double)(z >> 40) / 8388608.0 - 1.0);
 }
 
 /* @g = (1/@denom) sum over samples [s0, s0 + ns) of tanh(3 p a_s) - t_s: depends on @p. */
@@ -415,7 +406,8 @@ static int ddp(bool one)
 	struct crun_store *st;
 	struct crun_comm *comm;
 	cudaStream_t s;
-	int rank, world, ndev, t, k, step, order[NT];
+	int rank, world, ndev, dev, t, k, step, order[NT];
+	char why[512];
 	double err;
 
 	if (probe() != 0) {
@@ -435,7 +427,12 @@ static int ddp(bool one)
 		crun_finish();
 		return EXIT_NO_GPU;
 	}
-	CUDA_OK(cudaSetDevice(crun_local_rank()));
+	/* The one rule for "my device", current before anything is created. */
+	dev = crun_cuda_device(why, sizeof(why));
+	if (dev < 0) {
+		fail("crun_cuda_device: %s", why);
+	}
+	CUDA_OK(cudaSetDevice(dev));
 	EXPECT(crun_comm_create(st, rank, world, &copts, &comm), 0);
 	CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	host = malloc(NMAX * sizeof(float));

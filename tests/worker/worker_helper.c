@@ -22,6 +22,8 @@
 
 #include <crun/crun.h>
 
+#include "tests/lib/hashf.h"
+
 static int check(int rc, const char *what)
 {
 	if (rc < 0) {
@@ -70,17 +72,6 @@ static int cmd_barrier(int rounds)
 	printf("rank %d passed %d barriers\n", crun_rank(), rounds);
 	crun_store_close(st);
 	return 0;
-}
-
-/* A deterministic pseudo-random value in [-1, 1) for (a, b, c). */
-static float hashf(uint64_t a, uint64_t b, uint64_t c)
-{
-	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b * 0xbf58476d1ce4e5b9ULL ^ c * 0x94d049bb133111ebULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return (float)((double)(z >> 40) / 8388608.0 - 1.0);
 }
 
 #define NT 5

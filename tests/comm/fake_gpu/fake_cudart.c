@@ -10,12 +10,19 @@
  * device set or allocated on has its primary context active (fake_libcuda.c). Knobs
  * (read at each call): FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_ERROR (the error
  * cudaGetDeviceCount returns instead), FAKE_CUDA_DRIVER (cudaDriverGetVersion, default 13000).
- * fake_cuda_stream_hold(1) makes cudaStreamQuery answer "not ready" until released.
+ * fake_cuda_stream_hold(1) makes cudaStreamQuery answer "not ready" (and
+ * cudaStreamSynchronize wait) until released. Streams keep a count of the work queued on
+ * them by the fake NCCL (fake_cuda_stream_queue()); the queries and synchronisations that
+ * find that work complete mark it done. Both are written, in order, to one log
+ * (fake_cuda_log(): a letter per collective queued, 'W' when a stream's queued work was
+ * found complete), so a test can tell "queue, queue, queue, wait" from "queue, wait, queue,
+ * wait".
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wundef"
@@ -30,6 +37,7 @@ void fake_cu_mark_active(int dev);
 
 struct CUstream_st {
 	int id;
+	int queued; /* collectives queued by the fake NCCL and not yet found complete */
 };
 struct CUevent_st {
 	int id;
@@ -45,8 +53,10 @@ struct fake_alloc {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc *allocs;
 static __thread int current;
-static int hold;    /* cudaStreamQuery: not ready while set */
-static int queries; /* cudaStreamQuery calls while held */
+static int hold;	/* cudaStreamQuery: not ready while set */
+static int queries;	/* cudaStreamQuery calls while held */
+static char qlog[4096]; /* under @lock */
+static size_t qlog_len;
 
 static int env_int(const char *name, int def)
 {
@@ -66,6 +76,51 @@ FAKE_EXPORT void fake_cuda_stream_hold(int on)
 FAKE_EXPORT int fake_cuda_held_queries(void)
 {
 	return __atomic_load_n(&queries, __ATOMIC_SEQ_CST);
+}
+
+FAKE_EXPORT void fake_cuda_stream_queue(cudaStream_t s, char what);
+FAKE_EXPORT void fake_cuda_log(char *buf, size_t len, int reset);
+
+static void log_add(char c)
+{
+	if (qlog_len + 1 < sizeof(qlog)) {
+		qlog[qlog_len++] = c;
+		qlog[qlog_len] = '\0';
+	}
+}
+
+/* The fake NCCL queued a collective (@what: its letter) on @s. */
+FAKE_EXPORT void fake_cuda_stream_queue(cudaStream_t s, char what)
+{
+	pthread_mutex_lock(&lock);
+	if (s != NULL) {
+		s->queued++;
+	}
+	log_add(what);
+	pthread_mutex_unlock(&lock);
+}
+
+/* The log so far into @buf; @reset: then start a new one. */
+FAKE_EXPORT void fake_cuda_log(char *buf, size_t len, int reset)
+{
+	pthread_mutex_lock(&lock);
+	snprintf(buf, len, "%s", qlog);
+	if (reset) {
+		qlog_len = 0;
+		qlog[0] = '\0';
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+/* @s is idle: what was queued on it is complete. */
+static void stream_done(cudaStream_t s)
+{
+	pthread_mutex_lock(&lock);
+	if (s != NULL && s->queued > 0) {
+		s->queued = 0;
+		log_add('W');
+	}
+	pthread_mutex_unlock(&lock);
 }
 
 FAKE_EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
@@ -209,17 +264,22 @@ FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 FAKE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-	(void)s;
 	if (__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
 		__atomic_add_fetch(&queries, 1, __ATOMIC_SEQ_CST);
 		return cudaErrorNotReady;
 	}
+	stream_done(s);
 	return cudaSuccess;
 }
 
 FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-	(void)s;
+	struct timespec ts = {0, 1000000};
+
+	while (__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
+		nanosleep(&ts, NULL);
+	}
+	stream_done(s);
 	return cudaSuccess;
 }
 

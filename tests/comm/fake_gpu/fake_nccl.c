@@ -2,14 +2,19 @@
 /* tests/comm/fake_gpu/fake_nccl.c: a one-rank NCCL without a GPU, for libcrun-worker's loader. */
 
 /*
- * Built as libnccl.so.<major> beside fake_cudart.c's runtime. One rank only (a collective is a
- * copy), but the states NCCL 2.28 has: a non-blocking communicator answers ncclInProgress
- * and completes after a few ncclCommGetAsyncError polls; ncclCommSplit of a non-blocking
- * parent reports on the parent and writes the child to its pointer when done (or when the
- * parent is aborted, as NCCL's split thread does). A host pointer handed to a collective
- * aborts the process, as a real NCCL kernel would kill the CUDA context. Knobs:
- * FAKE_NCCL_HANG=init|split (that step never completes). fake_nccl_stat(NAME) counts:
- * "coll_nonblocking", "coll_blocking", "split", "abort", "finalize", "destroy", "live".
+ * Built as libnccl.so.<major> beside fake_cudart.c's runtime. One process, but the states
+ * NCCL 2.28 has: a non-blocking communicator answers ncclInProgress and completes after a few
+ * ncclCommGetAsyncError polls; ncclCommSplit of a non-blocking parent reports on the parent
+ * and writes the child to its pointer when done (or when the parent is aborted, as NCCL's
+ * split thread does). A host pointer handed to a collective aborts the process, as a real
+ * NCCL kernel would kill the CUDA context. A collective computes its result at once and
+ * tells the fake runtime it was queued on its stream (fake_cuda_stream_queue()). Knobs:
+ * FAKE_NCCL_HANG=init|split (that step never completes); FAKE_NCCL_RANKS=N (default 1):
+ * accept communicators of N ranks, whose other ranks are taken to hold the same data as this
+ * one (a sum is N times it, an average and a gather are copies of it).
+ * fake_nccl_stat(NAME) counts: "coll_nonblocking", "coll_blocking", "split", "abort",
+ * "finalize", "destroy", "live". fake_nccl_async_error(R) makes ncclCommGetAsyncError
+ * report R on every communicator from now on (a peer's failure; 0 ends it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +35,7 @@ enum pending { NONE, INIT, SPLIT, COLL };
 struct ncclComm {
 	int blocking;
 	int device;
+	int nranks, rank;
 	ncclResult_t state;
 	enum pending pending;
 	int polls;
@@ -40,8 +46,25 @@ struct ncclComm {
 static struct {
 	int coll_nonblocking, coll_blocking, split, abort, finalize, destroy, live;
 } st;
+static ncclResult_t async_error; /* fake_nccl_async_error() */
 
 FAKE_EXPORT int fake_nccl_stat(const char *name);
+FAKE_EXPORT void fake_nccl_async_error(ncclResult_t r);
+
+/* fake_cudart.c: @what was queued on @s. */
+void fake_cuda_stream_queue(cudaStream_t s, char what);
+
+FAKE_EXPORT void fake_nccl_async_error(ncclResult_t r)
+{
+	__atomic_store_n(&async_error, r, __ATOMIC_SEQ_CST);
+}
+
+static int env_ranks(void)
+{
+	const char *s = getenv("FAKE_NCCL_RANKS");
+
+	return s != NULL && *s != '\0' ? atoi(s) : 1;
+}
 
 FAKE_EXPORT int fake_nccl_stat(const char *name)
 {
@@ -149,10 +172,12 @@ FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncc
 						int rank, ncclConfig_t *config)
 {
 	(void)id;
-	if (nranks != 1 || rank != 0) {
+	if (nranks != env_ranks() || rank < 0 || rank >= nranks) {
 		return ncclInvalidArgument;
 	}
 	*out = comm_new(config != NULL ? config->blocking : 1);
+	(*out)->nranks = nranks;
+	(*out)->rank = rank;
 	return start(*out, INIT);
 }
 
@@ -167,6 +192,8 @@ FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclCom
 	st.split++;
 	*out = NULL;
 	c->split_child = comm_new(config != NULL ? config->blocking : c->blocking);
+	c->split_child->nranks = c->nranks;
+	c->split_child->rank = key;
 	c->split_out = out;
 	if (start(c, SPLIT) == ncclSuccess) {
 		c->pending = SPLIT;
@@ -182,6 +209,9 @@ FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
 		complete(c);
 	}
 	*r = c->state;
+	if (*r == ncclSuccess) {
+		*r = __atomic_load_n(&async_error, __ATOMIC_SEQ_CST);
+	}
 	return ncclSuccess;
 }
 
@@ -210,11 +240,39 @@ FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t c)
 	return ncclSuccess;
 }
 
-/* A collective on @c over @send and @recv: device memory only, as NCCL's kernels need. */
-static ncclResult_t coll(const char *what, const void *send, void *recv, size_t bytes, ncclComm_t c)
+enum kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER };
+
+static size_t tsize(ncclDataType_t t)
 {
+	return t == ncclFloat64 ? 8 : 4;
+}
+
+/* @n elements of @t at @p times @k. */
+static void scale(void *p, size_t n, ncclDataType_t t, int k)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (t == ncclFloat64) {
+			((double *)p)[i] *= k;
+		} else {
+			((float *)p)[i] *= (float)k;
+		}
+	}
+}
+
+/*
+ * A collective of @kind on @c over @send and @recv (@count elements of @t per rank), every
+ * other rank holding this one's data: device memory only, as NCCL's kernels need.
+ */
+static ncclResult_t coll(enum kind kind, const char *what, const void *send, void *recv,
+			 size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+			 cudaStream_t s)
+{
+	static const char letter[] = {'A', 'B', 'G', 'R'};
 	struct cudaPointerAttributes a;
 	const void *bufs[2] = {send, recv};
+	size_t bytes = count * tsize(t);
 	int i;
 
 	for (i = 0; i < 2; i++) {
@@ -230,49 +288,64 @@ static ncclResult_t coll(const char *what, const void *send, void *recv, size_t 
 	if (c->state != ncclSuccess) {
 		return ncclInvalidUsage;
 	}
-	memmove(recv, send, bytes);
+	switch (kind) {
+	case ALLREDUCE:
+		memmove(recv, send, bytes);
+		if (op == ncclSum) {
+			scale(recv, count, t, c->nranks);
+		}
+		break;
+	case BROADCAST:
+		memmove(recv, send, bytes);
+		break;
+	case ALLGATHER:
+		/* This rank's block last: @send may be one of the blocks (in place). */
+		for (i = 0; i < c->nranks; i++) {
+			if (i != c->rank) {
+				memmove((char *)recv + (size_t)i * bytes, send, bytes);
+			}
+		}
+		memmove((char *)recv + (size_t)c->rank * bytes, send, bytes);
+		break;
+	case REDUCE_SCATTER:
+		memmove(recv, (const char *)send + (size_t)c->rank * bytes, bytes);
+		if (op == ncclSum) {
+			scale(recv, count, t, c->nranks);
+		}
+		break;
+	}
 	if (c->blocking) {
 		__atomic_add_fetch(&st.coll_blocking, 1, __ATOMIC_SEQ_CST);
 	} else {
 		/* NCCL 2.28 starts a thread for this one (ncclGroupEndInternal, non-blocking). */
 		__atomic_add_fetch(&st.coll_nonblocking, 1, __ATOMIC_SEQ_CST);
 	}
+	fake_cuda_stream_queue(s, letter[kind]);
 	return start(c, COLL);
-}
-
-static size_t tsize(ncclDataType_t t)
-{
-	return t == ncclFloat64 ? 8 : 4;
 }
 
 FAKE_EXPORT ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
 				       ncclRedOp_t op, ncclComm_t c, cudaStream_t s)
 {
-	(void)op;
-	(void)s;
-	return coll("ncclAllReduce", send, recv, count * tsize(t), c);
+	return coll(ALLREDUCE, "ncclAllReduce", send, recv, count, t, op, c, s);
 }
 
 FAKE_EXPORT ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
 				       int root, ncclComm_t c, cudaStream_t s)
 {
 	(void)root;
-	(void)s;
-	return coll("ncclBroadcast", send, recv, count * tsize(t), c);
+	return coll(BROADCAST, "ncclBroadcast", send, recv, count, t, ncclSum, c, s);
 }
 
 FAKE_EXPORT ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
 				       ncclComm_t c, cudaStream_t s)
 {
-	(void)s;
-	return coll("ncclAllGather", send, recv, count * tsize(t), c);
+	return coll(ALLGATHER, "ncclAllGather", send, recv, count, t, ncclSum, c, s);
 }
 
 FAKE_EXPORT ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
 					   ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
 					   cudaStream_t s)
 {
-	(void)op;
-	(void)s;
-	return coll("ncclReduceScatter", send, recv, count * tsize(t), c);
+	return coll(REDUCE_SCATTER, "ncclReduceScatter", send, recv, count, t, op, c, s);
 }
