@@ -14,8 +14,8 @@ if [ "$GPU_WORKER" = none ]; then
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-gpu-broken.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
-modes="ddp allreduce"
-[ "$GPU_TRAIN_GPU" = none ] || modes="curve $modes"
+modes="ddp ddp-multi allreduce"
+[ "$GPU_TRAIN_GPU" = none ] || modes="curve curve2 $modes"
 for mode in $modes; do
 	LD_LIBRARY_PATH=$FAKE_DRIVER_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKE_CU_COUNT=1 \
 		timeout -k 5 120 sh "$GPU_RUN" "$mode" >"$tmp/out" 2>&1

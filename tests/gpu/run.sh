@@ -4,11 +4,12 @@
 # visible (GPU_PROBE, tests/gpu/gpu_probe.c) and fails where one is visible but broken.
 #   cli        the GPU programs reject bad input (exit 2) and, without a GPU, say so and exit 77;
 #              the device DDP's argument checks (cpu communicator). Runs everywhere.
-#   curve      examples/train_gpu matches examples/train's loss curve (generated data) on one
-#              rank, then on two (skip, saying so, when only one GPU is visible)
+#   curve      examples/train_gpu matches examples/train's loss curve (generated data), one rank
+#   curve2     the same on two ranks (skip, saying so, when fewer than two GPUs are visible)
 #   ddp        the DDP engine on device memory, through crun_ddp_cuda_* and through crun_ddp_*
-#              with CRUN_DDP_MEMORY_CUDA: one rank, then one rank per GPU (2..4); skip, saying
-#              so, when only one GPU is visible
+#              with CRUN_DDP_MEMORY_CUDA, one rank
+#   ddp-multi  the same on one rank per GPU (2..4): flat buffers, NCCL averages, training
+#              against one process, the plan check (skip, saying so, below two GPUs)
 #   allreduce  crun_comm_allreduce (nccl) gives the serial reference's sums (non-zero,
 #              rank-dependent data) and is within 5% of ncclAllReduce (bench/nccl/nccl_bench)
 # Programs come from the environment (tests/gpu/meson.build); "none" means not built.
@@ -98,7 +99,7 @@ cli)
 	esac
 	echo "tests/gpu (cli): ok"
 	;;
-curve)
+curve | curve2)
 	need_built "$GPU_TRAIN_GPU" "$GPU_WORKER" "$GPU_LAUNCH"
 	n=$(gpus) || exit $?
 	epochs=${GPU_EPOCHS:-8}
@@ -131,17 +132,22 @@ curve)
 				exit err > 0
 			}' "$1" "$2"
 	}
-	CRUN_SINGLE=1 bounded 300 "$GPU_TRAIN" "$@" >"$tmp/cpu" 2>"$tmp/cpu.err" ||
-		fail "train (cpu): $(cat "$tmp/cpu.err")"
-	CRUN_SINGLE=1 bounded 300 "$GPU_TRAIN_GPU" "$@" >"$tmp/gpu" 2>"$tmp/gpu.err" ||
-		fail "train_gpu: $(cat "$tmp/gpu.err")"
-	cat "$tmp/gpu.err"
-	paste -d ' ' "$tmp/cpu" "$tmp/gpu" | grep '^epoch' || true
-	curve_cmp "$tmp/cpu" "$tmp/gpu" || fail "train_gpu's loss curve differs from train's (1 rank)"
-	grep -q '^rank 0 params sha256 [0-9a-f]\{64\}$' "$tmp/gpu" || fail "no params digest"
+	if [ "$mode" = curve ]; then
+		CRUN_SINGLE=1 bounded 300 "$GPU_TRAIN" "$@" >"$tmp/cpu" 2>"$tmp/cpu.err" ||
+			fail "train (cpu): $(cat "$tmp/cpu.err")"
+		CRUN_SINGLE=1 bounded 300 "$GPU_TRAIN_GPU" "$@" >"$tmp/gpu" 2>"$tmp/gpu.err" ||
+			fail "train_gpu: $(cat "$tmp/gpu.err")"
+		cat "$tmp/gpu.err"
+		paste -d ' ' "$tmp/cpu" "$tmp/gpu" | grep '^epoch' || true
+		curve_cmp "$tmp/cpu" "$tmp/gpu" ||
+			fail "train_gpu's loss curve differs from train's (1 rank)"
+		grep -q '^rank 0 params sha256 [0-9a-f]\{64\}$' "$tmp/gpu" || fail "no params digest"
+		echo "tests/gpu (curve): ok over $epochs epochs, 1 rank"
+		exit 0
+	fi
 	if [ "$n" -lt 2 ]; then
-		skip "one rank: the curves agree over $epochs epochs; the two-rank curve (the DDP's" \
-			"average over ranks) needs 2 GPUs (NCCL refuses two ranks on one GPU), $n visible"
+		skip "the two-rank curve (the DDP's average over ranks) needs 2 GPUs (NCCL refuses" \
+			"two ranks on one GPU), $n visible"
 	fi
 	# Two ranks: the DDP averages over ranks (a sum would double the gradient).
 	bounded 300 "$GPU_LAUNCH" -n 2 --timeout 240 -- "$GPU_TRAIN" "$@" >"$tmp/cpu2" 2>&1 ||
@@ -156,25 +162,30 @@ curve)
 	[ "$(grep -c 'params sha256' "$tmp/gpu2")" -eq 2 ] &&
 		[ "$(sed -n 's/.*params sha256 //p' "$tmp/gpu2" | sort -u | wc -l)" -eq 1 ] ||
 		fail "the 2 ranks of train_gpu end with different parameters: $(grep sha256 "$tmp/gpu2")"
-	echo "tests/gpu (curve): ok over $epochs epochs, 1 and 2 ranks"
+	echo "tests/gpu (curve2): ok over $epochs epochs, 2 ranks"
 	;;
 ddp)
 	need_built "$GPU_WORKER" "$GPU_LAUNCH"
 	n=$(gpus) || exit $?
-	[ "$n" -gt 4 ] && n=4
 	for api in ddp ddp-one; do
 		CRUN_SINGLE=1 bounded 120 "$GPU_WORKER" $api || fail "gpu_worker $api on one rank"
-		if [ "$n" -ge 2 ]; then
-			bounded 300 "$GPU_LAUNCH" -n "$n" --timeout 240 -- "$GPU_WORKER" $api ||
-				fail "gpu_worker $api on $n ranks"
-		fi
 	done
+	echo "tests/gpu (ddp): ok on one rank"
+	;;
+ddp-multi)
+	need_built "$GPU_WORKER" "$GPU_LAUNCH"
+	n=$(gpus) || exit $?
+	[ "$n" -gt 4 ] && n=4
 	if [ "$n" -lt 2 ]; then
-		skip "one rank ok; the multi-rank cases (flat buffers, NCCL averages, training" \
-			"against one process, the plan check) need 2 GPUs (NCCL refuses two ranks" \
-			"on one GPU), $n visible"
+		skip "the multi-rank cases (flat buffers, NCCL averages, training against one" \
+			"process, the plan check) need 2 GPUs (NCCL refuses two ranks on one GPU)," \
+			"$n visible"
 	fi
-	echo "tests/gpu (ddp): ok"
+	for api in ddp ddp-one; do
+		bounded 300 "$GPU_LAUNCH" -n "$n" --timeout 240 -- "$GPU_WORKER" $api ||
+			fail "gpu_worker $api on $n ranks"
+	done
+	echo "tests/gpu (ddp-multi): ok on $n ranks"
 	;;
 allreduce)
 	need_built "$GPU_BENCH" "$GPU_WORKER" "$GPU_LAUNCH"
@@ -190,7 +201,7 @@ allreduce)
 	fi
 	;;
 *)
-	echo "usage: tests/gpu/run.sh cli|curve|ddp|allreduce" >&2
+	echo "usage: tests/gpu/run.sh cli|curve|curve2|ddp|ddp-multi|allreduce" >&2
 	exit 2
 	;;
 esac
