@@ -20,7 +20,7 @@
 struct store_backend;
 
 struct store_ops {
-	const char *name; /* "tcp", "file" */
+	const char *name; /* "tcp", "file", "etcd" */
 	int (*set)(struct store_backend *b, const char *key, const void *val, size_t len,
 		   int64_t ttl_ms /* 0: no ttl */, int timeout_ms);
 	int (*get)(struct store_backend *b, const char *key, void **val, size_t *len,
@@ -56,8 +56,18 @@ int store_tcp_open(const char *host, int port, const char *token, int connect_ti
 		   struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);
+/*
+ * The etcd v3 backend (client_etcd*.c, built when libcurl and json-c are found: then
+ * CRUN_HAVE_ETCD is 1). @endpoint is the whole list, "etcd://H:P[,H:P...]",
+ * "etcd+https://..." or "http(s)://H:P[,...]"; TLS files and credentials come from the
+ * environment (docs/etcd.md). Nobody answering within @connect_timeout_ms is -ETIMEDOUT.
+ */
+int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_backend **out,
+		    const struct store_ops **ops, struct crun_diag *d);
 
 /** client_tcp.c: the last error message of a TCP backend handle ("store H:P: OP: why"). */
 const char *store_tcp_last_error(const struct store_backend *b);
+/** client_etcd.c: the same for an etcd handle ("store etcd://...: OP: why"). */
+const char *store_etcd_last_error(const struct store_backend *b);
 
 #endif

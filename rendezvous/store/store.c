@@ -8,7 +8,9 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
+#include "config.h"
 #include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_etcd_parse.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
@@ -31,7 +33,8 @@ struct crun_store {
 };
 
 /*
- * Endpoint forms: "file:///abs/path", "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT".
+ * Endpoint forms: "file:///abs/path", "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT", and etcd's
+ * "etcd://H:P[,H:P...]", "etcd+https://...", "http://H:P[,...]", "https://...".
  * Anything else is -EINVAL with a message that names the endpoint.
  */
 static int open_backend(const char *endpoint, const char *token, int connect_timeout_ms,
@@ -60,12 +63,32 @@ static int open_backend(const char *endpoint, const char *token, int connect_tim
 		}
 		return store_file_open(path, connect_timeout_ms, b, ops, d);
 	}
+	if (etcd_is_endpoint(endpoint)) {
+		struct etcd_ep *eps;
+		size_t n;
+
+		/* The syntax is checked in every build, the backend or not. */
+		rc = etcd_parse_endpoints(endpoint, &eps, &n, d);
+		if (rc < 0) {
+			return rc;
+		}
+		free(eps);
+#if CRUN_HAVE_ETCD
+		return store_etcd_open(endpoint, connect_timeout_ms, b, ops, d);
+#else
+		return diag_set(d, -EOPNOTSUPP,
+				"store %s: endpoint: this crun was built without the etcd backend "
+				"(it needs libcurl and json-c)",
+				endpoint);
+#endif
+	}
 	hp = endpoint;
 	if (strncmp(endpoint, "tcp://", 6) == 0) {
 		hp = endpoint + 6;
 	} else if (strstr(endpoint, "://") != NULL) {
 		return diag_set(d, -EINVAL,
-				"store %s: endpoint: unsupported scheme (expected tcp:// or file://)",
+				"store %s: endpoint: unsupported scheme (expected tcp://, file://, "
+				"etcd://, etcd+https://, http:// or https://)",
 				endpoint);
 	}
 	rc = net_parse_hostport(hp, -1, host, sizeof(host), &port);

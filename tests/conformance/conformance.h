@@ -11,10 +11,13 @@
 #include "src/common/clock.h"
 
 /* The backend under test (set up by the harness for the whole group). */
-extern bool g_tcp;
+enum conf_backend { CONF_FILE, CONF_TCP, CONF_ETCD };
+extern enum conf_backend g_backend;
+extern bool g_tcp;           /* g_backend == CONF_TCP */
 extern char g_dir[256];      /* temporary directory of the fixture */
 extern char g_path[512];     /* file backend: the store file */
 extern char g_endpoint[600]; /* what every test connects to */
+extern int g_etcd_port;      /* etcd: its client port on 127.0.0.1 */
 extern unsigned g_seq;       /* makes prefixes unique */
 
 /* Helpers (test_conformance.c); they fail the running test on error. */
@@ -26,8 +29,8 @@ int sets(struct crun_store *st, const char *key, const char *val);
 
 /*
  * Parked waits (parked.c): a test that means to wake a wait writes only once the store holds
- * it, not while the key could still be found at once. Both backends log "WAIT parked" at debug
- * level; the harness counts those lines.
+ * it, not while the key could still be found at once. Every backend logs "WAIT parked" at
+ * debug level; the harness counts those lines.
  */
 /** tcp: count the parked waits crun-rdzvd logs on @fd (its stderr; taken) until EOF. */
 int parked_tap_daemon(int fd);
@@ -35,7 +38,8 @@ int parked_tap_daemon(int fd);
 void parked_tap_stop(void);
 /**
  * Start counting before starting the threads that wait; returns the count so far. The file
- * backend logs at debug level, through a tap on stderr, until park_watch_end().
+ * and etcd backends log in this process, at debug level, through a tap on stderr, until
+ * park_watch_end().
  */
 unsigned park_watch_begin(void);
 /** Any thread: 0 once @n waits in all have parked, -ETIMEDOUT after @timeout_ms. */

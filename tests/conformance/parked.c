@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/conformance/parked.c: see when the store holds a wait, so a test writes only after. */
 /*
- * Both backends log "WAIT parked" at debug level when a wait is held rather than answered at
+ * Every backend logs "WAIT parked" at debug level when a wait is held rather than answered at
  * once: crun-rdzvd (rendezvous/store/server_wait.c) once the wait is linked to its keys, the
- * file backend (rendezvous/store/client_file.c) before its first sleep. A tap thread copies a
+ * file backend (rendezvous/store/client_file.c) before its first sleep, the etcd backend
+ * (rendezvous/store/client_etcd_wait.c) once etcd has created its watch. A tap thread copies a
  * log stream on to stderr unchanged and counts those lines. The tcp run taps crun-rdzvd's
- * stderr for the whole run (started with --verbose); the file run taps this process's own
- * stderr, at debug level, only between park_watch_begin() and park_watch_end(), so that the
- * rest of the run logs as before and a crash outside a watch loses nothing in the pipe.
+ * stderr for the whole run (started with --verbose); the file and etcd runs tap this
+ * process's own stderr, at debug level, only between park_watch_begin() and park_watch_end(),
+ * so that the rest of the run logs as before and a crash outside a watch loses nothing in the
+ * pipe.
  */
 #include <stdarg.h>
 #include <stddef.h>

@@ -3,9 +3,12 @@
 /*
  * Usage: test_conformance file [FILTER]
  *        test_conformance tcp PATH/TO/crun-rdzvd [FILTER]
+ *        test_conformance etcd PATH/TO/etcd [FILTER]
  * The file run uses a store file in a fresh temporary directory; the tcp run starts a real
  * crun-rdzvd on 127.0.0.1 port 0 and reads the bound address from its first stdout line; its
- * stderr passes through parked.c, which counts the waits it holds.
+ * stderr passes through parked.c, which counts the waits it holds. The etcd run starts a real
+ * single-member etcd on free loopback ports (etcd_fixture.c) and exits 77 when this build has
+ * no etcd backend or there is no etcd binary.
  * Every test goes through the public API (include/crun/store.h) with a prefix of its own.
  * The tests live beside this file, by area: ops.c (each operation's semantics, TTLs, prefixes,
  * limits), races.c (waits and races between handles, threads and processes), backend.c
@@ -40,9 +43,14 @@
 #include <crun/store.h>
 
 #include "tests/conformance/conformance.h"
+#include "tests/conformance/etcd_fixture.h"
 
+enum conf_backend g_backend;
 bool g_tcp;
 static const char *g_rdzvd;
+static const char *g_etcd_bin;
+static struct etcd_proc g_etcd = {.pid = -1};
+int g_etcd_port;
 char g_dir[256];         /* temporary directory of the fixture */
 char g_path[512];        /* file backend: the store file */
 char g_endpoint[600];    /* what every test connects to */
@@ -156,6 +164,14 @@ static int group_setup(void **state)
 	if (g_tcp) {
 		return start_daemon();
 	}
+	if (g_backend == CONF_ETCD) {
+		if (etcd_proc_start(g_etcd_bin, &g_etcd) < 0) {
+			return -1;
+		}
+		g_etcd_port = g_etcd.port;
+		snprintf(g_endpoint, sizeof(g_endpoint), "%s", g_etcd.endpoint);
+		return 0;
+	}
 	snprintf(g_endpoint, sizeof(g_endpoint), "file://%s", g_path);
 	return 0;
 }
@@ -167,6 +183,7 @@ static int group_teardown(void **state)
 	(void)state;
 	park_watch_end();
 	stop_daemon();
+	etcd_proc_stop(&g_etcd);
 	parked_tap_stop();
 	snprintf(p, sizeof(p), "%s.torn", g_path);
 	unlink(p);
@@ -261,21 +278,33 @@ int main(int argc, char **argv)
 		cmocka_unit_test(held_lock_times_out),
 		cmocka_unit_test(file_compaction_keeps_every_key),
 	};
+	static const char *const names[] = {"conformance-file", "conformance-tcp",
+					    "conformance-etcd"};
 	int filter_at;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (argc >= 2 && strcmp(argv[1], "file") == 0) {
-		g_tcp = false;
+		g_backend = CONF_FILE;
 		filter_at = 2;
 	} else if (argc >= 3 && strcmp(argv[1], "tcp") == 0) {
-		g_tcp = true;
+		g_backend = CONF_TCP;
 		g_rdzvd = argv[2];
 		filter_at = 3;
+	} else if (argc >= 3 && strcmp(argv[1], "etcd") == 0) {
+		g_backend = CONF_ETCD;
+		g_etcd_bin = argv[2];
+		filter_at = 3;
+		if (!etcd_proc_available(g_etcd_bin)) {
+			return 77;
+		}
 	} else {
-		fprintf(stderr, "usage: %s file [FILTER] | tcp PATH/TO/crun-rdzvd [FILTER]\n",
+		fprintf(stderr,
+			"usage: %s file [FILTER] | tcp PATH/TO/crun-rdzvd [FILTER] | "
+			"etcd PATH/TO/etcd [FILTER]\n",
 			argv[0]);
 		return 2;
 	}
-	return test_run_group(g_tcp ? "conformance-tcp" : "conformance-file", tests,
-			      argc > filter_at ? argv[filter_at] : NULL, group_setup, group_teardown);
+	g_tcp = g_backend == CONF_TCP;
+	return test_run_group(names[g_backend], tests, argc > filter_at ? argv[filter_at] : NULL,
+			      group_setup, group_teardown);
 }

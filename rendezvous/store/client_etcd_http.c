@@ -1,0 +1,863 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/client_etcd_http.c: etcd's JSON gateway over libcurl: fail-over, errors, auth. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <json-c/json.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "rendezvous/store/client_etcd_internal.h"
+#include "rendezvous/store/wire.h"
+#include "src/common/clock.h"
+#include "src/common/log.h"
+
+/*
+ * One operation may try every endpoint several times. An attempt is bounded so that a member
+ * that hangs (rather than refusing) cannot eat the whole deadline while others could answer,
+ * and so that a proposal lost with a leader that died is sent again once a new one is
+ * elected (about 1 s), not after etcd's own request timeout (about 7 s). Large bodies get
+ * 1 ms more per KiB; watches are not bounded. Connecting gets CONNECT_CAP_MS when there is
+ * another endpoint to try.
+ */
+#define ATTEMPT_CAP_MS 3000
+#define CONNECT_CAP_MS 2000
+#define BACKOFF_FIRST_MS 10
+#define BACKOFF_MAX_MS 1000
+/* A reply body bigger than this is refused: the largest legitimate one is a MULTI_GET chunk
+ * or a 16 MiB value, base64 (4/3) inside JSON. */
+#define MAX_REPLY_BYTES ((size_t)WIRE_MAX_FRAME / 3 * 4 + (1u << 20))
+
+/* How one attempt on one endpoint ended. */
+enum outcome {
+	ATT_OK,     /* an answer: b->rx holds it, or the stream was stopped by its callback */
+	ATT_FINAL,  /* an answer that is an error: return it */
+	ATT_RETRY,  /* this endpoint could not serve it: try the next */
+	ATT_REAUTH, /* the token expired: log in again, then retry here */
+};
+
+struct etcd_stream {
+	json_tokener *tok;
+	etcd_msg_cb cb;
+	void *arg;
+	size_t pending; /* bytes of the message being parsed */
+	int rc;         /* what stopped the stream: 1 from the callback, or < 0 */
+	bool answered;  /* rc came from an error message of etcd's: see out */
+	enum outcome out;
+	bool amb;       /* that error leaves a write ambiguous */
+	bool any;       /* at least one message arrived */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_global(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int etcd_fail(struct store_backend *b, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	diag_setv(&b->diag, code, fmt, ap);
+	va_end(ap);
+	return diag_prefix(&b->diag, "%s", b->where);
+}
+
+/* ---- JSON helpers ---- */
+
+struct json_object *etcd_jbytes(const void *p, size_t n)
+{
+	struct json_object *o;
+	char *s;
+
+	s = malloc(etcd_b64_len(n));
+	if (s == NULL) {
+		return NULL;
+	}
+	etcd_b64_encode(p, n, s);
+	o = json_object_new_string_len(s, (int)(etcd_b64_len(n) - 1));
+	free(s);
+	return o;
+}
+
+struct json_object *etcd_jkey_suffix(struct store_backend *b, const char *key,
+				     const void *suffix, size_t slen)
+{
+	size_t l, kl = strlen(key);
+	struct json_object *o;
+	char *p;
+
+	l = ETCD_ROOT_LEN + kl + slen;
+	p = malloc(l + 1);
+	if (p == NULL) {
+		return NULL;
+	}
+	memcpy(p, ETCD_ROOT, ETCD_ROOT_LEN);
+	memcpy(p + ETCD_ROOT_LEN, key, kl);
+	if (slen > 0) {
+		memcpy(p + ETCD_ROOT_LEN + kl, suffix, slen);
+	}
+	o = etcd_jbytes(p, l);
+	free(p);
+	return o;
+}
+
+struct json_object *etcd_jkey(struct store_backend *b, const char *key)
+{
+	return etcd_jkey_suffix(b, key, NULL, 0);
+}
+
+struct json_object *etcd_jint(int64_t v)
+{
+	char s[32];
+
+	snprintf(s, sizeof(s), "%lld", (long long)v);
+	return json_object_new_string(s);
+}
+
+void etcd_jset(struct json_object *o, const char *k, struct json_object *v, bool *bad)
+{
+	if (o == NULL || v == NULL || json_object_object_add(o, k, v) != 0) {
+		json_object_put(v);
+		*bad = true;
+	}
+}
+
+void etcd_jpush(struct json_object *a, struct json_object *v, bool *bad)
+{
+	if (a == NULL || v == NULL || json_object_array_add(a, v) != 0) {
+		json_object_put(v);
+		*bad = true;
+	}
+}
+
+struct json_object *etcd_jget(struct json_object *o, const char *k)
+{
+	struct json_object *v = NULL;
+
+	if (o == NULL || !json_object_is_type(o, json_type_object) ||
+	    !json_object_object_get_ex(o, k, &v)) {
+		return NULL;
+	}
+	return v;
+}
+
+int64_t etcd_jget_int(struct json_object *o, const char *k)
+{
+	struct json_object *v = etcd_jget(o, k);
+
+	if (v == NULL) {
+		return 0;
+	}
+	if (json_object_is_type(v, json_type_string)) {
+		return strtoll(json_object_get_string(v), NULL, 10);
+	}
+	return json_object_get_int64(v);
+}
+
+bool etcd_jget_bool(struct json_object *o, const char *k)
+{
+	struct json_object *v = etcd_jget(o, k);
+
+	return v != NULL && json_object_get_boolean(v);
+}
+
+int64_t etcd_revision(struct json_object *reply)
+{
+	return etcd_jget_int(etcd_jget(reply, "header"), "revision");
+}
+
+int etcd_jget_bytes(struct json_object *o, const char *k, void **p, size_t *n)
+{
+	struct json_object *v = etcd_jget(o, k);
+	const char *s = "";
+	size_t sl = 0;
+	char *out;
+	int rc;
+
+	if (v != NULL && json_object_is_type(v, json_type_string)) {
+		s = json_object_get_string(v);
+		sl = (size_t)json_object_get_string_len(v);
+	}
+	out = malloc(sl / 4 * 3 + 4);
+	if (out == NULL) {
+		return -ENOMEM;
+	}
+	rc = etcd_b64_decode(s, sl, out, n);
+	if (rc < 0) {
+		free(out);
+		return -EPROTO;
+	}
+	out[*n] = '\0';
+	*p = out;
+	return 0;
+}
+
+/* ---- the curl handle ---- */
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct store_backend *b = arg;
+	size_t n = size * nmemb, cap;
+	char *q;
+
+	if (b->rx_len + n + 1 > b->rx_cap) {
+		if (b->rx_len + n + 1 > MAX_REPLY_BYTES) {
+			b->rx_err = -EMSGSIZE;
+			return 0;
+		}
+		cap = b->rx_cap ? b->rx_cap : 4096;
+		while (cap < b->rx_len + n + 1) {
+			cap *= 2;
+		}
+		q = realloc(b->rx, cap);
+		if (q == NULL) {
+			b->rx_err = -ENOMEM;
+			return 0;
+		}
+		b->rx = q;
+		b->rx_cap = cap;
+	}
+	memcpy(b->rx + b->rx_len, p, n);
+	b->rx_len += n;
+	b->rx[b->rx_len] = '\0';
+	return n;
+}
+
+static bool error_of(struct json_object *o, int *code, const char **msg);
+static enum outcome answer_error(struct store_backend *b, const char *op, int code,
+				 const char *msg, bool *amb, int *rc);
+
+/*
+ * A streamed reply: newline-separated JSON messages, parsed as the bytes arrive. Each is
+ * {"result": {...}} (handed to the callback) or {"error": {...}} (ends the stream).
+ */
+static size_t on_stream(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct store_backend *b = arg;
+	struct etcd_stream *s = b->stream;
+	size_t n = size * nmemb, off = 0, used;
+	struct json_object *msg;
+	enum json_tokener_error e;
+	const char *emsg;
+	int chunk, code;
+
+	while (off < n) {
+		chunk = n - off > INT32_MAX ? INT32_MAX : (int)(n - off);
+		msg = json_tokener_parse_ex(s->tok, p + off, chunk);
+		e = json_tokener_get_error(s->tok);
+		if (e == json_tokener_continue) {
+			s->pending += (size_t)chunk;
+			if (s->pending > MAX_REPLY_BYTES) {
+				s->rc = etcd_fail(b, -EMSGSIZE, "watch: message over %zu bytes",
+						  MAX_REPLY_BYTES);
+				return 0;
+			}
+			return n;
+		}
+		if (e != json_tokener_success || msg == NULL) {
+			s->rc = etcd_fail(b, -EPROTO, "watch: bad JSON in the stream: %s",
+					  json_tokener_error_desc(e));
+			json_object_put(msg);
+			return 0;
+		}
+		used = json_tokener_get_parse_end(s->tok);
+		off += used > 0 ? used : (size_t)chunk;
+		json_tokener_reset(s->tok);
+		s->pending = 0;
+		s->any = true;
+		if (error_of(msg, &code, &emsg)) {
+			s->out = answer_error(b, "watch", code, emsg, &s->amb, &s->rc);
+			s->answered = true;
+		} else {
+			s->rc = s->cb(b, etcd_jget(msg, "result") ? etcd_jget(msg, "result") : msg,
+				      s->arg);
+		}
+		json_object_put(msg);
+		if (s->rc != 0) {
+			return 0;
+		}
+	}
+	return n;
+}
+
+static int set_headers(struct store_backend *b)
+{
+	struct curl_slist *h = NULL, *t;
+	char auth[4200];
+
+	/* No "Expect: 100-continue" round trip before large bodies. "hasleader": etcd refuses
+	 * at once, rather than after its request timeout, on a member that has lost its leader,
+	 * and ends a watch there; that member is then failed over like a dead one. */
+	static const char *const fixed[] = {"Content-Type: application/json", "Expect:",
+					    "Grpc-Metadata-hasleader: true"};
+
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		t = curl_slist_append(h, fixed[i]);
+		if (t == NULL) {
+			curl_slist_free_all(h);
+			return -ENOMEM;
+		}
+		h = t;
+	}
+	if (b->token != NULL && b->token[0] != '\0') {
+		snprintf(auth, sizeof(auth), "Authorization: %s", b->token);
+		t = curl_slist_append(h, auth);
+		if (t == NULL) {
+			curl_slist_free_all(h);
+			return -ENOMEM;
+		}
+		h = t;
+	}
+	curl_slist_free_all(b->hdrs);
+	b->hdrs = h;
+	curl_easy_setopt(b->curl, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(b->scurl, CURLOPT_HTTPHEADER, h);
+	return 0;
+}
+
+/* An easy handle with the options every request shares. */
+static CURL *easy(struct store_backend *b)
+{
+	CURL *c = curl_easy_init();
+
+	if (c == NULL) {
+		return NULL;
+	}
+	curl_easy_setopt(c, CURLOPT_SHARE, b->share);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_PROXY, ""); /* etcd is reached directly, whatever http_proxy says */
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(c, CURLOPT_POST, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+	/* A dead host under a held watch is noticed by TCP keepalive. */
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 10L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 5L);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, b->errbuf);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	if (b->cacert != NULL) {
+		curl_easy_setopt(c, CURLOPT_CAINFO, b->cacert);
+	}
+	if (b->cert != NULL) {
+		curl_easy_setopt(c, CURLOPT_SSLCERT, b->cert);
+	}
+	if (b->key != NULL) {
+		curl_easy_setopt(c, CURLOPT_SSLKEY, b->key);
+	}
+	return c;
+}
+
+int etcd_http_init(struct store_backend *b)
+{
+	pthread_once(&curl_once, curl_global);
+	if (curl_init_rc != CURLE_OK) {
+		return etcd_fail(b, -ENOMEM, "curl_global_init: %s",
+				 curl_easy_strerror(curl_init_rc));
+	}
+	/*
+	 * Two easy handles: one for calls, whose connection stays open between them, and one
+	 * for watches, whose connection is dropped when a wait ends. They share TLS sessions
+	 * and DNS answers (one thread uses both: no locks).
+	 */
+	b->share = curl_share_init();
+	if (b->share != NULL) {
+		curl_share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+		curl_share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	}
+	b->curl = easy(b);
+	b->scurl = easy(b);
+	if (b->share == NULL || b->curl == NULL || b->scurl == NULL) {
+		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
+	}
+	if (set_headers(b) < 0) {
+		return etcd_fail(b, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+void etcd_http_finish(struct store_backend *b)
+{
+	curl_easy_cleanup(b->curl);
+	curl_easy_cleanup(b->scurl);
+	b->curl = b->scurl = NULL;
+	if (b->share != NULL) {
+		curl_share_cleanup(b->share);
+		b->share = NULL;
+	}
+	curl_slist_free_all(b->hdrs);
+	b->hdrs = NULL;
+	free(b->rx);
+	b->rx = NULL;
+	b->rx_len = b->rx_cap = 0;
+}
+
+/* ---- errors ---- */
+
+/* Errors after which etcd may or may not have applied the request. */
+static bool ambiguous_msg(const char *msg)
+{
+	return strstr(msg, "request timed out") != NULL || strstr(msg, "leader changed") != NULL ||
+	       strstr(msg, "connection lost") != NULL;
+}
+
+bool etcd_transient(int code, const char *msg)
+{
+	/* A member shutting down closes the gateway's own gRPC connection: "transport is
+	 * closing", "the client connection is closing" (Unavailable, or Canceled). */
+	return code == 14 /* Unavailable */ || code == 4 /* DeadlineExceeded */ ||
+	       code == 1 /* Canceled */ || ambiguous_msg(msg) || strstr(msg, "no leader") != NULL ||
+	       strstr(msg, "too many requests") != NULL || strstr(msg, "server stopped") != NULL ||
+	       strstr(msg, "not capable") != NULL || strstr(msg, "is closing") != NULL;
+}
+
+static bool token_expired(const char *msg)
+{
+	return strstr(msg, "invalid auth token") != NULL ||
+	       strstr(msg, "revision of auth store is old") != NULL;
+}
+
+int etcd_map_error(struct store_backend *b, const char *op, int code, const char *msg)
+{
+	int rc = CRUN_ESERVER;
+
+	if (code == 7 || code == 16 || strstr(msg, "permission denied") != NULL ||
+	    strstr(msg, "authentication failed") != NULL) {
+		rc = CRUN_EAUTH;
+	} else if (strstr(msg, "user name is empty") != NULL) {
+		return etcd_fail(b, CRUN_EAUTH,
+				 "%s: etcd said: %s (etcd has authentication on: set CRUN_ETCD_USER "
+				 "and CRUN_ETCD_PASSWORD_FILE)",
+				 op, msg);
+	} else if (code == 8 || strstr(msg, "too large") != NULL ||
+		   strstr(msg, "too many operations") != NULL) {
+		/* --max-request-bytes, --max-txn-ops, gRPC's message size */
+		rc = -EMSGSIZE;
+	} else if (strstr(msg, "compacted") != NULL) {
+		rc = -ESTALE;
+	} else if (code == 5) {
+		rc = -ENOENT;
+	}
+	return etcd_fail(b, rc, "%s: etcd said: %s", op, msg);
+}
+
+/*
+ * The gRPC status of an error answer: {"error": "...", "message": "...", "code": N} (unary)
+ * or {"error": {"grpc_code": N, "message": "..."}} (inside a stream). False: not one.
+ */
+static bool error_of(struct json_object *o, int *code, const char **msg)
+{
+	struct json_object *e = etcd_jget(o, "error");
+
+	if (e == NULL) {
+		return false;
+	}
+	if (json_object_is_type(e, json_type_object)) {
+		*code = (int)etcd_jget_int(e, "grpc_code");
+		*msg = json_object_get_string(etcd_jget(e, "message"));
+	} else {
+		*code = (int)etcd_jget_int(o, "code");
+		*msg = json_object_get_string(etcd_jget(o, "message"));
+		if (*msg == NULL || **msg == '\0') {
+			*msg = json_object_get_string(e);
+		}
+	}
+	if (*msg == NULL) {
+		*msg = "(no message)";
+	}
+	/* LeaseGrantResponse has an "error" string of its own, empty when all is well. */
+	return *code != 0 || **msg != '\0';
+}
+
+/* Classify etcd's error answer; b->diag gets the message. */
+static enum outcome answer_error(struct store_backend *b, const char *op, int code,
+				 const char *msg, bool *amb, int *rc)
+{
+	if (token_expired(msg) && b->user != NULL) {
+		*rc = etcd_fail(b, CRUN_EAUTH, "%s: etcd said: %s", op, msg);
+		return ATT_REAUTH;
+	}
+	if (etcd_transient(code, msg)) {
+		*amb = *amb || code == 4 || ambiguous_msg(msg);
+		*rc = etcd_fail(b, -ETIMEDOUT, "%s: etcd said: %s", op, msg);
+		return ATT_RETRY;
+	}
+	*rc = etcd_map_error(b, op, code, msg);
+	return ATT_FINAL;
+}
+
+/* ---- one attempt ---- */
+
+static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, const char *op,
+			    const char *path, const char *body, size_t blen, int tmo_ms,
+			    int conn_ms, bool *amb, struct json_object **reply, int *rc)
+{
+	CURL *c = b->stream != NULL ? b->scurl : b->curl;
+	char url[400];
+	struct json_object *o;
+	json_tokener *tok;
+	CURLcode cc;
+	long http = 0, sent = 0;
+	int code;
+	const char *msg;
+
+	*reply = NULL;
+	snprintf(url, sizeof(url), "%s%s", ep->url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(tmo_ms > 0 ? tmo_ms : 1));
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(conn_ms > 0 ? conn_ms : 1));
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, b->stream ? on_stream : on_body);
+	b->rx_len = 0;
+	b->rx_err = 0;
+	b->errbuf[0] = '\0';
+	cc = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+	curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &sent);
+
+	if (b->stream != NULL && b->stream->rc != 0) {
+		*rc = b->stream->rc; /* the callback stopped it, or failed */
+		if (b->stream->answered) {
+			*amb = *amb || b->stream->amb;
+			return b->stream->out;
+		}
+		if (*rc == 1) {
+			return ATT_OK;
+		}
+		if (*rc == -EAGAIN) {
+			return ATT_RETRY;
+		}
+		return ATT_FINAL;
+	}
+	if (cc == CURLE_WRITE_ERROR && b->rx_err < 0) {
+		*rc = b->rx_err == -ENOMEM
+			      ? etcd_fail(b, -ENOMEM, "%s: out of memory", op)
+			      : etcd_fail(b, -EMSGSIZE, "%s: reply over %zu bytes", op, MAX_REPLY_BYTES);
+		return ATT_FINAL;
+	}
+	switch (cc) {
+	case CURLE_OK:
+		break;
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+		*rc = etcd_fail(b, -ECONNREFUSED, "%s: %s: %s", op, ep->name,
+				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+		return ATT_RETRY;
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		/* Sent, or partly: etcd may have applied it. */
+		*amb = *amb || sent > 0;
+		*rc = etcd_fail(b, cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNRESET,
+				"%s: %s: %s", op, ep->name,
+				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+		return ATT_RETRY;
+	case CURLE_OUT_OF_MEMORY:
+		*rc = etcd_fail(b, -ENOMEM, "%s: out of memory", op);
+		return ATT_FINAL;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_CRL_BADFILE:
+		*rc = etcd_fail(b, CRUN_EAUTH, "%s: %s: TLS: %s", op, ep->name,
+				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+		return ATT_FINAL;
+	default:
+		*rc = etcd_fail(b, -EPROTO, "%s: %s: %s", op, ep->name,
+				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+		return ATT_FINAL;
+	}
+	if (b->stream != NULL) {
+		/* The server ended the stream (a member stopping): resynchronise elsewhere. */
+		*amb = true;
+		*rc = etcd_fail(b, -ECONNRESET, "%s: %s: the stream ended (HTTP %ld)", op, ep->name,
+				http);
+		return b->stream->any || http == 200 ? ATT_RETRY : ATT_FINAL;
+	}
+	tok = json_tokener_new();
+	if (tok == NULL) {
+		*rc = etcd_fail(b, -ENOMEM, "%s: out of memory", op);
+		return ATT_FINAL;
+	}
+	o = json_tokener_parse_ex(tok, b->rx ? b->rx : "", (int)b->rx_len);
+	if (json_tokener_get_error(tok) != json_tokener_success ||
+	    (o != NULL && json_tokener_get_parse_end(tok) < b->rx_len &&
+	     strspn(b->rx + json_tokener_get_parse_end(tok), " \r\n\t") !=
+		     b->rx_len - json_tokener_get_parse_end(tok))) {
+		json_object_put(o);
+		o = NULL;
+	}
+	json_tokener_free(tok);
+	if (o == NULL || !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		/* Not etcd's gateway (another server, or an etcd older than 3.4's /v3). */
+		*rc = etcd_fail(b, http >= 500 ? -ETIMEDOUT : CRUN_ESERVER,
+				"%s: %s: HTTP %ld, not an etcd v3 answer: %.100s", op, ep->name,
+				http, b->rx_len ? b->rx : "(empty)");
+		return http >= 500 ? ATT_RETRY : ATT_FINAL;
+	}
+	if (error_of(o, &code, &msg)) {
+		enum outcome r = answer_error(b, op, code, msg, amb, rc);
+
+		json_object_put(o);
+		return r;
+	}
+	if (http != 200) {
+		json_object_put(o);
+		*rc = etcd_fail(b, CRUN_ESERVER, "%s: %s: HTTP %ld", op, ep->name, http);
+		return ATT_FINAL;
+	}
+	*reply = o;
+	*rc = 0;
+	return ATT_OK;
+}
+
+static void backoff_sleep(struct store_backend *b, int *backoff, int64_t deadline)
+{
+	int ms = *backoff / 2 + (int)(rand_r(&b->seed) % (unsigned)(*backoff / 2 + 1));
+	struct timespec ts;
+
+	if (ms > crun_ms_until(deadline)) {
+		ms = crun_ms_until(deadline);
+	}
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (long)(ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+	}
+	*backoff = *backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : *backoff * 2;
+}
+
+/* Append @s to the NUL-terminated @sum of @cap bytes, cutting what does not fit. */
+static void append(char *sum, size_t cap, const char *s)
+{
+	size_t l = strlen(sum), k = strlen(s);
+
+	if (l + 1 >= cap) {
+		return;
+	}
+	k = k < cap - l - 1 ? k : cap - l - 1;
+	memcpy(sum + l, s, k);
+	sum[l + k] = '\0';
+}
+
+/* Append "NAME: why" (the message after "<where>: <op>: ") to the sweep's summary. */
+static void note(char *sum, size_t cap, const struct store_backend *b, const struct etcd_ep *ep,
+		 const char *op)
+{
+	const char *m = b->diag.msg;
+	size_t wl = strlen(b->where), ol = strlen(op);
+
+	if (strncmp(m, b->where, wl) == 0 && strncmp(m + wl, ": ", 2) == 0) {
+		m += wl + 2;
+	}
+	if (strncmp(m, op, ol) == 0 && strncmp(m + ol, ": ", 2) == 0) {
+		m += ol + 2;
+	}
+	if (sum[0] != '\0') {
+		append(sum, cap, "; ");
+	}
+	if (strncmp(m, ep->name, strlen(ep->name)) != 0) {
+		append(sum, cap, ep->name);
+		append(sum, cap, ": ");
+	}
+	append(sum, cap, m);
+}
+
+/* The common loop of etcd_call() and etcd_stream(). */
+static int run(struct store_backend *b, const char *op, const char *path, struct json_object *req,
+	       struct json_object **reply, int64_t deadline, bool sweep)
+{
+	int64_t start = crun_now_ms(), give_up = start + b->connect_timeout_ms;
+	int backoff = BACKOFF_FIRST_MS, reauths = 0, rc = -ETIMEDOUT, left, tmo, conn, cap;
+	bool amb = false, said, refused, full_said = false, full_refused = false;
+	char sum[sizeof(b->diag.msg)], full[sizeof(b->diag.msg)] = "";
+	const char *body;
+	size_t blen, ep, tried;
+	enum outcome r;
+
+	b->maybe_applied = false;
+	body = json_object_to_json_string_length(req, JSON_C_TO_STRING_PLAIN |
+							      JSON_C_TO_STRING_NOSLASHESCAPE,
+						 &blen);
+	if (body == NULL) {
+		return etcd_fail(b, -ENOMEM, "%s: out of memory", op);
+	}
+	cap = ATTEMPT_CAP_MS + (int)(blen / 1024);
+	/* Nobody answering at all is given up after the connect timeout, as the TCP store
+	 * gives up reconnecting; an operation's own deadline may come first. */
+	if (give_up > deadline || b->connect_timeout_ms <= 0) {
+		give_up = deadline;
+	}
+	for (;;) {
+		sum[0] = '\0';
+		said = false;
+		refused = true;
+		for (tried = 0; tried < b->neps; tried++) {
+			ep = (b->cur + tried) % b->neps;
+			left = crun_ms_until(sweep ? give_up : deadline);
+			if (left == 0 && tried > 0) {
+				break;
+			}
+			tmo = crun_ms_until(deadline);
+			conn = left;
+			if (b->stream == NULL && tmo > cap) {
+				tmo = cap;
+			}
+			if (b->neps > 1 && conn > CONNECT_CAP_MS) {
+				conn = CONNECT_CAP_MS;
+			}
+			conn = conn > tmo ? tmo : conn;
+			r = attempt(b, &b->eps[ep], op, path, body, blen, tmo, conn, &amb, reply,
+				    &rc);
+			if (r == ATT_REAUTH && reauths++ < 2) {
+				struct etcd_stream *s = b->stream;
+
+				b->stream = NULL;
+				rc = etcd_authenticate(b, deadline);
+				b->stream = s;
+				if (rc < 0) {
+					return rc;
+				}
+				if (s != NULL) {
+					json_tokener_reset(s->tok);
+					s->rc = 0;
+					s->answered = false;
+					s->pending = 0;
+				}
+				tried--; /* the same endpoint again, with the new token */
+				continue;
+			}
+			if (r == ATT_OK || r == ATT_FINAL || r == ATT_REAUTH) {
+				b->cur = ep;
+				b->maybe_applied = amb;
+				return rc;
+			}
+			if (!sweep) {
+				/* A stream: at its deadline it just ended; otherwise the
+				 * endpoint failed, and the caller resynchronises elsewhere. */
+				b->maybe_applied = amb;
+				if (rc == -ETIMEDOUT && crun_ms_until(deadline) == 0) {
+					return rc;
+				}
+				b->cur = (ep + 1) % b->neps;
+				return -EAGAIN;
+			}
+			refused = refused && rc == -ECONNREFUSED;
+			said = said || strstr(b->diag.msg, "etcd said") != NULL;
+			note(sum, sizeof(sum), b, &b->eps[ep], op);
+		}
+		if (tried == b->neps) {
+			/* The last sweep that tried them all is the one to report. */
+			memcpy(full, sum, sizeof(full));
+			full_said = said;
+			full_refused = refused;
+		}
+		if (crun_ms_until(give_up) == 0) {
+			break;
+		}
+		backoff_sleep(b, &backoff, give_up);
+	}
+	b->maybe_applied = amb;
+	rc = etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s", op,
+		       (int)(crun_now_ms() - start),
+		       full_said      ? " (has the cluster lost its quorum?)"
+		       : full_refused ? " (is etcd running there?)"
+				      : "",
+		       full[0] != '\0' ? full : sum);
+	/* The store API returns only a code: say here what went wrong (open has its message). */
+	if (!b->opening) {
+		log_warn("%s", b->diag.msg);
+	}
+	return rc;
+}
+
+int etcd_call(struct store_backend *b, const char *op, const char *path, struct json_object *req,
+	      struct json_object **reply, int64_t deadline)
+{
+	*reply = NULL;
+	return run(b, op, path, req, reply, deadline, true);
+}
+
+int etcd_stream(struct store_backend *b, const char *op, const char *path,
+		struct json_object *req, etcd_msg_cb cb, void *arg, int64_t deadline)
+{
+	struct etcd_stream s = {.cb = cb, .arg = arg};
+	struct json_object *unused = NULL;
+	int rc;
+
+	s.tok = json_tokener_new();
+	if (s.tok == NULL) {
+		return etcd_fail(b, -ENOMEM, "%s: out of memory", op);
+	}
+	b->stream = &s;
+	rc = run(b, op, path, req, &unused, deadline, false);
+	b->stream = NULL;
+	json_object_put(unused);
+	json_tokener_free(s.tok);
+	return rc;
+}
+
+int etcd_authenticate(struct store_backend *b, int64_t deadline)
+{
+	struct json_object *req, *rep = NULL, *t;
+	bool bad = false;
+	char *tok;
+	int rc;
+
+	free(b->token);
+	b->token = NULL;
+	if (set_headers(b) < 0) {
+		return etcd_fail(b, -ENOMEM, "out of memory");
+	}
+	req = json_object_new_object();
+	etcd_jset(req, "name", json_object_new_string(b->user), &bad);
+	etcd_jset(req, "password", json_object_new_string(b->password), &bad);
+	if (bad) {
+		json_object_put(req);
+		return etcd_fail(b, -ENOMEM, "out of memory");
+	}
+	rc = etcd_call(b, "authenticate", "/v3/auth/authenticate", req, &rep, deadline);
+	json_object_put(req);
+	if (rc < 0) {
+		if (strstr(b->diag.msg, "authentication is not enabled") != NULL) {
+			/* etcd without auth: go on without a token. */
+			log_debug("%s: authentication is not enabled in etcd; user %s unused",
+				  b->where, b->user);
+			return 0;
+		}
+		if (rc == CRUN_ESERVER || rc == -EINVAL) {
+			rc = b->diag.code = CRUN_EAUTH;
+		}
+		return rc;
+	}
+	t = etcd_jget(rep, "token");
+	tok = t ? strdup(json_object_get_string(t)) : NULL;
+	json_object_put(rep);
+	if (tok == NULL || strlen(tok) > 4000) {
+		free(tok);
+		return etcd_fail(b, -EPROTO, "authenticate: no usable token in etcd's answer");
+	}
+	b->token = tok;
+	if (set_headers(b) < 0) {
+		return etcd_fail(b, -ENOMEM, "out of memory");
+	}
+	return 0;
+}

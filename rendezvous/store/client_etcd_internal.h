@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/client_etcd_internal.h: what the etcd backend's files share (private). */
+#ifndef CRUN_RENDEZVOUS_STORE_CLIENT_ETCD_INTERNAL_H
+#define CRUN_RENDEZVOUS_STORE_CLIENT_ETCD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_etcd_parse.h"
+#include "src/common/diag.h"
+
+/*
+ * The etcd v3 backend speaks etcd's JSON gateway (/v3/kv/range, /v3/kv/txn, /v3/watch, ...)
+ * over libcurl, with json-c. docs/etcd.md describes the key layout and the semantics.
+ *   client_etcd_parse.c  pure: the endpoint list, base64 (client_etcd_parse.h; always built)
+ *   client_etcd_http.c   one POST with fail-over between endpoints, error mapping, auth,
+ *                        streamed replies, JSON helpers
+ *   client_etcd.c        the store operations
+ *   client_etcd_open.c   open: endpoints, TLS files and credentials from the environment
+ *   client_etcd_wait.c   consistent multi-key reads, waits on watches, history look-ups
+ */
+
+/* Every key lives under this root, then the handle's prefix: "/crun/<prefix><key>". */
+#define ETCD_ROOT "/crun/"
+#define ETCD_ROOT_LEN 6
+/* etcd's own cap on a lease's TTL, in seconds (lease.MaxLeaseTTL); longer TTLs never expire. */
+#define ETCD_MAX_LEASE_TTL_S 9000000000LL
+/* etcd's default --max-txn-ops: reads of more keys are split into transactions this big. */
+#define ETCD_TXN_CHUNK 128
+
+/* ---- client_etcd.c ---- */
+
+extern const struct store_ops etcd_store_ops;
+/** Free a handle and everything it holds (its ops->close). NULL is a no-op. */
+void etcd_backend_free(struct store_backend *b);
+
+/* ---- client_etcd_http.c ---- */
+
+struct json_object;
+struct etcd_stream;
+
+/* A streamed reply's messages, one at a time: return 0 to go on, 1 to stop, < 0 to fail. */
+typedef int (*etcd_msg_cb)(struct store_backend *b, struct json_object *msg, void *arg);
+
+struct store_backend {
+	void *curl;                /* CURL *: calls; single-threaded, like the handle */
+	void *scurl;               /* CURL *: streams (watches) */
+	void *share;               /* CURLSH *: TLS sessions and DNS, shared by the two */
+	void *hdrs;                /* struct curl_slist *: the request headers */
+	struct etcd_ep *eps;
+	size_t neps;
+	size_t cur;                /* the endpoint that answered last: tried first */
+	char *cacert, *cert, *key; /* TLS files from the environment; NULL: none */
+	char *user;                /* CRUN_ETCD_USER; NULL: no authentication */
+	char *password;
+	char *token;               /* from /v3/auth/authenticate; NULL: none yet */
+	int connect_timeout_ms;
+	bool maybe_applied;        /* the last etcd_call() retried after an answer it lost */
+	bool opening;              /* in store_etcd_open(): errors go to its caller */
+	unsigned seed;             /* backoff jitter */
+	char *rx;                  /* the reply body being read */
+	size_t rx_len, rx_cap;
+	int rx_err;                /* why reading it stopped: -EMSGSIZE, -ENOMEM; 0: it did not */
+	struct etcd_stream *stream; /* during etcd_stream() */
+	struct {
+		char *key;         /* the key add/append last wrote (a small value); NULL: none */
+		void *val;         /* what it wrote, */
+		size_t len;
+		int64_t mod_revision; /* at this revision: the guess its next compare starts from */
+	} last;
+	struct {
+		char *key;         /* the key last written with a TTL; NULL: none */
+		int64_t ttl_s;
+		int64_t id;        /* its lease, kept alive while the same key is rewritten */
+	} lease;
+	char errbuf[256];          /* curl's error text */
+	char where[300];           /* "store etcd://..." */
+	struct crun_diag diag;     /* the last error: "store etcd://...: OP: why" */
+};
+
+/** Record an error "<where>: <fmt...>" in b->diag; returns @code. */
+int etcd_fail(struct store_backend *b, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/** Global curl set-up (once per process), the easy handle and its fixed options. */
+int etcd_http_init(struct store_backend *b);
+void etcd_http_finish(struct store_backend *b);
+/**
+ * POST @req (borrowed) to @path, trying the endpoints in turn from the last one that answered
+ * and sweeping again with backoff while none can serve it, until @deadline or the connect
+ * timeout, whichever comes first. On 0, *@reply (caller json_object_put()s) is the answer.
+ * Sets b->maybe_applied when an attempt that etcd may have applied was retried. Returns 0,
+ * -ETIMEDOUT (no endpoint could serve it; the message names each and why), CRUN_EAUTH,
+ * -EMSGSIZE (a limit of etcd's), -ENOENT (etcd's NotFound), -ESTALE (a compacted revision),
+ * CRUN_ESERVER or another negative code, with "<where>: <op>: ..." in b->diag.
+ */
+int etcd_call(struct store_backend *b, const char *op, const char *path, struct json_object *req,
+	      struct json_object **reply, int64_t deadline);
+/**
+ * POST @req to a streaming @path (a watch) on the current endpoint and hand each message to
+ * @cb until it returns non-zero or @deadline. Returns 1 (stopped by @cb), -ETIMEDOUT at the
+ * deadline, -EAGAIN when the stream broke or the endpoint failed (the next endpoint is made
+ * current: re-read and call again), or a final error as etcd_call().
+ */
+int etcd_stream(struct store_backend *b, const char *op, const char *path,
+		struct json_object *req, etcd_msg_cb cb, void *arg, int64_t deadline);
+/** Log in as b->user (an empty token when etcd has no auth enabled). */
+int etcd_authenticate(struct store_backend *b, int64_t deadline);
+/** Whether etcd's error (gRPC @code, @msg) is one another member, or a later try, may not have. */
+bool etcd_transient(int code, const char *msg);
+/** Map an error etcd reported (gRPC @code, @msg) for @op to a return code, in b->diag. */
+int etcd_map_error(struct store_backend *b, const char *op, int code, const char *msg);
+
+/* JSON helpers: builders return NULL only when out of memory. */
+/** ETCD_ROOT + @key, base64, as a JSON string. */
+struct json_object *etcd_jkey(struct store_backend *b, const char *key);
+/** ETCD_ROOT + @key + @suffix (@slen bytes, may hold NUL), base64. */
+struct json_object *etcd_jkey_suffix(struct store_backend *b, const char *key,
+				     const void *suffix, size_t slen);
+struct json_object *etcd_jbytes(const void *p, size_t n);
+/** An int64 as etcd's JSON writes it: a decimal string. */
+struct json_object *etcd_jint(int64_t v);
+/** Add @v (taken) to @o under @k; a NULL @o or @v sets *@bad. */
+void etcd_jset(struct json_object *o, const char *k, struct json_object *v, bool *bad);
+/** Append @v (taken) to the array @a; a NULL @a or @v sets *@bad. */
+void etcd_jpush(struct json_object *a, struct json_object *v, bool *bad);
+/** A member, or NULL. */
+struct json_object *etcd_jget(struct json_object *o, const char *k);
+/** An int64 member (a string or a number); 0 when absent, as proto3 JSON omits zeros. */
+int64_t etcd_jget_int(struct json_object *o, const char *k);
+bool etcd_jget_bool(struct json_object *o, const char *k);
+/** header.revision of a reply. */
+int64_t etcd_revision(struct json_object *reply);
+/**
+ * A base64 member decoded into a malloc'd, NUL-terminated buffer (caller frees); absent is
+ * empty. Returns 0, -EPROTO (not base64) or -ENOMEM.
+ */
+int etcd_jget_bytes(struct json_object *o, const char *k, void **p, size_t *n);
+
+/* ---- client_etcd_wait.c ---- */
+
+/* What a consistent read found for one key. */
+struct etcd_kv {
+	bool found;
+	void *val;           /* malloc'd, NUL-terminated; NULL when not asked for or absent */
+	size_t len;
+	int64_t mod_revision;
+	int64_t lease;       /* its lease; 0: none */
+};
+
+/**
+ * Read @n keys (presence only, or values too when @values) at one revision: one range per
+ * key, ETCD_TXN_CHUNK to a transaction, every transaction after the first pinned to the
+ * first's revision (*@rev). @out[i] is filled; on error nothing in it needs freeing.
+ */
+int etcd_read_many(struct store_backend *b, const char *op, const char *const *keys, size_t n,
+		   bool values, struct etcd_kv *out, int64_t *rev, int64_t deadline);
+void etcd_kvs_free(struct etcd_kv *kv, size_t n);
+/** The backend's wait (ALL: 0; ANY: the index), on a watch from the read's revision. */
+int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
+	      int timeout_ms);
+/**
+ * The first write to @key after revision @rev (history): *@found, and when it was a put
+ * (*@put) its value (malloc'd, caller frees). Bounded by @deadline. Returns 0 or < 0.
+ */
+int etcd_first_write_after(struct store_backend *b, const char *key, int64_t rev, bool *found,
+			   bool *put, void **val, size_t *len, int64_t deadline);
+
+#endif

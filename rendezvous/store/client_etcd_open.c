@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/client_etcd_open.c: open an etcd store: endpoints, TLS files, credentials. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_etcd_internal.h"
+#include "src/common/clock.h"
+#include "src/common/diag.h"
+
+/* A file named by the environment variable @var, which must be readable; NULL when unset. */
+static int env_file(struct store_backend *b, const char *var, char **out, struct crun_diag *d)
+{
+	const char *v = getenv(var);
+
+	*out = NULL;
+	if (v == NULL || *v == '\0') {
+		return 0;
+	}
+	if (access(v, R_OK) < 0) {
+		return diag_set(d, CRUN_ECONFIG, "%s: %s=%s: %s", b->where, var, v, strerror(errno));
+	}
+	*out = strdup(v);
+	return *out == NULL ? diag_set(d, -ENOMEM, "%s: out of memory", b->where) : 0;
+}
+
+/*
+ * The password in CRUN_ETCD_PASSWORD_FILE: its first line. The file must be a regular file
+ * owned by this user that neither group nor others can access, as ssh asks of a key.
+ */
+static int read_password(struct store_backend *b, const char *path, struct crun_diag *d)
+{
+	const char *var = "CRUN_ETCD_PASSWORD_FILE";
+	char buf[4097];
+	struct stat sb;
+	ssize_t n;
+	int fd, rc = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		return diag_set(d, CRUN_ECONFIG, "%s: %s %s: %s", b->where, var, path,
+				strerror(errno));
+	}
+	if (fstat(fd, &sb) < 0) {
+		rc = diag_set(d, CRUN_ECONFIG, "%s: %s %s: %s", b->where, var, path,
+			      strerror(errno));
+	} else if (!S_ISREG(sb.st_mode)) {
+		rc = diag_set(d, CRUN_ECONFIG, "%s: %s %s: not a regular file", b->where, var,
+			      path);
+	} else if (sb.st_uid != geteuid()) {
+		rc = diag_set(d, CRUN_ECONFIG,
+			      "%s: %s %s: owned by uid %u, not by this user (uid %u): refusing it",
+			      b->where, var, path, (unsigned)sb.st_uid, (unsigned)geteuid());
+	} else if ((sb.st_mode & 077) != 0) {
+		rc = diag_set(d, CRUN_ECONFIG,
+			      "%s: %s %s: mode %04o lets group or others at it: refusing it "
+			      "(chmod 600 %s)",
+			      b->where, var, path, (unsigned)(sb.st_mode & 07777), path);
+	}
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0) {
+		return diag_set(d, CRUN_ECONFIG, "%s: %s %s: %s", b->where, var, path,
+				strerror(errno));
+	}
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (buf[0] == '\0' || (size_t)n == sizeof(buf) - 1) {
+		explicit_bzero(buf, sizeof(buf));
+		return diag_set(d, CRUN_ECONFIG, "%s: %s %s: %s", b->where, var, path,
+				buf[0] == '\0' ? "empty" : "longer than 4 KiB");
+	}
+	b->password = strdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return b->password == NULL ? diag_set(d, -ENOMEM, "%s: out of memory", b->where) : 0;
+}
+
+/* TLS files and credentials from the environment (docs/etcd.md). */
+static int read_env(struct store_backend *b, struct crun_diag *d)
+{
+	const char *user = getenv("CRUN_ETCD_USER"), *pwf = getenv("CRUN_ETCD_PASSWORD_FILE");
+	int rc;
+
+	rc = env_file(b, "CRUN_ETCD_CACERT", &b->cacert, d);
+	if (rc == 0) {
+		rc = env_file(b, "CRUN_ETCD_CERT", &b->cert, d);
+	}
+	if (rc == 0) {
+		rc = env_file(b, "CRUN_ETCD_KEY", &b->key, d);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	if (b->key != NULL && b->cert == NULL) {
+		return diag_set(d, CRUN_ECONFIG, "%s: CRUN_ETCD_KEY is set but CRUN_ETCD_CERT is not",
+				b->where);
+	}
+	if (user == NULL || *user == '\0') {
+		if (pwf != NULL && *pwf != '\0') {
+			return diag_set(d, CRUN_ECONFIG,
+					"%s: CRUN_ETCD_PASSWORD_FILE is set but CRUN_ETCD_USER is not",
+					b->where);
+		}
+		return 0;
+	}
+	if (pwf == NULL || *pwf == '\0') {
+		return diag_set(d, CRUN_ECONFIG,
+				"%s: CRUN_ETCD_USER is set but CRUN_ETCD_PASSWORD_FILE is not",
+				b->where);
+	}
+	b->user = strdup(user);
+	if (b->user == NULL) {
+		return diag_set(d, -ENOMEM, "%s: out of memory", b->where);
+	}
+	return read_password(b, pwf, d);
+}
+
+/* First contact: log in, or read one key, so that open fails as the TCP store's does. */
+static int probe(struct store_backend *b, int64_t deadline)
+{
+	struct json_object *req, *rep = NULL;
+	bool bad = false;
+	int rc;
+
+	if (b->user != NULL) {
+		return etcd_authenticate(b, deadline);
+	}
+	/* Serializable: any live member answers, leader or not; "user name is empty" here
+	 * means etcd wants credentials. */
+	req = json_object_new_object();
+	etcd_jset(req, "key", etcd_jbytes(ETCD_ROOT, ETCD_ROOT_LEN), &bad);
+	etcd_jset(req, "serializable", json_object_new_boolean(1), &bad);
+	etcd_jset(req, "count_only", json_object_new_boolean(1), &bad);
+	if (bad) {
+		json_object_put(req);
+		return etcd_fail(b, -ENOMEM, "out of memory");
+	}
+	rc = etcd_call(b, "connect", "/v3/kv/range", req, &rep, deadline);
+	json_object_put(req);
+	json_object_put(rep);
+	return rc;
+}
+
+int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_backend **out,
+		    const struct store_ops **ops, struct crun_diag *d)
+{
+	struct store_backend *b;
+	int rc;
+
+	b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		return diag_set(d, -ENOMEM, "store: out of memory");
+	}
+	snprintf(b->where, sizeof(b->where), "store %.280s", endpoint);
+	rc = etcd_parse_endpoints(endpoint, &b->eps, &b->neps, d);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
+	b->seed = (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
+	rc = read_env(b, d);
+	if (rc == 0) {
+		rc = etcd_http_init(b);
+		if (rc < 0) {
+			diag_set(d, rc, "%s", b->diag.msg);
+		}
+	}
+	if (rc == 0) {
+		b->opening = true;
+		rc = probe(b, crun_now_ms() + b->connect_timeout_ms);
+		b->opening = false;
+		if (rc < 0) {
+			diag_set(d, rc, "%s", b->diag.msg);
+		}
+	}
+	if (rc < 0) {
+		etcd_backend_free(b);
+		return rc;
+	}
+	*out = b;
+	*ops = &etcd_store_ops;
+	return 0;
+}
+
+const char *store_etcd_last_error(const struct store_backend *b)
+{
+	return b->diag.msg;
+}

@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/conformance/test_etcd.c: what only the etcd backend has: fail-over, leases, auth, TLS. */
+/*
+ * Usage: test_etcd PATH/TO/etcd [FILTER]. Each case that needs a special etcd (auth on, TLS,
+ * one to kill) starts its own; the others share one started for the group. Exits 77 when this
+ * build has no etcd backend or there is no etcd binary.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "tests/lib/cmocka_skip.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_etcd_parse.h"
+#include "src/common/clock.h"
+#include "src/common/fs.h"
+#include "tests/conformance/etcd_fixture.h"
+
+static const char *g_bin;
+static struct etcd_proc g_etcd = {.pid = -1};
+static char g_tmp[256]; /* files the cases write: password files, certificates */
+
+static int group_setup(void **state)
+{
+	(void)state;
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/crun-etcd-test-XXXXXX");
+	if (mkdtemp(g_tmp) == NULL) {
+		return -1;
+	}
+	return etcd_proc_start(g_bin, &g_etcd);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	etcd_proc_stop(&g_etcd);
+	fs_rm_rf(g_tmp);
+	return 0;
+}
+
+static int open_ep(const char *endpoint, const char *prefix, int connect_ms, int timeout_ms,
+		   struct crun_store **st, char *err, size_t errlen)
+{
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+
+	o.endpoint = endpoint;
+	o.prefix = prefix;
+	o.connect_timeout_ms = connect_ms;
+	o.timeout_ms = timeout_ms;
+	*st = NULL;
+	return crun_store_open(&o, st, err, errlen);
+}
+
+static void want(struct crun_store *st, const char *key, const char *val)
+{
+	void *v = NULL;
+	size_t len = 0;
+
+	assert_int_equal(crun_store_get(st, key, &v, &len), 0);
+	assert_int_equal(len, strlen(val));
+	assert_memory_equal(v, val, len);
+	free(v);
+}
+
+static bool present(struct crun_store *st, const char *key)
+{
+	void *v = NULL;
+	size_t len;
+	int rc = crun_store_get(st, key, &v, &len);
+
+	assert_true(rc == 0 || rc == -ENOENT);
+	free(v);
+	return rc == 0;
+}
+
+/* Two endpoints, the first a closed port: everything works, and at once. */
+static void failover_skips_a_closed_port(void **state)
+{
+	char ep[128], err[512];
+	struct crun_store *st;
+	int64_t t0;
+	int closed = etcd_closed_port();
+
+	(void)state;
+	snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d,127.0.0.1:%d", closed, g_etcd.port);
+	t0 = crun_now_ms();
+	assert_int_equal(open_ep(ep, "fo/", 5000, 5000, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(st, "k", "v", 1), 0);
+	want(st, "k", "v");
+	assert_int_equal(crun_store_add(st, "n", 2, NULL), 0);
+	assert_true(crun_now_ms() - t0 < 3000);
+	crun_store_close(st);
+	/* The same as an http:// URL list. */
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d,http://127.0.0.1:%d", closed, g_etcd.port);
+	assert_int_equal(open_ep(ep, "fo/", 5000, 5000, &st, err, sizeof(err)), 0);
+	want(st, "k", "v");
+	crun_store_close(st);
+}
+
+/* Nobody listening anywhere: a clear error, naming every endpoint, within the deadline. */
+static void unreachable_list_fails_within_deadline(void **state)
+{
+	char ep[128], err[512], a[32], b[32];
+	struct crun_store *st;
+	int64_t t0, dt;
+	int rc;
+
+	(void)state;
+	snprintf(a, sizeof(a), "127.0.0.1:%d", etcd_closed_port());
+	snprintf(b, sizeof(b), "127.0.0.1:%d", etcd_closed_port());
+	snprintf(ep, sizeof(ep), "etcd://%s,%s", a, b);
+	t0 = crun_now_ms();
+	rc = open_ep(ep, NULL, 800, 5000, &st, err, sizeof(err));
+	dt = crun_now_ms() - t0;
+	assert_int_equal(rc, -ETIMEDOUT);
+	assert_null(st);
+	assert_true(dt >= 700 && dt < 5000);
+	assert_non_null(strstr(err, ep));
+	assert_non_null(strstr(err, a));
+	assert_non_null(strstr(err, b));
+	assert_non_null(strstr(err, "no etcd endpoint could serve it"));
+}
+
+struct waiter {
+	struct store_backend *b;
+	const struct store_ops *ops;
+	int rc;
+	int64_t took;
+};
+
+static void *wait_main(void *p)
+{
+	struct waiter *w = p;
+	const char *keys[] = {"never"};
+	int64_t t0 = crun_now_ms();
+
+	w->rc = w->ops->wait(w->b, keys, 1, false, 20000);
+	w->took = crun_now_ms() - t0;
+	return NULL;
+}
+
+/*
+ * The only etcd dies: operations fail within the handle's connect timeout with a message that
+ * names the endpoint, and so does a wait it was holding.
+ */
+static void dead_etcd_is_reported_within_deadline(void **state)
+{
+	struct etcd_proc e = {.pid = -1};
+	const struct store_ops *ops, *ops2;
+	struct store_backend *b, *b2;
+	struct waiter w = {0};
+	struct crun_diag d;
+	pthread_t th;
+	void *v;
+	size_t len;
+	int64_t t0, dt;
+	char name[32];
+
+	(void)state;
+	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
+	snprintf(name, sizeof(name), "127.0.0.1:%d", e.port);
+	assert_int_equal(store_etcd_open(e.endpoint, 1000, &b, &ops, &d), 0);
+	assert_int_equal(store_etcd_open(e.endpoint, 1000, &b2, &ops2, &d), 0);
+	assert_int_equal(ops->set(b, "dead/k", "v", 1, 0, 5000), 0);
+	w.b = b2;
+	w.ops = ops2;
+	assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
+	usleep(300000); /* let the wait park: it fails either way, this is only the usual case */
+	etcd_proc_stop(&e);
+	t0 = crun_now_ms();
+	assert_int_equal(ops->get(b, "dead/k", &v, &len, 5000), -ETIMEDOUT);
+	dt = crun_now_ms() - t0;
+	assert_true(dt >= 800 && dt < 4000);
+	assert_non_null(strstr(store_etcd_last_error(b), name));
+	assert_non_null(strstr(store_etcd_last_error(b), "no etcd endpoint could serve it"));
+	pthread_join(th, NULL);
+	if (w.rc != -ETIMEDOUT) {
+		fprintf(stderr, "wait: %d: %s\n", w.rc, store_etcd_last_error(b2));
+	}
+	assert_int_equal(w.rc, -ETIMEDOUT);
+	assert_true(w.took < 5000);
+	assert_non_null(strstr(store_etcd_last_error(b2), name));
+	ops->close(b);
+	ops2->close(b2);
+}
+
+/* TTLs are leases: a key lives at least its TTL (whole seconds, etcd's minimum), then goes. */
+static void ttl_expires_through_the_lease(void **state)
+{
+	struct crun_store *st;
+	char err[512];
+	int64_t t0, end;
+	int i;
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "ttl/", 5000, 5000, &st, err, sizeof(err)), 0);
+	t0 = crun_now_ms();
+	assert_int_equal(crun_store_set_ttl(st, "short", "x", 1, 1500), 0);
+	usleep(1200000);
+	if (crun_now_ms() - t0 < 1450) {
+		assert_true(present(st, "short"));
+	}
+	end = t0 + 10000;
+	while (present(st, "short") && crun_now_ms() < end) {
+		usleep(50000); /* polling a condition, bounded by @end */
+	}
+	assert_false(present(st, "short"));
+	assert_true(crun_now_ms() - t0 >= 1500);
+
+	/* Rewritten with the same TTL, a key stays (its lease kept alive), past the TTL. */
+	t0 = crun_now_ms();
+	for (i = 0; i < 8; i++) {
+		assert_int_equal(crun_store_set_ttl(st, "hb", "1", 1, 2000), 0);
+		usleep(500000);
+		assert_true(present(st, "hb"));
+	}
+	assert_true(crun_now_ms() - t0 > 3500);
+	/* Rewritten with another TTL: a lease of its own. */
+	assert_int_equal(crun_store_set_ttl(st, "hb", "2", 1, 1000), 0);
+	want(st, "hb", "2");
+	end = crun_now_ms() + 10000;
+	while (present(st, "hb") && crun_now_ms() < end) {
+		usleep(50000); /* polling a condition, bounded by @end */
+	}
+	assert_false(present(st, "hb"));
+	crun_store_close(st);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd;
+
+	unlink(path);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+struct setter {
+	struct crun_store *st;
+	int rc;
+};
+
+static void *set_last_main(void *p)
+{
+	struct setter *s = p;
+
+	usleep(300000);
+	s->rc = crun_store_set(s->st, "m299", "x", 1);
+	return NULL;
+}
+
+/*
+ * etcd's --max-txn-ops (128 by default): reads of more keys are split into transactions at
+ * one revision; an atomic multi_set of more is refused as a limit (-EMSGSIZE), saying so.
+ */
+static void txn_size_limits(void **state)
+{
+	enum { N = 300 };
+	const struct store_ops *ops;
+	struct store_backend *b;
+	struct crun_store *st;
+	struct setter s = {0};
+	static char names[N][8];
+	const char *keys[N];
+	const void *vals[N];
+	size_t lens[N];
+	void *got[N];
+	char err[512];
+	struct crun_diag d;
+	pthread_t th;
+	bool all;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "m%zu", i);
+		keys[i] = names[i];
+		vals[i] = "v";
+		lens[i] = 1;
+	}
+	assert_int_equal(open_ep(g_etcd.endpoint, "txn/", 5000, 10000, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_multi_set(st, keys, N, vals, lens), -EMSGSIZE);
+	assert_int_equal(crun_store_multi_set(st, keys, 100, vals, lens), 0);
+	for (i = 100; i < N - 1; i++) {
+		assert_int_equal(crun_store_set(st, keys[i], "v", 1), 0);
+	}
+	assert_int_equal(crun_store_check(st, keys, N, &all), 0);
+	assert_false(all);
+	assert_int_equal(crun_store_multi_get(st, keys, N, got, lens), 0);
+	for (i = 0; i < N; i++) {
+		assert_true((got[i] != NULL) == (i < N - 1));
+		free(got[i]);
+	}
+	/* A wait on all of them, woken by the last. */
+	assert_int_equal(crun_store_clone(st, "", &s.st), 0);
+	assert_int_equal(pthread_create(&th, NULL, set_last_main, &s), 0);
+	assert_int_equal(crun_store_wait(st, keys, N, 10000), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(s.rc, 0);
+	assert_int_equal(crun_store_check(st, keys, N, &all), 0);
+	assert_true(all);
+	crun_store_close(s.st);
+	crun_store_close(st);
+
+	/* The message names etcd's limit. */
+	assert_int_equal(store_etcd_open(g_etcd.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(ops->multi_set(b, keys, N, vals, lens, 5000), -EMSGSIZE);
+	assert_non_null(strstr(store_etcd_last_error(b), "too many operations"));
+	ops->close(b);
+}
+
+/* The password file must belong to this user and be closed to group and others. */
+static void password_file_must_be_private(void **state)
+{
+	struct crun_store *st;
+	char path[300], err[512], mode[16];
+	int rc;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/password", g_tmp);
+	setenv("CRUN_ETCD_USER", "someone", 1);
+	unsetenv("CRUN_ETCD_PASSWORD_FILE");
+	rc = open_ep(g_etcd.endpoint, NULL, 3000, 3000, &st, err, sizeof(err));
+	assert_int_equal(rc, CRUN_ECONFIG);
+	assert_non_null(strstr(err, "CRUN_ETCD_PASSWORD_FILE is not"));
+
+	setenv("CRUN_ETCD_PASSWORD_FILE", path, 1);
+	for (int m = 0; m < 3; m++) {
+		mode_t bad = m == 0 ? 0644 : m == 1 ? 0640 : 0602;
+
+		write_file(path, "secret\n", bad);
+		rc = open_ep(g_etcd.endpoint, NULL, 3000, 3000, &st, err, sizeof(err));
+		assert_int_equal(rc, CRUN_ECONFIG);
+		assert_null(st);
+		assert_non_null(strstr(err, path));
+		snprintf(mode, sizeof(mode), "%04o", (unsigned)bad);
+		assert_non_null(strstr(err, mode));
+	}
+	if (geteuid() == 0) {
+		write_file(path, "secret\n", 0600);
+		assert_int_equal(chown(path, 65534, 65534), 0);
+		rc = open_ep(g_etcd.endpoint, NULL, 3000, 3000, &st, err, sizeof(err));
+		assert_int_equal(rc, CRUN_ECONFIG);
+		assert_non_null(strstr(err, "owned by uid 65534"));
+	}
+	/* A private file passes; this etcd has no auth, so the user goes unused. */
+	write_file(path, "secret\n", 0600);
+	rc = open_ep(g_etcd.endpoint, NULL, 3000, 3000, &st, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	crun_store_close(st);
+
+	/* TLS files must exist. */
+	unsetenv("CRUN_ETCD_USER");
+	unsetenv("CRUN_ETCD_PASSWORD_FILE");
+	setenv("CRUN_ETCD_CACERT", "/nonexistent/ca.pem", 1);
+	rc = open_ep(g_etcd.endpoint, NULL, 3000, 3000, &st, err, sizeof(err));
+	unsetenv("CRUN_ETCD_CACERT");
+	assert_int_equal(rc, CRUN_ECONFIG);
+	assert_non_null(strstr(err, "CRUN_ETCD_CACERT=/nonexistent/ca.pem"));
+	unlink(path);
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *arg)
+{
+	(void)p;
+	(void)arg;
+	return size * n;
+}
+
+/* POST @body to etcd's gateway at @port, as @token (NULL: none). Returns the HTTP status. */
+static long post(int port, const char *path, const char *body, const char *token)
+{
+	struct curl_slist *h = NULL;
+	char url[128], auth[512];
+	long code = 0;
+	CURL *c = curl_easy_init();
+
+	assert_non_null(c);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	if (token != NULL) {
+		snprintf(auth, sizeof(auth), "Authorization: %s", token);
+		h = curl_slist_append(h, auth);
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return code;
+}
+
+/*
+ * etcd's own users and roles: a user whose role may read and write "/crun/job1/" only. Auth
+ * tokens live 2 s, so the handle has to log in again along the way.
+ */
+static void auth_confines_a_role_to_its_prefix(void **state)
+{
+	const char *args[] = {"--auth-token-ttl", "2", NULL};
+	struct etcd_proc e = {.pid = -1, .args = args};
+	struct crun_store *st, *root;
+	char body[512], from[32], to[32], path[300], err[512];
+	const char *keys[] = {"ready"};
+	int64_t n;
+	int rc;
+
+	(void)state;
+	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
+	assert_int_equal(post(e.port, "/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"r\"}",
+			      NULL), 200);
+	assert_int_equal(post(e.port, "/v3/auth/role/add", "{\"name\":\"root\"}", NULL), 200);
+	assert_int_equal(post(e.port, "/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}",
+			      NULL), 200);
+	assert_int_equal(post(e.port, "/v3/auth/user/add", "{\"name\":\"job\",\"password\":\"pw\"}",
+			      NULL), 200);
+	assert_int_equal(post(e.port, "/v3/auth/role/add", "{\"name\":\"jobs\"}", NULL), 200);
+	etcd_b64_encode("/crun/job1/", 11, from);
+	etcd_b64_encode("/crun/job10", 11, to); /* the end of the prefix: '/' + 1 */
+	snprintf(body, sizeof(body),
+		 "{\"name\":\"jobs\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"%s\","
+		 "\"range_end\":\"%s\"}}",
+		 from, to);
+	assert_int_equal(post(e.port, "/v3/auth/role/grant", body, NULL), 200);
+	assert_int_equal(post(e.port, "/v3/auth/user/grant", "{\"user\":\"job\",\"role\":\"jobs\"}",
+			      NULL), 200);
+	assert_int_equal(post(e.port, "/v3/auth/enable", "{}", NULL), 200);
+
+	/* No credentials: refused at open, saying what to set. */
+	rc = open_ep(e.endpoint, "job1/", 3000, 3000, &st, err, sizeof(err));
+	assert_int_equal(rc, CRUN_EAUTH);
+	assert_non_null(strstr(err, "CRUN_ETCD_USER"));
+
+	snprintf(path, sizeof(path), "%s/jobpw", g_tmp);
+	setenv("CRUN_ETCD_USER", "job", 1);
+	setenv("CRUN_ETCD_PASSWORD_FILE", path, 1);
+	write_file(path, "wrong\n", 0600);
+	rc = open_ep(e.endpoint, "job1/", 3000, 3000, &st, err, sizeof(err));
+	assert_int_equal(rc, CRUN_EAUTH);
+	assert_non_null(strstr(err, "authentication failed"));
+
+	write_file(path, "pw\n", 0600);
+	assert_int_equal(open_ep(e.endpoint, "job1/", 3000, 5000, &st, err, sizeof(err)), 0);
+	assert_int_equal(open_ep(e.endpoint, NULL, 3000, 5000, &root, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(st, "k", "v", 1), 0);
+	want(st, "k", "v");
+	assert_int_equal(crun_store_set_ttl(st, "t", "v", 1, 60000), 0);
+	assert_int_equal(crun_store_add(st, "n", 3, &n), 0);
+	assert_int_equal(n, 3);
+	/* Outside the role's prefix: refused. */
+	assert_int_equal(crun_store_set(root, "job2/k", "v", 1), CRUN_EAUTH);
+	assert_int_equal(crun_store_num_keys(root, &n), CRUN_EAUTH);
+	want(root, "job1/k", "v");
+
+	/* The token expires; the handle logs in again, for plain calls and for watches. */
+	usleep(3500000);
+	want(st, "k", "v");
+	usleep(3500000);
+	assert_int_equal(crun_store_set(root, "job1/ready", "1", 1), 0);
+	assert_int_equal(crun_store_wait(st, keys, 1, 5000), 0);
+	crun_store_close(root);
+	crun_store_close(st);
+	unsetenv("CRUN_ETCD_USER");
+	unsetenv("CRUN_ETCD_PASSWORD_FILE");
+	unlink(path);
+	etcd_proc_stop(&e);
+}
+
+/* Make a CA, a server certificate for 127.0.0.1 and a client certificate in @dir. */
+static int make_certs(const char *dir)
+{
+	char cmd[2048];
+
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && exec >openssl.log 2>&1 && "
+		 "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=crun-test-ca "
+		 "-keyout ca.key -out ca.pem && "
+		 "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key "
+		 "-out server.csr && "
+		 "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' "
+		 ">ext && "
+		 "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+		 "-days 2 -extfile ext -out server.pem && "
+		 "openssl req -newkey rsa:2048 -nodes -subj /CN=crun-client -keyout client.key "
+		 "-out client.csr && "
+		 "printf 'extendedKeyUsage=clientAuth\\n' >cext && "
+		 "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+		 "-days 2 -extfile cext -out client.pem",
+		 dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* https with a client certificate, the files named by CRUN_ETCD_CACERT/CERT/KEY. */
+static void tls_with_client_certificates(void **state)
+{
+	char dir[300], ca[320], cert[320], key[320], sk[320], sc[320], err[512];
+	const char *args[] = {"--cert-file", sc, "--key-file", sk, "--trusted-ca-file", ca,
+			      "--client-cert-auth", NULL};
+	struct etcd_proc e = {.pid = -1, .args = args, .tls = true};
+	struct crun_store *st;
+	int rc;
+
+	(void)state;
+	if (system("command -v openssl >/dev/null 2>&1") != 0) {
+		test_skip();
+	}
+	snprintf(dir, sizeof(dir), "%s/tls", g_tmp);
+	assert_int_equal(fs_mkdir_p(dir, 0700), 0);
+	assert_int_equal(make_certs(dir), 0);
+	snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+	snprintf(cert, sizeof(cert), "%s/client.pem", dir);
+	snprintf(key, sizeof(key), "%s/client.key", dir);
+	snprintf(sc, sizeof(sc), "%s/server.pem", dir);
+	snprintf(sk, sizeof(sk), "%s/server.key", dir);
+	setenv("CRUN_ETCD_CACERT", ca, 1);
+	setenv("CRUN_ETCD_CERT", cert, 1);
+	setenv("CRUN_ETCD_KEY", key, 1);
+	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
+	assert_int_equal(open_ep(e.endpoint, "tls/", 5000, 5000, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(st, "k", "secure", 6), 0);
+	want(st, "k", "secure");
+	crun_store_close(st);
+
+	/* Without a client certificate the server refuses: an error at once, not a timeout. */
+	unsetenv("CRUN_ETCD_CERT");
+	unsetenv("CRUN_ETCD_KEY");
+	rc = open_ep(e.endpoint, "tls/", 5000, 5000, &st, err, sizeof(err));
+	assert_true(rc < 0);
+	assert_non_null(strstr(err, e.endpoint));
+	/* Without the CA the server's certificate is not trusted. */
+	unsetenv("CRUN_ETCD_CACERT");
+	setenv("CRUN_ETCD_CERT", cert, 1);
+	setenv("CRUN_ETCD_KEY", key, 1);
+	rc = open_ep(e.endpoint, "tls/", 5000, 5000, &st, err, sizeof(err));
+	assert_int_equal(rc, CRUN_EAUTH);
+	assert_non_null(strstr(err, "TLS"));
+	unsetenv("CRUN_ETCD_CERT");
+	unsetenv("CRUN_ETCD_KEY");
+	etcd_proc_stop(&e);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(failover_skips_a_closed_port),
+		cmocka_unit_test(unreachable_list_fails_within_deadline),
+		cmocka_unit_test(dead_etcd_is_reported_within_deadline),
+		cmocka_unit_test(ttl_expires_through_the_lease),
+		cmocka_unit_test(txn_size_limits),
+		cmocka_unit_test(password_file_must_be_private),
+		cmocka_unit_test(auth_confines_a_role_to_its_prefix),
+		cmocka_unit_test(tls_with_client_certificates),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH/TO/etcd [FILTER]\n", argv[0]);
+		return 2;
+	}
+	g_bin = argv[1];
+	if (!etcd_proc_available(g_bin)) {
+		return 77;
+	}
+	/* The environment is the test's own: nothing inherited may change what a case sees. */
+	unsetenv("CRUN_ETCD_USER");
+	unsetenv("CRUN_ETCD_PASSWORD_FILE");
+	unsetenv("CRUN_ETCD_CACERT");
+	unsetenv("CRUN_ETCD_CERT");
+	unsetenv("CRUN_ETCD_KEY");
+	return test_run_group("etcd", tests, argc > 2 ? argv[2] : NULL, group_setup,
+			      group_teardown);
+}
