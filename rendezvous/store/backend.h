@@ -44,6 +44,8 @@ struct store_ops {
 	int (*multi_set)(struct store_backend *b, const char *const *keys, size_t n,
 			 const void *const *vals, const size_t *lens, int timeout_ms);
 	int (*ping)(struct store_backend *b, int timeout_ms);
+	/* Optional (NULL: the backend cannot): delete every key that starts with @prefix. */
+	int (*del_prefix)(struct store_backend *b, const char *prefix, int timeout_ms);
 	void (*close)(struct store_backend *b);
 };
 
@@ -64,6 +66,13 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
  */
 int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);
+
+/**
+ * store.c, for the agent that ends a job: delete every key under @st's prefix (which must not
+ * be empty). Returns 0, -EOPNOTSUPP where the backend cannot (only etcd can), -EINVAL, or the
+ * backend's error.
+ */
+int store_delete_prefix(struct crun_store *st);
 
 /** client_tcp.c: the last error message of a TCP backend handle ("store H:P: OP: why"). */
 const char *store_tcp_last_error(const struct store_backend *b);

@@ -612,6 +612,35 @@ static int etcd_del(struct store_backend *b, const char *key, int timeout_ms)
 	return deleted > 0 || b->maybe_applied ? 0 : -ENOENT;
 }
 
+/* Every key under ETCD_ROOT + @prefix: [that, that with its last byte + 1). */
+static int etcd_del_prefix(struct store_backend *b, const char *prefix, int timeout_ms)
+{
+	struct json_object *req = json_object_new_object(), *rep = NULL;
+	size_t plen = strlen(prefix), len = ETCD_ROOT_LEN + plen;
+	char *end = malloc(len);
+	bool bad = false;
+	int rc;
+
+	if (end == NULL) {
+		json_object_put(req);
+		return oom(b);
+	}
+	memcpy(end, ETCD_ROOT, ETCD_ROOT_LEN);
+	memcpy(end + ETCD_ROOT_LEN, prefix, plen);
+	end[len - 1]++; /* the caller's prefix ends in '/', never 0xff: no carry */
+	etcd_jset(req, "key", etcd_jkey(b, prefix), &bad);
+	etcd_jset(req, "range_end", etcd_jbytes(end, len), &bad);
+	free(end);
+	if (bad) {
+		json_object_put(req);
+		return oom(b);
+	}
+	rc = etcd_call(b, "deleterange", "/v3/kv/deleterange", req, &rep, deadline_of(timeout_ms));
+	json_object_put(req);
+	json_object_put(rep);
+	return rc;
+}
+
 static int etcd_check(struct store_backend *b, const char *const *keys, size_t n, bool *all,
 		      int timeout_ms)
 {
@@ -783,5 +812,6 @@ const struct store_ops etcd_store_ops = {
 	.multi_get = etcd_multi_get,
 	.multi_set = etcd_multi_set,
 	.ping = etcd_ping,
+	.del_prefix = etcd_del_prefix,
 	.close = etcd_backend_free,
 };

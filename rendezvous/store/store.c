@@ -479,6 +479,17 @@ CRUN_EXPORT int crun_store_delete(struct crun_store *st, const char *key)
 	return st->ops->del(st->b, k, st->timeout_ms);
 }
 
+int store_delete_prefix(struct crun_store *st)
+{
+	if (st == NULL || st->prefix_len == 0) {
+		return -EINVAL;
+	}
+	if (st->ops->del_prefix == NULL) {
+		return -EOPNOTSUPP;
+	}
+	return st->ops->del_prefix(st->b, st->prefix, st->timeout_ms);
+}
+
 CRUN_EXPORT int crun_store_check(struct crun_store *st, const char *const *keys, size_t n,
 				 bool *all)
 {
