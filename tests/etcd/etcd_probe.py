@@ -13,8 +13,11 @@
 #                                            ROLE_PREFIX), then enable authentication
 # URL is http://HOST:PORT. Every request has a 5 s timeout; errors exit 1 with a message.
 # Once authentication is on, the probe signs in as root (its password is set by "auth").
+# An https URL is reached with the TLS files in PROBE_CACERT, PROBE_CERT and PROBE_KEY.
 import base64
 import json
+import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -37,6 +40,22 @@ def prefix_end(p):
 
 TOKEN = None
 ROOT_PASSWORD = "rootpw"
+TLS = None
+
+
+def tls():
+    global TLS
+    if TLS is None:
+        TLS = ssl.create_default_context(cafile=os.environ.get("PROBE_CACERT"))
+        if os.environ.get("PROBE_CERT"):
+            TLS.load_cert_chain(os.environ["PROBE_CERT"], os.environ.get("PROBE_KEY"))
+    return TLS
+
+
+def urlopen(req):
+    url = req if isinstance(req, str) else req.full_url
+    return urllib.request.urlopen(req, timeout=5,
+                                  context=tls() if url.startswith("https:") else None)
 
 
 def post(url, path, body, retry=True):
@@ -46,7 +65,7 @@ def post(url, path, body, retry=True):
     if TOKEN:
         req.add_header("Authorization", TOKEN)
     try:
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urlopen(req) as r:
             return json.loads(r.read() or b"{}")
     except urllib.error.HTTPError as e:
         text = e.read().decode(errors="replace")
@@ -71,7 +90,7 @@ def main(argv):
         return 2
     url, cmd, args = argv[1].rstrip("/"), argv[2], argv[3:]
     if cmd == "health":
-        with urllib.request.urlopen(url + "/health", timeout=5) as r:
+        with urlopen(url + "/health") as r:
             return 0 if json.loads(r.read()).get("health") == "true" else 1
     if cmd == "keys":
         print(int(key_range(url, args[0] if args else "", True).get("count", 0)))

@@ -36,8 +36,9 @@ a.bind((sys.argv[1], 0)); b.bind((sys.argv[1], 0))
 print(a.getsockname()[1], b.getsockname()[1])' "$1"
 }
 
-# member_url I: member I's client URL.
-member_url() { echo "http://${M_ADDR[$1]}:${M_CPORT[$1]}"; }
+# member_url I: member I's client URL (https when ETCD_SCHEME=https; ETCD_EXTRA then holds
+# etcd's TLS flags).
+member_url() { echo "${ETCD_SCHEME:-http}://${M_ADDR[$1]}:${M_CPORT[$1]}"; }
 
 # start_member I: (re)start member I with the cluster set up by start_cluster.
 start_member() {
