@@ -612,32 +612,42 @@ static int etcd_del(struct store_backend *b, const char *key, int timeout_ms)
 	return deleted > 0 || b->maybe_applied ? 0 : -ENOENT;
 }
 
-/* Every key under ETCD_ROOT + @prefix: [that, that with its last byte + 1). */
+/* Every key that starts with ETCD_ROOT + @prefix: [that, that + 1), in one request. */
 static int etcd_del_prefix(struct store_backend *b, const char *prefix, int timeout_ms)
 {
 	struct json_object *req = json_object_new_object(), *rep = NULL;
-	size_t plen = strlen(prefix), len = ETCD_ROOT_LEN + plen;
-	char *end = malloc(len);
+	size_t l = ETCD_ROOT_LEN + strlen(prefix);
+	char *lo = malloc(l + 1), *hi = malloc(l + 1);
 	bool bad = false;
 	int rc;
 
-	if (end == NULL) {
+	if (lo == NULL || hi == NULL) {
 		json_object_put(req);
+		free(lo);
+		free(hi);
 		return oom(b);
 	}
-	memcpy(end, ETCD_ROOT, ETCD_ROOT_LEN);
-	memcpy(end + ETCD_ROOT_LEN, prefix, plen);
-	end[len - 1]++; /* the caller's prefix ends in '/', never 0xff: no carry */
-	etcd_jset(req, "key", etcd_jkey(b, prefix), &bad);
-	etcd_jset(req, "range_end", etcd_jbytes(end, len), &bad);
-	free(end);
+	snprintf(lo, l + 1, "%s%s", ETCD_ROOT, prefix);
+	memcpy(hi, lo, l + 1);
+	/* The first key after every key that starts with lo: its last byte below 0xff plus
+	 * one, with what follows it dropped (the root's '/' is always one). */
+	while ((unsigned char)hi[l - 1] == 0xff) {
+		l--;
+	}
+	hi[l - 1]++;
+	etcd_jset(req, "key", etcd_jbytes(lo, strlen(lo)), &bad);
+	etcd_jset(req, "range_end", etcd_jbytes(hi, l), &bad);
+	free(lo);
+	free(hi);
 	if (bad) {
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "deleterange", "/v3/kv/deleterange", req, &rep, deadline_of(timeout_ms));
+	rc = etcd_call(b, "delete prefix", "/v3/kv/deleterange", req, &rep,
+		       deadline_of(timeout_ms));
 	json_object_put(req);
 	json_object_put(rep);
+	forget(b);
 	return rc;
 }
 

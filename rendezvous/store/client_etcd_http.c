@@ -327,6 +327,25 @@ static int set_headers(struct store_backend *b)
 	return 0;
 }
 
+/*
+ * Count the requests a transfer sends. libcurl sends a request again on its own, on a fresh
+ * connection, when a reused connection dies before any answer arrives: if etcd had applied
+ * the first one (and died, or its answer was lost), the second is a repeat that the caller
+ * must know about. Only the outgoing headers are looked at; nothing is printed.
+ */
+static int on_debug(CURL *c, curl_infotype type, char *data, size_t size, void *arg)
+{
+	struct store_backend *b = arg;
+
+	(void)c;
+	(void)data;
+	(void)size;
+	if (type == CURLINFO_HEADER_OUT) {
+		b->sends++;
+	}
+	return 0;
+}
+
 /* An easy handle with the options every request shares. */
 static CURL *easy(struct store_backend *b)
 {
@@ -348,6 +367,9 @@ static CURL *easy(struct store_backend *b)
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 5L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, b->errbuf);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
+	curl_easy_setopt(c, CURLOPT_DEBUGDATA, b);
+	curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
 	if (b->cacert != NULL) {
 		curl_easy_setopt(c, CURLOPT_CAINFO, b->cacert);
 	}
@@ -509,7 +531,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	struct json_object *o;
 	json_tokener *tok;
 	CURLcode cc;
-	long http = 0, sent = 0;
+	long http = 0;
 	int code;
 	const char *msg;
 
@@ -524,9 +546,11 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	b->rx_len = 0;
 	b->rx_err = 0;
 	b->errbuf[0] = '\0';
+	b->sends = 0;
 	cc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-	curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &sent);
+	/* Sent twice: the first may have been applied, whatever the second's answer. */
+	*amb = *amb || b->sends > 1;
 
 	if (b->stream != NULL && b->stream->rc != 0) {
 		*rc = b->stream->rc; /* the callback stopped it, or failed */
@@ -553,6 +577,8 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 		break;
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_CONNECT:
+		/* Refused on a second try after a reused connection died with the request. */
+		*amb = *amb || b->sends > 0;
 		*rc = etcd_fail(b, -ECONNREFUSED, "%s: %s: %s", op, ep->name,
 				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
 		return ATT_RETRY;
@@ -562,7 +588,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
 		/* Sent, or partly: etcd may have applied it. */
-		*amb = *amb || sent > 0;
+		*amb = *amb || b->sends > 0;
 		*rc = etcd_fail(b, cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNRESET,
 				"%s: %s: %s", op, ep->name,
 				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));

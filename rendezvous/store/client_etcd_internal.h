@@ -63,6 +63,7 @@ struct store_backend {
 	char *rx;                  /* the reply body being read */
 	size_t rx_len, rx_cap;
 	int rx_err;                /* why reading it stopped: -EMSGSIZE, -ENOMEM; 0: it did not */
+	int sends;                 /* requests the transfer sent (libcurl may send one again) */
 	struct etcd_stream *stream; /* during etcd_stream() */
 	struct {
 		char *key;         /* the key add/append last wrote (a small value); NULL: none */

@@ -15,12 +15,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -332,6 +335,256 @@ static void txn_size_limits(void **state)
 	ops->close(b);
 }
 
+/*
+ * A loopback proxy in front of etcd that forwards every request but, for the first @drops
+ * requests whose path contains @path, closes the client's connection once etcd has answered,
+ * without passing the answer on: a write that etcd applied and whose answer was lost.
+ */
+struct proxy {
+	int lfd;            /* listening */
+	int port;           /* its port */
+	int upstream;       /* etcd's client port */
+	const char *path;   /* "/v3/kv/txn" */
+	int drops;          /* answers still to lose */
+	int dropped;
+	volatile int stop;
+	pthread_t th;
+};
+
+#define PROXY_CONNS 16
+
+static void *proxy_main(void *arg)
+{
+	struct proxy *px = arg;
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	struct {
+		int c, u;
+		bool drop_next;
+	} conn[PROXY_CONNS];
+	struct pollfd p[1 + 2 * PROXY_CONNS];
+	char buf[65536];
+	size_t i, np;
+	ssize_t k;
+	int c, u, from, to;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t)px->upstream);
+	for (i = 0; i < PROXY_CONNS; i++) {
+		conn[i].c = conn[i].u = -1;
+	}
+	while (!px->stop) {
+		p[0] = (struct pollfd){.fd = px->lfd, .events = POLLIN};
+		for (i = 0, np = 1; i < PROXY_CONNS; i++) {
+			p[np++] = (struct pollfd){.fd = conn[i].c, .events = POLLIN};
+			p[np++] = (struct pollfd){.fd = conn[i].u, .events = POLLIN};
+		}
+		if (poll(p, np, 50) <= 0) {
+			continue;
+		}
+		if (p[0].revents) {
+			c = accept(px->lfd, NULL, NULL);
+			u = socket(AF_INET, SOCK_STREAM, 0);
+			for (i = 0; i < PROXY_CONNS && conn[i].c >= 0; i++) {
+			}
+			if (c < 0 || u < 0 || i == PROXY_CONNS ||
+			    connect(u, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+				close(c);
+				close(u);
+			} else {
+				conn[i].c = c;
+				conn[i].u = u;
+				conn[i].drop_next = false;
+			}
+		}
+		for (i = 0; i < PROXY_CONNS; i++) {
+			short rc = p[1 + 2 * i].revents, ru = p[2 + 2 * i].revents;
+			bool end = false;
+
+			if (conn[i].c < 0 || !(rc || ru)) {
+				continue;
+			}
+			from = rc ? conn[i].c : conn[i].u;
+			to = rc ? conn[i].u : conn[i].c;
+			if (!rc && conn[i].drop_next) {
+				usleep(100000); /* let the whole answer arrive; lose it */
+				px->drops--;
+				px->dropped++;
+				end = true;
+			} else {
+				k = read(from, buf, sizeof(buf));
+				end = k <= 0 || write(to, buf, (size_t)k) != k;
+				/* curl sends the request line and headers in one write. */
+				if (!end && rc && px->drops > 0 &&
+				    memmem(buf, (size_t)k, px->path, strlen(px->path)) != NULL) {
+					conn[i].drop_next = true;
+				}
+			}
+			if (end) {
+				close(conn[i].c);
+				close(conn[i].u);
+				conn[i].c = conn[i].u = -1;
+			}
+		}
+	}
+	for (i = 0; i < PROXY_CONNS; i++) {
+		if (conn[i].c >= 0) {
+			close(conn[i].c);
+			close(conn[i].u);
+		}
+	}
+	return NULL;
+}
+
+static void proxy_start(struct proxy *px, int upstream, const char *path, int drops)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+
+	memset(px, 0, sizeof(*px));
+	px->upstream = upstream;
+	px->path = path;
+	px->drops = drops;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	px->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(px->lfd >= 0);
+	assert_int_equal(bind(px->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(px->lfd, 8), 0);
+	assert_int_equal(getsockname(px->lfd, (struct sockaddr *)&sa, &sl), 0);
+	px->port = ntohs(sa.sin_port);
+	assert_int_equal(pthread_create(&px->th, NULL, proxy_main, px), 0);
+}
+
+static void proxy_stop(struct proxy *px)
+{
+	px->stop = 1;
+	pthread_join(px->th, NULL);
+	close(px->lfd);
+}
+
+/*
+ * Writes whose answer was lost after etcd applied them are tried again on the next endpoint
+ * and not applied twice: add and append look the key's history up, delete reports 0,
+ * compare_set reports the value it stored.
+ */
+static void lost_answers_are_not_applied_twice(void **state)
+{
+	const char *const ops[] = {"add", "append", "delete", "compare_set"};
+	struct crun_store *st, *direct;
+	struct proxy px;
+	char ep[128], err[512], prefix[32];
+	void *cur = NULL;
+	size_t len;
+	int64_t n;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		snprintf(prefix, sizeof(prefix), "lost/%zu/", i);
+		assert_int_equal(open_ep(g_etcd.endpoint, prefix, 5000, 5000, &direct, err,
+					 sizeof(err)), 0);
+		assert_int_equal(crun_store_set(direct, "k", "5", 1), 0);
+		proxy_start(&px, g_etcd.port, i == 2 ? "/v3/kv/deleterange" : "/v3/kv/txn", 1);
+		snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d,127.0.0.1:%d", px.port, g_etcd.port);
+		assert_int_equal(open_ep(ep, prefix, 5000, 10000, &st, err, sizeof(err)), 0);
+		switch (i) {
+		case 0:
+			assert_int_equal(crun_store_add(st, "k", 2, &n), 0);
+			assert_int_equal(n, 7);
+			want(direct, "k", "7");
+			break;
+		case 1:
+			assert_int_equal(crun_store_append(st, "k", "x", 1), 0);
+			want(direct, "k", "5x");
+			break;
+		case 2:
+			assert_int_equal(crun_store_delete(st, "k"), 0);
+			assert_false(present(direct, "k"));
+			break;
+		default:
+			assert_int_equal(crun_store_compare_set(st, "k", "5", 1, "6", 1, &cur, &len),
+					 0);
+			assert_int_equal(len, 1);
+			assert_memory_equal(cur, "6", 1);
+			free(cur);
+			want(direct, "k", "6");
+			break;
+		}
+		assert_int_equal(px.dropped, 1);
+		crun_store_close(st);
+		proxy_stop(&px);
+		crun_store_close(direct);
+	}
+}
+
+/* A job's keys go in one request: everything under the handle's prefix, nothing else. */
+static void delete_prefix_removes_a_job(void **state)
+{
+	struct crun_store *job, *other, *root;
+	char err[512];
+	int64_t before, after;
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "dp/job/", 5000, 5000, &job, err, sizeof(err)),
+			 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, "dp/job2/", 5000, 5000, &other, err,
+				 sizeof(err)), 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, NULL, 5000, 5000, &root, err, sizeof(err)), 0);
+	assert_int_equal(store_delete_prefix(root), -EINVAL); /* never the whole store */
+	assert_int_equal(crun_store_num_keys(root, &before), 0);
+	assert_int_equal(crun_store_set(job, "a", "1", 1), 0);
+	assert_int_equal(crun_store_set(job, "sub/deep", "1", 1), 0);
+	assert_int_equal(crun_store_set_ttl(job, "hb", "1", 1, 60000), 0);
+	assert_int_equal(crun_store_add(job, "n", 1, NULL), 0);
+	assert_int_equal(crun_store_set(other, "a", "2", 1), 0);
+	assert_int_equal(crun_store_set(root, "dp/job", "3", 1), 0);
+	assert_int_equal(store_delete_prefix(job), 0);
+	assert_false(present(job, "a"));
+	assert_false(present(job, "sub/deep"));
+	assert_false(present(job, "hb"));
+	want(other, "a", "2");
+	want(root, "dp/job", "3");
+	assert_int_equal(crun_store_num_keys(root, &after), 0);
+	assert_int_equal(after - before, 2);
+	/* The handle goes on: its counter starts again. */
+	assert_int_equal(crun_store_add(job, "n", 1, &after), 0);
+	assert_int_equal(after, 1);
+	assert_int_equal(store_delete_prefix(job), 0);
+	assert_int_equal(store_delete_prefix(other), 0);
+	assert_int_equal(crun_store_delete(root, "dp/job"), 0);
+	crun_store_close(root);
+	crun_store_close(other);
+	crun_store_close(job);
+}
+
+/* A value over etcd's --max-request-bytes: -EMSGSIZE, with etcd's reason in the message. */
+static void value_over_etcd_limit_is_emsgsize(void **state)
+{
+	const char *args[] = {"--max-request-bytes", "1048576", NULL};
+	struct etcd_proc e = {.pid = -1, .args = args};
+	const struct store_ops *ops;
+	struct store_backend *b;
+	struct crun_diag d;
+	size_t n = 2u << 20;
+	char *big = malloc(n);
+
+	(void)state;
+	assert_non_null(big);
+	memset(big, 'v', n);
+	/* The fixture's own flag comes first; a later one wins in etcd's flag parsing. */
+	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
+	assert_int_equal(store_etcd_open(e.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(ops->set(b, "big", big, n, 0, 5000), -EMSGSIZE);
+	/* gRPC's own limit (--max-request-bytes + 512 KiB), or etcd's "request is too large" */
+	assert_true(strstr(store_etcd_last_error(b), "etcd said: grpc: received message larger "
+							"than max") != NULL ||
+		    strstr(store_etcd_last_error(b), "etcd said: etcdserver: request is too large") !=
+			    NULL);
+	assert_int_equal(ops->set(b, "small", big, 1000, 0, 5000), 0);
+	ops->close(b);
+	etcd_proc_stop(&e);
+	free(big);
+}
+
 /* The password file must belong to this user and be closed to group and others. */
 static void password_file_must_be_private(void **state)
 {
@@ -573,6 +826,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(dead_etcd_is_reported_within_deadline),
 		cmocka_unit_test(ttl_expires_through_the_lease),
 		cmocka_unit_test(txn_size_limits),
+		cmocka_unit_test(value_over_etcd_limit_is_emsgsize),
+		cmocka_unit_test(lost_answers_are_not_applied_twice),
+		cmocka_unit_test(delete_prefix_removes_a_job),
 		cmocka_unit_test(password_file_must_be_private),
 		cmocka_unit_test(auth_confines_a_role_to_its_prefix),
 		cmocka_unit_test(tls_with_client_certificates),
