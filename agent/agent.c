@@ -616,7 +616,7 @@ int agent_run(const struct job_spec *spec)
 	struct agent *a;
 	struct crun_diag d = {0};
 	int rc, exit_code = 1;
-	bool keep_tmp = false;
+	bool keep_tmp = false, etcd_done;
 
 	a = calloc(1, sizeof(*a));
 	if (a == NULL) {
@@ -736,7 +736,8 @@ int agent_run(const struct job_spec *spec)
 		}
 	}
 out:
-	if (a->r != NULL && (a->srv != NULL || (a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD))) {
+	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
+	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
 		/*
 		 * Keep serving until every node has read how the job ended; on etcd, keep the job's
 		 * keys until then, and then delete them.
@@ -746,7 +747,8 @@ out:
 			log_warn("store: not every node saw the end of the job: %s", crun_strerror(rc));
 		}
 		if (a->srv == NULL && rc != -EINVAL) {
-			agent_etcd_forget(spec, a->endpoint, a->members, rc, AGENT_FORGET_TIMEOUT_MS);
+			agent_etcd_forget(spec, a->endpoint, a->members, rc,
+					  AGENT_FORGET_TIMEOUT_MS);
 		}
 	}
 	agent_finish(a, keep_tmp);

@@ -39,9 +39,9 @@ int agent_etcd_env(const struct job_spec *spec, struct crun_diag *d)
 	}
 	if (tok != NULL) {
 		if (tok[0] != '\0') {
-			log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own users "
-				 "and TLS: --rdzv-conf user=,password_file=,cacert=,cert=,key=); "
-				 "workers do not get it");
+			log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own "
+				 "users and TLS: --rdzv-conf user=,password_file=,cacert=,cert=,"
+				 "key=); workers do not get it");
 		}
 		unsetenv("CRUN_STORE_TOKEN");
 	}
@@ -72,7 +72,7 @@ void agent_etcd_forget(const struct job_spec *spec, const char *endpoint, int me
 		/* Everyone has read the end; only the last to say so may delete what they read. */
 		rc = crun_store_add(st, "left", 1, &left);
 		if (rc == 0 && left < members) {
-			log_debug("etcd: %lld of %d nodes left; the last one deletes the job's keys",
+			log_debug("etcd: %lld of %d nodes left; the last deletes the job's keys",
 				  (long long)left, members);
 			crun_store_close(st);
 			return;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* src/cli_etcd.c: --rdzv-backend etcd: the member list, its --rdzv-conf keys, the store endpoint. */
+/* src/cli_etcd.c: --rdzv-backend etcd: member list, --rdzv-conf keys, the store endpoint. */
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -91,7 +91,8 @@ int cli_etcd_endpoint(struct cli_parser *p, const char *v)
 		tls = scheme_of(item, &skip);
 		if (tls < 0) {
 			rc = cli_fail(p, O_RDZV_ENDPOINT,
-				      "%s: expected http://, https://, etcd:// or no scheme for etcd",
+				      "%s: expected http://, https://, etcd:// or no scheme "
+				      "for etcd",
 				      cli_show(b, sizeof(b), item));
 			goto out;
 		}
@@ -178,7 +179,8 @@ int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val)
 		} else if (strcasecmp(val, "https") == 0) {
 			p->etcd_tls_conf = 2;
 		} else {
-			return cli_fail(p, O_RDZV_CONF, "protocol: expected http or https, got \"%s\"",
+			return cli_fail(p, O_RDZV_CONF,
+					"protocol: expected http or https, got \"%s\"",
 					cli_show(b, sizeof(b), val));
 		}
 		return 0;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench/rdzv_scale/member_loss.c: what a job sees of an etcd member's loss (bench/rdzv_scale/run). */
+/* bench/rdzv_scale/member_loss.c: what a job sees of an etcd member's loss (rdzv_scale/run). */
 /*
  * member_loss --endpoint etcd://A,B,C --kill-pid PID [--before-ms 2000] [--after-ms 6000]
  *             [--interval-ms 10]
