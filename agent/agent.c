@@ -18,6 +18,7 @@
 
 #include "agent/agent.h"
 #include "agent/errfile.h"
+#include "agent/etcd.h"
 #include "agent/group.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
@@ -34,6 +35,8 @@ extern char **environ;
 #define AGENT_FINISH_TIMEOUT_MS (24LL * 3600 * 1000)
 /* How long the agent hosting the store keeps it up for nodes that have not seen the end. */
 #define AGENT_LEFT_TIMEOUT_MS (60LL * 1000)
+/* How long deleting an etcd job's keys may take (each of two requests). */
+#define AGENT_FORGET_TIMEOUT_MS (10LL * 1000)
 
 struct agent {
 	const struct job_spec *spec;
@@ -60,7 +63,10 @@ struct agent {
 	char hostname[256];
 	char advertise[256];
 	char endpoint[PATH_MAX + 16];
+	char prefix[256];      /* the job's store prefix: "<run_id>/" on etcd, else none */
 	const char *token;
+	int members;           /* node count of the last round this node was a member of */
+	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	char tmpbase[PATH_MAX];
 	int attempt;
 	bool loop_ok;
@@ -150,8 +156,14 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
 		return 0;
 	case RDZV_KIND_ETCD:
+		/* etcd is the store, replicated: no agent hosts one. */
+		snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
+		log_info("rendezvous through etcd at %s, keys under /crun/%s", a->endpoint,
+			 a->prefix);
+		return 0;
 	default:
-		return diag_set(d, CRUN_ECONFIG, "--rdzv-backend: etcd is not supported yet");
+		return diag_set(d, CRUN_ECONFIG, "--rdzv-backend: unknown backend %d",
+				(int)spec->rdzv_kind);
 	}
 }
 
@@ -515,6 +527,14 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 	if (gethostname(a->hostname, sizeof(a->hostname) - 1) != 0) {
 		snprintf(a->hostname, sizeof(a->hostname), "localhost");
 	}
+	if (spec->rdzv_kind == RDZV_KIND_ETCD) {
+		/* Before any thread: setenv() is not thread-safe. */
+		rc = agent_etcd_env(spec, d);
+		if (rc < 0) {
+			return rc;
+		}
+		agent_etcd_prefix(spec, a->prefix, sizeof(a->prefix));
+	}
 	a->token = getenv("CRUN_STORE_TOKEN");
 	if (a->token != NULL && a->token[0] == '\0') {
 		a->token = NULL;
@@ -565,6 +585,7 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	conf.hostname = a->hostname;
 	conf.max_restarts = spec->max_restarts;
 	so.endpoint = a->endpoint;
+	so.prefix = a->prefix;
 	so.token = a->token;
 	so.timeout_ms = (int)(conf.read_timeout_ms > 0 ? conf.read_timeout_ms : 60000);
 	so.connect_timeout_ms = (int)(conf.join_timeout_ms > 0 && conf.join_timeout_ms < 600000
@@ -595,7 +616,7 @@ int agent_run(const struct job_spec *spec)
 	struct agent *a;
 	struct crun_diag d = {0};
 	int rc, exit_code = 1;
-	bool keep_tmp = false;
+	bool keep_tmp = false, etcd_done;
 
 	a = calloc(1, sizeof(*a));
 	if (a == NULL) {
@@ -634,6 +655,7 @@ int agent_run(const struct job_spec *spec)
 		if (rc < 0) {
 			exit_code = 1;
 			if (rc == CRUN_ERESTARTS) {
+				a->job_over = a->members > 0;
 				exit_code = report_peer_failure(a, d.msg);
 				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
 					  a->stop_detail[0] != '\0' ? a->stop_detail : d.msg);
@@ -642,6 +664,7 @@ int agent_run(const struct job_spec *spec)
 			}
 			goto out;
 		}
+		a->members = as.group_world_size;
 		log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
 			 as.round, as.group_rank, as.group_world_size, as.rank_offset,
 			 as.rank_offset + spec->nproc_per_node - 1, as.world_size, as.restart_count,
@@ -667,6 +690,7 @@ int agent_run(const struct job_spec *spec)
 				exit_code = 1;
 			} else {
 				exit_code = 0;
+				a->job_over = true;
 			}
 			goto out;
 		case OUT_FAILED:
@@ -687,6 +711,7 @@ int agent_run(const struct job_spec *spec)
 			if (!restart) {
 				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
 					  summary);
+				a->job_over = true;
 				keep_tmp = true;
 				goto out;
 			}
@@ -711,11 +736,19 @@ int agent_run(const struct job_spec *spec)
 		}
 	}
 out:
-	if (a->srv != NULL && a->r != NULL) {
-		/* Keep serving until every node has read how the job ended. */
+	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
+	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
+		/*
+		 * Keep serving until every node has read how the job ended; on etcd, keep the job's
+		 * keys until then, and then delete them.
+		 */
 		rc = rdzv_wait_left(a->r, AGENT_LEFT_TIMEOUT_MS);
 		if (rc < 0 && rc != -EINVAL) {
 			log_warn("store: not every node saw the end of the job: %s", crun_strerror(rc));
+		}
+		if (a->srv == NULL && rc != -EINVAL) {
+			agent_etcd_forget(spec, a->endpoint, a->members, rc,
+					  AGENT_FORGET_TIMEOUT_MS);
 		}
 	}
 	agent_finish(a, keep_tmp);

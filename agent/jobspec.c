@@ -59,6 +59,11 @@ void jobspec_finish(struct job_spec *spec)
 	free(spec->rdzv_host);
 	free(spec->rdzv_path);
 	free(spec->rdzv_id);
+	free(spec->etcd_cacert);
+	free(spec->etcd_cert);
+	free(spec->etcd_key);
+	free(spec->etcd_user);
+	free(spec->etcd_password_file);
 	free(spec->master_addr);
 	free(spec->local_addr);
 	free(spec->advertise_addr);

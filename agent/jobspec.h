@@ -12,7 +12,7 @@ enum rdzv_kind {
 	RDZV_KIND_C10D = 0, /* "c10d" or "tcp": crun store at --rdzv-endpoint */
 	RDZV_KIND_STATIC,   /* --node-rank/--master-addr/--master-port */
 	RDZV_KIND_FILE,     /* file:///shared/path */
-	RDZV_KIND_ETCD,     /* later */
+	RDZV_KIND_ETCD,     /* an etcd v3 cluster: etcd://HOST:PORT[,HOST:PORT...] */
 };
 
 /* torchrun's Std: which streams of a local rank go to files (--redirects) / are tee'd. */
@@ -34,8 +34,8 @@ struct job_spec {
 
 	/* Rendezvous. */
 	enum rdzv_kind rdzv_kind;
-	char *rdzv_endpoint;        /* as given, e.g. "10.0.0.1:29400" or "file:///nfs/x" */
-	char *rdzv_host;            /* parsed host (c10d) */
+	char *rdzv_endpoint;        /* "10.0.0.1:29400", "file:///nfs/x", "etcd://h1:2379,h2:2379" */
+	char *rdzv_host;            /* parsed host (c10d; etcd: the first member) */
 	int rdzv_port;              /* parsed port, default 29400 (c10d) */
 	char *rdzv_path;            /* file backend path */
 	char *rdzv_id;              /* --rdzv-id (run id); default "none" as torchrun */
@@ -43,6 +43,10 @@ struct job_spec {
 	struct rdzv_conf rdzv;      /* timeouts from --rdzv-conf (identity fields filled later) */
 	bool standalone;
 	int node_rank;              /* -1 unless given (static) */
+	/* etcd's TLS files and user (--rdzv-conf), absolute paths; NULL: from CRUN_ETCD_* or none.
+	 * The agent exports them as CRUN_ETCD_* for its own store and its workers'. */
+	char *etcd_cacert, *etcd_cert, *etcd_key, *etcd_user, *etcd_password_file;
+	bool etcd_v2_name;          /* asked for as torchrun's "etcd-v2": the agent says it is v3 */
 	char *master_addr;          /* static mode; default 127.0.0.1 */
 	int master_port;            /* static mode; default 29500 */
 

@@ -254,7 +254,9 @@ static int check_static_and_standalone(struct cli_parser *p, bool standalone)
 	if (p->v[O_NODE_RANK].set && dynamic) {
 		return cli_fail(p, O_NODE_RANK,
 				"only for --rdzv-backend static (%s assigns node ranks itself)",
-				s->rdzv_kind == RDZV_KIND_FILE ? "file" : "c10d");
+				s->rdzv_kind == RDZV_KIND_FILE   ? "file"
+				: s->rdzv_kind == RDZV_KIND_ETCD ? "etcd"
+								 : "c10d");
 	}
 	if (!dynamic && s->min_nodes != s->max_nodes) {
 		return cli_fail(p, O_NNODES,
@@ -388,7 +390,7 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 			&p, p.v[O_RDZV_ENDPOINT].set ? O_RDZV_ENDPOINT : O_MASTER_PORT,
 			"port 65535 leaves no port for the store (it uses the master port + 1)");
 	}
-	if ((rc = cli_do_rdzv_conf(&p)) != 0) {
+	if ((rc = cli_do_rdzv_conf(&p)) != 0 || (rc = cli_etcd_finish(&p)) != 0) {
 		return rc;
 	}
 	if (p.v[O_MAX_RESTARTS].set &&

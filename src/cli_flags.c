@@ -252,12 +252,15 @@ int cli_do_backend(struct cli_parser *p)
 		s->rdzv_kind = RDZV_KIND_STATIC;
 	} else if (strcmp(v, "file") == 0) {
 		s->rdzv_kind = RDZV_KIND_FILE;
-	} else if (strcmp(v, "etcd") == 0 || strcmp(v, "etcd-v2") == 0) {
-		return cli_fail(p, O_RDZV_BACKEND,
-				"%s is not supported yet (use c10d, static or file)", v);
+	} else if (strcmp(v, "etcd") == 0) {
+		s->rdzv_kind = RDZV_KIND_ETCD;
+	} else if (strcmp(v, "etcd-v2") == 0) {
+		/* torchrun's name for its v2-API backend; etcd 3.4+ serves v3, and 3.6 only v3. */
+		s->rdzv_kind = RDZV_KIND_ETCD;
+		s->etcd_v2_name = true;
 	} else {
 		return cli_fail(p, O_RDZV_BACKEND,
-				"unknown backend \"%s\" (use c10d, tcp, static or file)",
+				"unknown backend \"%s\" (use c10d, tcp, static, file or etcd)",
 				cli_show(b, sizeof(b), v));
 	}
 	return 0;
@@ -402,6 +405,9 @@ int cli_do_endpoint(struct cli_parser *p)
 	if (strncmp(v, "file://", 7) == 0) {
 		return cli_fail(p, O_RDZV_ENDPOINT, "a file:// endpoint needs --rdzv-backend file");
 	}
+	if (s->rdzv_kind == RDZV_KIND_ETCD) {
+		return cli_etcd_endpoint(p, v);
+	}
 	if (s->rdzv_kind == RDZV_KIND_STATIC) {
 		/* torchrun: the endpoint, when given, names the master instead of the flags. */
 		if (*v == '\0') {
@@ -459,6 +465,10 @@ int cli_do_endpoint(struct cli_parser *p)
 static const char *const conf_keys = "join_timeout, last_call_timeout, close_timeout, "
 				     "heartbeat_timeout, keep_alive_interval, "
 				     "keep_alive_max_attempt, read_timeout, is_host";
+/* An etcd job's list (cli_fail() cuts a line at 199 bytes: the timeouts are summed up). */
+static const char *const conf_keys_etcd = "the timeouts and keep_alive_max_attempt, as for "
+					  "c10d; protocol, cacert, cert, key, user, "
+					  "password_file";
 
 static int conf_item(struct cli_parser *p, const char *key, const char *val)
 {
@@ -480,6 +490,7 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 	size_t i;
 	long n;
 	bool yes;
+	int rc;
 
 	for (i = 0; i < ARRAY_SIZE(secs); i++) {
 		if (strcmp(key, secs[i].key) != 0) {
@@ -511,8 +522,13 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 		s->is_host = yes ? 1 : 0;
 		return 0;
 	}
+	rc = cli_etcd_conf_item(p, key, val);
+	if (rc != 1) {
+		return rc;
+	}
 	return cli_fail(p, O_RDZV_CONF, "unknown key \"%s\" (known: %s)",
-			cli_show(b, sizeof(b), key), conf_keys);
+			cli_show(b, sizeof(b), key),
+			s->rdzv_kind == RDZV_KIND_ETCD ? conf_keys_etcd : conf_keys);
 }
 
 int cli_do_rdzv_conf(struct cli_parser *p)

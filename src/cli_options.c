@@ -21,15 +21,18 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_MASTER_PORT] = {"master-port", 0, true, true, "PORT",
 			   "port of node 0 for static mode (default 29500)", NULL},
 	[O_RDZV_BACKEND] = {"rdzv-backend", 0, true, true, "NAME",
-			    "c10d (alias tcp), static or file (default static)",
+			    "c10d (alias tcp), static, file or etcd (alias etcd-v2; an etcd v3 "
+			    "cluster) (default static)",
 			    "Dynamic rendezvous"},
-	[O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, true, true, "HOST[:PORT]|file:///PATH",
-			     "the store: c10d address (default port 29400) or shared file", NULL},
+	[O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, true, true, "HOST[:PORT][,...]|file:///PATH",
+			     "the store: c10d address (default port 29400), shared file, or etcd "
+			     "members (default port 2379)", NULL},
 	[O_RDZV_ID] = {"rdzv-id", 0, true, true, "ID", "the job's run id (default none)", NULL},
 	[O_RDZV_CONF] = {"rdzv-conf", 0, true, true, "KEY=VALUE,...",
 			 "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
 			 "keep_alive_interval, read_timeout (seconds), keep_alive_max_attempt, "
-			 "is_host (0|1)", NULL},
+			 "is_host (0|1); etcd: protocol (http|https), cacert, cert, key, user, "
+			 "password_file", NULL},
 	[O_STANDALONE] = {"standalone", 0, false, true, NULL,
 			  "single node: c10d store on 127.0.0.1, a free port, a fresh run id",
 			  NULL},

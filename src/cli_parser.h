@@ -81,6 +81,9 @@ struct cli_parser {
 	const char *program;
 	char **args;
 	int nargs;
+	/* etcd: the protocol the member list (--rdzv-endpoint) and protocol= (--rdzv-conf) named:
+	 * -1/0 none, 1 http, 2 https (cli_etcd.c). */
+	int etcd_tls_endpoint, etcd_tls_conf;
 };
 /* ---- cli.c: messages and strings ---- */
 
@@ -131,5 +134,15 @@ int cli_do_log_dir(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);
 /* -m, --no-python, --run-path and PROGRAM ARGS (program.c finds it). */
 int cli_do_program(struct cli_parser *p);
+
+/* ---- cli_etcd.c: --rdzv-backend etcd ---- */
+
+/* The member list of --rdzv-endpoint @v (cli_do_endpoint() calls it for etcd). */
+int cli_etcd_endpoint(struct cli_parser *p, const char *v);
+/* An etcd --rdzv-conf key (protocol, cacert, cert, key, user, password_file, and torchrun's
+ * etcd-v2 spellings): 0, CLI_USAGE, or 1 when @key is not one of them. */
+int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val);
+/* After the endpoint and --rdzv-conf: check them together and build the store endpoint. */
+int cli_etcd_finish(struct cli_parser *p);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/rdzv/harness.c: start a real store (crun-rdzvd or a file) for rendezvous tests. */
+/* tests/rdzv/harness.c: start a real store (crun-rdzvd, a file or etcd) for rendezvous tests. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,14 +43,26 @@ static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
 	return (int)n;
 }
 
-int fixture_start(struct store_fixture *f, const char *backend, const char *rdzvd,
+int fixture_start(struct store_fixture *f, const char *backend, const char *server,
 		  const char *const *extra_args)
 {
 	const char *argv[16];
-	int pfd[2], n = 0;
+	const char *rdzvd = server;
+	int pfd[2], n = 0, rc;
 	char line[256];
 
 	memset(f, 0, sizeof(*f));
+	if (strcmp(backend, "etcd") == 0) {
+		/* tests/conformance's member: /dev/shm data, free ports, ready through crun. */
+		if (!etcd_proc_available(server)) {
+			return FIXTURE_SKIP;
+		}
+		f->etcd = true;
+		rc = etcd_proc_start(server, &f->member);
+		snprintf(f->endpoint, sizeof(f->endpoint), "%s", f->member.endpoint);
+		f->pid = f->member.pid;
+		return rc;
+	}
 	if (strcmp(backend, "file") == 0) {
 		f->file = true;
 		snprintf(f->dir, sizeof(f->dir), "/tmp/crun-rdzv-test.XXXXXX");
@@ -61,8 +73,8 @@ int fixture_start(struct store_fixture *f, const char *backend, const char *rdzv
 		return 0;
 	}
 	if (strcmp(backend, "tcp") != 0 || rdzvd == NULL) {
-		fprintf(stderr,
-			"fixture: backend: expected tcp (with the crun-rdzvd path) or file\n");
+		fprintf(stderr, "fixture: backend: expected tcp (with the crun-rdzvd path), file, "
+				"or etcd (with the etcd path)\n");
 		return -1;
 	}
 	argv[n++] = rdzvd;
@@ -112,6 +124,11 @@ void fixture_endpoint(const struct store_fixture *f, const char *name, char *out
 
 void fixture_stop(struct store_fixture *f)
 {
+	if (f->etcd) {
+		etcd_proc_stop(&f->member);
+		f->pid = 0;
+		return;
+	}
 	if (f->pid > 0) {
 		int64_t deadline = crun_now_ms() + 5000;
 		int status;

@@ -14,10 +14,10 @@
 #include <crun/error.h>
 
 struct store_fixture fx;
-const char *rdzvd_path;
+const char *server_path;
 char endpoint[600];
 char run_id[64];
-static const char *backend = "tcp";
+const char *backend = "tcp";
 static int test_seq;
 
 /* Every test gets its own run id (and, on the file backend, its own file). */
@@ -276,33 +276,37 @@ void run_store_wait(const char *key, int timeout_ms)
 
 int nodes_main(int argc, char **argv, const char *area, const struct CMUnitTest *tests, size_t n)
 {
-	const char *rdzvd = NULL, *filter = NULL;
+	const char *server = NULL, *filter = NULL;
 	char name[64];
 	int rc;
 
-	/* PROG tcp PATH/crun-rdzvd [FILTER] | PROG file [FILTER] */
+	/* PROG tcp PATH/crun-rdzvd [FILTER] | PROG file [FILTER] | PROG etcd PATH/etcd [FILTER] */
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s tcp CRUN-RDZVD [FILTER] | file [FILTER]\n", argv[0]);
+		fprintf(stderr,
+			"usage: %s tcp CRUN-RDZVD [FILTER] | file [FILTER] | etcd ETCD [FILTER]\n",
+			argv[0]);
 		return 2;
 	}
 	backend = argv[1];
-	if (strcmp(backend, "tcp") == 0) {
+	if (strcmp(backend, "tcp") == 0 || strcmp(backend, "etcd") == 0) {
 		if (argc < 3) {
-			fprintf(stderr, "%s: tcp: the crun-rdzvd path is missing\n", argv[0]);
+			fprintf(stderr, "%s: %s: the %s path is missing\n", argv[0], backend,
+				backend[0] == 't' ? "crun-rdzvd" : "etcd");
 			return 2;
 		}
-		rdzvd = argv[2];
-		rdzvd_path = rdzvd;
+		server = argv[2];
+		server_path = server;
 		filter = argc > 3 ? argv[3] : NULL;
 	} else if (strcmp(backend, "file") == 0) {
 		filter = argc > 2 ? argv[2] : NULL;
 	} else {
-		fprintf(stderr, "%s: backend: expected tcp or file, got \"%s\"\n", argv[0],
+		fprintf(stderr, "%s: backend: expected tcp, file or etcd, got \"%s\"\n", argv[0],
 			backend);
 		return 2;
 	}
-	if (fixture_start(&fx, backend, rdzvd, NULL) != 0) {
-		return 1;
+	rc = fixture_start(&fx, backend, server, NULL);
+	if (rc != 0) {
+		return rc == FIXTURE_SKIP ? FIXTURE_SKIP : 1;
 	}
 	snprintf(name, sizeof(name), "rdzv-%s-%s", area, backend);
 	rc = test_run_group_n(name, tests, n, filter, NULL, NULL);

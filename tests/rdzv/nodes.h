@@ -42,7 +42,8 @@ struct node {
 
 /* The store of this run (started once by nodes_main()) and what the current test uses. */
 extern struct store_fixture fx;
-extern const char *rdzvd_path; /* crun-rdzvd, for tests that start a store of their own */
+extern const char *backend;     /* "tcp", "file" or "etcd" */
+extern const char *server_path; /* crun-rdzvd or etcd, for tests that start a store of their own */
 extern char endpoint[600];     /* this test's store endpoint */
 extern char run_id[64];	       /* this test's run id */
 

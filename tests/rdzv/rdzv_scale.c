@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/rdzv/rdzv_scale.c: N agents (threads, one store handle each) complete one round. */
+/*
+ * Stores: "tcp CRUN-RDZVD" and "etcd ETCD" start their own server (a one-member etcd on
+ * 127.0.0.1), "file" a temp file, and "endpoint EP" uses a store that is already running (a
+ * crun-rdzvd, or an etcd cluster: etcd://H1:P1,H2:P2). bench/rdzv_scale/run compares them.
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -103,7 +108,7 @@ int main(int argc, char **argv)
 	struct crun_store_opts o = {0};
 	struct rlimit rl;
 	struct agent *ags;
-	const char *backend, *rdzvd = NULL;
+	const char *backend, *server = NULL;
 	char endpoint[600], run_id[64];
 	double join_ms, fin_ms, conn_ms, max_ms = 0;
 	int n = 1000, i, argi = 1, rc = 1;
@@ -124,17 +129,22 @@ int main(int argc, char **argv)
 	}
 	if (n < 1 || n > 10000 || argi >= argc) {
 		fprintf(stderr,
-			"usage: %s [--agents 1..10000] [--max-ms MS] tcp CRUN-RDZVD | file\n",
+			"usage: %s [--agents 1..10000] [--max-ms MS] tcp CRUN-RDZVD | file | "
+			"etcd ETCD | endpoint ENDPOINT\n",
 			argv[0]);
 		return 2;
 	}
 	backend = argv[argi];
-	if (strcmp(backend, "tcp") == 0) {
+	if (strcmp(backend, "tcp") == 0 || strcmp(backend, "etcd") == 0 ||
+	    strcmp(backend, "endpoint") == 0) {
 		if (argi + 1 >= argc) {
-			fprintf(stderr, "rdzv_scale: tcp: the crun-rdzvd path is missing\n");
+			fprintf(stderr, "rdzv_scale: %s: the %s is missing\n", backend,
+				backend[0] == 't'   ? "crun-rdzvd path"
+				: backend[1] == 't' ? "etcd path"
+						    : "store endpoint");
 			return 2;
 		}
-		rdzvd = argv[argi + 1];
+		server = argv[argi + 1];
 	}
 	/* One connection per agent, plus the daemon's own: raise the descriptor limit. */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -147,10 +157,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_set_level(LOG_WARN);
-	if (fixture_start(&fx, backend, rdzvd, NULL) != 0) {
-		return 1;
+	memset(&fx, 0, sizeof(fx));
+	if (strcmp(backend, "endpoint") == 0) {
+		snprintf(endpoint, sizeof(endpoint), "%s", server);
+		backend = strncmp(server, "etcd", 4) == 0 ? "etcd" : "tcp";
+	} else {
+		rc = fixture_start(&fx, backend, server, NULL);
+		if (rc != 0) {
+			return rc == FIXTURE_SKIP ? FIXTURE_SKIP : 1;
+		}
+		fixture_endpoint(&fx, "scale", endpoint, sizeof(endpoint));
+		rc = 1;
 	}
-	fixture_endpoint(&fx, "scale", endpoint, sizeof(endpoint));
 	snprintf(run_id, sizeof(run_id), "scale-%d", (int)getpid());
 	ags = calloc((size_t)n, sizeof(*ags));
 	seen = calloc((size_t)n, 1);

@@ -250,8 +250,9 @@ static void crun_binary_bad_flags_exit_2(void **state)
 	} cases[] = {
 		{{"--nnodes", "3:2", "true"}, NULL, "crun: --nnodes: MIN 3 is above MAX 2\n"},
 		{{"--no_python", "/nonexistent"}, NULL, "crun: program /nonexistent: no such file\n"},
-		{{"--rdzv-backend", "etcd", "true"}, NULL,
-		 "crun: --rdzv-backend: etcd is not supported yet (use c10d, static or file)\n"},
+		{{"--rdzv-backend", "etcd", "--rdzv-endpoint", "ftp://h", "true"}, NULL,
+		 "crun: --rdzv-endpoint: ftp://h: expected http://, https://, etcd:// or no scheme "
+		 "for etcd\n"},
 		{{"--frobnicate", "true"}, NULL, "crun: --frobnicate: unknown option (see crun --help)\n"},
 		{{NULL}, NULL,
 		 "crun: missing PROGRAM to run (usage: crun [OPTIONS] PROGRAM [ARGS...]; see crun "

@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -315,6 +316,86 @@ static void file_and_ipv6_endpoints(void **state)
 	jobspec_finish(&s);
 }
 
+/* --rdzv-backend etcd: member lists in every spelling, TLS and user from --rdzv-conf. */
+static void etcd_members_and_conf(void **state)
+{
+	struct job_spec s;
+	struct crun_diag d;
+	char conf[600], abs[PATH_MAX];
+
+	(void)state;
+	assert_int_equal(parse(ARGS("--rdzv-backend", "etcd", "--nnodes", "1:4", "true"), &s, &d),
+			 CLI_OK);
+	assert_int_equal(s.rdzv_kind, RDZV_KIND_ETCD);
+	assert_string_equal(s.rdzv_endpoint, "etcd://127.0.0.1:2379");
+	assert_string_equal(s.rdzv_host, "127.0.0.1");
+	assert_int_equal(s.rdzv_port, 2379);
+	assert_int_equal(s.rdzv.node_rank, -1);
+	assert_false(s.etcd_v2_name);
+	assert_null(s.etcd_cacert);
+	assert_null(s.etcd_user);
+	jobspec_finish(&s);
+
+	assert_int_equal(parse(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint",
+				    "h1,h2:2380,[::1]", "true"),
+			       &s, &d),
+			 CLI_OK);
+	assert_string_equal(s.rdzv_endpoint, "etcd://h1:2379,h2:2380,[::1]:2379");
+	assert_string_equal(s.rdzv_host, "h1");
+	jobspec_finish(&s);
+
+	/* torchrun's etcd-v2 name; http:// members as etcdctl prints them, trailing slash too. */
+	assert_int_equal(parse(ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
+				    "http://10.0.0.1:1,HTTP://10.0.0.2:2/", "true"),
+			       &s, &d),
+			 CLI_OK);
+	assert_int_equal(s.rdzv_kind, RDZV_KIND_ETCD);
+	assert_true(s.etcd_v2_name);
+	assert_string_equal(s.rdzv_endpoint, "etcd://10.0.0.1:1,10.0.0.2:2");
+	assert_string_equal(s.rdzv_host, "10.0.0.1");
+	assert_int_equal(s.rdzv_port, 1);
+	jobspec_finish(&s);
+
+	/* The store's own spelling passes through. */
+	assert_int_equal(parse(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint",
+				    "etcd+https://a:3,b", "true"),
+			       &s, &d),
+			 CLI_OK);
+	assert_string_equal(s.rdzv_endpoint, "etcd+https://a:3,b:2379");
+	jobspec_finish(&s);
+
+	/* torchrun's etcd keys; paths come out absolute, for workers in any directory. */
+	assert_non_null(realpath(py_file, abs));
+	snprintf(conf, sizeof(conf),
+		 "protocol=https,cacert=%s,cert=%s,key=%s,user=trainer,password_file=%s,"
+		 "join_timeout=7", py_file, py_file, py_file, py_file);
+	assert_int_equal(parse(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1,e2",
+				    "--rdzv-conf", conf, "true"),
+			       &s, &d),
+			 CLI_OK);
+	assert_string_equal(s.rdzv_endpoint, "etcd+https://e1:2379,e2:2379");
+	assert_string_equal(s.etcd_cacert, abs);
+	assert_string_equal(s.etcd_cert, abs);
+	assert_string_equal(s.etcd_key, abs);
+	assert_string_equal(s.etcd_password_file, abs);
+	assert_string_equal(s.etcd_user, "trainer");
+	assert_int_equal(s.rdzv.join_timeout_ms, 7000);
+	jobspec_finish(&s);
+
+	/* torchrun's etcd-v2 spellings, and https from the members alone. */
+	snprintf(conf, sizeof(conf), "ca_cert=%s,ssl_cert=%s,ssl_cert_key=%s", py_file, py_file,
+		 py_file);
+	assert_int_equal(parse(ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "https://e1",
+				    "--rdzv-conf", conf, "true"),
+			       &s, &d),
+			 CLI_OK);
+	assert_string_equal(s.rdzv_endpoint, "etcd+https://e1:2379");
+	assert_string_equal(s.etcd_cacert, abs);
+	assert_string_equal(s.etcd_key, abs);
+	assert_null(s.etcd_user);
+	jobspec_finish(&s);
+}
+
 static void signals_and_flags(void **state)
 {
 	struct job_spec s;
@@ -366,6 +447,9 @@ static void good_command_lines_table(void **state)
 		 "127.0.0.1:29500", "none", 0, 0},
 		{{"--max_restarts", "0", "--rdzv-id", "a.b-c_d:e", "true"}, 1, 1, 1, RDZV_KIND_STATIC,
 		 "127.0.0.1:29500", "a.b-c_d:e", 0, 0},
+		{{"--nnodes=2:3", "--rdzv-backend=etcd", "--rdzv-endpoint=e1:1,e2:2", "--rdzv-id=j",
+		  "--max-restarts=1", "true"},
+		 2, 3, 1, RDZV_KIND_ETCD, "etcd://e1:1,e2:2", "j", -1, 1},
 	};
 	struct job_spec s;
 	struct crun_diag d;
@@ -415,6 +499,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(standalone_picks_fresh_local_store, each_teardown),
 		cmocka_unit_test_teardown(static_endpoint_names_the_master, each_teardown),
 		cmocka_unit_test_teardown(file_and_ipv6_endpoints, each_teardown),
+		cmocka_unit_test_teardown(etcd_members_and_conf, each_teardown),
 		cmocka_unit_test_teardown(signals_and_flags, each_teardown),
 		cmocka_unit_test_teardown(good_command_lines_table, each_teardown),
 		cmocka_unit_test_teardown(help_and_version_exit_early, each_teardown),

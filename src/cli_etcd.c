@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/* src/cli_etcd.c: --rdzv-backend etcd: member list, --rdzv-conf keys, the store endpoint. */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <crun/error.h>
+
+#include "src/cli.h"
+#include "src/cli_parser.h"
+#include "src/common/net.h"
+
+#define DEFAULT_ETCD_PORT 2379 /* etcd's client port, torchrun's default for etcd */
+#define ETCD_MEMBERS_MAX 64     /* a sanity bound: etcd clusters have 3, 5 or 7 members */
+#define ETCD_LIST_MAX 4000      /* the normalised list, "etcd+https://" not counted */
+
+/*
+ * What each --rdzv-conf key of an etcd job is called (torchrun's etcd backend spells them
+ * cacert, cert, key; its etcd-v2 backend ca_cert, ssl_cert, ssl_cert_key: both are read),
+ * and where the value goes. Paths are made absolute: workers get them in CRUN_ETCD_*.
+ */
+static const struct {
+	const char *key;
+	size_t off;
+	bool path;
+} etcd_keys[] = {
+	{"cacert", offsetof(struct job_spec, etcd_cacert), true},
+	{"ca_cert", offsetof(struct job_spec, etcd_cacert), true},
+	{"cert", offsetof(struct job_spec, etcd_cert), true},
+	{"ssl_cert", offsetof(struct job_spec, etcd_cert), true},
+	{"key", offsetof(struct job_spec, etcd_key), true},
+	{"ssl_cert_key", offsetof(struct job_spec, etcd_key), true},
+	{"password_file", offsetof(struct job_spec, etcd_password_file), true},
+	{"user", offsetof(struct job_spec, etcd_user), false},
+};
+
+/* Which of "http://", "https://", "etcd://", "etcd+https://" @s starts with: 0 none, 1 http,
+ * 2 https; *@skip is the scheme's length. -1: some other scheme. */
+static int scheme_of(const char *s, size_t *skip)
+{
+	static const struct {
+		const char *name;
+		int tls;
+	} schemes[] = {
+		{"http://", 1}, {"https://", 2}, {"etcd://", 1}, {"etcd+https://", 2},
+	};
+	size_t i, n;
+
+	*skip = 0;
+	for (i = 0; i < ARRAY_SIZE(schemes); i++) {
+		n = strlen(schemes[i].name);
+		if (strncasecmp(s, schemes[i].name, n) == 0) {
+			*skip = n;
+			return schemes[i].tls;
+		}
+	}
+	return strstr(s, "://") != NULL ? -1 : 0;
+}
+
+/*
+ * --rdzv-endpoint for etcd: "HOST[:PORT][,HOST[:PORT]...]", each item with or without
+ * http://, https://, etcd:// or etcd+https:// (one kind for the whole list); port 2379 when
+ * none is given; empty means 127.0.0.1:2379. Sets spec->rdzv_endpoint to the normalised list
+ * (no scheme yet: cli_etcd_finish() adds it once --rdzv-conf protocol is known), rdzv_host and
+ * rdzv_port to the first member (the route to it picks the address this node advertises).
+ */
+int cli_etcd_endpoint(struct cli_parser *p, const char *v)
+{
+	struct job_spec *s = p->spec;
+	char *list, *copy, *item, *save = NULL, host[256], hp[300], b[64];
+	size_t len = 0, skip;
+	int port, tls, n = 0, rc = 0;
+
+	if (*v == '\0') {
+		v = "127.0.0.1";
+	}
+	copy = strdup(v);
+	list = malloc(ETCD_LIST_MAX + 1);
+	if (copy == NULL || list == NULL) {
+		free(copy);
+		free(list);
+		return cli_oom(p);
+	}
+	list[0] = '\0';
+	p->etcd_tls_endpoint = -1;
+	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+		tls = scheme_of(item, &skip);
+		if (tls < 0) {
+			rc = cli_fail(p, O_RDZV_ENDPOINT,
+				      "%s: expected http://, https://, etcd:// or no scheme "
+				      "for etcd",
+				      cli_show(b, sizeof(b), item));
+			goto out;
+		}
+		if (tls > 0 && p->etcd_tls_endpoint > 0 && tls != p->etcd_tls_endpoint) {
+			rc = cli_fail(p, O_RDZV_ENDPOINT,
+				      "mixes http and https members (one protocol per cluster)");
+			goto out;
+		}
+		if (tls > 0) {
+			p->etcd_tls_endpoint = tls;
+		}
+		item += skip;
+		/* "http://h1:2379/" as etcdctl prints it: drop one trailing slash. */
+		if (*item != '\0' && item[strlen(item) - 1] == '/') {
+			item[strlen(item) - 1] = '\0';
+		}
+		if (net_parse_hostport(item, DEFAULT_ETCD_PORT, host, sizeof(host), &port) < 0 ||
+		    !cli_valid_host(host) || (*item == '[' && strchr(host, ':') == NULL) ||
+		    port == 0) {
+			rc = cli_fail(p, O_RDZV_ENDPOINT,
+				      "expected HOST[:PORT][,HOST[:PORT]...] for etcd, got \"%s\"",
+				      cli_show(b, sizeof(b), item));
+			goto out;
+		}
+		if (++n > ETCD_MEMBERS_MAX) {
+			rc = cli_fail(p, O_RDZV_ENDPOINT, "more than %d etcd members",
+				      ETCD_MEMBERS_MAX);
+			goto out;
+		}
+		net_join_hostport(hp, sizeof(hp), host, port);
+		if (len + strlen(hp) + 2 > ETCD_LIST_MAX) {
+			rc = cli_fail(p, O_RDZV_ENDPOINT, "the member list is too long");
+			goto out;
+		}
+		len += (size_t)snprintf(list + len, ETCD_LIST_MAX + 1 - len, "%s%s",
+					len > 0 ? "," : "", hp);
+		if (n == 1) {
+			if (cli_set_str(&s->rdzv_host, host) < 0) {
+				rc = cli_oom(p);
+				goto out;
+			}
+			s->rdzv_port = port;
+		}
+	}
+	if (n == 0) {
+		rc = cli_fail(p, O_RDZV_ENDPOINT, "no etcd member in \"%s\"",
+			      cli_show(b, sizeof(b), v));
+		goto out;
+	}
+	if (cli_set_str(&s->rdzv_endpoint, list) < 0) {
+		rc = cli_oom(p);
+	}
+out:
+	free(copy);
+	free(list);
+	return rc;
+}
+
+/*
+ * One --rdzv-conf item that belongs to etcd: protocol, the TLS files, user, password_file.
+ * Returns 1 when @key is not one of them (the caller goes on), 0, or CLI_USAGE.
+ */
+int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val)
+{
+	struct job_spec *s = p->spec;
+	char b[64], abs[PATH_MAX], **dst;
+	bool protocol = strcmp(key, "protocol") == 0;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(etcd_keys); i++) {
+		if (strcmp(key, etcd_keys[i].key) == 0) {
+			break;
+		}
+	}
+	if (!protocol && i == ARRAY_SIZE(etcd_keys)) {
+		return 1;
+	}
+	if (s->rdzv_kind != RDZV_KIND_ETCD) {
+		return cli_fail(p, O_RDZV_CONF, "%s: only for --rdzv-backend etcd", key);
+	}
+	if (protocol) {
+		if (strcasecmp(val, "http") == 0) {
+			p->etcd_tls_conf = 1;
+		} else if (strcasecmp(val, "https") == 0) {
+			p->etcd_tls_conf = 2;
+		} else {
+			return cli_fail(p, O_RDZV_CONF,
+					"protocol: expected http or https, got \"%s\"",
+					cli_show(b, sizeof(b), val));
+		}
+		return 0;
+	}
+	if (*val == '\0') {
+		return cli_fail(p, O_RDZV_CONF, "%s: empty value", key);
+	}
+	dst = (char **)((char *)s + etcd_keys[i].off);
+	if (!etcd_keys[i].path) {
+		if (strlen(val) > 255 || strpbrk(val, "\t\n\r") != NULL) {
+			return cli_fail(p, O_RDZV_CONF, "%s: not a usable etcd user name", key);
+		}
+		return cli_set_str(dst, val) < 0 ? cli_oom(p) : 0;
+	}
+	/* Checked here, so a typo is a usage error rather than a failure in every worker. */
+	if (realpath(val, abs) == NULL) {
+		return cli_fail(p, O_RDZV_CONF, "%s: %s: %s", key, cli_show(b, sizeof(b), val),
+				strerror(errno));
+	}
+	return cli_set_str(dst, abs) < 0 ? cli_oom(p) : 0;
+}
+
+/*
+ * After --rdzv-endpoint and --rdzv-conf: the protocol (from the scheme or protocol=; they must
+ * agree), TLS settings that need https, a key with its certificate, and the store endpoint
+ * "etcd://LIST" or "etcd+https://LIST" in spec->rdzv_endpoint.
+ */
+int cli_etcd_finish(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	const char *scheme;
+	char *ep;
+	size_t n;
+	int tls;
+
+	if (s->rdzv_kind != RDZV_KIND_ETCD) {
+		return 0;
+	}
+	if (p->etcd_tls_conf > 0 && p->etcd_tls_endpoint > 0 &&
+	    p->etcd_tls_conf != p->etcd_tls_endpoint) {
+		return cli_fail(p, O_RDZV_CONF, "protocol: %s, but --rdzv-endpoint says %s",
+				p->etcd_tls_conf == 2 ? "https" : "http",
+				p->etcd_tls_endpoint == 2 ? "https" : "http");
+	}
+	tls = p->etcd_tls_conf > 0 ? p->etcd_tls_conf : p->etcd_tls_endpoint;
+	if (tls != 2 && (s->etcd_cacert != NULL || s->etcd_cert != NULL || s->etcd_key != NULL)) {
+		return cli_fail(p, O_RDZV_CONF,
+				"cacert, cert and key need https (protocol=https or https:// "
+				"members)");
+	}
+	if ((s->etcd_cert == NULL) != (s->etcd_key == NULL)) {
+		return cli_fail(p, O_RDZV_CONF, "%s without %s: a client certificate needs both",
+				s->etcd_cert != NULL ? "cert" : "key",
+				s->etcd_cert != NULL ? "key" : "cert");
+	}
+	if (s->is_host != -1) {
+		return cli_fail(p, O_RDZV_CONF,
+				"is_host: an etcd job never hosts a store (etcd is the store)");
+	}
+	scheme = tls == 2 ? "etcd+https://" : "etcd://";
+	n = strlen(scheme) + strlen(s->rdzv_endpoint) + 1;
+	ep = malloc(n);
+	if (ep == NULL) {
+		return cli_oom(p);
+	}
+	snprintf(ep, n, "%s%s", scheme, s->rdzv_endpoint);
+	free(s->rdzv_endpoint);
+	s->rdzv_endpoint = ep;
+	return 0;
+}

@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: MIT
+# tests/etcd/lib.sh: real etcd members for the etcd tests (sourced after tests/agent/lib.sh's
+# helpers): each member on its own 127.0.0.x address with free ports and a temp data dir,
+# killed by PID on exit. Skips (77) only when there is no etcd binary or crun was built
+# without its etcd backend.
+. "$(dirname "$0")/../agent/lib.sh"
+
+ETCD=${CRUN_ETCD_EXE:-$(command -v etcd 2>/dev/null || true)}
+PROBE="python3 $SRC/tests/etcd/etcd_probe.py"
+if [ -z "$ETCD" ] || [ ! -x "$ETCD" ]; then
+	echo "SKIP: no etcd binary (Debian: apt-get install etcd-server)"
+	exit 77
+fi
+if [ "${CRUN_HAVE_ETCD:-1}" != 1 ]; then
+	echo "SKIP: crun was built without its etcd backend (libcurl and json-c not found)"
+	exit 77
+fi
+# Members' data: in memory when /dev/shm is there (etcd fsyncs every commit; a loaded CI
+# disk would make the tests measure the disk), else beside the other temp files.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+	ETCD_DATA=$(mktemp -d /dev/shm/crun-etcd-test.XXXXXX)
+else
+	ETCD_DATA=$T/etcd
+	mkdir -p "$ETCD_DATA"
+fi
+trap 'cleanup; rm -rf "$ETCD_DATA"' EXIT
+
+MEMBERS=0
+declare -a M_ADDR M_CPORT M_PPORT M_PID
+
+# two_free_ports ADDR: two ports free on ADDR now (both held while picking, so they differ).
+two_free_ports() {
+	python3 -c 'import socket, sys
+a, b = socket.socket(), socket.socket()
+a.bind((sys.argv[1], 0)); b.bind((sys.argv[1], 0))
+print(a.getsockname()[1], b.getsockname()[1])' "$1"
+}
+
+# member_url I: member I's client URL (https when ETCD_SCHEME=https; ETCD_EXTRA then holds
+# etcd's TLS flags).
+member_url() { echo "${ETCD_SCHEME:-http}://${M_ADDR[$1]}:${M_CPORT[$1]}"; }
+
+# start_member I: (re)start member I with the cluster set up by start_cluster.
+start_member() {
+	local i=$1
+	"$ETCD" --name "m$i" --data-dir "$ETCD_DATA/m$i" \
+		--listen-client-urls "$(member_url "$i")" --advertise-client-urls "$(member_url "$i")" \
+		--listen-peer-urls "http://${M_ADDR[$i]}:${M_PPORT[$i]}" \
+		--initial-advertise-peer-urls "http://${M_ADDR[$i]}:${M_PPORT[$i]}" \
+		--initial-cluster "$ETCD_CLUSTER" --initial-cluster-state new \
+		--initial-cluster-token "crun-test-$$" --logger zap --log-level warn \
+		--log-outputs stderr ${ETCD_EXTRA:-} >>"$T/etcd-m$i.log" 2>&1 &
+	M_PID[$i]=$!
+	track $!
+}
+
+member_healthy() { $PROBE "$(member_url "$1")" health 2>/dev/null; }
+all_healthy() {
+	local i
+	for ((i = 0; i < MEMBERS; i++)); do
+		[ -z "${M_PID[$i]}" ] || member_healthy "$i" || return 1
+	done
+}
+
+# start_cluster N: N members on 127.0.0.21, .22, ...; waits until each answers healthy.
+# Sets ETCD_EP (the member list for --rdzv-endpoint) and URL0 (member 0's client URL).
+start_cluster() {
+	local n=$1 i ports
+	MEMBERS=$n
+	ETCD_CLUSTER=""
+	ETCD_EP=""
+	for ((i = 0; i < n; i++)); do
+		M_ADDR[$i]=127.0.0.$((21 + i))
+		ports=$(two_free_ports "${M_ADDR[$i]}") || fail "no free ports on ${M_ADDR[$i]}"
+		M_CPORT[$i]=${ports% *}
+		M_PPORT[$i]=${ports#* }
+		ETCD_CLUSTER="$ETCD_CLUSTER${ETCD_CLUSTER:+,}m$i=http://${M_ADDR[$i]}:${M_PPORT[$i]}"
+		ETCD_EP="$ETCD_EP${ETCD_EP:+,}${M_ADDR[$i]}:${M_CPORT[$i]}"
+	done
+	for ((i = 0; i < n; i++)); do
+		start_member "$i"
+	done
+	wait_for 60 all_healthy
+	URL0=$(member_url 0)
+	note "etcd: $n member(s) at $ETCD_EP"
+}
+
+# kill_member I: SIGKILL member I and reap it.
+kill_member() {
+	kill -9 "${M_PID[$1]}" 2>/dev/null
+	wait "${M_PID[$1]}" 2>/dev/null
+	M_PID[$1]=""
+}
+
+# leader: the index of the member that leads now (waits up to 20 s for one).
+leader() {
+	local i deadline=$(($(now_ms) + 20000))
+	while [ "$(now_ms)" -lt $deadline ]; do
+		for ((i = 0; i < MEMBERS; i++)); do
+			if [ -n "${M_PID[$i]}" ] && $PROBE "$(member_url "$i")" leader 2>/dev/null; then
+				echo "$i"
+				return 0
+			fi
+		done
+		sleep 0.1
+	done
+	fail "no etcd leader within 20 s"
+}
+
+# live_url: the client URL of some member still running.
+live_url() {
+	local i
+	for ((i = 0; i < MEMBERS; i++)); do
+		[ -z "${M_PID[$i]}" ] || { member_url "$i"; return 0; }
+	done
+	fail "no etcd member is running"
+}
+
+# etcd_rss_kb: the resident memory of every running member, summed, in KiB.
+etcd_rss_kb() {
+	local i sum=0 kb
+	for ((i = 0; i < MEMBERS; i++)); do
+		[ -n "${M_PID[$i]}" ] || continue
+		kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/${M_PID[$i]}/status")
+		sum=$((sum + kb))
+	done
+	echo $sum
+}
+
+# etcd_agents ID NNODES NPROC ARGS...: start NNODES agents (127.0.0.2...) of job ID through
+# etcd in the background; their pids in APIDS.
+etcd_agents() {
+	local id=$1 nn=$2 np=$3 i
+	shift 3
+	APIDS=()
+	for ((i = 0; i < nn; i++)); do
+		etcd_agent "$id" "$i" "$nn" "$np" "$@"
+	done
+}
+
+# etcd_agent ID I NNODES NPROC ARGS...: agent I (127.0.0.I+2) of job ID; appends to APIDS.
+etcd_agent() {
+	local id=$1 i=$2 nn=$3 np=$4
+	shift 4
+	"$CRUN" --nnodes "$nn" --nproc-per-node "$np" --rdzv-backend etcd \
+		--rdzv-endpoint "$ETCD_EP" --rdzv-id "$id" --local-addr 127.0.0.$((i + 2)) \
+		--rdzv-conf "${CONF:-last_call_timeout=1}" "$@" >"$T/$id.$i.out" 2>"$T/$id.$i.err" &
+	APIDS[$i]=$!
+	track $!
+}
+
+# wait_agents SECONDS: wait for every agent in APIDS; sets RCS ("0 0").
+wait_agents() {
+	local p
+	RCS=""
+	for p in "${APIDS[@]}"; do
+		wait_pid "$1" "$p"
+		RCS="$RCS $RC"
+	done
+	RCS=${RCS# }
+}
+
+# job_keys ID: how many keys job ID has in etcd now.
+job_keys() { $PROBE "$(live_url)" keys "/crun/$1/"; }
+
+# digests_agree FILE N: N "params sha256" lines in FILE, all the same.
+digests_agree() {
+	local n u
+	n=$(grep -ac 'params sha256 ' "$1")
+	u=$(grep -ao 'params sha256 [0-9a-f]*' "$1" | sort -u | wc -l)
+	[ "$n" -eq "$2" ] || { cat "$1" >&2; fail "$n digest lines, expected $2"; }
+	[ "$u" -eq 1 ] || { grep -a 'params sha256' "$1" >&2; fail "the ranks' digests differ"; }
+}

@@ -1,0 +1,91 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/etcd/secure.sh: etcd's own security, end to end through crun: a member that speaks
+# only TLS and wants client certificates (--rdzv-conf protocol, cacert, cert, key), and a
+# member with authentication on, where the job's user may touch only /crun/<its run id>/
+# (--rdzv-conf user, password_file). The workers' store reaches etcd the same way as the
+# agents' (they train examples/train through it); no crun token is needed or passed on.
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BUILD/examples/train
+command -v openssl >/dev/null 2>&1 || { echo "SKIP: no openssl to make certificates"; exit 77; }
+
+note "TLS with client certificates"
+C=$T/tls
+mkdir -p "$C"
+(cd "$C" && exec >openssl.log 2>&1 &&
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=crun-test-ca \
+		-keyout ca.key -out ca.pem &&
+	openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.21 -keyout server.key \
+		-out server.csr &&
+	printf 'subjectAltName=IP:127.0.0.21\nextendedKeyUsage=serverAuth,clientAuth\n' >ext &&
+	openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+		-extfile ext -out server.pem &&
+	openssl req -newkey rsa:2048 -nodes -subj /CN=crun-client -keyout client.key \
+		-out client.csr &&
+	printf 'extendedKeyUsage=clientAuth\n' >cext &&
+	openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+		-extfile cext -out client.pem) || { cat "$C/openssl.log" >&2; fail "openssl"; }
+ETCD_SCHEME=https
+ETCD_EXTRA="--cert-file $C/server.pem --key-file $C/server.key --trusted-ca-file $C/ca.pem
+	--client-cert-auth"
+# The probe reaches the member with the same files (crun gets them from --rdzv-conf).
+export PROBE_CACERT=$C/ca.pem PROBE_CERT=$C/client.pem PROBE_KEY=$C/client.key
+start_cluster 1
+# Relative paths, made absolute by crun: the workers start elsewhere.
+cd "$C" || fail "cd $C"
+CONF=last_call_timeout=1,protocol=https,cacert=ca.pem,cert=client.pem,key=client.key
+CRUN_STORE_TOKEN=not-for-etcd etcd_agents tls 2 1 "$TRAIN" --epochs 2
+wait_agents 240
+cat "$T"/tls.*.out >"$T/tls.out"
+[ "$RCS" = "0 0" ] || { cat "$T"/tls.*.err >&2; fail "exit codes $RCS over TLS"; }
+digests_agree "$T/tls.out" 2
+expect_grep "rendezvous through etcd at etcd+https://" "$T/tls.0.err" "the agent's endpoint"
+expect_grep "CRUN_STORE_TOKEN is not used with etcd" "$T/tls.0.err" "a warning for the token"
+expect_eq "$(job_keys tls)" 0 "keys of job tls left in etcd"
+note "the workers see the same files, and no crun token"
+CRUN_STORE_TOKEN=not-for-etcd etcd_agents tlsenv 1 1 /bin/sh -c \
+	'echo "CA=$CRUN_ETCD_CACERT CERT=$CRUN_ETCD_CERT KEY=$CRUN_ETCD_KEY TOKEN=${CRUN_STORE_TOKEN-unset}"'
+wait_agents 60
+expect_eq "$RCS" 0 "exit code of the environment job"
+expect_grep "CA=$C/ca.pem CERT=$C/client.pem KEY=$C/client.key TOKEN=unset" "$T/tlsenv.0.out" \
+	"the workers' TLS environment"
+note "without a client certificate the member refuses, and crun says so"
+# The refusal looks like a connection that fails: crun tries again until its connect
+# timeout, which is join_timeout (5 s here).
+CONF=last_call_timeout=1,join_timeout=5,protocol=https,cacert=ca.pem etcd_agents tlsno 1 1 /bin/true
+wait_agents 60
+expect_eq "$RCS" 1 "exit code without a client certificate"
+expect_grep "error: rendezvous tlsno: store etcd+https://$ETCD_EP" "$T/tlsno.0.err" "the error"
+grep -a "error" "$T/tlsno.0.err" | head -n 2 >&2
+cd / || fail "cd /"
+kill_member 0
+ETCD_SCHEME=http
+ETCD_EXTRA=
+
+note "authentication: the job's user may touch /crun/ja/ only"
+start_cluster 1
+$PROBE "$URL0" auth /crun/ja/ trainer "s3cret pw" || fail "enabling authentication"
+printf 's3cret pw\n' >"$T/pw"
+chmod 600 "$T/pw"
+CONF=last_call_timeout=1,user=trainer,password_file=$T/pw
+etcd_agents ja 2 1 "$TRAIN" --epochs 2
+wait_agents 240
+cat "$T"/ja.*.out >"$T/ja.out"
+[ "$RCS" = "0 0" ] || { cat "$T"/ja.*.err >&2; fail "exit codes $RCS with a user"; }
+digests_agree "$T/ja.out" 2
+expect_eq "$(job_keys ja)" 0 "keys of job ja left in etcd"
+note "another run id is outside the user's prefix: refused at once"
+etcd_agents jb 1 1 /bin/true
+wait_agents 60
+expect_eq "$RCS" 1 "exit code outside the user's prefix"
+# The store API carries the code (CRUN_EAUTH), not etcd's "permission denied".
+expect_grep "error: rendezvous: rendezvous jb: .*authentication failed" "$T/jb.0.err" "the reason"
+grep -a "error" "$T/jb.0.err" | head -n 1 >&2
+note "a wrong password"
+printf 'wrong\n' >"$T/pw"
+etcd_agents jc 1 1 /bin/true
+wait_agents 60
+expect_eq "$RCS" 1 "exit code with a wrong password"
+expect_grep "error: rendezvous jc: store etcd://$ETCD_EP: " "$T/jc.0.err" "the reason"
+grep -a "error" "$T/jc.0.err" | head -n 1 >&2
+echo "etcd secure: ok"
