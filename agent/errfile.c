@@ -372,12 +372,34 @@ void errfile_summary(const struct errfile_failure *f, char *buf, size_t len)
 		 f->message != NULL ? f->message : "");
 }
 
+/*
+ * The "exit 1" or "SIGKILL (9)" of a summary at @s into @f; returns the length it spans, or -1.
+ * sscanf() returns after a partial match with the fields so far assigned: only a reached %n
+ * proves the whole pattern matched (fuzzing found a stale offset used after a partial match).
+ */
+static int parse_exit(const char *s, struct errfile_failure *f)
+{
+	int v, n = -1;
+
+	if (sscanf(s, "exit %d%n", &v, &n) == 1 && n >= 0) {
+		f->exit_code = v;
+		return n;
+	}
+	n = -1;
+	if ((sscanf(s, "%*[A-Z0-9] (%d)%n", &v, &n) == 1 && n >= 0) ||
+	    (n = -1, sscanf(s, "signal %d (%*d)%n", &v, &n) == 1 && n >= 0)) {
+		f->signal = v;
+		return n;
+	}
+	return -1;
+}
+
 int errfile_parse_summary(const char *s, struct errfile_failure *f, char *host, size_t hostlen,
 			  char *msg, size_t msglen)
 {
 	const char *p = s, *rest;
 	char h[256];
-	int rank, lr, pid, n = 0, code, sig;
+	int rank, lr, pid, n = 0;
 
 	memset(f, 0, sizeof(*f));
 	for (p = strstr(p, "rank "); p != NULL; p = strstr(p + 1, "rank ")) {
@@ -391,12 +413,8 @@ int errfile_parse_summary(const char *s, struct errfile_failure *f, char *host, 
 		return -EINVAL;
 	}
 	rest = p + n;
-	if (sscanf(rest, "exit %d%n", &code, &n) == 1) {
-		f->exit_code = code;
-	} else if (sscanf(rest, "%*[A-Z0-9] (%d)%n", &sig, &n) == 1 ||
-		   sscanf(rest, "signal %d (%*d)%n", &sig, &n) == 1) {
-		f->signal = sig;
-	} else {
+	n = parse_exit(rest, f);
+	if (n < 0) {
 		return -EINVAL;
 	}
 	rest += n;

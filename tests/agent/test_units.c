@@ -309,7 +309,7 @@ static void errfile_summary_round_trips(void **state)
 	struct errfile_failure f = {.host = "node7", .rank = 12, .local_rank = 4, .exit_code = 3,
 				    .pid = 999, .message = "CUDA out of memory"};
 	struct errfile_failure g;
-	char buf[512], wrapped[600], host[64], msg[256];
+	char buf[512], wrapped[600], host[64], msg[256], *partial;
 
 	(void)state;
 	errfile_summary(&f, buf, sizeof(buf));
@@ -330,6 +330,13 @@ static void errfile_summary_round_trips(void **state)
 	assert_int_equal(errfile_parse_summary("rank x (host", &g, host, sizeof(host), msg,
 					       sizeof(msg)),
 			 -EINVAL);
+	/* A partial match of the exit part once reused a stale offset and read past the string
+	 * (found by tests/fuzz/fuzz_errfile; ASan in CI catches a regression). */
+	partial = strdup("rank 0 (host h, local rank 0, pid 5): signal 9 (S"); /* exact size */
+	assert_non_null(partial);
+	assert_int_equal(errfile_parse_summary(partial, &g, host, sizeof(host), msg, sizeof(msg)),
+			 -EINVAL);
+	free(partial);
 }
 
 int main(int argc, char **argv)

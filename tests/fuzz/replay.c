@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/store/fuzz_replay.c: run the fuzz harness over every file of a corpus directory. */
+/* tests/fuzz/replay.c: run a fuzz harness over every file of a corpus directory (the CI replay). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -8,6 +8,8 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* Optional in a harness, as in libFuzzer. */
+int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 static int replay(const char *path)
 {
@@ -48,6 +50,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
 		return 2;
 	}
+	if (LLVMFuzzerInitialize != NULL) {
+		LLVMFuzzerInitialize(&argc, &argv);
+	}
 	d = opendir(argv[1]);
 	if (d == NULL) {
 		fprintf(stderr, "fuzz_replay: %s: %s\n", argv[1], strerror(errno));
@@ -62,6 +67,7 @@ int main(int argc, char **argv)
 		files++;
 	}
 	closedir(d);
-	printf("fuzz_replay: %d inputs replayed\n", files);
+	/* stderr: a harness may have pointed stdout at /dev/null. */
+	fprintf(stderr, "fuzz_replay: %d inputs replayed\n", files);
 	return bad != 0 || files == 0 ? 1 : 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/store/fuzz_wire.c: libFuzzer harness for the frame decoder (also replayed in CI). */
+/* tests/fuzz/fuzz_wire.c: libFuzzer harness for the frame decoder (also replayed in CI). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
