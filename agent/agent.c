@@ -17,6 +17,7 @@
 #include <crun/store.h>
 
 #include "agent/agent.h"
+#include "agent/backoff.h"
 #include "agent/errfile.h"
 #include "agent/etcd.h"
 #include "agent/group.h"
@@ -486,6 +487,36 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 /* ---- the job ---- */
 
 /*
+ * Before the restart that follows a failure (this node's, or a peer's that spent the budget),
+ * wait as --restart-backoff says, so a failure that recurs at once cannot spend the whole
+ * --max-restarts budget in milliseconds. Returns 0, or the signal that ended the wait.
+ */
+static int restart_wait(struct agent *a, struct backoff *bo, const struct rdzv_assignment *as,
+			int64_t ran_ms)
+{
+	const struct job_spec *spec = a->spec;
+	char name[32];
+	int64_t ms;
+	int sig;
+
+	if (as->restart_count + 1 > spec->max_restarts) {
+		return 0; /* the next round only reports that the budget is spent */
+	}
+	ms = backoff_next(bo, ran_ms);
+	if (ms <= 0) {
+		return 0;
+	}
+	log_warn("restarting in %.1f s (restart %d of %d)", (double)ms / 1000.0,
+		 as->restart_count + 1, spec->max_restarts);
+	sig = backoff_sleep(&a->loop, ms, spec->signals, spec->nsignals);
+	if (sig > 0) {
+		log_warn("received %s while waiting to restart: not restarting",
+			 signal_name(sig, name, sizeof(name)));
+	}
+	return sig;
+}
+
+/*
  * Another node's failure ended the job: show the same table its agent printed and return the
  * exit status that node exits with (its first failed worker's), so every node of the job ends
  * the same way. The rendezvous' "budget exhausted" message carries the final round's failure
@@ -617,6 +648,7 @@ int agent_run(const struct job_spec *spec)
 	struct crun_diag d = {0};
 	int rc, exit_code = 1;
 	bool keep_tmp = false, etcd_done;
+	struct backoff bo;
 
 	a = calloc(1, sizeof(*a));
 	if (a == NULL) {
@@ -644,11 +676,14 @@ int agent_run(const struct job_spec *spec)
 		log_error("%s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 		goto out;
 	}
+	backoff_init(&bo, spec->restart_backoff_ms, spec->restart_backoff_max_ms);
 	for (;;) {
 		struct rdzv_assignment as;
 		char errdir[PATH_MAX], summary[ERRFILE_MAX_MESSAGE + 256];
 		enum outcome oc;
 		bool restart = false;
+		int64_t started;
+		int sig;
 
 		memset(&as, 0, sizeof(as));
 		rc = rdzv_next_round(a->r, &as, &d);
@@ -671,6 +706,7 @@ int agent_run(const struct job_spec *spec)
 			 spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_addr : as.master_addr,
 			 spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_port : as.master_port);
 		summary[0] = '\0';
+		started = crun_now_ms();
 		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));
 		a->attempt++;
 		switch (oc) {
@@ -717,6 +753,11 @@ int agent_run(const struct job_spec *spec)
 			}
 			log_warn("restarting the workers (%s)", summary);
 			fs_rm_rf(errdir);
+			sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
+			if (sig > 0) {
+				exit_code = 128 + sig;
+				goto out;
+			}
 			continue;
 		case OUT_EVENT:
 			fs_rm_rf(errdir);
@@ -724,6 +765,13 @@ int agent_run(const struct job_spec *spec)
 				log_error("rendezvous: the store stopped answering: %s", a->stop_detail);
 				exit_code = 1;
 				goto out;
+			}
+			if (a->stop_ev == RDZV_EV_PEER_FAILED) {
+				sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
+				if (sig > 0) {
+					exit_code = 128 + sig;
+					goto out;
+				}
 			}
 			continue;
 		case OUT_SIGNAL:

@@ -16,6 +16,7 @@
 #include "agent/group.h"
 #include "agent/logroute.h"
 #include "agent/spawn.h"
+#include "agent/watchdog.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/clock.h"
@@ -37,6 +38,7 @@ struct worker {
 	bool failed;        /* counted as a failure (not a casualty of the stop) */
 	char errfile[PATH_MAX];
 	char message[ERRFILE_MAX_MESSAGE];
+	struct watchdog_beat beat; /* --worker-timeout only */
 };
 
 struct group {
@@ -50,6 +52,7 @@ struct group {
 	int handles;        /* every handle not yet closed */
 	uv_timer_t grace;   /* SIGTERM -> SIGKILL */
 	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
+	uv_timer_t watch;   /* the hang watchdog (--worker-timeout), stopped when off */
 	bool stopping, failed, stopped_outside, finishing, reaped;
 	int stop_signal;
 	int nfail;
@@ -94,6 +97,7 @@ static void maybe_finish(struct group *g)
 	g->finishing = true;
 	uv_close((uv_handle_t *)&g->grace, on_closed);
 	uv_close((uv_handle_t *)&g->drain, on_closed);
+	uv_close((uv_handle_t *)&g->watch, on_closed);
 }
 
 /* Close callback of every handle: timers carry the group, pipes and exit watchers the worker. */
@@ -184,9 +188,57 @@ static void stop(struct group *g, int sig)
 	}
 	g->stopping = true;
 	g->stop_signal = sig;
+	uv_timer_stop(&g->watch);
 	kill_groups(g, sig);
 	if (g->running > 0 && sig != SIGKILL) {
 		uv_timer_start(&g->grace, on_grace, (uint64_t)g->spec->shutdown_timeout_ms, 0);
+	}
+}
+
+/*
+ * The hang watchdog: a running worker that has not touched its heartbeat file for
+ * --worker-timeout fails the group, as if it had exited: the failure names it (rank, pid, how
+ * long it was silent) and the group stops and restarts as for any failure.
+ */
+static void on_watch(uv_timer_t *t)
+{
+	struct group *g = t->data;
+	int64_t now = crun_now_ms(), silent = 0, s;
+	struct worker *w = NULL;
+	int i;
+
+	if (g->stopping) {
+		return;
+	}
+	/* Ranks blocked in a collective with a hung rank go silent too, but later: the one
+	 * silent the longest is the root cause. */
+	for (i = 0; i < g->n; i++) {
+		if (!g->w[i].started || g->w[i].exited) {
+			continue;
+		}
+		s = watchdog_beat_silence(&g->w[i].beat, now);
+		if (s > silent) {
+			silent = s;
+			w = &g->w[i];
+		}
+	}
+	if (w != NULL && silent >= g->spec->worker_timeout_ms) {
+		log_error("worker rank %d (pid %d): no heartbeat for %.1f s (--worker-timeout "
+			  "%.1f s): treating it as hung, stopping the workers",
+			  w->rank, w->pid, (double)silent / 1000.0,
+			  (double)g->spec->worker_timeout_ms / 1000.0);
+		snprintf(w->message, sizeof(w->message),
+			 "hung: no heartbeat for %.1f s (--worker-timeout %.1f s)",
+			 (double)silent / 1000.0, (double)g->spec->worker_timeout_ms / 1000.0);
+		w->failed = true;
+		w->term_signal = SIGTERM; /* what it gets now; its real end replaces this */
+		w->exit_wall_ms = crun_wall_ms();
+		g->fail[g->nfail++] = w;
+		g->failed = true;
+		stop(g, SIGTERM);
+		if (g->nfail == 1 && g->first_failure != NULL) {
+			g->first_failure(g, g->arg);
+		}
 	}
 }
 
@@ -408,6 +460,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 		.store_prefix = o->store_prefix,
 		.store_token = o->store_token,
 		.error_file = w->errfile,
+		.heartbeat_file = spec->worker_timeout_ms > 0 ? w->beat.path : NULL,
 	};
 	struct spawn_env env;
 	char **argv = NULL;
@@ -417,6 +470,13 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	rc = setup_routes(g, w, o, d);
 	if (rc < 0) {
 		return rc;
+	}
+	if (spec->worker_timeout_ms > 0) {
+		rc = watchdog_beat_init(&w->beat, o->errdir, w->rank, crun_now_ms());
+		if (rc < 0) {
+			return diag_set(d, rc, "worker rank %d: heartbeat file in %s: %s", w->rank,
+					o->errdir, strerror(-rc));
+		}
 	}
 	rc = spawn_worker_env(&wi, o->base_env, &env);
 	if (rc < 0) {
@@ -546,9 +606,11 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	}
 	uv_timer_init(loop, &g->grace);
 	uv_timer_init(loop, &g->drain);
+	uv_timer_init(loop, &g->watch);
 	g->grace.data = g;
 	g->drain.data = g;
-	g->handles = 2;
+	g->watch.data = g;
+	g->handles = 3;
 	for (i = 0; i < g->n; i++) {
 		struct worker *w = &g->w[i];
 
@@ -572,6 +634,11 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		}
 	}
 	*out = g;
+	if (spec->worker_timeout_ms > 0 && !g->stopping) {
+		int64_t period = watchdog_period_ms(spec->worker_timeout_ms);
+
+		uv_timer_start(&g->watch, on_watch, (uint64_t)period, (uint64_t)period);
+	}
 	if (g->running == 0) {
 		all_exited(g);
 	}

@@ -23,6 +23,9 @@ int jobspec_defaults(struct job_spec *spec)
 	spec->max_restarts = 0;
 	spec->shutdown_timeout_ms = 30 * 1000;
 	spec->monitor_interval_s = 5.0;
+	spec->restart_backoff_ms = 1000;
+	spec->restart_backoff_max_ms = 30 * 1000;
+	spec->worker_timeout_ms = 0;
 	spec->signals[0] = SIGTERM;
 	spec->signals[1] = SIGINT;
 	spec->signals[2] = SIGHUP;

@@ -54,6 +54,9 @@ struct job_spec {
 	int max_restarts;           /* default 0 */
 	int64_t shutdown_timeout_ms;  /* grace between SIGTERM and SIGKILL; default 30 s */
 	double monitor_interval_s;  /* accepted for compatibility; crun is event-driven */
+	int64_t restart_backoff_ms;     /* first wait before a restart; doubles; default 1 s */
+	int64_t restart_backoff_max_ms; /* the doubling's cap; default 30 s */
+	int64_t worker_timeout_ms;  /* hang watchdog: a silent worker fails the group; 0: off */
 	int signals[JOBSPEC_MAX_SIGNALS]; /* --signals-to-handle; default INT TERM HUP QUIT */
 	int nsignals;
 

@@ -184,6 +184,9 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 	if (wi->error_file != NULL) {
 		rc |= spawn_env_set(e, "TORCHELASTIC_ERROR_FILE", wi->error_file);
 	}
+	if (wi->heartbeat_file != NULL) {
+		rc |= spawn_env_set(e, "CRUN_HEARTBEAT_FILE", wi->heartbeat_file);
+	}
 	if (spawn_env_get(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL) {
 		rc |= spawn_env_set(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
 	}

@@ -33,6 +33,7 @@ struct spawn_worker_info {
 	int master_port;
 	const char *store_endpoint, *store_prefix, *store_token; /* token may be NULL */
 	const char *error_file;
+	const char *heartbeat_file; /* CRUN_HEARTBEAT_FILE (--worker-timeout), or NULL */
 };
 
 /**

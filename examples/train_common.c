@@ -769,8 +769,9 @@ int gradcheck(const struct opts *o)
 }
 
 /*
- * Load the newest valid checkpoint of o->ckpt_dir into the model (parameters and momentum),
- * setting *epoch0 and *step; start fresh when there is none. Exits on any other error.
+ * Load the checkpoint of o->ckpt_dir that rank 0 chose (its newest valid one) into the model
+ * (parameters and momentum) on every rank, setting *epoch0 and *step; start fresh when rank 0
+ * has none. Exits on any other error (a rank that lacks rank 0's choice fails every rank).
  */
 void resume_from_checkpoint(const struct opts *o, struct model *m, int rank, uint64_t *epoch0,
 			    uint64_t *step)
@@ -778,11 +779,11 @@ void resume_from_checkpoint(const struct opts *o, struct model *m, int rank, uin
 	struct crun_ckpt_seg segs[2] = {{m->p, m->np * sizeof(float)},
 					{m->v, m->np * sizeof(float)}};
 	uint64_t ck_epoch, ck_step;
-	char ckpath[4096];
+	char ckpath[4096], err[4400];
 	int rc;
 
-	rc = crun_checkpoint_load_latest(o->ckpt_dir, &ck_epoch, &ck_step, segs, 2, ckpath,
-					 sizeof(ckpath));
+	rc = crun_checkpoint_resume(o->ckpt_dir, &ck_epoch, &ck_step, segs, 2, ckpath,
+				    sizeof(ckpath), err, sizeof(err), 120000);
 	if (rc == 0) {
 		*epoch0 = ck_epoch;
 		*step = ck_step;
@@ -793,7 +794,7 @@ void resume_from_checkpoint(const struct opts *o, struct model *m, int rank, uin
 		    "%zu parameters): another --hidden? Use another --checkpoint-dir",
 		    o->ckpt_dir, m->h, m->np);
 	} else if (rc != -ENOENT) {
-		die("checkpoint %s: %s", o->ckpt_dir, crun_strerror(rc));
+		die("%s", err);
 	} else if (crun_restart_count() > 0 && rank == 0) {
 		printf("restart %d: no checkpoint in %s, starting over\n", crun_restart_count(),
 		       o->ckpt_dir);

@@ -397,6 +397,9 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 	    (rc = cli_int_value(&p, O_MAX_RESTARTS, 0, RESTARTS_MAX, &spec->max_restarts)) != 0) {
 		return rc;
 	}
+	if ((rc = cli_do_restart_waits(&p)) != 0) {
+		return rc;
+	}
 	if (p.v[O_MONITOR_INTERVAL].set) {
 		int64_t ms;
 

@@ -822,3 +822,33 @@ int cli_do_program(struct cli_parser *p)
 	}
 	return 0;
 }
+
+int cli_do_restart_waits(struct cli_parser *p)
+{
+	struct job_spec *spec = p->spec;
+	int rc;
+
+	if (p->v[O_RESTART_BACKOFF].set &&
+	    (rc = cli_seconds_value(p, O_RESTART_BACKOFF, &spec->restart_backoff_ms)) != 0) {
+		return rc;
+	}
+	if (p->v[O_RESTART_BACKOFF_MAX].set) {
+		rc = cli_seconds_value(p, O_RESTART_BACKOFF_MAX, &spec->restart_backoff_max_ms);
+		if (rc != 0) {
+			return rc;
+		}
+		if (spec->restart_backoff_max_ms < spec->restart_backoff_ms) {
+			return cli_fail(p, O_RESTART_BACKOFF_MAX,
+					"%.3g s is below --restart-backoff (%.3g s)",
+					(double)spec->restart_backoff_max_ms / 1000.0,
+					(double)spec->restart_backoff_ms / 1000.0);
+		}
+	} else if (spec->restart_backoff_max_ms < spec->restart_backoff_ms) {
+		spec->restart_backoff_max_ms = spec->restart_backoff_ms;
+	}
+	if (p->v[O_WORKER_TIMEOUT].set &&
+	    (rc = cli_seconds_value(p, O_WORKER_TIMEOUT, &spec->worker_timeout_ms)) != 0) {
+		return rc;
+	}
+	return 0;
+}

@@ -39,6 +39,16 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_MAX_RESTARTS] = {"max-restarts", 0, true, true, "N",
 			    "job-wide restarts after worker failures (default 0)",
 			    "Restarts and shutdown"},
+	[O_RESTART_BACKOFF] = {"restart-backoff", 0, true, true, "SECONDS",
+			       "wait before the first restart after a failure, doubled for each "
+			       "next one; 0 restarts at once (default 1)", NULL},
+	[O_RESTART_BACKOFF_MAX] = {"restart-backoff-max", 0, true, true, "SECONDS",
+				   "cap of the doubling wait; it starts over after 10 minutes "
+				   "without a failure (default 30)", NULL},
+	[O_WORKER_TIMEOUT] = {"worker-timeout", 0, true, true, "SECONDS",
+			      "a worker that sends no heartbeat (libcrun-worker, or a touch of "
+			      "$CRUN_HEARTBEAT_FILE) for this long is hung: the group fails and "
+			      "restarts (default 0: off)", NULL},
 	[O_MONITOR_INTERVAL] = {"monitor-interval", 0, true, true, "SECONDS",
 				"accepted for torchrun compatibility; crun is event-driven", NULL},
 	[O_START_METHOD] = {"start-method", 0, true, true, "spawn|fork|forkserver",

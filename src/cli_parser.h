@@ -27,6 +27,9 @@ enum cli_opt_id {
 	O_RDZV_CONF,
 	O_STANDALONE,
 	O_MAX_RESTARTS,
+	O_RESTART_BACKOFF,
+	O_RESTART_BACKOFF_MAX,
+	O_WORKER_TIMEOUT,
 	O_MONITOR_INTERVAL,
 	O_START_METHOD,
 	O_SHUTDOWN_TIMEOUT,
@@ -129,6 +132,8 @@ int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *mask
 /* Needs spec->nproc_per_node counted first. */
 int cli_do_ranks_filter(struct cli_parser *p);
 int cli_do_signals(struct cli_parser *p);
+/* --restart-backoff, --restart-backoff-max and --worker-timeout. */
+int cli_do_restart_waits(struct cli_parser *p);
 int cli_do_log_prefix(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);

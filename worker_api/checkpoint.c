@@ -20,6 +20,7 @@
 #include "src/common/crc32.h"
 #include "src/common/fs.h"
 #include "src/common/io.h"
+#include "worker_api/worker_internal.h"
 
 /*
  * File layout, all integers little-endian:
@@ -103,8 +104,6 @@ static int list_steps(const char *dir, uint64_t **out, size_t *n)
 	return 0;
 }
 
-/* mkdir -p: create @dir and any missing parents. */
-
 static int write_file(const char *dir, uint64_t epoch, uint64_t step,
 		      const struct crun_ckpt_seg *segs, size_t nsegs)
 {
@@ -172,35 +171,175 @@ static bool is_temp_name(const char *name)
 }
 
 /*
- * Keep the CKPT_KEEP newest checkpoints, and remove temporary files that writers killed
- * mid-write left behind (only rank 0 writes, one save at a time, and its own temp file has
- * just been renamed, so any temp file here is stale).
+ * Open @path and read and check its header: *@fd the open file positioned at the payload,
+ * *@hdr the header (malloc'd, caller frees), *@nsegs its segment count. Returns 0, -errno,
+ * -EBADMSG (bad magic, checksum, truncated) or -EPROTO (unsupported version).
  */
-static void prune(const char *dir)
+static int open_checked(const char *path, int *fd, uint8_t **hdr, uint32_t *nsegs)
+{
+	uint8_t fixed[CKPT_FIXED], *h = NULL;
+	uint64_t total = 0;
+	size_t hlen, i;
+	int rc;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0) {
+		return -errno;
+	}
+	rc = read_all(*fd, fixed, sizeof(fixed));
+	if (rc < 0) {
+		goto err;
+	}
+	if (memcmp(fixed, CKPT_MAGIC, 8) != 0) {
+		rc = -EBADMSG;
+		goto err;
+	}
+	if (get_le32(fixed + 8) != CKPT_VERSION) {
+		rc = -EPROTO;
+		goto err;
+	}
+	*nsegs = get_le32(fixed + 12);
+	if (*nsegs > CKPT_MAX_SEGS) {
+		rc = -EBADMSG;
+		goto err;
+	}
+	hlen = CKPT_FIXED + 8 * (size_t)*nsegs + 4;
+	h = malloc(hlen);
+	if (h == NULL) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	memcpy(h, fixed, CKPT_FIXED);
+	rc = read_all(*fd, h + CKPT_FIXED, hlen - CKPT_FIXED);
+	if (rc < 0) {
+		goto err;
+	}
+	if (get_le32(h + hlen - 4) != crc32_update(0, h, hlen - 4)) {
+		rc = -EBADMSG;
+		goto err;
+	}
+	for (i = 0; i < *nsegs; i++) {
+		total += get_le64(h + CKPT_FIXED + 8 * i);
+	}
+	if (total != get_le64(h + 32)) {
+		rc = -EBADMSG;
+		goto err;
+	}
+	*hdr = h;
+	return 0;
+err:
+	free(h);
+	close(*fd);
+	*fd = -1;
+	return rc;
+}
+
+/* After the payload: nothing more, and the payload's CRC is the header's. */
+static int check_end(int fd, const uint8_t *hdr, uint32_t crc)
+{
+	uint8_t extra;
+
+	return read(fd, &extra, 1) != 0 || crc != get_le32(hdr + 40) ? -EBADMSG : 0;
+}
+
+/* The whole file checks out (header and payload CRC), whatever its segments' sizes. */
+static int ckpt_validate(const char *path)
+{
+	enum { CHUNK = 1 << 20 };
+	uint8_t *hdr = NULL, *buf;
+	uint64_t left;
+	uint32_t nsegs, crc = 0;
+	size_t take;
+	int fd, rc;
+
+	rc = open_checked(path, &fd, &hdr, &nsegs);
+	if (rc < 0) {
+		return rc;
+	}
+	buf = malloc(CHUNK);
+	if (buf == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (left = get_le64(hdr + 32); left > 0; left -= take) {
+		take = left < CHUNK ? (size_t)left : CHUNK;
+		rc = read_all(fd, buf, take);
+		if (rc < 0) {
+			goto out;
+		}
+		crc = crc32_update(crc, buf, take);
+	}
+	rc = check_end(fd, hdr, crc);
+out:
+	free(buf);
+	free(hdr);
+	close(fd);
+	return rc;
+}
+
+/* Remove temporary files that writers killed mid-write left behind (only rank 0 writes, one
+ * save at a time, and its own temp file has just been renamed, so any temp file here is stale). */
+static void remove_temps(const char *dir)
 {
 	char path[PATH_MAX];
 	struct dirent *de;
-	uint64_t *steps;
-	size_t n, i;
 	DIR *d;
 
 	d = opendir(dir);
-	if (d != NULL) {
-		while ((de = readdir(d)) != NULL) {
-			if (is_temp_name(de->d_name) &&
-			    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) <
-				    sizeof(path)) {
-				unlink(path);
-			}
-		}
-		closedir(d);
+	if (d == NULL) {
+		return;
 	}
+	while ((de = readdir(d)) != NULL) {
+		if (is_temp_name(de->d_name) &&
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < sizeof(path)) {
+			unlink(path);
+		}
+	}
+	closedir(d);
+}
+
+/*
+ * Rotation: keep the CKPT_KEEP newest checkpoints that validate, the one just written (step
+ * @written) always among them. A file that fails validation (-EBADMSG: damaged, truncated, not a
+ * checkpoint) can never be loaded, so it is removed and counts for nothing: a damaged file never
+ * pushes a valid one out. A file that cannot be judged (another version, an I/O error) is left
+ * alone and counts for nothing either. Valid files older than the CKPT_KEEP kept ones go.
+ */
+static void prune(const char *dir, uint64_t written)
+{
+	char path[PATH_MAX];
+	uint64_t *steps;
+	size_t n, i, kept = 1; /* the file just written */
+	int rc;
+
+	remove_temps(dir);
 	if (list_steps(dir, &steps, &n) < 0) {
 		return;
 	}
-	for (i = CKPT_KEEP; i < n; i++) {
+	for (i = 0; i < n; i++) {
+		if (steps[i] == written) {
+			continue;
+		}
 		snprintf(path, sizeof(path), "%s/ckpt-%020" PRIu64 ".bin", dir, steps[i]);
-		unlink(path);
+		if (kept >= CKPT_KEEP && steps[i] < written) {
+			unlink(path);
+			continue;
+		}
+		rc = ckpt_validate(path);
+		if (rc == 0) {
+			if (kept >= CKPT_KEEP && steps[i] < written) {
+				unlink(path);
+			} else {
+				kept++; /* a newer valid file (step numbers reused) is never removed */
+			}
+		} else if (rc == -EBADMSG) {
+			fprintf(stderr, "libcrun-worker: checkpoint %s: %s: removed (it can never be "
+					"loaded)\n", path, crun_strerror(rc));
+			unlink(path);
+		} else if (rc != -ENOENT) {
+			fprintf(stderr, "libcrun-worker: checkpoint %s: %s: left in place, not counted "
+					"among the %d kept\n", path, crun_strerror(rc), CKPT_KEEP);
+		}
 	}
 	free(steps);
 }
@@ -225,8 +364,9 @@ CRUN_EXPORT int crun_checkpoint_save(const char *dir, uint64_t epoch, uint64_t s
 			fprintf(stderr, "libcrun-worker: checkpoint %s step %" PRIu64 ": %s\n", dir,
 				step, crun_strerror(rc));
 		} else {
-			prune(dir);
+			prune(dir, step);
 		}
+		worker_heartbeat(); /* a long save is progress (--worker-timeout) */
 	}
 	/* Every rank meets here even when rank 0 failed, so nobody waits for a timeout. */
 	if (world > 1) {
@@ -241,58 +381,17 @@ CRUN_EXPORT int crun_checkpoint_save(const char *dir, uint64_t epoch, uint64_t s
 CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t *step,
 				     const struct crun_ckpt_seg *segs, size_t nsegs)
 {
-	uint8_t fixed[CKPT_FIXED], *hdr = NULL, extra;
+	uint8_t *hdr = NULL;
 	uint32_t fnsegs, crc = 0;
-	uint64_t total = 0;
-	size_t hlen, i;
-	ssize_t n;
+	size_t i;
 	int fd, rc;
 
 	if (path == NULL || (segs == NULL && nsegs > 0)) {
 		return -EINVAL;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		return -errno;
-	}
-	rc = read_all(fd, fixed, sizeof(fixed));
+	rc = open_checked(path, &fd, &hdr, &fnsegs);
 	if (rc < 0) {
-		goto out;
-	}
-	if (memcmp(fixed, CKPT_MAGIC, 8) != 0) {
-		rc = -EBADMSG;
-		goto out;
-	}
-	if (get_le32(fixed + 8) != CKPT_VERSION) {
-		rc = -EPROTO;
-		goto out;
-	}
-	fnsegs = get_le32(fixed + 12);
-	if (fnsegs > CKPT_MAX_SEGS) {
-		rc = -EBADMSG;
-		goto out;
-	}
-	hlen = CKPT_FIXED + 8 * (size_t)fnsegs + 4;
-	hdr = malloc(hlen);
-	if (hdr == NULL) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	memcpy(hdr, fixed, CKPT_FIXED);
-	rc = read_all(fd, hdr + CKPT_FIXED, hlen - CKPT_FIXED);
-	if (rc < 0) {
-		goto out;
-	}
-	if (get_le32(hdr + hlen - 4) != crc32_update(0, hdr, hlen - 4)) {
-		rc = -EBADMSG;
-		goto out;
-	}
-	for (i = 0; i < fnsegs; i++) {
-		total += get_le64(hdr + CKPT_FIXED + 8 * i);
-	}
-	if (total != get_le64(hdr + 32)) {
-		rc = -EBADMSG;
-		goto out;
+		return rc;
 	}
 	if (fnsegs != nsegs) {
 		rc = -EINVAL;
@@ -311,9 +410,8 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 		}
 		crc = crc32_update(crc, segs[i].data, segs[i].len);
 	}
-	n = read(fd, &extra, 1);
-	if (n != 0 || crc != get_le32(hdr + 40)) {
-		rc = -EBADMSG;
+	rc = check_end(fd, hdr, crc);
+	if (rc < 0) {
 		goto out;
 	}
 	if (epoch != NULL) {
@@ -322,7 +420,6 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 	if (step != NULL) {
 		*step = get_le64(hdr + 24);
 	}
-	rc = 0;
 out:
 	free(hdr);
 	close(fd);

@@ -17,6 +17,7 @@
 #include "src/common/diag.h"
 #include "src/common/opts.h"
 #include "worker_api/comm_internal.h"
+#include "worker_api/worker_internal.h"
 
 int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffix)
 {
@@ -248,6 +249,9 @@ static int enter(struct crun_comm *c, const char *what)
 static int leave(struct crun_comm *c, int rc)
 {
 	__atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+	if (rc >= 0) {
+		worker_heartbeat(); /* a completed collective is progress (--worker-timeout) */
+	}
 	return rc;
 }
 

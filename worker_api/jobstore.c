@@ -94,6 +94,9 @@ CRUN_EXPORT int crun_barrier(int timeout_ms)
 	}
 	keys[0] = done_key;
 	rc = crun_store_wait(barrier_store, keys, 1, timeout_ms);
+	if (rc == 0) {
+		worker_heartbeat(); /* every rank got here: progress (--worker-timeout) */
+	}
 out:
 	pthread_mutex_unlock(&barrier_lock);
 	return rc;

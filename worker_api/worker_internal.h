@@ -31,6 +31,9 @@ struct worker_env {
 /** Initialise if needed; returns the environment or NULL (then *rc holds the code). */
 const struct worker_env *worker_env_get(int *rc);
 
+/** Touch the heartbeat file (crun_heartbeat()), ignoring errors: after every collective. */
+void worker_heartbeat(void);
+
 /** Close the library-owned store handle used by crun_barrier() (store.c). */
 void worker_store_finish(void);
 

@@ -197,8 +197,10 @@ CRUN_EXPORT int crun_sampler_indices(const struct crun_sampler *s, uint64_t epoc
  * of the payload and of the header). Rank 0 writes a temporary file, fsyncs it, renames it
  * into place and fsyncs the directory; then every rank meets in crun_barrier(), so when
  * crun_checkpoint_save() returns on any rank the checkpoint is durable. The two newest
- * checkpoints are kept; temporary files left by a writer killed mid-write are removed by the
- * next save.
+ * checkpoints that validate are kept, the one just written always among them: a file that fails
+ * validation is removed and never pushes a valid one out. Temporary files left by a writer
+ * killed mid-write are removed by the next save and never carry a checkpoint's name, so an
+ * interrupted write never leaves a file that validates.
  */
 struct crun_ckpt_seg {
 	void *data; /* borrowed: read by save, written by load */
@@ -224,11 +226,31 @@ CRUN_EXPORT int crun_checkpoint_load(const char *path, uint64_t *epoch, uint64_t
 /**
  * Load the newest valid checkpoint in @dir (newer files that fail validation are skipped with
  * a warning on stderr). Returns 0 (loaded), -ENOENT (none: start fresh), or another code.
- * @path (may be NULL) receives the file's path.
+ * @path (may be NULL) receives the file's path. This rank alone decides: to resume a job, use
+ * crun_checkpoint_resume(), which makes every rank load the same file.
  */
 CRUN_EXPORT int crun_checkpoint_load_latest(const char *dir, uint64_t *epoch, uint64_t *step,
 					    const struct crun_ckpt_seg *segs, size_t nsegs,
 					    char *path, size_t pathlen);
+/**
+ * Resume the job (every rank calls; a collective): rank 0 chooses the newest checkpoint of
+ * @dir it can load (as crun_checkpoint_load_latest()) and publishes its file name on the job's
+ * store; every other rank loads exactly that file from its own @dir, so ranks whose @dir
+ * differ (node-local disks after a partition) still resume the same step. Then every rank
+ * meets the others (crun_barrier()), so either all ranks loaded it or all fail.
+ * Returns 0 (loaded; @path, may be NULL, receives the file's path), -ENOENT (rank 0 has no
+ * checkpoint: every rank starts fresh, whatever its own @dir holds), -EINVAL and the other
+ * codes of crun_checkpoint_load() for rank 0's own failure (on every rank), CRUN_EPEERFAIL
+ * when some rank could not load rank 0's choice (on every rank), or a store or barrier error
+ * (-ETIMEDOUT after @timeout_ms). On failure @err (may be NULL) receives the reason, naming
+ * the file and the rank ("checkpoint resume: rank 3 cannot load DIR/ckpt-...bin (chosen by
+ * rank 0): No such file or directory"). Single-process and one-rank jobs just load locally.
+ * Since CRUN_WORKER_1.2. Not thread-safe: one resume at a time, in the same order on every
+ * rank.
+ */
+CRUN_EXPORT int crun_checkpoint_resume(const char *dir, uint64_t *epoch, uint64_t *step,
+				       const struct crun_ckpt_seg *segs, size_t nsegs, char *path,
+				       size_t pathlen, char *err, size_t errlen, int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -110,6 +110,16 @@ CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_
 CRUN_EXPORT int crun_barrier(int timeout_ms);
 
 /**
+ * Tell the agent this worker is alive (crun --worker-timeout): touch the file named in
+ * CRUN_HEARTBEAT_FILE. The library does it by itself after every completed collective,
+ * crun_barrier() and checkpoint save; call it from long stretches without those (data loading,
+ * evaluation, a long step on one rank). Cheap: at most one futimens(2) per 100 ms, the other
+ * calls only read a coarse clock. Returns 0 (also when no watchdog is on), or -errno when the
+ * file cannot be opened or touched. Thread-safe; async-signal-unsafe. Since CRUN_WORKER_1.2.
+ */
+CRUN_EXPORT int crun_heartbeat(void);
+
+/**
  * Write TORCHELASTIC_ERROR_FILE in torchrun's JSON shape:
  * {"message": {"message": "...", "extraInfo": {"py_callstack": "...", "timestamp": "<s>"}}}
  * (@message borrowed, JSON-escaped, bytes that are not well-formed UTF-8 replaced by U+FFFD so

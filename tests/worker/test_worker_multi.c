@@ -728,6 +728,143 @@ static void train_refuses_checkpoint_of_another_shape(void **state)
 	free(out);
 }
 
+/* Save checkpoints of @steps (a NULL-terminated list) into @dir, in a single-mode process. */
+static void ckpt_write(const char *dir, const char *const *steps)
+{
+	const char *argv[16] = {need("WORKER_HELPER"), "ckpt-write", dir};
+	char *out;
+	int i, rc;
+
+	for (i = 0; steps[i] != NULL && i < 12; i++) {
+		argv[3 + i] = steps[i];
+	}
+	argv[3 + i] = NULL;
+	rc = run(argv, 30, &out);
+	expect_rc(rc, 0, out);
+	free(out);
+}
+
+/* Flip one payload byte of checkpoint @step in @dir: it no longer validates. */
+static void ckpt_damage(const char *dir, unsigned step)
+{
+	char path[PATH_MAX + 64];
+	unsigned char c;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/ckpt-%020u.bin", dir, step);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &c, 1, 70), 1);
+	c ^= 0x40;
+	assert_int_equal(pwrite(fd, &c, 1, 70), 1);
+	close(fd);
+}
+
+/*
+ * After a partition, node-local checkpoint directories differ: rank 0's newest is damaged (it
+ * has 3), rank 1 has a newer one (5) besides 3, rank 2 has only 3. Every rank resumes step 3,
+ * the one rank 0 chose (each rank loading its own newest, rank 1 resumed from 5).
+ */
+static void ranks_resume_the_checkpoint_rank0_chose(void **state)
+{
+	char prefix[PATH_MAX], d0[PATH_MAX + 8], d1[PATH_MAX + 8], d2[PATH_MAX + 8];
+	const char *argv[] = {need("WORKER_LAUNCH"), "-n", "3", "--timeout", "60", "--store",
+			      "rdzvd", "--rdzvd", need("WORKER_RDZVD"), "--", need("WORKER_HELPER"),
+			      "resume", prefix, NULL};
+	char *out;
+	int rc;
+
+	(void)state;
+	snprintf(prefix, sizeof(prefix), "%s/ck", tmpdir);
+	snprintf(d0, sizeof(d0), "%s/rank0", prefix);
+	snprintf(d1, sizeof(d1), "%s/rank1", prefix);
+	snprintf(d2, sizeof(d2), "%s/rank2", prefix);
+	ckpt_write(d0, (const char *[]){"2", "3", "4", NULL});
+	ckpt_damage(d0, 4);
+	ckpt_write(d1, (const char *[]){"3", "5", NULL});
+	ckpt_write(d2, (const char *[]){"3", NULL});
+	rc = run(argv, 90, &out);
+	expect_rc(rc, 0, out);
+	if (count(out, "resumed step 3 value 3 from ") != 3) {
+		fprintf(stderr, "expected every rank at step 3:\n%s\n", out);
+		fail();
+	}
+	assert_non_null(strstr(out, "rank1/ckpt-00000000000000000003.bin"));
+	free(out);
+}
+
+/* A rank whose directory lacks rank 0's choice fails, naming the file and itself, and no rank
+ * trains on: every rank's resume fails. */
+static void resume_fails_clearly_when_a_rank_lacks_the_choice(void **state)
+{
+	char prefix[PATH_MAX], d0[PATH_MAX + 8], d1[PATH_MAX + 8], d2[PATH_MAX + 8];
+	const char *argv[] = {need("WORKER_LAUNCH"), "-n", "3", "--timeout", "60", "--",
+			      need("WORKER_HELPER"), "resume", prefix, NULL};
+	char *out, want[PATH_MAX + 128];
+	int rc;
+
+	(void)state;
+	snprintf(prefix, sizeof(prefix), "%s/ck", tmpdir);
+	snprintf(d0, sizeof(d0), "%s/rank0", prefix);
+	snprintf(d1, sizeof(d1), "%s/rank1", prefix);
+	snprintf(d2, sizeof(d2), "%s/rank2", prefix);
+	ckpt_write(d0, (const char *[]){"2", "3", NULL});
+	ckpt_write(d1, (const char *[]){"4", "5", NULL});
+	ckpt_write(d2, (const char *[]){"3", NULL});
+	rc = run(argv, 90, &out);
+	if (rc == 0 || rc == -1) {
+		fprintf(stderr, "exit %d, expected a failure:\n%s\n", rc, out);
+		fail();
+	}
+	snprintf(want, sizeof(want),
+		 "checkpoint resume: rank 1 cannot load %s/ckpt-00000000000000000003.bin (chosen "
+		 "by rank 0): No such file or directory", d1);
+	if (strstr(out, want) == NULL) {
+		fprintf(stderr, "no \"%s\" in:\n%s\n", want, out);
+		fail();
+	}
+	assert_int_equal(count(out, "resumed step"), 0);
+	free(out);
+}
+
+/* crun --worker-timeout: a worker that stops heartbeating is named, and the group restarts. */
+static void hung_worker_is_detected_and_restarted(void **state)
+{
+	const char *argv[] = {need("WORKER_CRUN"), "--standalone", "--nproc-per-node", "3",
+			      "--max-restarts", "1", "--restart-backoff", "0", "--worker-timeout",
+			      "2", "--shutdown-timeout", "5", need("WORKER_HELPER"), "hang-once",
+			      NULL};
+	char *out;
+	int rc;
+
+	(void)state;
+	rc = run(argv, 120, &out);
+	expect_rc(rc, 0, out);
+	if (strstr(out, "worker rank 1 (pid ") == NULL || strstr(out, "no heartbeat for") == NULL ||
+	    strstr(out, "hung: no heartbeat") == NULL || count(out, "restart 1 passed") != 3) {
+		fprintf(stderr, "expected rank 1 reported hung, then a restart:\n%s\n", out);
+		fail();
+	}
+	free(out);
+}
+
+/* ... and one that keeps heartbeating through a step longer than the timeout is left alone. */
+static void heartbeat_keeps_a_long_step_alive(void **state)
+{
+	const char *argv[] = {need("WORKER_CRUN"), "--standalone", "--nproc-per-node", "2",
+			      "--worker-timeout", "2", need("WORKER_HELPER"), "beat-long", "6",
+			      NULL};
+	char *out;
+	int rc;
+
+	(void)state;
+	rc = run(argv, 120, &out);
+	expect_rc(rc, 0, out);
+	assert_int_equal(count(out, "long step done"), 2);
+	assert_null(strstr(out, "no heartbeat"));
+	free(out);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -757,6 +894,12 @@ int main(int argc, char **argv)
 						teardown),
 		cmocka_unit_test_setup_teardown(train_under_crun_restarts_and_resumes, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(ranks_resume_the_checkpoint_rank0_chose, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(resume_fails_clearly_when_a_rank_lacks_the_choice,
+						setup, teardown),
+		cmocka_unit_test(hung_worker_is_detected_and_restarted),
+		cmocka_unit_test(heartbeat_keeps_a_long_step_alive),
 	};
 
 	return test_run_group("worker-multi", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);

@@ -587,6 +587,88 @@ static void checkpoint_rejects_corrupted_files(void **state)
 			 -ENOENT);
 }
 
+static bool exists(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0;
+}
+
+/*
+ * Rotation keeps the newest checkpoints that validate: with the two newest files damaged, the
+ * next save keeps itself and the older valid one (it used to keep the two damaged files and
+ * delete the valid one, and the one just written whenever its step was below theirs).
+ */
+static void checkpoint_rotation_keeps_newest_valid(void **state)
+{
+	struct crun_init_opts o = {.single = true};
+	uint64_t a[32], a2[32], epoch, step;
+	struct crun_ckpt_seg segs[1] = {{a, sizeof(a)}}, segs2[1] = {{a2, sizeof(a2)}};
+	char dir[PATH_MAX], p[8][PATH_MAX], got[PATH_MAX];
+	uint64_t s;
+
+	(void)state;
+	assert_int_equal(crun_init(&o, NULL, 0), 0);
+	snprintf(dir, sizeof(dir), "%s/ck", tmpdir);
+	for (s = 1; s < 8; s++) {
+		ckpt_path(p[s], sizeof(p[s]), s);
+	}
+	/* 1, 3 and 4 on disk; then 3 and 4 (the two newest) are damaged. */
+	for (s = 1; s <= 4; s++) {
+		if (s == 2) {
+			continue;
+		}
+		a[0] = s;
+		assert_int_equal(crun_checkpoint_save(dir, s, s, segs, 1, 5000), 0);
+		if (s == 3) {
+			/* Save 3 removed nothing valid yet: 1 and 3 are the two kept. */
+			assert_true(exists(p[1]));
+		}
+	}
+	assert_false(exists(p[1])); /* a valid third file went when 4 was saved */
+	a[0] = 1;
+	assert_int_equal(crun_checkpoint_save(dir, 1, 1, segs, 1, 5000), 0);
+	assert_true(exists(p[3]) && exists(p[4]));
+	corrupt(p[3], 48 + 8 + 4 + 10, -1);
+	corrupt(p[4], 0, 100);
+	/* A restart resumed from 1 and saves 2: below both damaged files, and kept. */
+	a[0] = 2;
+	assert_int_equal(crun_checkpoint_save(dir, 2, 2, segs, 1, 5000), 0);
+	assert_true(exists(p[2]));
+	assert_true(exists(p[1]));
+	assert_false(exists(p[3]));
+	assert_false(exists(p[4]));
+	assert_int_equal(crun_checkpoint_load_latest(dir, &epoch, &step, segs2, 1, got,
+						     sizeof(got)),
+			 0);
+	assert_int_equal(step, 2);
+	assert_int_equal(a2[0], 2);
+	/* Each new file damaged after its save: the valid 2 survives every later save. */
+	a[0] = 5;
+	assert_int_equal(crun_checkpoint_save(dir, 5, 5, segs, 1, 5000), 0);
+	assert_false(exists(p[1])); /* a third valid one goes */
+	corrupt(p[5], 16, -1);
+	a[0] = 6;
+	assert_int_equal(crun_checkpoint_save(dir, 6, 6, segs, 1, 5000), 0);
+	corrupt(p[6], 0, 0);
+	a[0] = 7;
+	assert_int_equal(crun_checkpoint_save(dir, 7, 7, segs, 1, 5000), 0);
+	assert_true(exists(p[7]));
+	assert_false(exists(p[5]) || exists(p[6]));
+	assert_true(exists(p[2])); /* the newest valid one below 7 */
+	assert_int_equal(crun_checkpoint_load(p[2], &epoch, &step, segs2, 1), 0);
+	assert_int_equal(a2[0], 2);
+	/* The shape of a file does not matter to rotation: only whether it validates. */
+	{
+		uint64_t big[64] = {0};
+		struct crun_ckpt_seg bs[1] = {{big, sizeof(big)}};
+
+		assert_int_equal(crun_checkpoint_save(dir, 8, 8, bs, 1, 5000), 0);
+		assert_true(exists(p[7]));
+		assert_false(exists(p[2]));
+	}
+}
+
 /*
  * Kill a process while it writes checkpoints as fast as it can: whatever moment the kill lands
  * on, the newest checkpoint on disk is complete (a torn write never has the final name).
@@ -822,6 +904,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(checkpoint_round_trips, setup, teardown),
 		cmocka_unit_test_setup_teardown(checkpoint_rejects_corrupted_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(checkpoint_survives_kill_mid_write, setup, teardown),
+		cmocka_unit_test_setup_teardown(checkpoint_rotation_keeps_newest_valid, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(ddp_no_sync_entered_mid_step_finishes_the_step, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(ddp_buckets_follow_reverse_registration, setup,

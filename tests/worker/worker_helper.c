@@ -10,7 +10,14 @@
  *                                 naming both plans, from every DDP call, without a hang
  *   worker_helper comm-auto       the backend CRUN_BACKEND (or auto) picks: an allreduce and a
  *                                 host DDP step (tests/worker/no_cuda.sh: no CUDA libraries)
- *   worker_helper fail MESSAGE    rank 0 records MESSAGE in the error file and exits 3 */
+ *   worker_helper fail MESSAGE    rank 0 records MESSAGE in the error file and exits 3
+ *   worker_helper ckpt-write DIR STEP...  (no launcher: single mode) save checkpoints of
+ *                                 one segment whose first word is the step
+ *   worker_helper resume PREFIX   crun_checkpoint_resume() from PREFIX/rank<RANK> (node-local
+ *                                 directories that differ); exit 4 when it fails
+ *   worker_helper beat-long SECONDS  a long step that calls crun_heartbeat() every 200 ms
+ *   worker_helper hang-once       rank 1 of restart 0 stops calling anything (hangs); the
+ *                                 others, and every rank of a restart, pass a barrier */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -445,11 +452,91 @@ static int cmd_comm_auto(void)
 	return 0;
 }
 
+static int cmd_ckpt_write(const char *dir, char **steps, int n)
+{
+	struct crun_init_opts o = {.single = true};
+	uint64_t v[16] = {0};
+	struct crun_ckpt_seg segs[1] = {{v, sizeof(v)}};
+	int i;
+
+	check(crun_init(&o, NULL, 0), "init (single)");
+	for (i = 0; i < n; i++) {
+		v[0] = strtoull(steps[i], NULL, 10);
+		check(crun_checkpoint_save(dir, v[0], v[0], segs, 1, 5000), "checkpoint_save");
+	}
+	crun_finish();
+	return 0;
+}
+
+static int cmd_resume(const char *prefix)
+{
+	uint64_t v[16] = {0}, epoch = 0, step = 0;
+	struct crun_ckpt_seg segs[1] = {{v, sizeof(v)}};
+	char dir[4096], path[4200], err[4400];
+	int rank = crun_rank(), rc;
+
+	snprintf(dir, sizeof(dir), "%s/rank%d", prefix, rank);
+	rc = crun_checkpoint_resume(dir, &epoch, &step, segs, 1, path, sizeof(path), err,
+				    sizeof(err), 30000);
+	if (rc == 0) {
+		printf("rank %d resumed step %" PRIu64 " value %" PRIu64 " from %s\n", rank, step,
+		       v[0], path);
+		return 0;
+	}
+	if (rc == -ENOENT) {
+		printf("rank %d starts fresh\n", rank);
+		return 0;
+	}
+	printf("rank %d resume failed (%s): %s\n", rank, crun_strerror(rc), err);
+	return 4;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+static int cmd_beat_long(double seconds)
+{
+	long i, n = (long)(seconds * 5);
+
+	for (i = 0; i < n; i++) {
+		check(crun_heartbeat(), "heartbeat");
+		sleep_ms(200);
+	}
+	check(crun_barrier(30000), "barrier");
+	printf("rank %d long step done\n", crun_rank());
+	return 0;
+}
+
+static int cmd_hang_once(void)
+{
+	/* Rank 1 goes silent from its start; the others wait for it in the barrier after a
+	 * heartbeat, so it is the one silent the longest. */
+	if (crun_rank() == 1 && crun_restart_count() == 0) {
+		printf("rank 1 hangs\n");
+		fflush(stdout);
+		for (;;) {
+			pause();
+		}
+	}
+	check(crun_heartbeat(), "heartbeat");
+	check(crun_barrier(60000), "barrier");
+	printf("rank %d restart %d passed\n", crun_rank(), crun_restart_count());
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
 	int rc;
 
+	if (argc >= 4 && strcmp(argv[1], "ckpt-write") == 0) {
+		return cmd_ckpt_write(argv[2], argv + 3, argc - 3);
+	}
 	if (argc < 2) {
 		fprintf(stderr, "usage: worker_helper env|barrier N|ddp-equiv STEPS|fail MSG\n");
 		return 2;
@@ -473,6 +560,12 @@ int main(int argc, char **argv)
 		rc = cmd_ddp_peer_dies(argv[2]);
 	} else if (strcmp(argv[1], "comm-auto") == 0) {
 		rc = cmd_comm_auto();
+	} else if (strcmp(argv[1], "resume") == 0 && argc == 3) {
+		rc = cmd_resume(argv[2]);
+	} else if (strcmp(argv[1], "beat-long") == 0 && argc == 3) {
+		rc = cmd_beat_long(atof(argv[2]));
+	} else if (strcmp(argv[1], "hang-once") == 0) {
+		rc = cmd_hang_once();
 	} else if (strcmp(argv[1], "fail") == 0 && argc == 3) {
 		/* Rank 0 fails; the others succeed, so the group is not torn down before rank 0
 		 * has written its record. */

@@ -44,6 +44,9 @@ static void defaults_follow_torchrun(void **state)
 	assert_int_equal(s.is_host, -1);
 	assert_int_equal(s.max_restarts, 0);
 	assert_int_equal(s.shutdown_timeout_ms, 30000);
+	assert_int_equal(s.restart_backoff_ms, 1000);
+	assert_int_equal(s.restart_backoff_max_ms, 30000);
+	assert_int_equal(s.worker_timeout_ms, 0);
 	assert_int_equal(s.nsignals, 4);
 	assert_int_equal(s.signals[0], SIGTERM);
 	assert_int_equal(s.signals[3], SIGQUIT);
@@ -396,6 +399,30 @@ static void etcd_members_and_conf(void **state)
 	jobspec_finish(&s);
 }
 
+static void restart_waits_and_watchdog(void **state)
+{
+	struct job_spec s;
+	struct crun_diag d;
+
+	(void)state;
+	assert_int_equal(parse(ARGS("--restart-backoff", "0.25", "--restart_backoff_max", "4",
+				    "--worker-timeout", "90", "true"),
+			       &s, &d),
+			 CLI_OK);
+	assert_int_equal(s.restart_backoff_ms, 250);
+	assert_int_equal(s.restart_backoff_max_ms, 4000);
+	assert_int_equal(s.worker_timeout_ms, 90000);
+	jobspec_finish(&s);
+	/* A first wait above the default cap raises the cap; 0 turns the waits off. */
+	assert_int_equal(parse(ARGS("--restart-backoff", "45", "true"), &s, &d), CLI_OK);
+	assert_int_equal(s.restart_backoff_ms, 45000);
+	assert_int_equal(s.restart_backoff_max_ms, 45000);
+	jobspec_finish(&s);
+	assert_int_equal(parse(ARGS("--restart-backoff", "0", "true"), &s, &d), CLI_OK);
+	assert_int_equal(s.restart_backoff_ms, 0);
+	jobspec_finish(&s);
+}
+
 static void signals_and_flags(void **state)
 {
 	struct job_spec s;
@@ -501,6 +528,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(file_and_ipv6_endpoints, each_teardown),
 		cmocka_unit_test_teardown(etcd_members_and_conf, each_teardown),
 		cmocka_unit_test_teardown(signals_and_flags, each_teardown),
+		cmocka_unit_test_teardown(restart_waits_and_watchdog, each_teardown),
 		cmocka_unit_test_teardown(good_command_lines_table, each_teardown),
 		cmocka_unit_test_teardown(help_and_version_exit_early, each_teardown),
 	};

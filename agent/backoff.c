@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/backoff.c: the wait before a restart, and sleeping through it while signals count. */
+#include "agent/backoff.h"
+#include "agent/jobspec.h"
+
+void backoff_init(struct backoff *b, int64_t first_ms, int64_t max_ms)
+{
+	b->first_ms = first_ms > 0 ? first_ms : 0;
+	b->max_ms = max_ms > b->first_ms ? max_ms : b->first_ms;
+	b->next_ms = b->first_ms;
+}
+
+int64_t backoff_next(struct backoff *b, int64_t ran_ms)
+{
+	int64_t wait;
+
+	if (ran_ms >= BACKOFF_HEALTHY_MS) {
+		b->next_ms = b->first_ms;
+	}
+	wait = b->next_ms;
+	b->next_ms = wait > b->max_ms / 2 ? b->max_ms : wait * 2;
+	return wait;
+}
+
+struct sleeper {
+	uv_timer_t timer;
+	uv_signal_t sigs[JOBSPEC_MAX_SIGNALS];
+	int nsigs;
+	int got;
+};
+
+static void close_all(struct sleeper *s)
+{
+	int i;
+
+	uv_close((uv_handle_t *)&s->timer, NULL);
+	for (i = 0; i < s->nsigs; i++) {
+		uv_close((uv_handle_t *)&s->sigs[i], NULL);
+	}
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	close_all(t->data);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct sleeper *s = h->data;
+
+	if (s->got == 0) {
+		s->got = signum;
+		close_all(s);
+	}
+}
+
+int backoff_sleep(uv_loop_t *loop, int64_t ms, const int *signals, int n)
+{
+	struct sleeper s = {.got = 0};
+	int i, rc;
+
+	if (ms <= 0) {
+		return 0;
+	}
+	rc = uv_timer_init(loop, &s.timer);
+	if (rc < 0) {
+		return rc;
+	}
+	s.timer.data = &s;
+	for (i = 0; i < n && i < JOBSPEC_MAX_SIGNALS; i++) {
+		uv_signal_init(loop, &s.sigs[i]);
+		s.sigs[i].data = &s;
+		s.nsigs++;
+		uv_signal_start(&s.sigs[i], on_signal, signals[i]);
+	}
+	uv_timer_start(&s.timer, on_timer, (uint64_t)ms, 0);
+	uv_run(loop, UV_RUN_DEFAULT);
+	return s.got;
+}
