@@ -31,6 +31,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	static char prog[] = "crun";
 	char *buf = malloc(size + 1), *argv[FUZZ_MAX_ARGS + 2];
 	struct job_spec spec;
 	struct crun_diag d;
@@ -42,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	memcpy(buf, data, size);
 	buf[size] = '\0';
-	argv[0] = "crun";
+	argv[0] = prog;
 	for (i = 0; i <= size && argc <= FUZZ_MAX_ARGS; i++) {
 		if (buf[i] == '\0') {
 			argv[argc++] = buf + start;
