@@ -225,8 +225,8 @@ int main(int argc, char **argv)
 			break;
 		case OPT_PER_ADDR:
 			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
-				return bad_usage("--max-conns-per-addr: expected a positive integer, "
-						 "got \"%s\"", optarg);
+				return bad_usage("--max-conns-per-addr: expected a positive "
+						 "integer, got \"%s\"", optarg);
 			}
 			o.max_conns_per_addr = (int)v;
 			break;
@@ -258,8 +258,8 @@ int main(int argc, char **argv)
 			break;
 		case OPT_MAX_WAIT:
 			if (parse_seconds_ms(optarg, 1e9, &ms) < 0) {
-				return bad_usage("--max-wait: expected seconds (0: no maximum), got "
-						 "\"%s\"", optarg);
+				return bad_usage("--max-wait: expected seconds (0: no maximum), "
+						 "got \"%s\"", optarg);
 			}
 			o.max_wait_ms = ms;
 			break;

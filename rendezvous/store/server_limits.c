@@ -274,7 +274,8 @@ bool srv_mem_charge(struct conn *c, size_t n)
 		if (v == NULL || v->mem == 0 || v->mem <= c->mem + n) {
 			v = c;
 		}
-		snprintf(msg, sizeof(msg), "memory budget of %zu bytes exceeded (this connection %s %zu)",
+		snprintf(msg, sizeof(msg),
+			 "memory budget of %zu bytes exceeded (this connection %s %zu)",
 			 s->max_memory, v == c ? "needs" : "holds", v == c ? c->mem + n : v->mem);
 		srv_conn_drop(v, LIMIT_MEMORY, WIRE_E_NO_MEMORY, msg);
 		if (v == c) {
