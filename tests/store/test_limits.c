@@ -181,11 +181,69 @@ static void per_address_cap_refuses_then_serves(void **state)
 		close(fd);
 	}
 	close(fds[0]);
-	usleep(100 * 1000); /* the server sees the close */
+	usleep(300 * 1000); /* the server sees the closes */
 	raw_expect_served(d.port);
 	close(fds[1]);
 	close(fds[2]);
 	stop_ok(&d);
+}
+
+/* Start the daemon with its standard error (the log) going to the file @log_fd. */
+static void start_logged(const char *const *args, int log_fd)
+{
+	int saved = dup(2);
+
+	assert_true(saved >= 0);
+	assert_int_equal(dup2(log_fd, 2), 2);
+	assert_int_equal(daemon_start(&d, args), 0);
+	assert_int_equal(dup2(saved, 2), 2);
+	close(saved);
+}
+
+/* How many lines of the file @fd contain @what. */
+static int count_lines(int fd, const char *what)
+{
+	char line[1024];
+	FILE *f;
+	int n = 0;
+
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	f = fdopen(dup(fd), "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		n += strstr(line, what) != NULL;
+	}
+	fclose(f);
+	return n;
+}
+
+/* A client refused over and over costs one log line per interval, not one per attempt. */
+static void limit_log_is_rate_limited(void **state)
+{
+	const char *args[] = {"--max-conns-per-addr", "1", NULL};
+	char path[] = "/tmp/crun-test-limits-log-XXXXXX";
+	int log_fd = mkstemp(path), fd, held, i;
+
+	(void)state;
+	assert_true(log_fd >= 0);
+	unlink(path);
+	start_logged(args, log_fd);
+	held = raw_connect(d.port);
+	assert_true(held >= 0);
+	assert_int_equal(raw_hello(held, NULL), 0);
+	for (i = 0; i < 50; i++) {
+		fd = raw_connect(d.port);
+		assert_true(fd >= 0);
+		raw_expect_error(fd, 0, 0, WIRE_E_BUSY,
+				 "too many connections from 127.0.0.1 (limit 1)");
+		close(fd);
+	}
+	close(held);
+	usleep(300 * 1000); /* the server sees the closes */
+	raw_expect_served(d.port);
+	stop_ok(&d);
+	assert_int_equal(count_lines(log_fd, "per-address connection cap: 127.0.0.1:"), 1);
+	close(log_fd);
 }
 
 /* A client that sends one byte every 300 ms evades a 1 s idle timeout, not the 2 s frame
@@ -290,10 +348,14 @@ static void max_wait_bounds_untimed_waits(void **state)
 static void default_cap_follows_file_limit(void **state)
 {
 	enum { CAP = 256 * 90 / 100 - 64 };
-	struct rlimit rl = {64, 256};
+	struct rlimit rl = {64, 256}, now;
 	int fds[CAP], fd, i;
 
 	(void)state;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &now), 0);
+	if (now.rlim_max < rl.rlim_max) {
+		test_skip(); /* cannot raise the hard limit back up to 256 */
+	}
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	assert_int_equal(daemon_start(&d, NULL), 0);
 	rl.rlim_cur = 256;
@@ -309,7 +371,7 @@ static void default_cap_follows_file_limit(void **state)
 	raw_expect_closed(fd);
 	close(fd);
 	close(fds[0]);
-	usleep(100 * 1000);
+	usleep(300 * 1000);
 	raw_expect_served(d.port);
 	for (i = 1; i < CAP; i++) {
 		close(fds[i]);
@@ -322,6 +384,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(memory_budget_drops_the_biggest_holder, teardown),
 		cmocka_unit_test_teardown(per_address_cap_refuses_then_serves, teardown),
+		cmocka_unit_test_teardown(limit_log_is_rate_limited, teardown),
 		cmocka_unit_test_teardown(slow_sender_is_dropped, teardown),
 		cmocka_unit_test_teardown(untimed_waits_are_bounded, teardown),
 		cmocka_unit_test_teardown(max_wait_bounds_untimed_waits, teardown),
