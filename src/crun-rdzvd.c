@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -24,21 +25,36 @@
 
 #define EXIT_USAGE 2
 
-static const char usage[] =
-	"Usage: crun-rdzvd --listen ADDR:PORT [OPTIONS]\n"
+/* The limit defaults come from server.h: --help prints what the server uses. */
+static void print_usage(void)
+{
+	printf("Usage: crun-rdzvd --listen ADDR:PORT [OPTIONS]\n"
 	"\n"
 	"The crun rendezvous store as a daemon (see crun-rdzvd(8), docs/protocol.md).\n"
 	"\n"
 	"  -l, --listen ADDR:PORT     bind exactly this address (port 0 picks one); required.\n"
 	"                             The bound ADDR:PORT is printed as the first line of stdout.\n"
-	"  -c, --max-connections N    refuse connections beyond N (default 65536)\n"
+	"  -c, --max-connections N    refuse connections beyond N (default %d, or %d%% of the\n"
+	"                             open file limit less %d when that is lower; the soft\n"
+	"                             limit is raised to the hard one at start)\n"
+	"      --max-conns-per-addr N refuse connections beyond N from one address (default %d)\n"
 	"  -t, --token TOKEN          require this shared token (not empty) in the handshake\n"
 	"                             (prefer --token-file or CRUN_STORE_TOKEN: argv is public)\n"
 	"      --token-file FILE      read the token from the first line of FILE\n"
 	"  -i, --idle-timeout SEC     close connections idle SEC seconds with no wait pending\n"
 	"                             (default 0: never)\n"
-	"      --max-pending N        pending waits per connection (default 1024)\n"
+	"      --max-pending N        pending waits per connection (default %d)\n"
 	"      --max-value-len BYTES  largest value accepted (default and maximum 16777216)\n"
+	"      --max-memory MIB       memory for partial frames and held waits, all connections\n"
+	"                             together; the biggest holder is dropped beyond it\n"
+	"                             (default %u)\n"
+	"      --frame-timeout SEC    drop a peer whose frame is not complete SEC seconds after\n"
+	"                             its first byte (default %d)\n"
+	"      --max-untimed-waits N  waits without a deadline per connection (default %d)\n"
+	"      --max-untimed-waits-total N\n"
+	"                             waits without a deadline, whole server (default %d)\n"
+	"      --max-wait SEC         hold no wait longer than SEC seconds: the deadline of waits\n"
+	"                             that give none (default 0: no maximum)\n"
 	"  -v, --verbose              log at debug level (dropped connections are logged\n"
 	"                             at info level either way)\n"
 	"  -q, --quiet                log only warnings and errors\n"
@@ -46,7 +62,12 @@ static const char usage[] =
 	"  -V, --version              show the version and exit\n"
 	"\n"
 	"Exit status: 0 after SIGTERM or SIGINT, 1 on a runtime failure (address in use, ...),\n"
-	"2 on bad usage.\n";
+	"2 on bad usage.\n",
+	STORE_DEFAULT_MAX_CONNECTIONS, STORE_NOFILE_PERCENT, STORE_NOFILE_RESERVE,
+	STORE_DEFAULT_MAX_CONNS_PER_ADDR, STORE_DEFAULT_MAX_PENDING,
+	STORE_DEFAULT_MAX_MEMORY >> 20, STORE_DEFAULT_FRAME_TIMEOUT_MS / 1000,
+	STORE_DEFAULT_UNTIMED_WAITS_PER_CONN, STORE_DEFAULT_UNTIMED_WAITS);
+}
 
 struct daemon {
 	uv_loop_t loop;
@@ -107,7 +128,17 @@ static char *read_token_file(const char *path)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_TOKEN_FILE = 256, OPT_MAX_PENDING, OPT_MAX_VALUE };
+	enum {
+		OPT_TOKEN_FILE = 256,
+		OPT_MAX_PENDING,
+		OPT_MAX_VALUE,
+		OPT_PER_ADDR,
+		OPT_MAX_MEMORY,
+		OPT_FRAME_TIMEOUT,
+		OPT_UNTIMED,
+		OPT_UNTIMED_TOTAL,
+		OPT_MAX_WAIT,
+	};
 	static const struct option longopts[] = {
 		{"listen", required_argument, NULL, 'l'},
 		{"max-connections", required_argument, NULL, 'c'},
@@ -116,6 +147,12 @@ int main(int argc, char **argv)
 		{"idle-timeout", required_argument, NULL, 'i'},
 		{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
 		{"max-value-len", required_argument, NULL, OPT_MAX_VALUE},
+		{"max-conns-per-addr", required_argument, NULL, OPT_PER_ADDR},
+		{"max-memory", required_argument, NULL, OPT_MAX_MEMORY},
+		{"frame-timeout", required_argument, NULL, OPT_FRAME_TIMEOUT},
+		{"max-untimed-waits", required_argument, NULL, OPT_UNTIMED},
+		{"max-untimed-waits-total", required_argument, NULL, OPT_UNTIMED_TOTAL},
+		{"max-wait", required_argument, NULL, OPT_MAX_WAIT},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -127,6 +164,7 @@ int main(int argc, char **argv)
 	struct daemon d;
 	char *token = NULL;
 	const char *env;
+	int64_t ms;
 	long v;
 	int opt, rc;
 
@@ -185,6 +223,46 @@ int main(int argc, char **argv)
 			}
 			o.max_value_len = (size_t)v;
 			break;
+		case OPT_PER_ADDR:
+			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
+				return bad_usage("--max-conns-per-addr: expected a positive "
+						 "integer, got \"%s\"", optarg);
+			}
+			o.max_conns_per_addr = (int)v;
+			break;
+		case OPT_MAX_MEMORY:
+			if (parse_long(optarg, 1, 1L << 20, &v) < 0) {
+				return bad_usage("--max-memory: expected MiB (an integer in "
+						 "1..1048576), got \"%s\"", optarg);
+			}
+			o.max_memory = (size_t)v << 20;
+			break;
+		case OPT_FRAME_TIMEOUT:
+			if (parse_seconds_ms(optarg, INT_MAX / 1000, &ms) < 0 || ms < 1) {
+				return bad_usage("--frame-timeout: expected seconds (above 0), got "
+						 "\"%s\"", optarg);
+			}
+			o.frame_timeout_ms = (int)ms;
+			break;
+		case OPT_UNTIMED:
+		case OPT_UNTIMED_TOTAL:
+			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
+				return bad_usage("%s: expected a positive integer, got \"%s\"",
+						 argv[optind - 1], optarg);
+			}
+			if (opt == OPT_UNTIMED) {
+				o.max_untimed_waits_per_conn = (int)v;
+			} else {
+				o.max_untimed_waits = (int)v;
+			}
+			break;
+		case OPT_MAX_WAIT:
+			if (parse_seconds_ms(optarg, 1e9, &ms) < 0) {
+				return bad_usage("--max-wait: expected seconds (0: no maximum), "
+						 "got \"%s\"", optarg);
+			}
+			o.max_wait_ms = ms;
+			break;
 		case 'v':
 			log_set_level(LOG_DEBUG);
 			break;
@@ -192,7 +270,7 @@ int main(int argc, char **argv)
 			log_set_level(LOG_WARN);
 			break;
 		case 'h':
-			fputs(usage, stdout);
+			print_usage();
 			free(token);
 			return 0;
 		case 'V':
@@ -222,6 +300,15 @@ int main(int argc, char **argv)
 	o.token = token;
 
 	signal(SIGPIPE, SIG_IGN);
+	/* Frame buffers of 256 KiB and more get pages of their own, given back when freed:
+	 * glibc's moving threshold would otherwise put them on the heap after the first big
+	 * free, and the memory a hostile burst took would stay with the daemon for good. */
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+	/* Room for the connection cap (STORE_NOFILE_PERCENT of this limit, by default). */
+	v = store_server_raise_nofile();
+	if (v < 0) {
+		log_warn("open file limit: cannot raise the soft limit: %s", strerror((int)-v));
+	}
 	rc = uv_loop_init(&d.loop);
 	if (rc < 0) {
 		log_error("event loop: %s", uv_strerror(rc));

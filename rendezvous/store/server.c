@@ -22,8 +22,6 @@
 #include "src/common/diag.h"
 #include "src/common/net.h"
 
-#define DEFAULT_MAX_CONNECTIONS 65536
-#define DEFAULT_MAX_PENDING 1024
 #define SWEEP_MS 500
 
 void srv_server_unref(struct store_server *s)
@@ -32,6 +30,7 @@ void srv_server_unref(struct store_server *s)
 		return;
 	}
 	htab_finish(&s->keys);
+	srv_limits_finish(s);
 	free(s->ttl.a);
 	free(s->waits.a);
 	free(s->rbuf);
@@ -134,6 +133,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return diag_set(d, -ENOMEM, "store: out of memory");
 	}
 	htab_init(&s->keys, 1024);
+	htab_init(&s->peers, 64);
 	s->rbuf = malloc(READ_BUF_LEN);
 	if (opts->token != NULL && opts->token[0] != '\0') {
 		s->token = strdup(opts->token);
@@ -142,16 +142,15 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 			goto oom;
 		}
 	}
-	if (s->keys.buckets == NULL || s->rbuf == NULL) {
+	if (s->keys.buckets == NULL || s->peers.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
 	}
 	s->loop = loop;
 	s->seed = (uint64_t)crun_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
-	s->max_connections =
-		opts->max_connections > 0 ? opts->max_connections : DEFAULT_MAX_CONNECTIONS;
+	srv_limits_init(s, opts);
 	s->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 0;
 	s->max_pending = opts->max_pending_per_conn > 0 ? (uint32_t)opts->max_pending_per_conn
-							: DEFAULT_MAX_PENDING;
+							: STORE_DEFAULT_MAX_PENDING;
 	s->lim.max_key_len = CRUN_STORE_MAX_KEY_LEN;
 	s->lim.max_value_len =
 		opts->max_value_len > 0 ? (uint32_t)opts->max_value_len : CRUN_STORE_MAX_VALUE_LEN;
@@ -184,6 +183,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 oom:
 	close(fd);
 	htab_finish(&s->keys);
+	htab_finish(&s->peers);
 	free(s->rbuf);
 	free(s->token);
 	free(s);

@@ -12,14 +12,44 @@
 struct uv_loop_s;
 struct store_server;
 
+/*
+ * The limits that keep one client from hurting the others (docs/reliability.md, "Store
+ * limits"): their defaults, in one place. crun-rdzvd prints them in --help.
+ */
+#define STORE_DEFAULT_MAX_CONNECTIONS 65536   /* and at most NOFILE_PERCENT of the fd limit */
+#define STORE_NOFILE_PERCENT 90               /* default cap: this % of RLIMIT_NOFILE ... */
+#define STORE_NOFILE_RESERVE 64               /* ... minus the fds kept for everything else */
+#define STORE_DEFAULT_MAX_CONNS_PER_ADDR 4096 /* connections from one peer address */
+#define STORE_DEFAULT_MAX_PENDING 1024        /* waits held per connection */
+#define STORE_DEFAULT_MAX_MEMORY (256u << 20) /* partial frames + held waits, all connections */
+#define STORE_DEFAULT_FRAME_TIMEOUT_MS 30000  /* a frame must end this long after its 1st byte */
+#define STORE_DEFAULT_UNTIMED_WAITS_PER_CONN 256 /* waits without a deadline, per connection */
+#define STORE_DEFAULT_UNTIMED_WAITS 65536     /* waits without a deadline, whole server */
+#define STORE_LIMIT_LOG_INTERVAL_MS 10000     /* one log line per limit and source per this */
+
 struct store_server_opts {
 	const char *listen;        /* "ADDR:PORT" (port 0: pick one); binds exactly ADDR */
 	const char *token;         /* required handshake token; NULL: none */
-	int max_connections;       /* <=0: default (docs/protocol.md) */
+	int max_connections;       /* <=0: default (the lower of the two above) */
 	int idle_timeout_ms;       /* close a connection idle this long with no wait pending; <=0: default */
 	int max_pending_per_conn;  /* outstanding requests per connection; <=0: default */
 	size_t max_value_len;      /* 0: CRUN_STORE_MAX_VALUE_LEN */
+	/* Every limit below: 0 (or less) means its STORE_DEFAULT_*. */
+	int max_conns_per_addr;    /* connections from one peer address */
+	size_t max_memory;         /* bytes of partial frames and held waits, all connections */
+	int frame_timeout_ms;      /* a frame's last byte must come this long after its first */
+	int max_untimed_waits_per_conn; /* waits without a deadline held by one connection */
+	int max_untimed_waits;     /* waits without a deadline held by the whole server */
+	int64_t max_wait_ms;       /* the longest a wait is held (0: no maximum): the deadline
+				    * of a wait that gave none, and the cap of longer ones */
 };
+
+/**
+ * Raise this process's soft RLIMIT_NOFILE to its hard limit (crun-rdzvd does, at start; the
+ * agent does not, so its workers inherit the limit they would have had). Returns the soft
+ * limit now in force, or -errno.
+ */
+long store_server_raise_nofile(void);
 
 /**
  * Bind and listen on @loop (borrowed; must outlive the server). On success *out is owned by

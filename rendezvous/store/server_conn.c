@@ -25,6 +25,8 @@ static void conn_unref(struct conn *c)
 	if (--c->refs > 0) {
 		return;
 	}
+	/* Every wait is gone by now: what is left charged is the input buffers freed here. */
+	s->mem_used -= c->mem;
 	free(c->in);
 	free(c->backlog);
 	wire_buf_finish(&c->out);
@@ -70,6 +72,7 @@ void srv_conn_close(struct conn *c)
 		c->next->prev = c->prev;
 	}
 	s->nconns--;
+	srv_peer_detach(c);
 	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
@@ -171,8 +174,25 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 	conn_unref(c);
 }
 
-/* Send an error reply, then close this connection alone (after the reply is out). */
-void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg)
+/* Free the partial frame's buffer and give its bytes back to the memory budget. */
+static void in_free(struct conn *c)
+{
+	srv_mem_release(c, c->in_cap);
+	free(c->in);
+	c->in = NULL;
+	c->in_len = c->in_cap = c->need = 0;
+}
+
+static void backlog_free(struct conn *c)
+{
+	srv_mem_release(c, c->backlog_charged);
+	free(c->backlog);
+	c->backlog = NULL;
+	c->backlog_len = c->backlog_charged = 0;
+}
+
+static void conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg,
+		      bool quiet)
 {
 	uv_shutdown_t *req;
 	char peer[96];
@@ -180,19 +200,17 @@ void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, con
 	if (c->failing || c->closing) {
 		return;
 	}
-	srv_conn_peer(c, peer, sizeof(peer));
-	log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
+	if (!quiet) {
+		srv_conn_peer(c, peer, sizeof(peer));
+		log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
+	}
 	c->failing = true;
 	c->drain_until = (int64_t)uv_now(c->s->loop) + DRAIN_TIMEOUT_MS;
 	while (c->waits != NULL) {
 		srv_wait_destroy(c->s, c->waits);
 	}
-	free(c->in);
-	c->in = NULL;
-	c->in_len = c->in_cap = c->need = 0;
-	free(c->backlog);
-	c->backlog = NULL;
-	c->backlog_len = 0;
+	in_free(c);
+	backlog_free(c);
 	wire_put_error(&c->out, op, id, status, msg);
 	srv_flush(c);
 	if (c->closing) {
@@ -214,6 +232,21 @@ void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, con
 		return;
 	}
 	c->refs++;
+}
+
+/* Send an error reply, then close this connection alone (after the reply is out). */
+void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg)
+{
+	conn_fail(c, op, id, status, msg, false);
+}
+
+void srv_conn_drop(struct conn *c, enum srv_limit kind, uint16_t status, const char *msg)
+{
+	if (c->failing || c->closing) {
+		return;
+	}
+	srv_limit_log(c, kind, "dropped: %s", msg);
+	conn_fail(c, 0, 0, status, msg, true);
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -276,6 +309,9 @@ static bool in_append(struct conn *c, const uint8_t *p, uint32_t n)
 		if (cap < want) {
 			cap = want;
 		}
+		if (!srv_mem_charge(c, cap - c->in_cap)) {
+			return false; /* dropped: over the memory budget */
+		}
 		q = realloc(c->in, cap);
 		if (q == NULL) {
 			srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
@@ -283,6 +319,9 @@ static bool in_append(struct conn *c, const uint8_t *p, uint32_t n)
 		}
 		c->in = q;
 		c->in_cap = cap;
+	}
+	if (c->in_len == 0) {
+		c->frame_start = (int64_t)uv_now(c->s->loop);
 	}
 	memcpy(c->in + c->in_len, p, n);
 	c->in_len += n;
@@ -337,9 +376,7 @@ static size_t consume(struct conn *c, const uint8_t *p, size_t left)
 			}
 			wire_hdr_decode(c->in, WIRE_MAX_FRAME, &h);
 			srv_dispatch(c, &h, c->in + WIRE_HDR_LEN, h.len - 8);
-			free(c->in);
-			c->in = NULL;
-			c->in_len = c->in_cap = c->need = 0;
+			in_free(c);
 			continue;
 		}
 		if (!header_ok(c, p, &h)) {
@@ -393,12 +430,15 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	n = consume(c, s->rbuf, (size_t)nread);
 	if (n < (size_t)nread && !c->failing && !c->closing) {
 		/* Paused with input left: at most one read buffer, kept until the peer reads. */
-		c->backlog = malloc((size_t)nread - n);
-		if (c->backlog == NULL) {
-			srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
-		} else {
-			memcpy(c->backlog, s->rbuf + n, (size_t)nread - n);
-			c->backlog_len = (uint32_t)((size_t)nread - n);
+		if (srv_mem_charge(c, (size_t)nread - n)) {
+			c->backlog_charged = (uint32_t)((size_t)nread - n);
+			c->backlog = malloc((size_t)nread - n);
+			if (c->backlog == NULL) {
+				srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
+			} else {
+				memcpy(c->backlog, s->rbuf + n, (size_t)nread - n);
+				c->backlog_len = (uint32_t)((size_t)nread - n);
+			}
 		}
 	}
 	srv_flush(c);
@@ -421,9 +461,7 @@ static void conn_resume(struct conn *c)
 			srv_flush_all(c->s);
 			return; /* paused again; on_written resumes */
 		}
-		free(c->backlog);
-		c->backlog = NULL;
-		c->backlog_len = 0;
+		backlog_free(c);
 		srv_flush(c);
 		srv_flush_all(c->s);
 		if (c->closing || c->paused) {
@@ -437,10 +475,10 @@ void srv_on_connection(uv_stream_t *server, int status)
 {
 	struct store_server *s = server->data;
 	struct conn *c;
-	char msg[64];
 
 	if (status < 0) {
-		log_warn("store %s: accept: %s", s->addr, uv_strerror(status));
+		/* EMFILE and the like: libuv keeps accepting (and closing) meanwhile. */
+		srv_accept_log(s, status);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
@@ -471,10 +509,9 @@ void srv_on_connection(uv_stream_t *server, int status)
 		srv_conn_close(c);
 		return;
 	}
-	if (s->nconns > (size_t)s->max_connections) {
-		snprintf(msg, sizeof(msg), "too many connections (limit %d)", s->max_connections);
-		srv_conn_fail(c, 0, 0, WIRE_E_BUSY, msg);
-	}
+	/* Over the total or the per-address cap: an error reply, then closed (and logged once
+	 * per interval); the listener keeps accepting. */
+	srv_peer_attach(c);
 	if (!c->closing) {
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 	}
@@ -486,7 +523,7 @@ void srv_on_sweep(uv_timer_t *t)
 	struct store_server *s = t->data;
 	int64_t now = (int64_t)uv_now(s->loop);
 	struct conn *c, *next;
-	char peer[96];
+	char peer[96], msg[128];
 
 	for (c = s->conns; c != NULL; c = next) {
 		next = c->next;
@@ -499,11 +536,24 @@ void srv_on_sweep(uv_timer_t *t)
 			log_info("store: dropping %s: no handshake within %d ms", peer,
 				 HANDSHAKE_TIMEOUT_MS);
 			srv_conn_close(c);
+		} else if (c->in_len > 0 && !c->paused &&
+			   now - c->frame_start >= s->frame_timeout_ms) {
+			/* A slow sender cannot hold a buffer (and evade the idle timeout) byte by
+			 * byte: a frame has a deadline from its first byte. */
+			snprintf(msg, sizeof(msg),
+				 "frame not completed within %d ms of its first byte (got %u of %u "
+				 "bytes)",
+				 s->frame_timeout_ms, c->in_len, c->need ? c->need : WIRE_HDR_LEN);
+			srv_conn_drop(c, LIMIT_FRAME_TIME, WIRE_E_TIMEOUT, msg);
 		} else if (s->idle_timeout_ms > 0 && c->nwaits == 0 && !c->paused &&
 			   now - c->last_active >= s->idle_timeout_ms) {
 			srv_conn_peer(c, peer, sizeof(peer));
 			log_info("store: dropping %s: idle for %d ms", peer, s->idle_timeout_ms);
 			srv_conn_close(c);
 		}
+	}
+	srv_flush_all(s);
+	if (++s->sweeps % 20 == 0) {
+		srv_peers_sweep(s, now);
 	}
 }

@@ -41,6 +41,29 @@ struct heap {
 struct wait;
 struct conn;
 
+/* ---- limits (server_limits.c) ---- */
+
+enum srv_limit {
+	LIMIT_CONNECTIONS,
+	LIMIT_PER_ADDR,
+	LIMIT_MEMORY,
+	LIMIT_FRAME_TIME,
+	LIMIT_UNTIMED_WAITS,
+	LIMIT_KINDS,
+};
+
+/* One peer address: its connection count and its log rate limiter. */
+struct peer {
+	struct htab_node node;  /* in server->peers */
+	uint32_t nconns;
+	int64_t last_seen;      /* loop time its last connection closed */
+	int64_t logged_at[LIMIT_KINDS];
+	uint32_t suppressed[LIMIT_KINDS];
+	uint8_t alen;
+	uint8_t addr[16];
+	char name[80];          /* the address, for messages */
+};
+
 /* One key of one wait, linked into the key's entry while the key is still awaited. */
 struct link {
 	struct link *prev;
@@ -68,8 +91,10 @@ struct wait {
 	struct conn *c;
 	struct hnode dl;   /* in server->waits when it has a deadline */
 	int64_t timeout_ms;
+	size_t cost;       /* bytes charged to the memory budget */
 	uint32_t id;
 	uint8_t mode;
+	bool untimed;      /* counted in conn->nuntimed and server->nuntimed */
 	uint32_t n;
 	uint32_t missing;
 	struct link links[];
@@ -90,6 +115,11 @@ struct conn {
 	uint32_t backlog_len;
 	struct wait *waits;
 	uint32_t nwaits;
+	uint32_t nuntimed;        /* waits without a deadline */
+	struct peer *peer;        /* NULL when unknown (the per-address limit then skips it) */
+	size_t mem;               /* bytes charged to the server's memory budget */
+	uint32_t backlog_charged;
+	int64_t frame_start;      /* loop time of the first byte of the partial frame */
 	int64_t since;            /* accepted at (handshake deadline) */
 	int64_t last_active;
 	int64_t drain_until;
@@ -130,6 +160,18 @@ struct store_server {
 	int max_connections;
 	int idle_timeout_ms;
 	uint32_t max_pending;
+	struct htab peers;        /* struct peer, by address */
+	uint32_t max_per_addr;
+	size_t max_memory;
+	size_t mem_used;          /* sum of every conn->mem */
+	int frame_timeout_ms;
+	uint32_t max_untimed_per_conn;
+	uint32_t max_untimed;
+	uint32_t nuntimed;
+	int64_t max_wait_ms;      /* 0: none */
+	int64_t accept_logged_at; /* accept errors: one line per interval */
+	uint32_t accept_suppressed;
+	unsigned sweeps;
 	struct wire_limits lim;
 	bool closing;
 	int port;
@@ -180,6 +222,8 @@ void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *paylo
 void srv_conn_close(struct conn *c);
 /** Send an error reply, then close this connection alone (after the reply is out). */
 void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg);
+/** srv_conn_fail() for a limit: the log line is srv_limit_log()'s, rate limited. */
+void srv_conn_drop(struct conn *c, enum srv_limit kind, uint16_t status, const char *msg);
 /** Hand @c's pending replies to the socket. */
 void srv_flush(struct conn *c);
 /** srv_flush() every connection queued with flush_later(). */
@@ -188,6 +232,33 @@ void srv_flush_all(struct store_server *s);
 void srv_conn_peer(struct conn *c, char *buf, size_t len);
 void srv_on_connection(uv_stream_t *server, int status);
 void srv_on_sweep(uv_timer_t *t);
+
+/* ---- server_limits.c: connection caps, the memory budget, rate-limited log lines ---- */
+
+/** Apply @o's limits (or their defaults) to @s; logs where the fd limit lowers the cap. */
+void srv_limits_init(struct store_server *s, const struct store_server_opts *o);
+/** Free every peer record (shutdown). */
+void srv_limits_finish(struct store_server *s);
+/** Find or create @c's peer record from its address; false (and a log) when over a cap. */
+bool srv_peer_attach(struct conn *c);
+void srv_peer_detach(struct conn *c);
+/** Forget peers with no connection whose log interval is over (from the sweep). */
+void srv_peers_sweep(struct store_server *s, int64_t now);
+/**
+ * One warning line for @kind from @c's peer address, at most one per address and kind per
+ * STORE_LIMIT_LOG_INTERVAL_MS (the next one says how many were held back).
+ */
+void srv_limit_log(struct conn *c, enum srv_limit kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/**
+ * Charge @n bytes to @c under the memory budget. When the budget would be exceeded, the
+ * connection holding the most (@c counting @n) is dropped, others first while they hold
+ * more than @c would. Returns false when @c itself was dropped (then stop using its input).
+ */
+bool srv_mem_charge(struct conn *c, size_t n);
+void srv_mem_release(struct conn *c, size_t n);
+/** Log an accept failure, rate limited. */
+void srv_accept_log(struct store_server *s, int status);
 
 /* ---- server.c: lifecycle ---- */
 

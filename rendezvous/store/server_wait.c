@@ -49,6 +49,11 @@ void srv_wait_destroy(struct store_server *s, struct wait *w)
 		w->next->prev = w->prev;
 	}
 	w->c->nwaits--;
+	if (w->untimed) {
+		w->c->nuntimed--;
+		s->nuntimed--;
+	}
+	srv_mem_release(w->c, w->cost);
 	free(w);
 }
 
@@ -156,6 +161,53 @@ static bool wait_now(struct conn *c, const struct wire_req *r)
 	return true;
 }
 
+/*
+ * What a held wait costs: itself, and at most one entry per key (the key bytes inline), which
+ * it keeps alive while nobody writes the key. Charged to the memory budget.
+ */
+static size_t wait_cost(const struct wire_req *r)
+{
+	const uint8_t *cur = r->list;
+	size_t n = sizeof(struct wait);
+	uint32_t i;
+
+	for (i = 0; i < r->n; i++) {
+		n += sizeof(struct link) + sizeof(struct entry) + wire_list_next(&cur).len;
+	}
+	return n;
+}
+
+/*
+ * A wait that gave no deadline (timeout < 0): with a store-wide maximum it gets that as its
+ * deadline; otherwise it counts against the bounds on waits without one. Returns the timeout
+ * to use (< 0: none), or INT64_MIN after refusing the request.
+ */
+static int64_t wait_timeout(struct conn *c, const struct wire_req *r)
+{
+	struct store_server *s = c->s;
+	char msg[96];
+
+	if (s->max_wait_ms > 0) {
+		return r->num < 0 || r->num > s->max_wait_ms ? s->max_wait_ms : r->num;
+	}
+	if (r->num >= 0) {
+		return r->num;
+	}
+	if (c->nuntimed >= s->max_untimed_per_conn) {
+		snprintf(msg, sizeof(msg),
+			 "too many waits without a deadline on this connection (limit %u)",
+			 s->max_untimed_per_conn);
+	} else if (s->nuntimed >= s->max_untimed) {
+		snprintf(msg, sizeof(msg), "too many waits without a deadline on this server "
+					   "(limit %u)", s->max_untimed);
+	} else {
+		return -1;
+	}
+	srv_limit_log(c, LIMIT_UNTIMED_WAITS, "WAIT refused: %s", msg);
+	reply_error(c, r, WIRE_E_BUSY, msg);
+	return INT64_MIN;
+}
+
 void srv_op_wait(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
@@ -164,6 +216,8 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 	struct entry *e;
 	struct wait *w;
 	char msg[96];
+	int64_t timeout;
+	size_t cost;
 	uint32_t i;
 
 	if (c->nwaits >= s->max_pending) {
@@ -175,16 +229,32 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 	if (wait_now(c, r)) {
 		return;
 	}
+	timeout = wait_timeout(c, r);
+	if (timeout == INT64_MIN) {
+		return;
+	}
+	/* Charge first: going over the budget may drop this connection or the biggest other. */
+	cost = wait_cost(r);
+	if (!srv_mem_charge(c, cost)) {
+		return;
+	}
 	w = calloc(1, sizeof(*w) + (size_t)r->n * sizeof(w->links[0]));
 	if (w == NULL) {
+		srv_mem_release(c, cost);
 		reply_error(c, r, WIRE_E_NO_MEMORY, "WAIT: out of memory");
 		return;
+	}
+	w->cost = cost;
+	w->untimed = timeout < 0;
+	if (w->untimed) {
+		c->nuntimed++;
+		s->nuntimed++;
 	}
 	w->c = c;
 	w->id = r->id;
 	w->mode = r->mode;
 	w->n = r->n;
-	w->timeout_ms = r->num;
+	w->timeout_ms = timeout;
 	w->dl.idx = SIZE_MAX;
 	w->next = c->waits;
 	if (c->waits != NULL) {
@@ -221,12 +291,12 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 		wait_reply(s, w, 0);
 		return;
 	}
-	if (r->num == 0) {
+	if (timeout == 0) {
 		srv_wait_fail(s, w, WIRE_E_TIMEOUT, "wait timed out after 0 ms");
 		return;
 	}
-	if (r->num > 0) {
-		w->dl.at = deadline_after(s, r->num);
+	if (timeout > 0) {
+		w->dl.at = deadline_after(s, timeout);
 		if (srv_heap_push(&s->waits, &w->dl) < 0) {
 			srv_wait_fail(s, w, WIRE_E_NO_MEMORY, "WAIT: out of memory");
 			return;
