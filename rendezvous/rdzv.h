@@ -80,6 +80,13 @@ int rdzv_watch_start(struct rdzv *r, rdzv_event_cb cb, void *arg);
 void rdzv_watch_stop(struct rdzv *r);
 
 /**
+ * Whether @rc means the store itself is gone or unusable rather than an answer from it:
+ * refused, unroutable, timed out or cut connections, a store that shut down, and a damaged or
+ * foreign store file. The agent then still exits with its own workers' result.
+ */
+bool rdzv_store_failed(int rc);
+
+/**
  * This node's workers failed: mark the round failed (first reporter wins and spends one
  * restart of the budget). *restart is set to whether the job should run another round.
  */
