@@ -684,7 +684,7 @@ int agent_run(const struct job_spec *spec)
 				a->stop_wall_ms = crun_wall_ms();
 				continue;
 			}
-			if (rc < 0 && rdzv_store_failed(rc) && rc != -ETIMEDOUT) {
+			if (rc < 0 && rdzv_store_gone(rc)) {
 				/*
 				 * The store is gone: nobody can tell this node how the others
 				 * end, and waiting does not bring it back. This node's workers

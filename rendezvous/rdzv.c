@@ -72,19 +72,15 @@ int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap)
 	return 0;
 }
 
-bool rdzv_store_failed(int rc)
+bool rdzv_store_gone(int rc)
 {
 	switch (rc) {
 	case -ECONNREFUSED:
 	case -EHOSTUNREACH:
 	case -ENETUNREACH:
-	case -ETIMEDOUT:
 	case -ECONNRESET:
 	case -EPIPE:
 	case -ESHUTDOWN:
-	case -EBADMSG:
-	case CRUN_EMAGIC:
-	case CRUN_EVERSION:
 		return true;
 	default:
 		return false;
@@ -96,7 +92,8 @@ const char *rdzv_why(const struct crun_store *st, int rc)
 	const char *m;
 
 	/* Only for failures the backends always describe: the message is this failure's. */
-	if (rdzv_store_failed(rc)) {
+	if (rdzv_store_gone(rc) || rc == -ETIMEDOUT || rc == -EBADMSG || rc == CRUN_EMAGIC ||
+	    rc == CRUN_EVERSION) {
 		m = store_last_error(st);
 		if (m != NULL && m[0] != '\0') {
 			return m;

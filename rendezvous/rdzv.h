@@ -80,11 +80,11 @@ int rdzv_watch_start(struct rdzv *r, rdzv_event_cb cb, void *arg);
 void rdzv_watch_stop(struct rdzv *r);
 
 /**
- * Whether @rc means the store itself is gone or unusable rather than an answer from it:
- * refused, unroutable, timed out or cut connections, a store that shut down, and a damaged or
- * foreign store file. The agent then still exits with its own workers' result.
+ * Whether @rc says the store is gone rather than answering: a refused, unroutable or cut
+ * connection, or a store that shut down (not a timeout: a slow store, or the caller's own
+ * deadline, times out too). An agent whose workers finished still exits with their result.
  */
-bool rdzv_store_failed(int rc);
+bool rdzv_store_gone(int rc);
 
 /**
  * This node's workers failed: mark the round failed (first reporter wins and spends one
