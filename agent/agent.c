@@ -720,7 +720,17 @@ int agent_run(const struct job_spec *spec)
 				a->stop_wall_ms = crun_wall_ms();
 				continue;
 			}
-			if (rc < 0) {
+			if (rc < 0 && rdzv_store_gone(rc)) {
+				/*
+				 * The store is gone: nobody can tell this node how the others
+				 * end, and waiting does not bring it back. This node's workers
+				 * succeeded: exit with their result.
+				 */
+				log_error("rendezvous: the store is gone after this node's workers "
+					  "finished: %s; exiting with the workers' result (0)",
+					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+				exit_code = 0;
+			} else if (rc < 0) {
 				log_error("job did not finish on every node: %s",
 					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 				exit_code = 1;

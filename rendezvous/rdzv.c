@@ -17,6 +17,7 @@
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_internal.h"
 #include "src/common/util.h"
+#include "rendezvous/store/backend.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
 
@@ -69,6 +70,36 @@ int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap)
 	buf[len] = '\0';
 	free(v);
 	return 0;
+}
+
+bool rdzv_store_gone(int rc)
+{
+	switch (rc) {
+	case -ECONNREFUSED:
+	case -EHOSTUNREACH:
+	case -ENETUNREACH:
+	case -ECONNRESET:
+	case -EPIPE:
+	case -ESHUTDOWN:
+		return true;
+	default:
+		return false;
+	}
+}
+
+const char *rdzv_why(const struct crun_store *st, int rc)
+{
+	const char *m;
+
+	/* Only for failures the backends always describe: the message is this failure's. */
+	if (rdzv_store_gone(rc) || rc == -ETIMEDOUT || rc == -EBADMSG || rc == CRUN_EMAGIC ||
+	    rc == CRUN_EVERSION) {
+		m = store_last_error(st);
+		if (m != NULL && m[0] != '\0') {
+			return m;
+		}
+	}
+	return crun_strerror(rc);
 }
 
 int rdzv_set_str(struct crun_store *st, const char *key, const char *val)
@@ -292,7 +323,7 @@ void rdzv_note_gone(struct rdzv *r)
 		rc = rdzv_set_str(r->st, key, "1");
 	}
 	if (rc < 0) {
-		log_warn("rendezvous %s: count this node out: %s", r->run_id, crun_strerror(rc));
+		log_warn("rendezvous %s: count this node out: %s", r->run_id, rdzv_why(r->st, rc));
 	}
 }
 
@@ -325,7 +356,7 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 	}
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id, r->round,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	rdzv_rkey(k_all, r->round, "alldone");
 	rdzv_rkey(k_failed, r->round, "failed");
@@ -338,7 +369,7 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 		}
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id,
-					r->round, crun_strerror(rc));
+					r->round, rdzv_why(r->st, rc));
 		}
 	}
 	rdzv_ring_init(r, &ring);
@@ -359,14 +390,14 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 			rc = rdzv_ring_check(r, r->st, &ring, lost, sizeof(lost));
 			if (rc < 0) {
 				return diag_set(d, rc, "rendezvous %s round %d: finish: %s",
-						r->run_id, r->round, crun_strerror(rc));
+						r->run_id, r->round, rdzv_why(r->st, rc));
 			}
 			if (rc == 1) {
 				rc = rdzv_mark_failed(r, r->st, KIND_LOST, lost, cur, sizeof(cur),
 						      &won);
 				if (rc < 0) {
 					return diag_set(d, rc, "rendezvous %s round %d: finish: %s",
-							r->run_id, r->round, crun_strerror(rc));
+							r->run_id, r->round, rdzv_why(r->st, rc));
 				}
 				rdzv_describe_failed(cur, desc, sizeof(desc));
 				return diag_set(d, CRUN_EPEERFAIL, "rendezvous %s round %d: %s",
@@ -391,7 +422,7 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 		}
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id,
-					r->round, crun_strerror(rc));
+					r->round, rdzv_why(r->st, rc));
 		}
 		if (rc == 0) {
 			rdzv_note_gone(r);
@@ -400,7 +431,7 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 		rc = rdzv_get_str(r->st, k_failed, cur, sizeof(cur));
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id,
-					r->round, crun_strerror(rc));
+					r->round, rdzv_why(r->st, rc));
 		}
 		rdzv_describe_failed(cur, desc, sizeof(desc));
 		return diag_set(d, CRUN_EPEERFAIL, "rendezvous %s round %d: round failed: %s",

@@ -80,6 +80,13 @@ int rdzv_watch_start(struct rdzv *r, rdzv_event_cb cb, void *arg);
 void rdzv_watch_stop(struct rdzv *r);
 
 /**
+ * Whether @rc says the store is gone rather than answering: a refused, unroutable or cut
+ * connection, or a store that shut down (not a timeout: a slow store, or the caller's own
+ * deadline, times out too). An agent whose workers finished still exits with their result.
+ */
+bool rdzv_store_gone(int rc);
+
+/**
  * This node's workers failed: mark the round failed (first reporter wins and spends one
  * restart of the budget). *restart is set to whether the job should run another round.
  */

@@ -104,7 +104,7 @@ static int static_rank_offset(struct rdzv *r, int R, int g, int64_t deadline, in
 		}
 		if (rc < 0) {
 			diag_set(d, rc, "rendezvous %s round %d: read node records: %s", r->run_id,
-				 R, crun_strerror(rc));
+				 R, rdzv_why(r->st, rc));
 			goto out;
 		}
 		for (i = 0; i < k; i++) {
@@ -178,7 +178,7 @@ int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int co
 	}
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read rank 0's record: %s",
-				r->run_id, R, crun_strerror(rc));
+				r->run_id, R, rdzv_why(r->st, rc));
 	}
 	if (sscanf(rec, "%u %u %u %255s %255s", &np, &cum, &mport, maddr, mhost) != 5) {
 		return diag_set(d, -EPROTO, "rendezvous %s round %d: rank 0's record is malformed",

@@ -116,6 +116,13 @@ int rdzv_cas_str(struct crun_store *st, const char *key, const char *val, char *
 		 bool *won);
 int rdzv_exists(struct crun_store *st, const char *key, bool *yes);
 
+/**
+ * Words for store error @rc from @st: the store's own message where it keeps one for that
+ * kind of failure ("store H:P: connection refused by H:P (...)", "store file://P: damaged
+ * record at byte offset N ..."), else crun_strerror(@rc). Valid until the next call on @st.
+ */
+const char *rdzv_why(const struct crun_store *st, int rc);
+
 /** The text part of a "failed" value: "<kind> <g> <host> <text>" -> "<text> (node g, host)". */
 void rdzv_describe_failed(const char *v, char *out, size_t cap);
 

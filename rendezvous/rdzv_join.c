@@ -129,7 +129,7 @@ static int check_end(struct rdzv *r, struct crun_diag *d)
 	}
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s: read job state: %s", r->run_id,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	return end_verdict(r, v, d);
 }
@@ -208,7 +208,7 @@ static void refresh_heartbeat(struct crun_store *st, const struct rdzv *r, int R
 	rdzv_rkey(key, R, "hb/%d", g);
 	rc = crun_store_set_ttl(st, key, "1", 1, r->conf.heartbeat_timeout_ms);
 	if (rc < 0) {
-		log_warn("rendezvous %s round %d: heartbeat: %s", r->run_id, R, crun_strerror(rc));
+		log_warn("rendezvous %s round %d: heartbeat: %s", r->run_id, R, rdzv_why(st, rc));
 	}
 }
 
@@ -224,7 +224,7 @@ static int close_restart_count(struct rdzv *r, int R, int *rcount, bool final, s
 
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read previous round: %s", r->run_id,
-				R, crun_strerror(rc));
+				R, rdzv_why(r->st, rc));
 	}
 	if (*rcount > r->conf.max_restarts) {
 		rdzv_note_gone(r);
@@ -271,7 +271,7 @@ static int join_late(struct join *j, int count, struct crun_diag *d)
 	rc = rdzv_exists(r->st, key, &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read round state: %s", r->run_id,
-				j->R, crun_strerror(rc));
+				j->R, rdzv_why(r->st, rc));
 	}
 	if (won) {
 		return JOIN_LATE; /* it is over; its survivors meet in R + 1 */
@@ -283,7 +283,7 @@ static int join_late(struct join *j, int count, struct crun_diag *d)
 	rc = round_is_dead(r, j->R);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read round state: %s", r->run_id,
-				j->R, crun_strerror(rc));
+				j->R, rdzv_why(r->st, rc));
 	}
 	if (rc == 1) {
 		/* Nobody is left to watch it (every agent of that round is gone): end it here. */
@@ -317,7 +317,7 @@ static int join_check_budget(struct join *j, struct crun_diag *d)
 	rc = round_restart_count(r, j->R, &j->rcount, &j->rcount_final);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: read previous round: %s", r->run_id,
-				j->R, crun_strerror(rc));
+				j->R, rdzv_why(r->st, rc));
 	}
 	if (j->rcount > r->conf.max_restarts) {
 		rdzv_note_gone(r);
@@ -355,7 +355,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 	rc = rdzv_cas_str(r->st, key, rec, cur, sizeof(cur), &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: publish node record: %s", r->run_id,
-				j->R, crun_strerror(rc));
+				j->R, rdzv_why(r->st, rc));
 	}
 	if (!won) {
 		char oh[256] = "?", oa[256] = "?";
@@ -364,7 +364,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 		rc = rdzv_exists(r->st, j->k_closed, &won);
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: read round state: %s",
-					r->run_id, j->R, crun_strerror(rc));
+					r->run_id, j->R, rdzv_why(r->st, rc));
 		}
 		if (won) {
 			return join_late(j, c->max_nodes, d);
@@ -379,7 +379,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 			    &j->packed);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: join: %s", r->run_id, j->R,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	j->p = (int)PACK_POS(j->packed);
 	if (j->p > c->max_nodes) {
@@ -400,7 +400,7 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 			    &j->packed);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: join: %s", r->run_id, j->R,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	j->p = (int)PACK_POS(j->packed);
 	if (j->p > c->max_nodes) {
@@ -420,7 +420,7 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 	rc = rdzv_set_str(r->st, key, rec);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: publish node record: %s", r->run_id,
-				j->R, crun_strerror(rc));
+				j->R, rdzv_why(r->st, rc));
 	}
 	return 0;
 }
@@ -439,7 +439,7 @@ static int join_announce(struct join *j, struct crun_diag *d)
 		rc = rdzv_set_str(r->st, j->k_min, "1");
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: mark min reached: %s",
-					r->run_id, j->R, crun_strerror(rc));
+					r->run_id, j->R, rdzv_why(r->st, rc));
 		}
 	}
 	j->min_seen = j->p >= c->min_nodes;
@@ -468,7 +468,7 @@ static int close_round(struct join *j, int64_t v, struct crun_diag *d)
 	rc = rdzv_cas_str(r->st, j->k_closed, rec, j->cur, sizeof(j->cur), &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: close: %s", r->run_id, j->R,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	j->closed_by_me = won;
 	return 1;
@@ -498,7 +498,7 @@ static int try_close(struct join *j, int64_t now, struct crun_diag *d)
 			rc = crun_store_add(r->st, j->k_joined, 0, &v);
 			if (rc < 0) {
 				return diag_set(d, rc, "rendezvous %s round %d: count: %s",
-						r->run_id, j->R, crun_strerror(rc));
+						r->run_id, j->R, rdzv_why(r->st, rc));
 			}
 		}
 		rc = close_restart_count(r, j->R, &j->rcount, j->rcount_final, d);
@@ -543,7 +543,7 @@ static int close_on_timeout(struct join *j, int64_t now, struct crun_diag *d)
 	rc = rdzv_cas_str(r->st, j->k_closed, rec, j->cur, sizeof(j->cur), &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: close: %s", r->run_id, j->R,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	if (!won) {
 		return 0; /* it closed properly just now */
@@ -639,7 +639,7 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 	}
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: wait: %s", r->run_id, j->R,
-				crun_strerror(rc));
+				rdzv_why(r->st, rc));
 	}
 	if (rc >= nk) {
 		return diag_set(d, -EPROTO, "rendezvous %s round %d: wait: bad key index %d",
@@ -649,7 +649,7 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 		rc = rdzv_get_str(r->st, j->k_closed, j->cur, sizeof(j->cur));
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: read close: %s", r->run_id,
-					j->R, crun_strerror(rc));
+					j->R, rdzv_why(r->st, rc));
 		}
 		return 1;
 	} else if (wkeys[rc] == j->k_min) {
@@ -831,7 +831,7 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 		}
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: %s", r->run_id, r->round,
-					crun_strerror(rc));
+					rdzv_why(r->st, rc));
 		}
 		if (end_known == 1) {
 			r->in_round = false;
@@ -841,7 +841,7 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 		rc = rdzv_get_str(r->st, "cur", v, sizeof(v));
 		if (rc < 0 && rc != -ENOENT) {
 			return diag_set(d, rc, "rendezvous %s: read current round: %s", r->run_id,
-					crun_strerror(rc));
+					rdzv_why(r->st, rc));
 		}
 		R = rc == 0 ? atoi(v) : 0;
 		if (R < 0) {

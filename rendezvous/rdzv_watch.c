@@ -47,7 +47,7 @@ int rdzv_report_failure(struct rdzv *r, const char *what, bool *restart, struct 
 	rc = rdzv_mark_failed(r, r->st, KIND_FAIL, msg, cur, sizeof(cur), &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: report failure: %s", r->run_id,
-				r->round, crun_strerror(rc));
+				r->round, rdzv_why(r->st, rc));
 	}
 	if (cur[0] != KIND_FAIL) {
 		/* A re-formation got there first: this failure spends nothing. */
@@ -285,26 +285,43 @@ static int watch_once(struct rdzv *r, struct watch *w, int *errors)
 }
 
 /*
+ * Errors that another keep-alive attempt cannot mend: the TCP client has already retried a
+ * refused or unroutable connection within its own bound (client_tcp.c), and a damaged or
+ * foreign store file stays what it is. A timeout, a cut connection or a store shutting down
+ * gets the keep-alive attempts.
+ */
+static bool store_error_is_final(int rc)
+{
+	return rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
+	       rc == -EBADMSG || rc == CRUN_EMAGIC || rc == CRUN_EVERSION;
+}
+
+/*
  * Store error @rc, the @errors-th in a row: back off one keep-alive slice and go on (true), or
- * after keep_alive_max_attempt report the store lost (false).
+ * after keep_alive_max_attempt (at once for a final error) report the store lost (false).
  */
 static bool watch_store_error(struct rdzv *r, int rc, int errors)
 {
 	const struct rdzv_conf *c = &r->conf;
+	bool at_once = rc == -ESHUTDOWN || rc == -ECONNRESET || rc == -EPIPE;
 	char desc[REC_MAX + 64];
 
 	atomic_store(&r->wst_bad, true);
-	if (errors < c->keep_alive_max_attempt) {
+	if (errors < c->keep_alive_max_attempt && !store_error_is_final(rc)) {
 		log_warn("rendezvous %s round %d: store: %s (attempt %d of %d)", r->run_id,
-			 r->round, crun_strerror(rc), errors, c->keep_alive_max_attempt);
-		/* Back off one keep-alive slice; stop still wakes us through the flag. */
-		for (int64_t t = crun_now_ms() + c->keep_alive_interval_ms;
+			 r->round, rdzv_why(r->wst, rc), errors, c->keep_alive_max_attempt);
+		/*
+		 * Back off one keep-alive slice; stop still wakes us through the flag. A store
+		 * that said it is shutting down, or whose connection was cut, is asked again at
+		 * once: the reconnect finds out within its own bound whether it is still there.
+		 */
+		for (int64_t t = crun_now_ms() + (at_once ? 0 : c->keep_alive_interval_ms);
 		     crun_now_ms() < t && !atomic_load(&r->stop);) {
 			usleep(20000);
 		}
 		return true;
 	}
-	snprintf(desc, sizeof(desc), "store unreachable: %s", crun_strerror(rc));
+	snprintf(desc, sizeof(desc), "store lost: %s", rdzv_why(r->wst, rc));
 	log_error("rendezvous %s round %d: %s", r->run_id, r->round, desc);
 	if (!atomic_load(&r->stop)) {
 		r->cb(r->cb_arg, RDZV_EV_STORE_LOST, desc);

@@ -54,10 +54,13 @@ struct crun_store_opts {
 
 /**
  * Connect to (or open) the store. On success *out is owned by the caller (crun_store_close()).
- * Returns 0, -ETIMEDOUT (no server answered in time), -EINVAL (endpoint does not parse, or a
- * garbage opts->struct_size), CRUN_EVERSION/CRUN_EMAGIC/CRUN_EAUTH (handshake refused), or
- * another negative code.
- * @err, if not NULL, receives a one-line human message ("store 127.0.0.1:29400: connect: ...").
+ * Returns 0; when no server could be reached within the connect timeout, the cause of the last
+ * try: -ECONNREFUSED, -EHOSTUNREACH/-ENETUNREACH, or -ETIMEDOUT (no answer in time); -EINVAL
+ * (endpoint does not parse, or a garbage opts->struct_size), CRUN_EVERSION/CRUN_EMAGIC/CRUN_EAUTH
+ * (handshake refused; for a file store: another format version, or not a store file), -EBADMSG
+ * (a damaged file store), or another negative code.
+ * @err, if not NULL, receives a one-line human message ("store: connection refused by
+ * 127.0.0.1:29400 (waited 30.0 s)", "store file:///p: damaged record at byte offset 96 ...").
  */
 CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
 				char *err, size_t errlen);

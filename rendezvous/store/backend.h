@@ -44,6 +44,8 @@ struct store_ops {
 	int (*multi_set)(struct store_backend *b, const char *const *keys, size_t n,
 			 const void *const *vals, const size_t *lens, int timeout_ms);
 	int (*ping)(struct store_backend *b, int timeout_ms);
+	/* Optional: why the last operation failed, in words ("store <where>: ..."; "" if none). */
+	const char *(*last_error)(const struct store_backend *b);
 	/* Optional (NULL: the backend cannot): delete every key that starts with @prefix. */
 	int (*del_prefix)(struct store_backend *b, const char *prefix, int timeout_ms);
 	void (*close)(struct store_backend *b);
@@ -74,8 +76,17 @@ int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_b
  */
 int store_delete_prefix(struct crun_store *st);
 
+/**
+ * store.c: the message of @st's last failed operation, where the backend keeps one: which
+ * store, and what happened ("store H:P: connection refused by H:P (...)", "store file://P:
+ * damaged record at byte offset N ..."). "" when it has none. Valid until the next call on @st.
+ */
+const char *store_last_error(const struct crun_store *st);
+
 /** client_tcp.c: the last error message of a TCP backend handle ("store H:P: OP: why"). */
 const char *store_tcp_last_error(const struct store_backend *b);
+/** client_file.c: why a file handle refused its file ("store file://P: why"; "" if never). */
+const char *store_file_last_error(const struct store_backend *b);
 /** client_etcd.c: the same for an etcd handle ("store etcd://...: OP: why"). */
 const char *store_etcd_last_error(const struct store_backend *b);
 

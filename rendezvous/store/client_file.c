@@ -385,6 +385,11 @@ static int f_ping(struct store_backend *b, int timeout_ms)
 	return fstore_refresh(b, fstore_deadline(timeout_ms));
 }
 
+const char *store_file_last_error(const struct store_backend *b)
+{
+	return b != NULL ? b->err : "";
+}
+
 static void f_close(struct store_backend *b)
 {
 	if (b == NULL) {
@@ -417,6 +422,7 @@ static const struct store_ops file_ops = {
 	.multi_get = f_multi_get,
 	.multi_set = f_multi_set,
 	.ping = f_ping,
+	.last_error = store_file_last_error,
 	.close = f_close,
 };
 
@@ -433,6 +439,8 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 	}
 	b->fd = -1;
 	b->setlk = F_OFD_SETLK;
+	b->torn_off = -1;
+	b->bad_off = -1;
 	b->compact_at = 64 << 20;
 	env = getenv("CRUN_STORE_FILE_COMPACT_BYTES");
 	if (env != NULL && *env != '\0') {
@@ -457,8 +465,19 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 		what = "open";
 		goto err;
 	}
-	/* Replay now, so an unreadable or unlockable file fails here and not at first use. */
+	/*
+	 * Replay now, so an unreadable, unlockable, damaged or foreign file fails here and not at
+	 * first use; the reason goes to @d (the caller reports it), not to the log as well.
+	 */
+	b->quiet = true;
 	rc = fstore_refresh(b, fstore_deadline(connect_timeout_ms));
+	b->quiet = false;
+	b->bad_off = -1; /* a later operation that finds it again logs it */
+	if (rc < 0 && b->err[0] != '\0') {
+		diag_set(d, rc, "%s", b->err);
+		f_close(b);
+		return rc;
+	}
 	if (rc < 0) {
 		what = "lock and read";
 		goto err;

@@ -32,18 +32,24 @@ off_t fstore_live_bytes(struct store_backend *b)
 			total += (off_t)(16 + e->klen + e->vlen);
 		}
 	}
-	return total + total / 64 + REC_HDR;
+	return total + total / 64 + REC_HDR + FILE_HDR;
 }
 
-/* Write the live keys as REC_PUT records to @fd; returns the bytes written or a negative code. */
+/*
+ * Write the file header and the live keys as REC_PUT records to @fd; returns the file's size
+ * or a negative code.
+ */
 static ssize_t write_snapshot(struct store_backend *b, int fd)
 {
 	int64_t now = crun_wall_ms();
-	uint8_t *buf = NULL;
+	uint8_t *buf = NULL, h[FILE_HDR];
 	size_t cap = 0, len = REC_HDR, n = 0, i;
-	off_t off = 0;
+	off_t off = FILE_HDR;
 	struct entry *e;
-	int rc = 0;
+	int rc;
+
+	fstore_file_header(h);
+	rc = io_pwrite_full(fd, h, sizeof(h), 0);
 
 	for (i = 0; i <= b->index.nbuckets && rc == 0; i++) {
 		e = i < b->index.nbuckets ? entry_of(b->index.buckets[i]) : NULL;

@@ -1,7 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /* rendezvous/store/client_file_internal.h: what the file store's files share (private). */
 /*
- * File layout: a sequence of records, nothing else (an empty file is an empty store).
+ * File layout (format 2): a 16-byte file header, then a sequence of records.
+ *
+ *   offset size field
+ *   0      8    magic   "CRUNSTOR"
+ *   8      4    version FILE_VERSION (2)
+ *   12     4    crc     CRC-32 (IEEE) of bytes 0..11
+ *
+ * An empty file is an empty store; the first writer writes the header. A file that starts
+ * with anything else is refused and never written to: another format version (CRUN_EVERSION;
+ * format 1, which had no header and began with a record, was written by older crun), or not
+ * a store at all (CRUN_EMAGIC: an endpoint mistyped onto a script).
+ *
+ * Each record:
  *
  *   offset size field
  *   0      4    magic  0x31535243 ("CRS1" in little-endian byte order)
@@ -20,10 +32,14 @@
  * Every handle keeps an in-memory index of the whole store and the offset it has replayed up
  * to; it replays only the records appended since. Writers take an exclusive fcntl lock on the
  * whole file, catch up, cut away a torn tail (a record that a crashed writer left half
- * written: its header, length or CRC does not check), then append one record with pwrite()
+ * written: its header, length or CRC does not check, it is the last thing in the file and no
+ * valid record follows it), then append one record with pwrite()
  * at the end and apply it to their own index. Readers take a shared lock while they catch up,
  * so they never see a record being written; on NFS taking the lock is also what revalidates
  * the client's cache, and the kernel flushes a writer's data before it releases the lock.
+ * A record that does not check but is NOT such a tail (a valid record follows it, or more
+ * follows it than one record can hold) is damage: every operation on the handle then fails
+ * with -EBADMSG, the log names the file and the byte offset, and nothing is cut.
  * Locks are open-file-description locks (F_OFD_SETLK), so two handles of one process exclude
  * each other; every lock wait is bounded by the operation's deadline (F_SETLK retried with
  * backoff, never F_SETLKW).
@@ -60,6 +76,9 @@
 #include "src/common/htab.h"
 #include "src/common/util.h"
 
+#define FILE_MAGIC "CRUNSTOR"
+#define FILE_VERSION 2u
+#define FILE_HDR 16 /* the file header; the first record starts here */
 #define REC_MAGIC 0x31535243u
 #define REC_HDR 16
 #define FILE_MAX_RECORD (33u << 20) /* as the TCP store's frame limit */
@@ -92,6 +111,12 @@ struct store_backend {
 	bool moved;           /* replayed a REC_MOVED: the store lives in a new file at path */
 	off_t compact_at;     /* compact when the file is past this and mostly dead records */
 	off_t next_check;     /* file offset at which to look at the live size again */
+	off_t torn_off;       /* a torn tail was found at this offset... */
+	off_t torn_size;      /* ...with the file this long (no need to check it again) */
+	off_t bad_off;        /* a failure was reported at this offset (-1: none): log it once */
+	off_t bad_size;       /* ...with the file this long */
+	bool quiet;           /* opening: the failure goes to the caller's diag, not the log */
+	char err[256];        /* why the store was refused ("" if it never was) */
 };
 
 /* ---- client_file_index.c: the in-memory index ---- */
@@ -110,8 +135,15 @@ int fstore_set_value(struct entry *e, const uint8_t *v, size_t vlen, bool append
 int fstore_apply(struct store_backend *b, uint8_t op, const uint8_t *p, size_t len);
 /** Grow *@buf (capacity *@cap) to hold @need bytes. 0 or -ENOMEM. */
 int fstore_ensure(uint8_t **buf, size_t *cap, size_t need);
-/** Replay the records appended since b->off (lock held); *@tail: bytes after the last good one. */
+/**
+ * Replay the records appended since b->off (lock held); *@tail: the bytes of a torn tail
+ * after the last good record (a torn file header when b->off is still 0). Returns 0,
+ * -EBADMSG (a damaged record: b->err names the file and the offset), CRUN_EMAGIC (not a
+ * store file), CRUN_EVERSION (another format version) or another negative code.
+ */
 int fstore_catch_up(struct store_backend *b, off_t *tail);
+/** Fill @h (FILE_HDR bytes) with this format's file header. */
+void fstore_file_header(uint8_t *h);
 /** Append to the record being built in b->wbuf. 0, -EMSGSIZE or -ENOMEM. */
 int fstore_wput(struct store_backend *b, const void *p, size_t n);
 int fstore_wput32(struct store_backend *b, uint32_t v);

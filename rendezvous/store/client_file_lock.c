@@ -137,6 +137,8 @@ static int reopen(struct store_backend *b, int64_t deadline_ms)
 	b->off = 0;
 	b->moved = false;
 	b->next_check = b->compact_at;
+	b->torn_off = -1;
+	b->bad_off = -1;
 	return 0;
 }
 
@@ -186,10 +188,22 @@ int fstore_write_begin(struct store_backend *b, int64_t deadline_ms)
 		break;
 	}
 	if (rc == 0 && tail > 0) {
-		log_warn("store file://%s: dropping a torn record of %lld bytes at offset %lld",
-			 b->path, (long long)tail, (long long)b->off);
+		log_warn("store file://%s: dropping a torn %s of %lld bytes at offset %lld",
+			 b->path, b->off == 0 ? "file header" : "record", (long long)tail,
+			 (long long)b->off);
 		if (ftruncate(b->fd, b->off) < 0) {
 			rc = -errno;
+		}
+		b->torn_off = -1;
+	}
+	if (rc == 0 && b->off == 0) {
+		/* A new (or empty) file: this writer gives it its header. */
+		uint8_t h[FILE_HDR];
+
+		fstore_file_header(h);
+		rc = io_pwrite_full(b->fd, h, sizeof(h), 0);
+		if (rc == 0) {
+			b->off = FILE_HDR;
 		}
 	}
 	if (rc < 0) {

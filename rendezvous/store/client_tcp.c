@@ -29,6 +29,20 @@
 #define WAIT_MARGIN_MS 5000   /* socket deadline beyond a wait's own timeout */
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 1000
+/*
+ * Losing the store (docs/reliability.md, "Losing the store"). A connection that was up and is
+ * lost is re-established for at most RECONNECT_MS in all (or the connect timeout, if shorter),
+ * counted from the loss and shared by every call made meanwhile; RECONNECT_REFUSED_MS when
+ * every try is refused (nothing listens there any more: the store process is gone). Once that
+ * is spent, each call tries to connect once (LAST_TRY_MS at most) and fails with the cause.
+ * The first connection waits the whole connect timeout for a store that is not up yet, and
+ * says so after PROGRESS_FIRST_MS and then every PROGRESS_EVERY_MS.
+ */
+#define RECONNECT_MS 10000
+#define RECONNECT_REFUSED_MS 3000
+#define LAST_TRY_MS 1000
+#define PROGRESS_FIRST_MS 2000
+#define PROGRESS_EVERY_MS 5000
 
 struct store_backend {
 	int fd;                /* -1 when disconnected: the next operation reconnects */
@@ -36,6 +50,8 @@ struct store_backend {
 	int port;
 	char *token;
 	int connect_timeout_ms;
+	bool was_up;           /* a handshake has succeeded on this handle */
+	int64_t down_since;    /* when the connection was lost (or first tried); 0: up */
 	uint32_t next_id;
 	struct wire_buf out;   /* the request being sent; reused */
 	uint8_t *rb;           /* received bytes: [rb_off, rb_off + rb_len) not yet consumed */
@@ -394,26 +410,66 @@ static unsigned jitter_seed(void)
 	return (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
 }
 
+/* "connection refused by H:P" (@addr) or "connection refused", as a person reads it. */
+static void describe_cause(const struct store_backend *b, int rc, bool addr, char *buf,
+			   size_t cap)
+{
+	const char *hp = addr ? b->where + 5 : ""; /* " H:P", past "store" */
+
+	switch (rc) {
+	case -ECONNREFUSED:
+		snprintf(buf, cap, "connection refused%s%s", addr ? " by" : "", hp);
+		break;
+	case -EHOSTUNREACH:
+	case -ENETUNREACH:
+		snprintf(buf, cap, "no route%s%s", addr ? " to" : "", hp);
+		break;
+	case -ETIMEDOUT:
+		snprintf(buf, cap, "timed out connecting%s%s", addr ? " to" : "", hp);
+		break;
+	default: /* the message of the last try, without the "store H:P: " in front */
+		if (strlen(b->diag.msg) > strlen(b->where) + 2) {
+			snprintf(buf, cap, "%s", b->diag.msg + strlen(b->where) + 2);
+		} else {
+			snprintf(buf, cap, "%s", crun_strerror(rc));
+		}
+		break;
+	}
+}
+
 /*
- * Connect and handshake, retrying refused/unreachable with backoff + jitter until the connect
- * timeout, or @op_deadline if that comes first (0: none; an operation's own deadline).
+ * Connect and handshake, retrying refused/unreachable with backoff + jitter within the limits
+ * at the top of this file, and never past @op_deadline (0: none; an operation's own deadline).
+ * Fails with the cause of the last try (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, ...).
  */
 static int reconnect(struct store_backend *b, int64_t op_deadline)
 {
-	int64_t start = crun_now_ms(), deadline = start + b->connect_timeout_ms;
+	int64_t now = crun_now_ms(), budget, give_up, deadline, next_progress;
 	struct addrinfo hints, *res = NULL, *ai;
 	unsigned seed = jitter_seed();
 	int backoff = BACKOFF_FIRST_MS, rc = -ETIMEDOUT, gai, sleep_ms;
-	char port_s[16];
+	char port_s[16], cause[200];
+	bool last_try;
 	struct timespec ts;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV;
+	if (b->down_since == 0) {
+		b->down_since = now;
+	}
+	budget = b->connect_timeout_ms;
+	if (b->was_up && budget > RECONNECT_MS) {
+		budget = RECONNECT_MS;
+	}
+	give_up = b->down_since + budget;
+	last_try = now >= give_up;
+	deadline = last_try ? now + LAST_TRY_MS : give_up;
 	if (op_deadline > 0 && op_deadline < deadline) {
 		deadline = op_deadline;
 	}
+	next_progress = b->down_since + PROGRESS_FIRST_MS;
 	snprintf(port_s, sizeof(port_s), "%d", b->port);
 	for (;;) {
 		gai = getaddrinfo(b->host, port_s, &hints, &res);
@@ -428,8 +484,13 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 			res = NULL;
 			if (rc == 0) {
 				rc = handshake(b, deadline);
+				if (rc == 0) {
+					b->was_up = true;
+					b->down_since = 0;
+					return 0;
+				}
 				/* A refused handshake is final; a dropped one is worth a retry. */
-				if (rc == 0 || (rc != -ECONNRESET && rc != -EPIPE)) {
+				if (rc != -ECONNRESET && rc != -EPIPE) {
 					return rc;
 				}
 			} else {
@@ -440,12 +501,24 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 		} else {
 			return fail(b, -EINVAL, "resolve %s: %s", b->host, gai_strerror(gai));
 		}
-		if (crun_ms_until(deadline) == 0) {
-			char m[sizeof(b->diag.msg)];
-
-			snprintf(m, sizeof(m), "%s", b->diag.msg + strlen(b->where) + 2);
-			return fail(b, -ETIMEDOUT, "%s (gave up after %d ms)", m,
-				    (int)(crun_now_ms() - start));
+		now = crun_now_ms();
+		if (now >= deadline || last_try ||
+		    (b->was_up && rc == -ECONNREFUSED &&
+		     now >= b->down_since + RECONNECT_REFUSED_MS)) {
+			/* "store: connection refused by H:P": the cause names the address. */
+			describe_cause(b, rc, true, cause, sizeof(cause));
+			return diag_set(&b->diag, rc, "store: %s (%s %lld.%lld s)", cause,
+					b->was_up ? "connection lost, retried for" : "waited",
+					(long long)((now - b->down_since) / 1000),
+					(long long)((now - b->down_since) % 1000 / 100));
+		}
+		if (!b->was_up && now >= next_progress) {
+			/* The store is not up (yet): say so while waiting, not only at the end. */
+			describe_cause(b, rc, false, cause, sizeof(cause));
+			log_warn("waiting for the store at %s: %s (%lld s of %lld s)", b->where + 6,
+				 cause, (long long)((now - b->down_since) / 1000),
+				 (long long)(budget / 1000));
+			next_progress = now + PROGRESS_EVERY_MS;
 		}
 		/* Exponential backoff with jitter in [backoff/2, backoff]. */
 		sleep_ms = backoff / 2 + (int)(rand_r(&seed) % (unsigned)(backoff / 2 + 1));
@@ -804,6 +877,7 @@ static const struct store_ops tcp_ops = {
 	.multi_get = tcp_multi_get,
 	.multi_set = tcp_multi_set,
 	.ping = tcp_ping,
+	.last_error = store_tcp_last_error,
 	.close = tcp_close,
 };
 

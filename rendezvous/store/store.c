@@ -479,6 +479,14 @@ CRUN_EXPORT int crun_store_delete(struct crun_store *st, const char *key)
 	return st->ops->del(st->b, k, st->timeout_ms);
 }
 
+const char *store_last_error(const struct crun_store *st)
+{
+	if (st == NULL || st->ops == NULL || st->ops->last_error == NULL) {
+		return "";
+	}
+	return st->ops->last_error(st->b);
+}
+
 int store_delete_prefix(struct crun_store *st)
 {
 	if (st == NULL || st->prefix_len == 0) {

@@ -79,5 +79,12 @@ void torn_last_record_is_recovered(void **state);
 void hostile_record_lengths_are_rejected(void **state);
 void held_lock_times_out(void **state);
 void file_compaction_keeps_every_key(void **state);
+/* file_integrity.c */
+void file_has_format_header(void **state);
+void damaged_middle_record_is_refused(void **state);
+void garbage_after_records_is_refused(void **state);
+void zero_tail_is_torn(void **state);
+void foreign_file_is_refused(void **state);
+void old_format_file_is_refused(void **state);
 
 #endif

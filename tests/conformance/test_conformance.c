@@ -277,6 +277,12 @@ int main(int argc, char **argv)
 		cmocka_unit_test(hostile_record_lengths_are_rejected),
 		cmocka_unit_test(held_lock_times_out),
 		cmocka_unit_test(file_compaction_keeps_every_key),
+		cmocka_unit_test(file_has_format_header),
+		cmocka_unit_test(damaged_middle_record_is_refused),
+		cmocka_unit_test(garbage_after_records_is_refused),
+		cmocka_unit_test(zero_tail_is_torn),
+		cmocka_unit_test(foreign_file_is_refused),
+		cmocka_unit_test(old_format_file_is_refused),
 	};
 	static const char *const names[] = {"conformance-file", "conformance-tcp",
 					    "conformance-etcd"};
