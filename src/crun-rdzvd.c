@@ -21,6 +21,7 @@
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/parse.h"
+#include "src/common/token.h"
 
 #define EXIT_USAGE 2
 
@@ -82,37 +83,25 @@ static int bad_usage(const char *fmt, ...)
 
 static char *read_token_file(const char *path)
 {
-	char buf[CRUN_STORE_MAX_KEY_LEN + 2];
-	FILE *f = fopen(path, "r");
-	size_t n;
+	struct crun_diag d = {0};
+	char *tok;
 
-	if (f == NULL) {
-		fprintf(stderr, "crun-rdzvd: --token-file %s: %s\n", path, strerror(errno));
+	if (token_file_read(path, &tok, &d) < 0) {
+		fprintf(stderr, "crun-rdzvd: --token-file: %s\n", d.msg);
 		return NULL;
 	}
-	if (fgets(buf, sizeof(buf), f) == NULL) {
-		fclose(f);
-		fprintf(stderr, "crun-rdzvd: --token-file %s: empty file\n", path);
-		return NULL;
-	}
-	fclose(f);
-	n = strcspn(buf, "\r\n");
-	buf[n] = '\0';
-	if (n == 0) {
-		fprintf(stderr, "crun-rdzvd: --token-file %s: empty token\n", path);
-		return NULL;
-	}
-	return strdup(buf);
+	return tok;
 }
 
 int main(int argc, char **argv)
 {
-	enum { OPT_TOKEN_FILE = 256, OPT_MAX_PENDING, OPT_MAX_VALUE };
+	enum { OPT_TOKEN_FILE = 256, OPT_MAX_PENDING, OPT_MAX_VALUE, OPT_INSECURE };
 	static const struct option longopts[] = {
 		{"listen", required_argument, NULL, 'l'},
 		{"max-connections", required_argument, NULL, 'c'},
 		{"token", required_argument, NULL, 't'},
 		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+		{"insecure", no_argument, NULL, OPT_INSECURE},
 		{"idle-timeout", required_argument, NULL, 'i'},
 		{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
 		{"max-value-len", required_argument, NULL, OPT_MAX_VALUE},
@@ -126,6 +115,7 @@ int main(int argc, char **argv)
 	struct crun_diag diag = {0};
 	struct daemon d;
 	char *token = NULL;
+	bool insecure = false;
 	const char *env;
 	long v;
 	int opt, rc;
@@ -164,6 +154,9 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			break;
+		case OPT_INSECURE:
+			insecure = true;
+			break;
 		case 'i':
 			if (parse_long(optarg, 0, INT_MAX / 1000, &v) < 0) {
 				return bad_usage("--idle-timeout: expected seconds (a non-negative "
@@ -196,7 +189,7 @@ int main(int argc, char **argv)
 			free(token);
 			return 0;
 		case 'V':
-			printf("crun-rdzvd %s (store protocol 1)\n", CRUN_VERSION);
+			printf("crun-rdzvd %s (store protocol 2)\n", CRUN_VERSION);
 			free(token);
 			return 0;
 		case ':':
@@ -215,9 +208,17 @@ int main(int argc, char **argv)
 		free(token);
 		return bad_usage("%s", "--listen ADDR:PORT is required");
 	}
+	if (insecure && token != NULL) {
+		free(token);
+		return bad_usage("%s", "--insecure: cannot be combined with --token or --token-file");
+	}
 	env = getenv("CRUN_STORE_TOKEN");
-	if (token == NULL && env != NULL && *env != '\0') {
+	if (token == NULL && !insecure && env != NULL && *env != '\0') {
 		token = strdup(env);
+	}
+	if (insecure) {
+		log_warn("--insecure: any client that reaches this address may read and write "
+			 "every key (no authentication)");
 	}
 	o.token = token;
 
