@@ -33,9 +33,14 @@ static const char usage[] =
 	"  -l, --listen ADDR:PORT     bind exactly this address (port 0 picks one); required.\n"
 	"                             The bound ADDR:PORT is printed as the first line of stdout.\n"
 	"  -c, --max-connections N    refuse connections beyond N (default 65536)\n"
-	"  -t, --token TOKEN          require this shared token (not empty) in the handshake\n"
-	"                             (prefer --token-file or CRUN_STORE_TOKEN: argv is public)\n"
-	"      --token-file FILE      read the token from the first line of FILE\n"
+	"      --token-file FILE      require the token in the first line of FILE (mode 0600,\n"
+	"                             ours); default: $CRUN_TOKEN_FILE, else\n"
+	"                             $XDG_CONFIG_HOME/crun/token or ~/.config/crun/token,\n"
+	"                             created with a random token on first use\n"
+	"  -t, --token TOKEN          require this token (less safe: argv and the environment\n"
+	"                             ($CRUN_STORE_TOKEN) are visible to others)\n"
+	"      --insecure             no authentication: anyone who reaches the address may\n"
+	"                             read and write every key (a warning is logged)\n"
 	"  -i, --idle-timeout SEC     close connections idle SEC seconds with no wait pending\n"
 	"                             (default 0: never)\n"
 	"      --max-pending N        pending waits per connection (default 1024)\n"
@@ -219,6 +224,18 @@ int main(int argc, char **argv)
 	if (insecure) {
 		log_warn("--insecure: any client that reaches this address may read and write "
 			 "every key (no authentication)");
+	} else if (token == NULL) {
+		/* Authentication is on by default: the per-user token file, made on first use. */
+		char path[PATH_MAX];
+		bool created = false;
+
+		if (token_default_path(path, sizeof(path), &diag) < 0 ||
+		    token_file_ensure(path, &token, &created, &diag) < 0) {
+			fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
+					"without authentication)\n", diag.msg);
+			return EXIT_USAGE;
+		}
+		log_info("token from %s%s", path, created ? " (created now, mode 0600)" : "");
 	}
 	o.token = token;
 
@@ -245,7 +262,7 @@ int main(int argc, char **argv)
 	printf("%s\n", store_server_address(d.srv));
 	fflush(stdout);
 	log_info("listening on %s%s", store_server_address(d.srv),
-		 token != NULL ? " (token required)" : "");
+		 token != NULL ? " (token required)" : " (no authentication)");
 
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&d.loop);
