@@ -266,6 +266,114 @@ static void open_store_and_token_client_refuse_each_other(void **state)
 	assert_int_equal(WEXITSTATUS(daemon_stop(&open, SIGTERM)), 0);
 }
 
+static void send_set(int fd, uint32_t id, const char *key)
+{
+	struct wire_buf b = {0};
+
+	wire_put_bytes(&b, key, strlen(key));
+	wire_put_bytes(&b, "v", 1);
+	wire_put_i64(&b, 0);
+	assert_int_equal(raw_frame(fd, WIRE_OP_SET, id, b.p, b.len), 0);
+	wire_buf_finish(&b);
+}
+
+static void expect_ok(int fd, uint32_t id)
+{
+	struct wire_hdr h;
+	uint8_t buf[512];
+
+	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
+	assert_int_equal(h.id, id);
+	if (h.status != WIRE_OK) {
+		fail_msg("id %u: status %u: %s", id, h.status, (const char *)buf);
+	}
+}
+
+static void expect_out_of_scope(int fd, uint8_t op, uint32_t id, const char *key)
+{
+	char want[300];
+
+	snprintf(want, sizeof(want), "%s: key \"%s\" is not in this connection's scope (run runA)",
+		 wire_op_name(op), key);
+	raw_expect_error(fd, op, id, WIRE_E_SCOPE, want);
+}
+
+static void scoped_connection_stays_in_its_run(void **state)
+{
+	const char *outside[] = {"rdzv/runB/k", "runB/attempt/0/x", "runAB/x", "rdzv/runA",
+				 "runA", "rdzv/runAB/k", "x"};
+	struct wire_buf b = {0};
+	uint16_t st = 0;
+	char msg[512];
+	uint32_t id = 10;
+	size_t i;
+	int fd = raw_connect(dmn.port);
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(raw_handshake(fd, TOKEN, "runA", NULL, NULL, 0), 0);
+	/* The run's rendezvous keys and its workers' keys. */
+	send_set(fd, id, "rdzv/runA/round/0");
+	expect_ok(fd, id++);
+	send_set(fd, id, "runA/attempt/0/w");
+	expect_ok(fd, id++);
+	/* Anything else, exactly refused; the connection stays. */
+	for (i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
+		send_set(fd, id, outside[i]);
+		expect_out_of_scope(fd, WIRE_OP_SET, id++, outside[i]);
+	}
+	/* A key list: one key outside refuses the whole request. */
+	wire_put_u8(&b, WIRE_WAIT_ALL);
+	wire_put_i64(&b, 0);
+	wire_put_u32(&b, 2);
+	wire_put_bytes(&b, "runA/attempt/0/w", 16);
+	wire_put_bytes(&b, "rdzv/runB/k", 11);
+	assert_int_equal(raw_frame(fd, WIRE_OP_WAIT, id, b.p, b.len), 0);
+	expect_out_of_scope(fd, WIRE_OP_WAIT, id++, "rdzv/runB/k");
+	assert_int_equal(raw_frame(fd, WIRE_OP_PING, id, NULL, 0), 0);
+	expect_ok(fd, id++);
+	close(fd);
+	/* A scoped key does not open the unscoped store, nor another run. */
+	fd = raw_connect(dmn.port);
+	assert_true(fd >= 0);
+	b.len = 0;
+	/* "rdzv" would reach every run's rendezvous keys: not a scope. */
+	assert_int_equal(raw_handshake(fd, NULL, "rdzv", &st, msg, sizeof(msg)), -EACCES);
+	assert_int_equal(st, WIRE_E_INVALID);
+	assert_string_equal(msg, "HELLO: the scope is not a run id (1 to 128 printable bytes, no "
+				 "'/' or space, not \"rdzv\")");
+	raw_expect_closed(fd);
+	close(fd);
+	wire_buf_finish(&b);
+	expect_served_with_token(dmn.port);
+}
+
+static void job_credential_file_confines_the_client(void **state)
+{
+	char path[300], err[512] = "";
+	struct token_cred c;
+	struct crun_store *st = NULL, *wrong = NULL;
+	struct crun_diag d = {0};
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/job", dir);
+	unlink(path);
+	assert_int_equal(token_cred_from_token(&c, TOKEN, "runA", "test", &d), 0);
+	assert_int_equal(token_cred_write(path, &c, &d), 0);
+	/* What a worker of run A holds: no token, a key for run A. */
+	assert_int_equal(client_open(dmn.port, NULL, path, NULL, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(st, "runA/attempt/0/k", "v", 1), 0);
+	assert_int_equal(crun_store_set(st, "runB/attempt/0/k", "v", 1), -EACCES);
+	assert_int_equal(crun_store_set(st, "rdzv/runB/closed", "1", 1), -EACCES);
+	assert_int_equal(crun_store_set(st, "runA/attempt/0/k2", "v", 1), 0);
+	crun_store_close(st);
+	/* It cannot claim another run. */
+	assert_int_equal(client_open(dmn.port, NULL, path, "runB", &wrong, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "confined to run runA, not runB"));
+	unlink(path);
+}
+
 /* Connect from @src (a 127.0.0.x address) to the daemon. */
 static int connect_from(const char *src, int port)
 {
@@ -339,6 +447,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(client_names_file_and_both_fingerprints),
 		cmocka_unit_test(world_readable_token_file_is_refused),
 		cmocka_unit_test(open_store_and_token_client_refuse_each_other),
+		cmocka_unit_test(scoped_connection_stays_in_its_run),
+		cmocka_unit_test(job_credential_file_confines_the_client),
 		cmocka_unit_test(guessing_is_rate_limited_per_source),
 	};
 
