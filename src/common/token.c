@@ -357,7 +357,8 @@ static int make_parent(const char *path, struct crun_diag *d)
 
 int token_file_ensure(const char *path, char **tok, bool *created, struct crun_diag *d)
 {
-	char tmp[PATH_MAX], gen[TOKEN_GEN_HEX + 2];
+	char tmp[PATH_MAX], gen[TOKEN_GEN_HEX + 2], salt_hex[17];
+	uint8_t salt[8];
 	int fd, rc;
 
 	*created = false;
@@ -368,14 +369,16 @@ int token_file_ensure(const char *path, char **tok, bool *created, struct crun_d
 	if (rc < 0) {
 		return rc;
 	}
-	if (snprintf(tmp, sizeof(tmp), "%s.new.%ld", path, (long)getpid()) >= (int)sizeof(tmp)) {
-		return diag_set(d, -ENAMETOOLONG, "token file %s: path too long", path);
-	}
-	if (token_generate(gen) < 0) {
+	if (token_generate(gen) < 0 || token_random(salt, sizeof(salt)) < 0) {
 		return diag_set(d, -EIO, "token file %s: no random bytes", path);
 	}
+	hex(salt, sizeof(salt), salt_hex);
+	/* A random name: hosts sharing the directory over NFS may have equal pids. */
+	if (snprintf(tmp, sizeof(tmp), "%s.new.%s", path, salt_hex) >= (int)sizeof(tmp)) {
+		OPENSSL_cleanse(gen, sizeof(gen));
+		return diag_set(d, -ENAMETOOLONG, "token file %s: path too long", path);
+	}
 	strcat(gen, "\n");
-	unlink(tmp); /* a leftover of a crashed run with our pid */
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		rc = -errno;
