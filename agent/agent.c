@@ -29,6 +29,7 @@
 #include "src/common/log.h"
 #include "src/common/net.h"
 #include "src/common/signames.h"
+#include "src/common/token.h"
 
 extern char **environ;
 
@@ -65,7 +66,10 @@ struct agent {
 	char advertise[256];
 	char endpoint[PATH_MAX + 16];
 	char prefix[256];      /* the job's store prefix: "<run_id>/" on etcd, else none */
-	const char *token;
+	char *token;           /* the store's token (malloc'd); NULL: --insecure or not a TCP store */
+	char token_src[PATH_MAX + 32]; /* where it came from, for messages */
+	char token_path[PATH_MAX]; /* the token file it came from; "" for none */
+	char worker_token[PATH_MAX + 16]; /* the workers' credential file (0600); "" for none */
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	char tmpbase[PATH_MAX];
@@ -391,7 +395,7 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 	}
 	o.store_endpoint = a->endpoint;
 	o.store_prefix = as->worker_prefix;
-	o.store_token = a->token;
+	o.store_token_file = a->worker_token[0] != '\0' ? a->worker_token : NULL;
 	o.errdir = errdir;
 	o.logdir = logdirp;
 	o.base_env = environ;
@@ -542,6 +546,118 @@ static int report_peer_failure(struct agent *a, const char *end_msg)
 	return f.exit_code > 0 && f.exit_code < 256 ? f.exit_code : 1;
 }
 
+/* ---- the store's token (docs/security.md) ---- */
+
+/* This agent hosts the store for itself alone: a fresh token nobody else needs. */
+static bool private_store(const struct job_spec *spec)
+{
+	return spec->standalone ||
+	       (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes <= 1) ||
+	       (spec->rdzv_kind == RDZV_KIND_C10D && spec->rdzv_port == 0 && spec->max_nodes <= 1);
+}
+
+/*
+ * Where the token comes from: --insecure (none, warned), --token-file, $CRUN_STORE_TOKEN
+ * (explicit, less safe: it sits in our environment), a fresh random one for a store only this
+ * agent uses, else the per-user default token file, created on first use. CRUN_STORE_TOKEN is
+ * taken out of the environment so that workers do not inherit it.
+ */
+static int agent_token(struct agent *a, struct crun_diag *d)
+{
+	const struct job_spec *spec = a->spec;
+	const char *env = getenv("CRUN_STORE_TOKEN");
+	char *from_env = env != NULL && env[0] != '\0' ? strdup(env) : NULL;
+	char gen[TOKEN_GEN_HEX + 1], path[PATH_MAX], fpr[TOKEN_FPR_HEX + 1];
+	bool created = false;
+	int rc = 0;
+
+	if (env != NULL) {
+		unsetenv("CRUN_STORE_TOKEN"); /* before any thread: setenv() is not thread-safe */
+	}
+	if (env != NULL && env[0] != '\0' && from_env == NULL) {
+		return diag_set(d, -ENOMEM, "agent: out of memory");
+	}
+	if (spec->rdzv_kind != RDZV_KIND_C10D && spec->rdzv_kind != RDZV_KIND_STATIC) {
+		token_wipe(from_env); /* file and etcd stores have their own access control */
+		return 0;
+	}
+	if (spec->insecure) {
+		token_wipe(from_env);
+		log_warn("--insecure: the store has no authentication: anyone who can reach it can "
+			 "change this job's rendezvous and stop it");
+		return 0;
+	}
+	if (spec->token_file != NULL) {
+		token_wipe(from_env);
+		rc = token_file_read(spec->token_file, &a->token, d);
+		snprintf(a->token_src, sizeof(a->token_src), "token file %s", spec->token_file);
+		snprintf(a->token_path, sizeof(a->token_path), "%s", spec->token_file);
+	} else if (from_env != NULL) {
+		a->token = from_env;
+		snprintf(a->token_src, sizeof(a->token_src), "$CRUN_STORE_TOKEN");
+	} else if (private_store(spec)) {
+		if (token_generate(gen) < 0 || (a->token = strdup(gen)) == NULL) {
+			rc = diag_set(d, -EIO, "agent: cannot make a random token");
+		}
+		memset(gen, 0, sizeof(gen));
+		snprintf(a->token_src, sizeof(a->token_src), "a fresh random token");
+		return rc;
+	} else {
+		rc = token_default_path(path, sizeof(path), d);
+		if (rc == 0) {
+			rc = token_file_ensure(path, &a->token, &created, d);
+		}
+		snprintf(a->token_src, sizeof(a->token_src), "token file %s", path);
+		snprintf(a->token_path, sizeof(a->token_path), "%s", path);
+		if (rc == 0 && created) {
+			log_info("created the token file %s (0600): give every node the same file",
+				 path);
+		}
+	}
+	if (rc < 0) {
+		return diag_prefix(d, "store token");
+	}
+	token_fingerprint(a->token, strlen(a->token), fpr);
+	log_debug("store token: %s (fingerprint %s)", a->token_src, fpr);
+	return 0;
+}
+
+/* Write the workers' credential into the private temp dir: the key for this run only. */
+static int worker_token_write(struct agent *a, struct crun_diag *d)
+{
+	const char *run = a->spec->rdzv_id;
+	struct token_cred c;
+	struct fs_chunk ch;
+	int rc;
+
+	if (a->token == NULL) {
+		return 0;
+	}
+	snprintf(a->worker_token, sizeof(a->worker_token), "%s/store-token", a->tmpbase);
+	if (token_scope_valid(run)) {
+		rc = token_cred_from_token(&c, a->token, run, a->token_src, d);
+		if (rc == 0) {
+			rc = token_cred_write(a->worker_token, &c, d);
+		}
+		memset(&c, 0, sizeof(c));
+	} else {
+		/* A run id that cannot be a scope: the workers get the token itself. */
+		log_warn("run id \"%s\" cannot confine the workers' store access (it has a '/' or "
+			 "a space, or is \"rdzv\"): they get the job's full token", run);
+		ch.data = a->token;
+		ch.len = strlen(a->token);
+		rc = fs_write_atomic(a->worker_token, &ch, 1, 0600, NULL);
+		if (rc < 0) {
+			diag_set(d, rc, "%s: %s", a->worker_token, crun_strerror(rc));
+		}
+	}
+	if (rc < 0) {
+		a->worker_token[0] = '\0';
+		return diag_prefix(d, "agent: workers' token file");
+	}
+	return 0;
+}
+
 static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_diag *d)
 {
 	ssize_t n;
@@ -566,9 +682,9 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		}
 		agent_etcd_prefix(spec, a->prefix, sizeof(a->prefix));
 	}
-	a->token = getenv("CRUN_STORE_TOKEN");
-	if (a->token != NULL && a->token[0] == '\0') {
-		a->token = NULL;
+	rc = agent_token(a, d);
+	if (rc < 0) {
+		return rc;
 	}
 	tmp = getenv("TMPDIR");
 	if (tmp == NULL || tmp[0] == '\0') {
@@ -579,6 +695,10 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		rc = -errno;
 		a->tmpbase[0] = '\0';
 		return diag_set(d, rc, "agent: temp dir in %s: %s", tmp, strerror(-rc));
+	}
+	rc = worker_token_write(a, d);
+	if (rc < 0) {
+		return rc;
 	}
 	rc = uv_loop_init(&a->loop);
 	if (rc < 0) {
@@ -615,9 +735,14 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	conf.advertise_addr = a->advertise;
 	conf.hostname = a->hostname;
 	conf.max_restarts = spec->max_restarts;
+	so.struct_size = sizeof(so);
 	so.endpoint = a->endpoint;
 	so.prefix = a->prefix;
 	so.token = a->token;
+	/* Named by its file when it has one, so that a mismatch names the file. */
+	so.token_file = a->token_path[0] != '\0' ? a->token_path : NULL;
+	/* The agent needs only its run's keys: confine its connections to them. */
+	so.scope = a->token != NULL && token_scope_valid(spec->rdzv_id) ? spec->rdzv_id : NULL;
 	so.timeout_ms = (int)(conf.read_timeout_ms > 0 ? conf.read_timeout_ms : 60000);
 	so.connect_timeout_ms = (int)(conf.join_timeout_ms > 0 && conf.join_timeout_ms < 600000
 					      ? conf.join_timeout_ms
@@ -627,6 +752,9 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 
 static void agent_finish(struct agent *a, bool keep_tmp)
 {
+	if (a->worker_token[0] != '\0') {
+		unlink(a->worker_token); /* the temp dir may be kept for its error files */
+	}
 	rdzv_destroy(a->r);
 	a->r = NULL;
 	store_server_thread_stop(a->srv);
@@ -640,6 +768,8 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
 	}
 	pthread_mutex_destroy(&a->ev_lock);
+	token_wipe(a->token);
+	a->token = NULL;
 }
 
 int agent_run(const struct job_spec *spec)

@@ -458,7 +458,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 		.master_port = o->master_port,
 		.store_endpoint = o->store_endpoint,
 		.store_prefix = o->store_prefix,
-		.store_token = o->store_token,
+		.store_token_file = o->store_token_file,
 		.error_file = w->errfile,
 		.heartbeat_file = spec->worker_timeout_ms > 0 ? w->beat.path : NULL,
 	};

@@ -81,6 +81,7 @@ void jobspec_finish(struct job_spec *spec)
 	}
 	free(spec->python_exec);
 	free(spec->log_dir);
+	free(spec->token_file);
 	free(spec->ranks_filter);
 	free(spec->log_prefix);
 	memset(spec, 0, sizeof(*spec));

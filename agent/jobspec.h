@@ -77,6 +77,8 @@ struct job_spec {
 
 	/* Output. */
 	char *log_dir;              /* --log-dir; NULL: none */
+	char *token_file;           /* --token-file; NULL: the default (docs/security.md) */
+	bool insecure;              /* --insecure: no store authentication */
 	enum std_mask redirects[1024 + 1]; /* per local rank; index 1024 holds the default */
 	enum std_mask tee[1024 + 1];
 	bool *ranks_filter;         /* --local-ranks-filter: NULL = all; else nproc bools */

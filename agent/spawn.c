@@ -199,8 +199,9 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 	if (wi->store_prefix != NULL) {
 		rc |= spawn_env_set(e, "CRUN_STORE_PREFIX", wi->store_prefix);
 	}
-	if (wi->store_token != NULL) {
-		rc |= spawn_env_set(e, "CRUN_STORE_TOKEN", wi->store_token);
+	/* The credential travels as a private file, never as the token in the environment. */
+	if (wi->store_token_file != NULL) {
+		rc |= spawn_env_set(e, "CRUN_STORE_TOKEN_FILE", wi->store_token_file);
 	}
 	if (spec->socket_ifname != NULL) {
 		if (spawn_env_get(e, "NCCL_SOCKET_IFNAME") == NULL) {

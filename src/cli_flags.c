@@ -758,6 +758,24 @@ int cli_do_log_dir(struct cli_parser *p)
 	return 0;
 }
 
+int cli_do_token(struct cli_parser *p)
+{
+	bool insecure;
+	int rc;
+
+	if ((rc = cli_flag_value(p, O_INSECURE, &insecure)) != 0) {
+		return rc;
+	}
+	p->spec->insecure = insecure;
+	if (!p->v[O_TOKEN_FILE].set) {
+		return 0;
+	}
+	if (insecure) {
+		return cli_fail(p, O_TOKEN_FILE, "cannot be combined with --insecure");
+	}
+	return cli_text_value(p, O_TOKEN_FILE, PATH_MAX - 1, &p->spec->token_file);
+}
+
 int cli_do_local_addr(struct cli_parser *p)
 {
 	struct job_spec *s = p->spec;

@@ -91,6 +91,14 @@ const struct cli_opt cli_opts[O_COUNT] = {
 			  "(default \"[rank{rank}]:\")", NULL},
 	[O_LOGS_SPECS] = {"logs-specs", 0, true, true, "NAME",
 			  "accepted for torchrun compatibility; only \"default\"", NULL},
+	[O_TOKEN_FILE] = {"token-file", 0, true, false, "FILE",
+			  "the store's shared token, a file only you can read (default: a fresh "
+			  "token for a single node; else $CRUN_TOKEN_FILE, "
+			  "$XDG_CONFIG_HOME/crun/token or ~/.config/crun/token, created 0600 on "
+			  "first use)", "Security"},
+	[O_INSECURE] = {"insecure", 0, false, false, NULL,
+			"no store authentication: anyone who reaches the store can change the "
+			"job (a warning is printed)", NULL},
 	[O_HELP] = {"help", 'h', false, false, NULL, "print this help and exit", "Other"},
 	[O_VERSION] = {"version", 0, false, false, NULL, "print the version and exit", NULL},
 };

@@ -47,6 +47,8 @@ enum cli_opt_id {
 	O_LOCAL_RANKS_FILTER,
 	O_LOG_PREFIX,
 	O_LOGS_SPECS,
+	O_TOKEN_FILE,
+	O_INSECURE,
 	O_HELP,
 	O_VERSION,
 	O_COUNT
@@ -112,6 +114,8 @@ int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms);
 int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out);
 /* A non-empty string without control characters, at most @maxlen bytes, copied into *@out. */
 int cli_text_value(struct cli_parser *p, enum cli_opt_id id, size_t maxlen, char **out);
+/* --token-file and --insecure (src/cli_flags.c). */
+int cli_do_token(struct cli_parser *p);
 /* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
 bool cli_valid_host(const char *h);
 /* A fresh version 4 UUID, malloc'd in *@out (caller frees). 0, -EIO or -ENOMEM. */

@@ -22,6 +22,7 @@
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/parse.h"
+#include "src/common/token.h"
 
 #define EXIT_USAGE 2
 
@@ -38,9 +39,14 @@ static void print_usage(void)
 	"                             open file limit less %d when that is lower; the soft\n"
 	"                             limit is raised to the hard one at start)\n"
 	"      --max-conns-per-addr N refuse connections beyond N from one address (default %d)\n"
-	"  -t, --token TOKEN          require this shared token (not empty) in the handshake\n"
-	"                             (prefer --token-file or CRUN_STORE_TOKEN: argv is public)\n"
-	"      --token-file FILE      read the token from the first line of FILE\n"
+	"      --token-file FILE      require the token in the first line of FILE (mode 0600,\n"
+	"                             ours); default: $CRUN_TOKEN_FILE, else\n"
+	"                             $XDG_CONFIG_HOME/crun/token or ~/.config/crun/token,\n"
+	"                             created with a random token on first use\n"
+	"  -t, --token TOKEN          require this token (less safe: argv and the environment\n"
+	"                             ($CRUN_STORE_TOKEN) are visible to others)\n"
+	"      --insecure             no authentication: anyone who reaches the address may\n"
+	"                             read and write every key (a warning is logged)\n"
 	"  -i, --idle-timeout SEC     close connections idle SEC seconds with no wait pending\n"
 	"                             (default 0: never)\n"
 	"      --max-pending N        pending waits per connection (default %d)\n"
@@ -103,27 +109,14 @@ static int bad_usage(const char *fmt, ...)
 
 static char *read_token_file(const char *path)
 {
-	char buf[CRUN_STORE_MAX_KEY_LEN + 2];
-	FILE *f = fopen(path, "r");
-	size_t n;
+	struct crun_diag d = {0};
+	char *tok;
 
-	if (f == NULL) {
-		fprintf(stderr, "crun-rdzvd: --token-file %s: %s\n", path, strerror(errno));
+	if (token_file_read(path, &tok, &d) < 0) {
+		fprintf(stderr, "crun-rdzvd: --token-file: %s\n", d.msg);
 		return NULL;
 	}
-	if (fgets(buf, sizeof(buf), f) == NULL) {
-		fclose(f);
-		fprintf(stderr, "crun-rdzvd: --token-file %s: empty file\n", path);
-		return NULL;
-	}
-	fclose(f);
-	n = strcspn(buf, "\r\n");
-	buf[n] = '\0';
-	if (n == 0) {
-		fprintf(stderr, "crun-rdzvd: --token-file %s: empty token\n", path);
-		return NULL;
-	}
-	return strdup(buf);
+	return tok;
 }
 
 int main(int argc, char **argv)
@@ -132,6 +125,7 @@ int main(int argc, char **argv)
 		OPT_TOKEN_FILE = 256,
 		OPT_MAX_PENDING,
 		OPT_MAX_VALUE,
+		OPT_INSECURE,
 		OPT_PER_ADDR,
 		OPT_MAX_MEMORY,
 		OPT_FRAME_TIMEOUT,
@@ -144,6 +138,7 @@ int main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'c'},
 		{"token", required_argument, NULL, 't'},
 		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+		{"insecure", no_argument, NULL, OPT_INSECURE},
 		{"idle-timeout", required_argument, NULL, 'i'},
 		{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
 		{"max-value-len", required_argument, NULL, OPT_MAX_VALUE},
@@ -163,6 +158,7 @@ int main(int argc, char **argv)
 	struct crun_diag diag = {0};
 	struct daemon d;
 	char *token = NULL;
+	bool insecure = false;
 	const char *env;
 	int64_t ms;
 	long v;
@@ -201,6 +197,9 @@ int main(int argc, char **argv)
 			if (token == NULL) {
 				return EXIT_USAGE;
 			}
+			break;
+		case OPT_INSECURE:
+			insecure = true;
 			break;
 		case 'i':
 			if (parse_long(optarg, 0, INT_MAX / 1000, &v) < 0) {
@@ -274,7 +273,7 @@ int main(int argc, char **argv)
 			free(token);
 			return 0;
 		case 'V':
-			printf("crun-rdzvd %s (store protocol 1)\n", CRUN_VERSION);
+			printf("crun-rdzvd %s (store protocol 2)\n", CRUN_VERSION);
 			free(token);
 			return 0;
 		case ':':
@@ -293,9 +292,29 @@ int main(int argc, char **argv)
 		free(token);
 		return bad_usage("%s", "--listen ADDR:PORT is required");
 	}
+	if (insecure && token != NULL) {
+		free(token);
+		return bad_usage("%s", "--insecure: cannot be combined with --token or --token-file");
+	}
 	env = getenv("CRUN_STORE_TOKEN");
-	if (token == NULL && env != NULL && *env != '\0') {
+	if (token == NULL && !insecure && env != NULL && *env != '\0') {
 		token = strdup(env);
+	}
+	if (insecure) {
+		log_warn("--insecure: any client that reaches this address may read and write "
+			 "every key (no authentication)");
+	} else if (token == NULL) {
+		/* Authentication is on by default: the per-user token file, made on first use. */
+		char path[PATH_MAX];
+		bool created = false;
+
+		if (token_default_path(path, sizeof(path), &diag) < 0 ||
+		    token_file_ensure(path, &token, &created, &diag) < 0) {
+			fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
+					"without authentication)\n", diag.msg);
+			return EXIT_USAGE;
+		}
+		log_info("token from %s%s", path, created ? " (created now, mode 0600)" : "");
 	}
 	o.token = token;
 
@@ -331,7 +350,7 @@ int main(int argc, char **argv)
 	printf("%s\n", store_server_address(d.srv));
 	fflush(stdout);
 	log_info("listening on %s%s", store_server_address(d.srv),
-		 token != NULL ? " (token required)" : "");
+		 token != NULL ? " (token required)" : " (no authentication)");
 
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&d.loop);

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "src/common/parse.h"
+#include "src/common/token.h"
 
 /* Exit status, as grep: found / not found / trouble. */
 enum { EXIT_FOUND = 0, EXIT_NOTFOUND = 1, EXIT_TROUBLE = 2 };
@@ -30,7 +31,13 @@ static const char usage_text[] =
 	"  -p, --prefix P     prepended to every key (default: $CRUN_STORE_PREFIX, or none)\n"
 	"  -t, --timeout SEC  connect and operation deadline in seconds, fractions allowed\n"
 	"                     (default: 30 to connect, 300 per operation)\n"
-	"  -T, --token T      shared secret for the handshake (default: $CRUN_STORE_TOKEN)\n"
+	"      --token-file F the store's token, a file only you can read (default:\n"
+	"                     $CRUN_STORE_TOKEN_FILE, $CRUN_STORE_TOKEN, else the per-user\n"
+	"                     file $CRUN_TOKEN_FILE, $XDG_CONFIG_HOME/crun/token or\n"
+	"                     ~/.config/crun/token, created 0600 on first use)\n"
+	"  -T, --token T      the token itself (less safe: argv is visible to others)\n"
+	"      --scope RUN    confine the connection to run RUN's keys\n"
+	"      --insecure     send no credential (for a store started with --insecure)\n"
 	"  -h, --help         show this help and exit\n"
 	"  -V, --version      show the version and exit\n"
 	"\n"
@@ -75,6 +82,9 @@ static int store_error(const char *what, const char *key, int rc)
 		break;
 	case -ETIMEDOUT:
 		why = "no answer before the deadline (see --timeout)";
+		break;
+	case -EACCES:
+		why = "not in this connection's scope (a run-confined credential, or --scope)";
 		break;
 	case -ECONNRESET:
 	case -EPIPE:
@@ -296,13 +306,23 @@ static bool known_command(const char *cmd)
 	return false;
 }
 
+/* A TCP store: the only kind the token is for (file and etcd stores have their own). */
+static bool tcp_endpoint(const char *ep)
+{
+	return strstr(ep, "://") == NULL || strncmp(ep, "tcp://", 6) == 0;
+}
+
 int main(int argc, char **argv)
 {
+	enum { OPT_TOKEN_FILE = 256, OPT_SCOPE, OPT_INSECURE };
 	static const struct option longopts[] = {
 		{"endpoint", required_argument, NULL, 'e'},
 		{"prefix", required_argument, NULL, 'p'},
 		{"timeout", required_argument, NULL, 't'},
 		{"token", required_argument, NULL, 'T'},
+		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+		{"scope", required_argument, NULL, OPT_SCOPE},
+		{"insecure", no_argument, NULL, OPT_INSECURE},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -311,11 +331,15 @@ int main(int argc, char **argv)
 	struct crun_store *st = NULL;
 	int timeout_ms = -1, c, rc;
 	char err[512];
-	const char *cmd;
+	const char *cmd, *token = NULL, *token_file = NULL;
+	char path[4096];
+	bool insecure = false, created;
+	struct crun_diag d = {0};
+	char *tok;
 
+	o.struct_size = sizeof(o);
 	o.endpoint = getenv("CRUN_STORE_ENDPOINT");
 	o.prefix = getenv("CRUN_STORE_PREFIX");
-	o.token = getenv("CRUN_STORE_TOKEN");
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+e:p:t:T:hV", longopts, NULL)) != -1) {
 		switch (c) {
@@ -332,7 +356,16 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'T':
-			o.token = optarg;
+			token = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			token_file = optarg;
+			break;
+		case OPT_SCOPE:
+			o.scope = optarg;
+			break;
+		case OPT_INSECURE:
+			insecure = true;
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
@@ -358,6 +391,28 @@ int main(int argc, char **argv)
 	}
 	if (o.endpoint == NULL || *o.endpoint == '\0') {
 		return usage_error("no endpoint: pass --endpoint or set CRUN_STORE_ENDPOINT");
+	}
+	if (insecure && (token != NULL || token_file != NULL)) {
+		return usage_error("--insecure cannot be combined with --token or --token-file");
+	}
+	if (token_file == NULL && token == NULL && !insecure) {
+		token_file = getenv("CRUN_STORE_TOKEN_FILE");
+		token = getenv("CRUN_STORE_TOKEN");
+		if ((token_file == NULL || token_file[0] == '\0') &&
+		    (token == NULL || token[0] == '\0') && tcp_endpoint(o.endpoint)) {
+			/* The per-user default, as crun and crun-rdzvd use it. */
+			if (token_default_path(path, sizeof(path), &d) < 0 ||
+			    token_file_ensure(path, &tok, &created, &d) < 0) {
+				fprintf(stderr, "crun-store: %s\n", d.msg);
+				return EXIT_TROUBLE;
+			}
+			token_wipe(tok);
+			token_file = path;
+		}
+	}
+	if (!insecure) {
+		o.token = token;
+		o.token_file = token_file;
 	}
 	if (timeout_ms >= 0) {
 		/* One deadline for everything; 0 still allows one attempt. */

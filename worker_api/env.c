@@ -91,6 +91,7 @@ static void env_free(struct worker_env *e)
 	free(e->store_endpoint);
 	free(e->store_prefix);
 	free(e->store_token);
+	free(e->store_token_file);
 	free(e->error_file);
 	free(e->single_dir);
 	memset(e, 0, sizeof(*e));
@@ -211,7 +212,8 @@ CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t e
 		env_free(&e);
 		goto out;
 	}
-	if (env_str("CRUN_STORE_TOKEN", NULL, &e.store_token) < 0) {
+	if (env_str("CRUN_STORE_TOKEN", NULL, &e.store_token) < 0 ||
+	    env_str("CRUN_STORE_TOKEN_FILE", NULL, &e.store_token_file) < 0) {
 		env_free(&e);
 		rc = fail(err, errlen, -ENOMEM, "libcrun-worker: environment: out of memory");
 		goto out;

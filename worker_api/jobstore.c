@@ -44,6 +44,7 @@ CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_
 	o.endpoint = e->store_endpoint;
 	o.prefix = e->store_prefix;
 	o.token = e->store_token;
+	o.token_file = e->store_token_file; /* wins over the token */
 	o.connect_timeout_ms = 30000;
 	o.timeout_ms = e->store_timeout_ms;
 	return crun_store_open(&o, out, err, errlen);

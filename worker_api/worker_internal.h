@@ -21,7 +21,8 @@ struct worker_env {
 	char *master_addr;
 	char *store_endpoint;
 	char *store_prefix;
-	char *store_token;
+	char *store_token;      /* CRUN_STORE_TOKEN: compatibility; crun never sets it */
+	char *store_token_file; /* CRUN_STORE_TOKEN_FILE: what crun gives its workers */
 	char *error_file;
 	char *single_dir; /* single mode: the private temp dir, removed by crun_finish() */
 	int store_timeout_ms;

@@ -37,9 +37,15 @@ struct crun_store_opts {
 	const char *endpoint;   /* "HOST:PORT", "tcp://HOST:PORT", "[V6]:PORT", "file:///PATH",
 				   "etcd://HOST:PORT[,HOST:PORT...]", "etcd+https://..." */
 	const char *prefix;     /* prepended to every key; NULL or "" for none */
-	const char *token;      /* shared secret for the handshake; NULL for none */
+	const char *token;      /* shared secret for the handshake; NULL for none (less safe
+				   than token_file: prefer that) */
 	int connect_timeout_ms; /* retry with backoff+jitter until this deadline; <=0: 30000 */
 	int timeout_ms;         /* default deadline of one operation; <=0: 300000 */
+	/* Added after 0.2.0 (a struct_size of 0 leaves them out): */
+	const char *token_file; /* a 0600 file holding the token, or the job credential crun
+				   gives workers (CRUN_STORE_TOKEN_FILE); wins over token */
+	const char *scope;      /* a run id: confine the connection to that run's keys; NULL
+				   for none */
 };
 
 #ifdef __cplusplus
@@ -47,7 +53,7 @@ struct crun_store_opts {
  * C++ before C++20 has no designated initialisers: every field, in order. The api tests
  * compile this with -Wextra -Werror, so a field added above without a value here fails them.
  */
-#define CRUN_STORE_OPTS_INIT { sizeof(struct crun_store_opts), NULL, NULL, NULL, 0, 0 }
+#define CRUN_STORE_OPTS_INIT { sizeof(struct crun_store_opts), NULL, NULL, NULL, 0, 0, NULL, NULL }
 #else
 #define CRUN_STORE_OPTS_INIT { .struct_size = sizeof(struct crun_store_opts) }
 #endif
@@ -57,8 +63,9 @@ struct crun_store_opts {
  * Returns 0; when no server could be reached within the connect timeout, the cause of the last
  * try: -ECONNREFUSED, -EHOSTUNREACH/-ENETUNREACH, or -ETIMEDOUT (no answer in time); -EINVAL
  * (endpoint does not parse, or a garbage opts->struct_size), CRUN_EVERSION/CRUN_EMAGIC/CRUN_EAUTH
- * (handshake refused; for a file store: another format version, or not a store file), -EBADMSG
- * (a damaged file store), or another negative code.
+ * (handshake refused: a different token, none where one is required, or one where the store has
+ * none; for a file store: another format version, or not a store file), -EACCES (a token file
+ * readable by others or not ours), -EBADMSG (a damaged file store), or another negative code.
  * @err, if not NULL, receives a one-line human message ("store: connection refused by
  * 127.0.0.1:29400 (waited 30.0 s)", "store file:///p: damaged record at byte offset 96 ...").
  */

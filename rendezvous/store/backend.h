@@ -55,8 +55,10 @@ struct store_ops {
  * Opened by the generic layer according to the endpoint scheme. On failure @d (may be NULL)
  * says why, "store <where>: <what>: <why>" (an allocation failure leaves it as it was).
  */
-int store_tcp_open(const char *host, int port, const char *token, int connect_timeout_ms,
-		   struct store_backend **out, const struct store_ops **ops,
+struct token_cred;
+/* @cred (borrowed, copied; NULL or cred->set false: none) is what the handshake proves. */
+int store_tcp_open(const char *host, int port, const struct token_cred *cred,
+		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
 		   struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);

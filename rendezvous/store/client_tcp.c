@@ -24,6 +24,7 @@
 #include "src/common/clock.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
+#include "src/common/token.h"
 #include "rendezvous/store/wire.h"
 
 #define WAIT_MARGIN_MS 5000   /* socket deadline beyond a wait's own timeout */
@@ -48,7 +49,7 @@ struct store_backend {
 	int fd;                /* -1 when disconnected: the next operation reconnects */
 	char *host;
 	int port;
-	char *token;
+	struct token_cred cred; /* cred.set false: no credential (an --insecure client) */
 	int connect_timeout_ms;
 	bool was_up;           /* a handshake has succeeded on this handle */
 	int64_t down_since;    /* when the connection was lost (or first tried); 0: up */
@@ -332,36 +333,122 @@ static int bad_reply(struct store_backend *b)
 	return fail(b, -EPROTO, "%s: malformed reply", wire_op_name(b->rh.op));
 }
 
+/* The step's message without our "store H:P: " prefix, for a fail() that names the step. */
+static const char *own_msg(const struct store_backend *b)
+{
+	size_t n = strlen(b->where);
+
+	return strncmp(b->diag.msg, b->where, n) == 0 && b->diag.msg[n] == ':' ? b->diag.msg + n + 2
+										: b->diag.msg;
+}
+
+/* AUTH refused: name both fingerprints when the store told us its own. */
+static int auth_refused(struct store_backend *b, int rc)
+{
+	char m[sizeof(b->diag.msg)], theirs[TOKEN_FPR_HEX + 1] = "";
+	const char *f = strstr(b->diag.msg, "fingerprint ");
+
+	snprintf(m, sizeof(m), "%s", own_msg(b));
+	if (rc == CRUN_EAUTH && f != NULL && strlen(f + 12) >= TOKEN_FPR_HEX) {
+		memcpy(theirs, f + 12, TOKEN_FPR_HEX);
+		if (strcmp(theirs, b->cred.fpr) != 0) {
+			return fail(b, rc,
+				    "handshake: token mismatch: the store has token fingerprint %s; "
+				    "ours is %s from %s",
+				    theirs, b->cred.fpr, b->cred.source);
+		}
+	}
+	return fail(b, rc, "handshake: %s", m);
+}
+
+/*
+ * HELLO (our nonce, our scope) -> the store's nonce; then, when it asks, AUTH (our proof) ->
+ * its proof. The token never crosses the wire (docs/protocol.md, "Handshake").
+ */
 static int handshake(struct store_backend *b, int64_t deadline)
 {
+	uint8_t cn[WIRE_NONCE_LEN], sn[WIRE_NONCE_LEN], proof[WIRE_PROOF_LEN];
 	struct wire_cur c;
+	struct wire_str nonce, theirs;
+	uint16_t auth;
 	size_t off;
 	int rc;
 
+	if (b->cred.set && token_random(cn, sizeof(cn)) < 0) {
+		return fail(b, -EIO, "handshake: no random bytes for a nonce");
+	}
 	off = begin(b, WIRE_OP_HELLO);
 	wire_put_u32(&b->out, WIRE_MAGIC);
 	wire_put_u16(&b->out, WIRE_VERSION);
 	wire_put_u16(&b->out, 0);
-	wire_put_bytes(&b->out, b->token, b->token ? strlen(b->token) : 0);
+	wire_put_bytes(&b->out, cn, b->cred.set ? sizeof(cn) : 0);
+	wire_put_bytes(&b->out, b->cred.scope, strlen(b->cred.scope));
 	wire_frame_end(&b->out, off);
 	rc = roundtrip(b, deadline);
 	if (rc < 0) {
 		/* Keep the message, and name the step. */
 		char m[sizeof(b->diag.msg)];
 
-		snprintf(m, sizeof(m), "%s", b->diag.msg + strlen(b->where) + 2);
+		snprintf(m, sizeof(m), "%s", own_msg(b));
 		fail(b, rc, "handshake: %s", m);
 		disconnect(b);
 		return rc;
 	}
 	cur_init(b, &c);
 	(void)wire_get_u16(&c);
-	(void)wire_get_u16(&c);
+	auth = wire_get_u16(&c);
+	nonce = wire_get_bytes(&c);
 	(void)wire_get_u32(&c);
 	(void)wire_get_u32(&c);
 	b->max_value_len = wire_get_u32(&c);
-	if (c.bad) {
+	if (c.bad || (auth == WIRE_AUTH_TOKEN && nonce.len != WIRE_NONCE_LEN)) {
 		return bad_reply(b);
+	}
+	if (auth == WIRE_AUTH_NONE && !b->cred.set) {
+		return 0;
+	}
+	if (auth == WIRE_AUTH_NONE) {
+		disconnect(b);
+		return fail(b, CRUN_EAUTH,
+			    "handshake: the store runs without authentication (--insecure) but we "
+			    "have a token (fingerprint %s from %s): refusing to use it",
+			    b->cred.fpr, b->cred.source);
+	}
+	if (auth != WIRE_AUTH_TOKEN) {
+		return bad_reply(b);
+	}
+	if (!b->cred.set) {
+		disconnect(b);
+		return fail(b, CRUN_EAUTH,
+			    "handshake: the store requires a token and we have none (give a token "
+			    "file: --token-file, CRUN_STORE_TOKEN_FILE)");
+	}
+	memcpy(sn, nonce.p, sizeof(sn));
+	if (token_proof(b->cred.key, sn, cn, TOKEN_ROLE_CLIENT, proof) < 0) {
+		disconnect(b);
+		return fail(b, -EIO, "handshake: HMAC failed");
+	}
+	off = begin(b, WIRE_OP_AUTH);
+	wire_put_bytes(&b->out, proof, sizeof(proof));
+	wire_frame_end(&b->out, off);
+	rc = roundtrip(b, deadline);
+	if (rc < 0) {
+		rc = auth_refused(b, rc);
+		disconnect(b);
+		return rc;
+	}
+	cur_init(b, &c);
+	theirs = wire_get_bytes(&c);
+	if (!cur_done(&c) || theirs.len != WIRE_PROOF_LEN) {
+		return bad_reply(b);
+	}
+	if (token_proof(b->cred.key, sn, cn, TOKEN_ROLE_SERVER, proof) < 0 ||
+	    !token_equal(proof, theirs.p, sizeof(proof))) {
+		disconnect(b);
+		return fail(b, CRUN_EAUTH,
+			    "handshake: the store's proof is wrong: it does not hold our token "
+			    "(fingerprint %s from %s)",
+			    b->cred.fpr, b->cred.source);
 	}
 	return 0;
 }
@@ -859,7 +946,7 @@ static void tcp_close(struct store_backend *b)
 	wire_buf_finish(&b->out);
 	free(b->rb);
 	free(b->host);
-	free(b->token);
+	memset(&b->cred, 0, sizeof(b->cred));
 	free(b);
 }
 
@@ -886,8 +973,9 @@ const char *store_tcp_last_error(const struct store_backend *b)
 	return b->diag.msg;
 }
 
-int store_tcp_open(const char *host, int port, const char *token, int connect_timeout_ms,
-		   struct store_backend **out, const struct store_ops **ops, struct crun_diag *d)
+int store_tcp_open(const char *host, int port, const struct token_cred *cred,
+		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
+		   struct crun_diag *d)
 {
 	struct store_backend *b;
 	int rc;
@@ -903,8 +991,10 @@ int store_tcp_open(const char *host, int port, const char *token, int connect_ti
 	b->port = port;
 	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
 	b->host = strdup(host);
-	b->token = token != NULL && *token != '\0' ? strdup(token) : NULL;
-	if (b->host == NULL || (token != NULL && *token != '\0' && b->token == NULL)) {
+	if (cred != NULL) {
+		b->cred = *cred;
+	}
+	if (b->host == NULL) {
 		tcp_close(b);
 		return -ENOMEM;
 	}

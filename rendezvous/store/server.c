@@ -35,6 +35,7 @@ void srv_server_unref(struct store_server *s)
 	free(s->waits.a);
 	free(s->rbuf);
 	free(s->token);
+	srv_auth_guard_free(s);
 	free(s);
 }
 

@@ -30,6 +30,7 @@ static void conn_unref(struct conn *c)
 	free(c->in);
 	free(c->backlog);
 	wire_buf_finish(&c->out);
+	srv_auth_conn_free(c);
 	free(c);
 	srv_server_unref(s);
 }
@@ -284,12 +285,7 @@ static bool header_ok(struct conn *c, const uint8_t *p, struct wire_hdr *h)
 		srv_conn_fail(c, h->op, h->id, WIRE_E_UNKNOWN_OP, msg);
 		return false;
 	}
-	if (!c->hello && h->op != WIRE_OP_HELLO) {
-		snprintf(msg, sizeof(msg), "expected HELLO as the first frame, got op %u", h->op);
-		srv_conn_fail(c, h->op, h->id, WIRE_E_BAD_FRAME, msg);
-		return false;
-	}
-	return true;
+	return srv_auth_gate(c, h->op, h->id);
 }
 
 /* Buffer @n more bytes of a partial frame, growing by doubling up to the declared size. */

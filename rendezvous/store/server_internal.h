@@ -124,7 +124,8 @@ struct conn {
 	int64_t last_active;
 	int64_t drain_until;
 	unsigned refs;            /* 1 for the tcp handle + in-flight writes and shutdown */
-	bool hello;
+	struct srv_auth_conn *auth; /* from HELLO on: nonces, key, scope (server_auth.c) */
+	bool hello;               /* the handshake is complete (HELLO, and AUTH when required) */
 	bool in_flush;
 	bool failing;             /* error reply sent: discard input until EOF, then close */
 	bool closing;
@@ -157,6 +158,7 @@ struct store_server {
 	uint8_t *rbuf;
 	char *token;
 	size_t token_len;
+	struct srv_guard *guard;  /* failed handshakes per source (server_auth.c); NULL: none yet */
 	int max_connections;
 	int idle_timeout_ms;
 	uint32_t max_pending;
@@ -209,6 +211,19 @@ void srv_key_written(struct store_server *s, struct entry *e);
 void srv_wait_arm(struct store_server *s);
 /** WAIT: answer now, or park a wait until its keys are written or its deadline. */
 void srv_op_wait(struct conn *c, const struct wire_req *r);
+
+/* ---- server_auth.c: the handshake, its rate limit, and scopes ---- */
+
+/** HELLO: check magic and version, answer with a nonce when a token is required. */
+void srv_auth_hello(struct conn *c, const struct wire_req *r);
+/** AUTH: check the client's proof (rate-limited per source), answer with the server's. */
+void srv_auth_proof(struct conn *c, const struct wire_req *r);
+/** Before the handshake is done, only HELLO then AUTH pass; false: refused and closing. */
+bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id);
+/** A scoped connection touches only its run's keys; false: an error reply was queued. */
+bool srv_auth_in_scope(struct conn *c, const struct wire_req *r);
+void srv_auth_conn_free(struct conn *c);
+void srv_auth_guard_free(struct store_server *s);
 
 /* ---- server_ops.c: one handler per request ---- */
 

@@ -12,53 +12,6 @@
 #include "src/common/diag.h"
 #include "src/common/parse.h"
 
-static void op_hello(struct conn *c, const struct wire_req *r)
-{
-	struct store_server *s = c->s;
-	char msg[96];
-	size_t off;
-	uint8_t diff = 0;
-	size_t i;
-
-	if (c->hello) {
-		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_FRAME, "HELLO: handshake already done");
-		return;
-	}
-	if (r->magic != WIRE_MAGIC) {
-		snprintf(msg, sizeof(msg), "bad magic 0x%08x (expected 0x%08x)", r->magic,
-			 WIRE_MAGIC);
-		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_MAGIC, msg);
-		return;
-	}
-	if (r->version != WIRE_VERSION) {
-		snprintf(msg, sizeof(msg), "unsupported protocol version %u (server speaks %u)",
-			 r->version, WIRE_VERSION);
-		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_VERSION, msg);
-		return;
-	}
-	if (s->token != NULL) {
-		/* Compare without an early exit, so timing does not leak the prefix. */
-		diff = r->token.len != s->token_len;
-		for (i = 0; i < r->token.len && i < s->token_len; i++) {
-			diff |= (uint8_t)(r->token.p[i] ^ (uint8_t)s->token[i]);
-		}
-		if (diff != 0) {
-			srv_conn_fail(c, r->op, r->id, WIRE_E_AUTH, "bad token");
-			return;
-		}
-	}
-	c->hello = true;
-	off = reply_begin(c, r);
-	wire_put_u16(&c->out, WIRE_VERSION);
-	wire_put_u16(&c->out, 0);
-	wire_put_u32(&c->out, WIRE_MAX_FRAME);
-	wire_put_u32(&c->out, s->lim.max_key_len);
-	wire_put_u32(&c->out, s->lim.max_value_len);
-	wire_put_u32(&c->out, s->lim.max_keys);
-	wire_put_u32(&c->out, s->max_pending);
-	wire_frame_end(&c->out, off);
-}
-
 static void op_set(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
@@ -322,14 +275,15 @@ void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *paylo
 		}
 		return;
 	}
-	if (!c->hello && r.op != WIRE_OP_HELLO) {
-		diag_set(&d, -EPROTO, "expected HELLO as the first frame, got op %u", r.op);
-		srv_conn_fail(c, r.op, r.id, WIRE_E_BAD_FRAME, d.msg);
+	if (!srv_auth_gate(c, r.op, r.id) || !srv_auth_in_scope(c, &r)) {
 		return;
 	}
 	switch (r.op) {
 	case WIRE_OP_HELLO:
-		op_hello(c, &r);
+		srv_auth_hello(c, &r);
+		break;
+	case WIRE_OP_AUTH:
+		srv_auth_proof(c, &r);
 		break;
 	case WIRE_OP_PING:
 		reply_empty(c, &r);

@@ -15,6 +15,7 @@
 #include "src/common/diag.h"
 #include "src/common/net.h"
 #include "src/common/opts.h"
+#include "src/common/token.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
 #define DEFAULT_TIMEOUT_MS 300000
@@ -23,7 +24,7 @@ struct crun_store {
 	const struct store_ops *ops;
 	struct store_backend *b;
 	char *endpoint;   /* as given, for clone and messages */
-	char *token;      /* NULL: none */
+	struct token_cred cred; /* the handshake's credential; cred.set false: none */
 	char *prefix;     /* never NULL; "" for none */
 	size_t prefix_len;
 	int connect_timeout_ms;
@@ -37,7 +38,8 @@ struct crun_store {
  * "etcd://H:P[,H:P...]", "etcd+https://...", "http://H:P[,...]", "https://...".
  * Anything else is -EINVAL with a message that names the endpoint.
  */
-static int open_backend(const char *endpoint, const char *token, int connect_timeout_ms,
+static int open_backend(const char *endpoint, const struct token_cred *cred,
+			int connect_timeout_ms,
 			struct store_backend **b, const struct store_ops **ops, struct crun_diag *d)
 {
 	char host[256];
@@ -98,10 +100,10 @@ static int open_backend(const char *endpoint, const char *token, int connect_tim
 				"or file:///PATH with a port in 1..65535",
 				endpoint);
 	}
-	return store_tcp_open(host, port, token, connect_timeout_ms, b, ops, d);
+	return store_tcp_open(host, port, cred, connect_timeout_ms, b, ops, d);
 }
 
-static int handle_create(const char *endpoint, const char *token, const char *prefix1,
+static int handle_create(const char *endpoint, const struct token_cred *cred, const char *prefix1,
 			 const char *prefix2, int connect_timeout_ms, int timeout_ms,
 			 struct crun_store **out, struct crun_diag *d)
 {
@@ -128,9 +130,11 @@ static int handle_create(const char *endpoint, const char *token, const char *pr
 		connect_timeout_ms > 0 ? connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
 	st->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
 	st->endpoint = crun_strdup(endpoint);
-	st->token = crun_strdup(token);
+	if (cred != NULL) {
+		st->cred = *cred;
+	}
 	st->prefix = malloc(l1 + l2 + 1);
-	if (st->endpoint == NULL || (token != NULL && st->token == NULL) || st->prefix == NULL) {
+	if (st->endpoint == NULL || st->prefix == NULL) {
 		rc = diag_set(d, -ENOMEM, "store: out of memory");
 		goto err;
 	}
@@ -142,7 +146,7 @@ static int handle_create(const char *endpoint, const char *token, const char *pr
 	}
 	st->prefix[l1 + l2] = '\0';
 	st->prefix_len = l1 + l2;
-	rc = open_backend(endpoint, token, st->connect_timeout_ms, &st->b, &st->ops, d);
+	rc = open_backend(endpoint, &st->cred, st->connect_timeout_ms, &st->b, &st->ops, d);
 	if (rc < 0) {
 		goto err;
 	}
@@ -150,7 +154,7 @@ static int handle_create(const char *endpoint, const char *token, const char *pr
 	return 0;
 err:
 	free(st->prefix);
-	free(st->token);
+	memset(&st->cred, 0, sizeof(st->cred));
 	free(st->endpoint);
 	free(st);
 	return rc;
@@ -159,10 +163,24 @@ err:
 /* struct crun_store_opts as crun 0.2.0 laid it out (struct_size 0): it ended with timeout_ms. */
 #define STORE_OPTS_SIZE_0_2 (offsetof(struct crun_store_opts, timeout_ms) + sizeof(int))
 
+/* The credential @o names: a token file, else a token, else none; scoped to o->scope. */
+static int open_cred(const struct crun_store_opts *o, struct token_cred *c, struct crun_diag *d)
+{
+	memset(c, 0, sizeof(*c));
+	if (o->token_file != NULL && o->token_file[0] != '\0') {
+		return token_cred_load(c, o->token_file, o->scope, d);
+	}
+	if (o->token != NULL && o->token[0] != '\0') {
+		return token_cred_from_token(c, o->token, o->scope, "the given token", d);
+	}
+	return 0;
+}
+
 CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
 				char *err, size_t errlen)
 {
 	struct crun_store_opts o;
+	struct token_cred cred;
 	struct crun_diag d;
 	int rc;
 
@@ -173,9 +191,10 @@ CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_
 	} else if (*out = NULL, opts_copy(&o, sizeof(o), opts, STORE_OPTS_SIZE_0_2) < 0) {
 		rc = diag_set(&d, -EINVAL, "store: open: options: bad struct_size %zu",
 			      opts->struct_size);
-	} else {
-		rc = handle_create(o.endpoint, o.token, o.prefix, NULL, o.connect_timeout_ms,
+	} else if ((rc = open_cred(&o, &cred, &d)) == 0) {
+		rc = handle_create(o.endpoint, &cred, o.prefix, NULL, o.connect_timeout_ms,
 				   o.timeout_ms, out, &d);
+		memset(&cred, 0, sizeof(cred));
 	}
 	diag_copy_out(&d, err, errlen);
 	return rc;
@@ -191,7 +210,7 @@ CRUN_EXPORT void crun_store_close(struct crun_store *st)
 	}
 	free(st->key);
 	free(st->prefix);
-	free(st->token);
+	memset(&st->cred, 0, sizeof(st->cred));
 	free(st->endpoint);
 	free(st);
 }
@@ -203,7 +222,7 @@ CRUN_EXPORT int crun_store_clone(struct crun_store *st, const char *subprefix,
 		return -EINVAL;
 	}
 	*out = NULL;
-	return handle_create(st->endpoint, st->token, st->prefix, subprefix,
+	return handle_create(st->endpoint, &st->cred, st->prefix, subprefix,
 			     st->connect_timeout_ms, st->timeout_ms, out, NULL);
 }
 

@@ -19,7 +19,7 @@ static const char *const op_names[] = {
 	[WIRE_OP_CAS] = "COMPARE_SET",	   [WIRE_OP_DELETE] = "DELETE",
 	[WIRE_OP_CHECK] = "CHECK",	   [WIRE_OP_NUM_KEYS] = "NUM_KEYS",
 	[WIRE_OP_APPEND] = "APPEND",	   [WIRE_OP_MULTI_GET] = "MULTI_GET",
-	[WIRE_OP_MULTI_SET] = "MULTI_SET",
+	[WIRE_OP_MULTI_SET] = "MULTI_SET", [WIRE_OP_AUTH] = "AUTH",
 };
 
 static const char *const status_names[] = {
@@ -37,6 +37,7 @@ static const char *const status_names[] = {
 	[WIRE_E_SHUTDOWN] = "SHUTDOWN",
 	[WIRE_E_NO_MEMORY] = "NO_MEMORY",
 	[WIRE_E_INVALID] = "INVALID",
+	[WIRE_E_SCOPE] = "SCOPE",
 };
 
 const char *wire_op_name(unsigned op)
@@ -78,6 +79,8 @@ int wire_status_to_code(unsigned status)
 		return -EINVAL;
 	case WIRE_E_OVERFLOW:
 		return -ERANGE;
+	case WIRE_E_SCOPE:
+		return -EACCES;
 	case WIRE_E_BUSY:
 		return -EBUSY;
 	case WIRE_E_SHUTDOWN:
@@ -305,12 +308,29 @@ int wire_req_decode(const struct wire_hdr *h, const uint8_t *payload, size_t ple
 	case WIRE_OP_HELLO:
 		r->magic = wire_get_u32(&d.c);
 		r->version = wire_get_u16(&d.c);
+		if (d.c.bad || r->magic != WIRE_MAGIC || r->version != WIRE_VERSION) {
+			/* The server names the magic or the version; the rest is another protocol. */
+			ok = !d.c.bad;
+			d.c.p = d.c.end;
+			break;
+		}
 		(void)wire_get_u16(&d.c);
-		r->token = wire_get_bytes(&d.c);
-		ok = !d.c.bad && r->token.len <= lim->max_key_len;
-		if (!d.c.bad && !ok) {
-			return dec_fail(&d, WIRE_E_TOO_BIG, "HELLO: token length %u exceeds limit %u",
-					r->token.len, lim->max_key_len);
+		r->nonce = wire_get_bytes(&d.c);
+		if (!d.c.bad && r->nonce.len != 0 && r->nonce.len != WIRE_NONCE_LEN) {
+			return dec_fail(&d, WIRE_E_INVALID, "HELLO: nonce of %u bytes (expected 0 or %u)",
+					r->nonce.len, WIRE_NONCE_LEN);
+		}
+		r->scope = wire_get_bytes(&d.c);
+		if (!d.c.bad && r->scope.len > WIRE_MAX_SCOPE) {
+			return dec_fail(&d, WIRE_E_TOO_BIG, "HELLO: scope length %u exceeds limit %u",
+					r->scope.len, WIRE_MAX_SCOPE);
+		}
+		break;
+	case WIRE_OP_AUTH:
+		r->proof = wire_get_bytes(&d.c);
+		if (!d.c.bad && r->proof.len != WIRE_PROOF_LEN) {
+			return dec_fail(&d, WIRE_E_INVALID, "AUTH: proof of %u bytes (expected %u)",
+					r->proof.len, WIRE_PROOF_LEN);
 		}
 		break;
 	case WIRE_OP_PING:

@@ -13,11 +13,17 @@
 #include "src/common/diag.h"
 
 #define WIRE_MAGIC 0x4352554eu /* "CRUN" */
-#define WIRE_VERSION 1u
+#define WIRE_VERSION 2u         /* challenge-response handshake (HELLO, AUTH) */
+#define WIRE_VERSION_CLEAR 1u   /* sent the token in clear: refused by name */
 #define WIRE_HDR_LEN 12        /* u32 len, u8 op, u8 flags, u16 status, u32 id */
 #define WIRE_MIN_LEN 8u        /* smallest legal value of the len field */
 #define WIRE_MAX_FRAME (2 * CRUN_STORE_MAX_VALUE_LEN + (1u << 20)) /* len field limit */
 #define WIRE_FLAG_REPLY 0x01u
+#define WIRE_NONCE_LEN 32u      /* HELLO: each side's nonce (0 bytes from a client with no key) */
+#define WIRE_PROOF_LEN 32u      /* AUTH: an HMAC-SHA256 proof, each way */
+#define WIRE_MAX_SCOPE 128u     /* HELLO: the run id a client confines itself to */
+#define WIRE_AUTH_NONE 0u       /* HELLO reply: the store runs without authentication */
+#define WIRE_AUTH_TOKEN 1u      /* HELLO reply: send AUTH before anything else */
 
 enum wire_op {
 	WIRE_OP_HELLO = 1,
@@ -33,7 +39,8 @@ enum wire_op {
 	WIRE_OP_APPEND = 11,
 	WIRE_OP_MULTI_GET = 12,
 	WIRE_OP_MULTI_SET = 13,
-	WIRE_OP_MAX = 13,
+	WIRE_OP_AUTH = 14,
+	WIRE_OP_MAX = 14,
 };
 
 enum wire_status {
@@ -51,7 +58,8 @@ enum wire_status {
 	WIRE_E_SHUTDOWN = 11,
 	WIRE_E_NO_MEMORY = 12,
 	WIRE_E_INVALID = 13,
-	WIRE_E_MAX = 13,
+	WIRE_E_SCOPE = 14,
+	WIRE_E_MAX = 14,
 };
 
 enum wire_wait_mode { WIRE_WAIT_ALL = 0, WIRE_WAIT_ANY = 1 };
@@ -100,9 +108,11 @@ struct wire_req {
 	struct wire_str key;     /* SET GET ADD CAS DELETE APPEND */
 	struct wire_str val;     /* SET APPEND; CAS: desired */
 	struct wire_str expected; /* CAS */
-	struct wire_str token;   /* HELLO */
+	struct wire_str nonce;   /* HELLO: the client's (0 or WIRE_NONCE_LEN bytes) */
+	struct wire_str scope;   /* HELLO: run id, empty for none */
+	struct wire_str proof;   /* AUTH: WIRE_PROOF_LEN bytes */
 	uint32_t magic;          /* HELLO */
-	uint16_t version;        /* HELLO */
+	uint16_t version;        /* HELLO: when not WIRE_VERSION, nothing after it is decoded */
 	int64_t num;             /* SET: ttl_ms; WAIT: timeout_ms; ADD: delta */
 	uint8_t mode;            /* WAIT */
 	uint32_t n;              /* WAIT CHECK MULTI_GET MULTI_SET */

@@ -10,6 +10,9 @@ RDZVD=${CRUN_RDZVD_EXE:-$BUILD/src/crun-rdzvd}
 W=$BUILD/tests/agent/agent-test-worker
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-agent-test.XXXXXX")
 export TMPDIR=$T
+# Authentication is on by default: the daemon and the agents share this per-test token file.
+export CRUN_TOKEN_FILE=$T/token
+unset CRUN_STORE_TOKEN CRUN_STORE_TOKEN_FILE
 PIDS=""
 
 cleanup() {

@@ -247,7 +247,7 @@ static void spawn_env_has_torchrun_names(void **state)
 		.spec = &spec, .local_rank = 1, .rank = 5, .world_size = 8, .group_rank = 1,
 		.group_world_size = 2, .restart_count = 2, .run_id = "job", .master_addr = "10.0.0.1",
 		.master_port = 29500, .store_endpoint = "10.0.0.1:29400", .store_prefix = "p/",
-		.error_file = "/tmp/e.json",
+		.error_file = "/tmp/e.json", .store_token_file = "/tmp/crun-x/store-token",
 	};
 	char e1[] = "OMP_NUM_THREADS=4", e2[] = "CUDA_VISIBLE_DEVICES=2,3", e3[] = "PATH=/bin";
 	char ifname[] = "eth7";
@@ -272,6 +272,8 @@ static void spawn_env_has_torchrun_names(void **state)
 	assert_string_equal(spawn_env_get(&e, "CRUN_STORE_PREFIX"), "p/");
 	assert_string_equal(spawn_env_get(&e, "PATH"), "/bin");
 	assert_null(spawn_env_get(&e, "CRUN_STORE_TOKEN"));
+	/* The credential is a file name, never the token. */
+	assert_string_equal(spawn_env_get(&e, "CRUN_STORE_TOKEN_FILE"), "/tmp/crun-x/store-token");
 	spawn_env_finish(&e);
 }
 

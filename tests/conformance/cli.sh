@@ -9,6 +9,8 @@ STORE=$1
 RDZVD=$2
 MAN=${3:-}
 tmp=$(mktemp -d /tmp/crun-cli-XXXXXX)
+# Authentication is on by default: crun-rdzvd and crun-store share this token file.
+export CRUN_TOKEN_FILE=$tmp/token
 pid=
 pid2=
 fails=0

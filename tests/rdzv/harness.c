@@ -80,6 +80,7 @@ int fixture_start(struct store_fixture *f, const char *backend, const char *serv
 	argv[n++] = rdzvd;
 	argv[n++] = "--listen";
 	argv[n++] = "127.0.0.1:0";
+	argv[n++] = "--insecure"; /* the clients under test carry no token */
 	for (int i = 0; extra_args != NULL && extra_args[i] != NULL && n < 15; i++) {
 		argv[n++] = extra_args[i];
 	}

@@ -22,6 +22,7 @@
 
 #include "src/common/util.h"
 #include "src/common/net.h"
+#include "src/common/token.h"
 #include "tests/store/helpers.h"
 
 static const char *rdzvd_path(void)
@@ -40,6 +41,7 @@ static pid_t spawn(const char *const *args, const char *listen, int out_fd, int 
 {
 	const char *argv[32];
 	size_t n = 0, i;
+	bool chosen = false; /* the args say how to authenticate */
 	pid_t pid;
 
 	argv[n++] = rdzvd_path();
@@ -49,6 +51,13 @@ static pid_t spawn(const char *const *args, const char *listen, int out_fd, int 
 	}
 	for (i = 0; args != NULL && args[i] != NULL && n < 30; i++) {
 		argv[n++] = args[i];
+		if (strncmp(args[i], "--token", 7) == 0 || strcmp(args[i], "--insecure") == 0) {
+			chosen = true;
+		}
+	}
+	/* Authentication is on by default; the clients here carry no token unless told. */
+	if (!chosen && getenv("CRUN_STORE_TOKEN") == NULL && n < 31) {
+		argv[n++] = "--insecure";
 	}
 	argv[n] = NULL;
 	pid = fork();
@@ -308,30 +317,92 @@ int raw_read(int fd, struct wire_hdr *h, uint8_t *buf, size_t cap)
 	return 0;
 }
 
-int raw_hello(int fd, const char *token)
+int raw_handshake(int fd, const char *token, const char *scope, uint16_t *status, char *msg,
+		  size_t len)
 {
+	uint8_t cn[TOKEN_NONCE_LEN], proof[TOKEN_KEY_LEN], buf[1024];
+	struct token_cred cred = {0};
 	struct wire_buf b = {0};
+	struct wire_cur c;
+	struct wire_str sn, theirs;
 	struct wire_hdr h;
-	uint8_t buf[256];
+	uint16_t auth;
 	int rc;
 
+	if (token != NULL &&
+	    (token_cred_from_token(&cred, token, scope, "test", NULL) < 0 ||
+	     token_random(cn, sizeof(cn)) < 0)) {
+		return -EINVAL;
+	}
 	wire_put_u32(&b, WIRE_MAGIC);
 	wire_put_u16(&b, WIRE_VERSION);
 	wire_put_u16(&b, 0);
-	wire_put_bytes(&b, token, token ? strlen(token) : 0);
+	wire_put_bytes(&b, cn, token != NULL ? sizeof(cn) : 0);
+	wire_put_bytes(&b, scope, scope != NULL ? strlen(scope) : 0);
 	rc = raw_frame(fd, WIRE_OP_HELLO, 1, b.p, b.len);
 	wire_buf_finish(&b);
+	if (rc == 0) {
+		rc = raw_read(fd, &h, buf, sizeof(buf));
+	}
 	if (rc < 0) {
 		return rc;
 	}
-	rc = raw_read(fd, &h, buf, sizeof(buf));
+	if (h.op != WIRE_OP_HELLO || h.id != 1) {
+		return -EPROTO;
+	}
+	if (h.status != WIRE_OK) {
+		goto refused;
+	}
+	c = (struct wire_cur){buf, buf + h.len - 8, false};
+	(void)wire_get_u16(&c);
+	auth = wire_get_u16(&c);
+	sn = wire_get_bytes(&c);
+	if (c.bad) {
+		return -EPROTO;
+	}
+	if (auth == WIRE_AUTH_NONE) {
+		return token == NULL ? 0 : -EPROTO;
+	}
+	if (token == NULL || sn.len != TOKEN_NONCE_LEN) {
+		return -EPROTO;
+	}
+	token_proof(cred.key, sn.p, cn, TOKEN_ROLE_CLIENT, proof);
+	wire_put_bytes(&b, proof, sizeof(proof));
+	rc = raw_frame(fd, WIRE_OP_AUTH, 2, b.p, b.len);
+	wire_buf_finish(&b);
+	if (rc == 0) {
+		rc = raw_read(fd, &h, buf + 512, 512);
+	}
 	if (rc < 0) {
 		return rc;
 	}
-	if (h.op != WIRE_OP_HELLO || h.status != WIRE_OK || h.id != 1) {
+	if (h.op != WIRE_OP_AUTH || h.id != 2) {
+		return -EPROTO;
+	}
+	if (h.status != WIRE_OK) {
+		memmove(buf, buf + 512, 512);
+		goto refused;
+	}
+	c = (struct wire_cur){buf + 512, buf + 512 + h.len - 8, false};
+	theirs = wire_get_bytes(&c);
+	token_proof(cred.key, sn.p, cn, TOKEN_ROLE_SERVER, proof);
+	if (c.bad || theirs.len != TOKEN_KEY_LEN || !token_equal(proof, theirs.p, sizeof(proof))) {
 		return -EPROTO;
 	}
 	return 0;
+refused:
+	if (status != NULL) {
+		*status = h.status;
+	}
+	if (msg != NULL) {
+		snprintf(msg, len, "%s", (const char *)buf);
+	}
+	return -EACCES;
+}
+
+int raw_hello(int fd, const char *token)
+{
+	return raw_handshake(fd, token, NULL, NULL, NULL, 0);
 }
 
 void raw_expect_error(int fd, uint8_t op, uint32_t id, uint16_t status, const char *msg)

@@ -35,7 +35,12 @@ int raw_connect(int port);
 int raw_send(int fd, const void *p, size_t n);
 /* Build and send one request frame. */
 int raw_frame(int fd, uint8_t op, uint32_t id, const void *payload, size_t plen);
-/* Send HELLO (magic, version, token) and check the OK reply. */
+/* The handshake as a client with @token (NULL: none) and @scope (NULL: none): HELLO, then
+ * AUTH when asked, checking the store's proof. Returns 0; -EACCES for an error reply (its
+ * status and message into @status and @msg when not NULL); another code for broken replies. */
+int raw_handshake(int fd, const char *token, const char *scope, uint16_t *status, char *msg,
+		  size_t len);
+/* raw_handshake() with no scope, no interest in the error. */
 int raw_hello(int fd, const char *token);
 /* Read one frame: header into @h, payload (NUL-terminated) into @buf of @cap bytes. */
 int raw_read(int fd, struct wire_hdr *h, uint8_t *buf, size_t cap);

@@ -54,7 +54,8 @@ static void answer(int fd, const struct wire_hdr *h)
 	off = wire_frame_begin(&b, h->op, WIRE_FLAG_REPLY, WIRE_OK, h->id);
 	if (h->op == WIRE_OP_HELLO) {
 		wire_put_u16(&b, WIRE_VERSION);
-		wire_put_u16(&b, 0);
+		wire_put_u16(&b, WIRE_AUTH_NONE);
+		wire_put_u32(&b, 0); /* no nonce */
 		wire_put_u32(&b, WIRE_MAX_FRAME);
 		wire_put_u32(&b, CRUN_STORE_MAX_KEY_LEN);
 		wire_put_u32(&b, CRUN_STORE_MAX_VALUE_LEN);

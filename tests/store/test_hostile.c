@@ -53,7 +53,8 @@ static void hello_payload(struct wire_buf *b, uint32_t magic, uint16_t version)
 	wire_put_u32(b, magic);
 	wire_put_u16(b, version);
 	wire_put_u16(b, 0);
-	wire_put_u32(b, 0);
+	wire_put_u32(b, 0); /* no nonce */
+	wire_put_u32(b, 0); /* no scope */
 }
 
 static void bad_magic_is_refused(void **state)
@@ -83,7 +84,7 @@ static void wrong_version_is_refused(void **state)
 	hello_payload(&b, WIRE_MAGIC, 99);
 	assert_int_equal(raw_frame(fd, WIRE_OP_HELLO, 6, b.p, b.len), 0);
 	raw_expect_error(fd, WIRE_OP_HELLO, 6, WIRE_E_BAD_VERSION,
-			 "unsupported protocol version 99 (server speaks 1)");
+			 "unsupported protocol version 99 (server speaks 2)");
 	raw_expect_closed(fd);
 	close(fd);
 	wire_buf_finish(&b);
@@ -250,7 +251,7 @@ static void remaining_request_errors_are_named(void **state)
 	raw_expect_error(fd, WIRE_OP_HELLO, 23, WIRE_E_BAD_FRAME, "HELLO: handshake already done");
 	raw_expect_closed(fd);
 	close(fd);
-	/* A token over the limit, before the handshake: closes. */
+	/* A scope over the limit, before the handshake: closes. */
 	fd = raw_connect(dmn.port);
 	assert_true(fd >= 0);
 	b.len = 0;
@@ -258,10 +259,11 @@ static void remaining_request_errors_are_named(void **state)
 	wire_put_u32(&b, WIRE_MAGIC);
 	wire_put_u16(&b, WIRE_VERSION);
 	wire_put_u16(&b, 0);
+	wire_put_u32(&b, 0);
 	wire_put_bytes(&b, tok, 5000);
 	assert_int_equal(raw_frame(fd, WIRE_OP_HELLO, 24, b.p, b.len), 0);
 	raw_expect_error(fd, WIRE_OP_HELLO, 24, WIRE_E_TOO_BIG,
-			 "HELLO: token length 5000 exceeds limit 4096");
+			 "HELLO: scope length 5000 exceeds limit 128");
 	raw_expect_closed(fd);
 	close(fd);
 	/* ADD on a value that is not a number: an error reply, the connection stays. */

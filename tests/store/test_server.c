@@ -30,6 +30,7 @@
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
+#include "src/common/token.h"
 #include "rendezvous/store/wire.h"
 #include "tests/store/helpers.h"
 
@@ -63,9 +64,13 @@ static int group_teardown(void **state)
 static int cli_open_at(struct cli *c, int port, const char *token, char *err, size_t errlen)
 {
 	struct crun_diag d = {0};
+	struct token_cred cred = {0};
 	int rc;
 
-	rc = store_tcp_open("127.0.0.1", port, token, T, &c->b, &c->ops, &d);
+	if (token != NULL) {
+		assert_int_equal(token_cred_from_token(&cred, token, NULL, "test", &d), 0);
+	}
+	rc = store_tcp_open("127.0.0.1", port, &cred, T, &c->b, &c->ops, &d);
 	diag_copy_out(&d, err, errlen);
 	return rc;
 }
@@ -462,8 +467,11 @@ static void token_is_required(void **state)
 	(void)state;
 	assert_int_equal(daemon_start(&d, args), 0);
 	assert_int_equal(cli_open_at(&c, d.port, NULL, err, sizeof(err)), CRUN_EAUTH);
-	assert_non_null(strstr(err, "handshake: HELLO: bad token"));
+	assert_non_null(strstr(err, "handshake: the store requires a token and we have none"));
 	assert_int_equal(cli_open_at(&c, d.port, "wrong", err, sizeof(err)), CRUN_EAUTH);
+	/* Both fingerprints are named; neither token is. */
+	assert_non_null(strstr(err, "handshake: token mismatch: the store has token fingerprint "));
+	assert_null(strstr(err, "s3cret"));
 	assert_int_equal(cli_open_at(&c, d.port, "s3cret", err, sizeof(err)), 0);
 	assert_int_equal(c.ops->ping(c.b, T), 0);
 	cli_close(&c);
@@ -502,7 +510,7 @@ static void token_from_file_and_environment(void **state)
 	close(fd);
 	snprintf(arg, sizeof(arg), "%s", path);
 	assert_int_equal(daemon_run(bad, err, sizeof(err)), 2);
-	assert_non_null(strstr(err, "empty file"));
+	assert_non_null(strstr(err, "empty token"));
 	unlink(path);
 	assert_int_equal(daemon_run(bad, err, sizeof(err)), 2);
 	assert_non_null(strstr(err, "No such file or directory"));
@@ -657,7 +665,7 @@ static void pending_wait_limit_is_enforced(void **state)
 	assert_int_equal(raw_frame(fd, WIRE_OP_PING, 13, NULL, 0), 0);
 	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
 	assert_int_equal(h.id, 13);
-	assert_int_equal(raw_hello(fd, NULL), -EPROTO);
+	assert_int_equal(raw_hello(fd, NULL), -EACCES);
 	close(fd);
 	assert_int_equal(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
 }

@@ -382,7 +382,7 @@ static int start_rdzvd(void)
 			      opt.token, (char *)NULL);
 		} else {
 			execl(opt.rdzvd, opt.rdzvd, "--listen", "127.0.0.1:0", "--quiet",
-			      (char *)NULL);
+			      "--insecure", (char *)NULL);
 		}
 		dprintf(STDERR_FILENO, "launch: exec %s: %s\n", opt.rdzvd, strerror(errno));
 		_exit(127);

@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/server_auth.c: the handshake (HELLO, AUTH), failure rate limits, scopes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <netinet/in.h>
+
+#include "rendezvous/store/server_internal.h"
+#include "src/common/log.h"
+#include "src/common/net.h"
+#include "src/common/token.h"
+
+/*
+ * Failed handshakes are counted per source address in a bounded table. A source gets
+ * GUARD_FREE_FAILURES failures for free (a mistyped token file, a restarted job); after that
+ * each failure closes the door for a delay that doubles up to GUARD_MAX_DELAY_MS, and an AUTH
+ * arriving while the door is closed is refused without looking at its proof. So a guesser gets
+ * a handful of tries, then one per 30 s, per address. A source quiet for GUARD_FORGET_MS starts
+ * over. The table holds GUARD_SLOTS sources; when full, the one quiet longest is forgotten.
+ */
+#define GUARD_SLOTS 1024
+#define GUARD_FREE_FAILURES 3
+#define GUARD_FIRST_DELAY_MS 200
+#define GUARD_MAX_DELAY_MS 30000
+#define GUARD_FORGET_MS 600000
+#define GUARD_LOG_MS 10000 /* one log line per source per 10 s at most */
+
+struct guard_slot {
+	uint8_t addr[16];
+	bool used;
+	uint32_t failures;   /* counted since the source was last forgotten */
+	uint32_t unlogged;   /* failures and refusals not yet in a log line */
+	int64_t last_fail;
+	int64_t blocked_until;
+	int64_t logged_at;
+};
+
+struct srv_guard {
+	struct guard_slot slot[GUARD_SLOTS];
+};
+
+/* Per connection, from HELLO to the end of the connection (freed by srv_auth_conn_free). */
+struct srv_auth_conn {
+	uint8_t sn[TOKEN_NONCE_LEN];
+	uint8_t cn[TOKEN_NONCE_LEN];
+	uint8_t key[TOKEN_KEY_LEN];
+	bool has_cn;
+	bool key_ok;
+	uint32_t scope_len;
+	char scope[WIRE_MAX_SCOPE + 1];
+};
+
+void srv_auth_conn_free(struct conn *c)
+{
+	if (c->auth != NULL) {
+		memset(c->auth, 0, sizeof(*c->auth));
+		free(c->auth);
+		c->auth = NULL;
+	}
+}
+
+void srv_auth_guard_free(struct store_server *s)
+{
+	free(s->guard);
+	s->guard = NULL;
+}
+
+/* The peer's address as 16 bytes (IPv4 mapped into IPv6), and as text. */
+static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
+{
+	struct sockaddr_storage ss;
+	int n = sizeof(ss);
+
+	memset(out, 0, 16);
+	snprintf(text, len, "?");
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
+		return false;
+	}
+	if (ss.ss_family == AF_INET) {
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+		uv_ip4_name((struct sockaddr_in *)&ss, text, len);
+	} else if (ss.ss_family == AF_INET6) {
+		memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+		uv_ip6_name((struct sockaddr_in6 *)&ss, text, len);
+	} else {
+		return false;
+	}
+	return true;
+}
+
+static struct guard_slot *guard_find(struct store_server *s, const uint8_t addr[16], bool make,
+				     int64_t now)
+{
+	struct guard_slot *g, *oldest = NULL;
+	size_t i;
+
+	if (s->guard == NULL) {
+		if (!make) {
+			return NULL;
+		}
+		s->guard = calloc(1, sizeof(*s->guard));
+		if (s->guard == NULL) {
+			return NULL;
+		}
+	}
+	for (i = 0; i < GUARD_SLOTS; i++) {
+		g = &s->guard->slot[i];
+		if (g->used && memcmp(g->addr, addr, 16) == 0) {
+			if (now - g->last_fail >= GUARD_FORGET_MS && now >= g->blocked_until) {
+				g->failures = 0;
+			}
+			return g;
+		}
+		if (oldest == NULL || !g->used || (oldest->used && g->last_fail < oldest->last_fail)) {
+			oldest = g;
+		}
+	}
+	if (!make) {
+		return NULL;
+	}
+	memset(oldest, 0, sizeof(*oldest));
+	memcpy(oldest->addr, addr, 16);
+	oldest->used = true;
+	return oldest;
+}
+
+static void guard_log(struct guard_slot *g, const char *addr, const char *why, int64_t now)
+{
+	if (g->logged_at != 0 && now - g->logged_at < GUARD_LOG_MS) {
+		return;
+	}
+	log_warn("store: %u failed or refused handshake(s) from %s (total failures %u, last: %s)%s",
+		 g->unlogged, addr, g->failures, why,
+		 now < g->blocked_until ? "; delaying its next attempts" : "");
+	g->unlogged = 0;
+	g->logged_at = now;
+}
+
+/* A failed proof from @addr: count it and close the door for a while. */
+static void guard_fail(struct store_server *s, const uint8_t addr[16], const char *text,
+		       const char *why)
+{
+	int64_t now = (int64_t)uv_now(s->loop), delay;
+	struct guard_slot *g = guard_find(s, addr, true, now);
+	uint32_t over;
+
+	if (g == NULL) {
+		log_warn("store: failed handshake from %s: %s", text, why);
+		return;
+	}
+	g->failures++;
+	g->unlogged++;
+	g->last_fail = now;
+	if (g->failures > GUARD_FREE_FAILURES) {
+		over = g->failures - GUARD_FREE_FAILURES - 1;
+		delay = over >= 8 ? GUARD_MAX_DELAY_MS : (int64_t)GUARD_FIRST_DELAY_MS << over;
+		g->blocked_until = now + (delay < GUARD_MAX_DELAY_MS ? delay : GUARD_MAX_DELAY_MS);
+	}
+	guard_log(g, text, why, now);
+}
+
+/* Milliseconds @addr must still wait before a proof is looked at; 0 when it may go on. */
+static int64_t guard_wait(struct store_server *s, const uint8_t addr[16], const char *text)
+{
+	int64_t now = (int64_t)uv_now(s->loop);
+	struct guard_slot *g = guard_find(s, addr, false, now);
+
+	if (g == NULL || now >= g->blocked_until) {
+		return 0;
+	}
+	g->unlogged++;
+	guard_log(g, text, "refused while delayed", now);
+	return g->blocked_until - now;
+}
+
+static void hello_reply(struct conn *c, const struct wire_req *r, uint16_t auth,
+			const uint8_t *sn)
+{
+	struct store_server *s = c->s;
+	size_t off = reply_begin(c, r);
+
+	wire_put_u16(&c->out, WIRE_VERSION);
+	wire_put_u16(&c->out, auth);
+	wire_put_bytes(&c->out, sn, sn != NULL ? WIRE_NONCE_LEN : 0);
+	wire_put_u32(&c->out, WIRE_MAX_FRAME);
+	wire_put_u32(&c->out, s->lim.max_key_len);
+	wire_put_u32(&c->out, s->lim.max_value_len);
+	wire_put_u32(&c->out, s->lim.max_keys);
+	wire_put_u32(&c->out, s->max_pending);
+	wire_frame_end(&c->out, off);
+}
+
+void srv_auth_hello(struct conn *c, const struct wire_req *r)
+{
+	struct store_server *s = c->s;
+	struct srv_auth_conn *a;
+	char msg[200];
+
+	if (c->hello || c->auth != NULL) {
+		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_FRAME, "HELLO: handshake already done");
+		return;
+	}
+	if (r->magic != WIRE_MAGIC) {
+		snprintf(msg, sizeof(msg), "bad magic 0x%08x (expected 0x%08x)", r->magic,
+			 WIRE_MAGIC);
+		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_MAGIC, msg);
+		return;
+	}
+	if (r->version == WIRE_VERSION_CLEAR) {
+		snprintf(msg, sizeof(msg),
+			 "unsupported protocol version %u (server speaks %u; version %u sent the "
+			 "token in clear and is no longer accepted: upgrade the client)",
+			 r->version, WIRE_VERSION, WIRE_VERSION_CLEAR);
+		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_VERSION, msg);
+		return;
+	}
+	if (r->version != WIRE_VERSION) {
+		snprintf(msg, sizeof(msg), "unsupported protocol version %u (server speaks %u)",
+			 r->version, WIRE_VERSION);
+		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_VERSION, msg);
+		return;
+	}
+	a = calloc(1, sizeof(*a));
+	if (a == NULL) {
+		srv_conn_fail(c, r->op, r->id, WIRE_E_NO_MEMORY, "HELLO: out of memory");
+		return;
+	}
+	c->auth = a;
+	if (r->scope.len > 0) {
+		memcpy(a->scope, r->scope.p, r->scope.len);
+		a->scope[r->scope.len] = '\0';
+		a->scope_len = r->scope.len;
+		if (strlen(a->scope) != a->scope_len || !token_scope_valid(a->scope)) {
+			srv_conn_fail(c, r->op, r->id, WIRE_E_INVALID,
+				      "HELLO: the scope is not a run id (1 to 128 printable bytes, "
+				      "no '/' or space, not \"rdzv\")");
+			return;
+		}
+	}
+	if (s->token == NULL) {
+		/* No authentication: a scope, if any, still confines the connection. */
+		c->hello = true;
+		hello_reply(c, r, WIRE_AUTH_NONE, NULL);
+		return;
+	}
+	if (token_random(a->sn, sizeof(a->sn)) < 0) {
+		srv_conn_fail(c, r->op, r->id, WIRE_E_NO_MEMORY, "HELLO: no random bytes");
+		return;
+	}
+	if (r->nonce.len == WIRE_NONCE_LEN) {
+		memcpy(a->cn, r->nonce.p, WIRE_NONCE_LEN);
+		a->has_cn = true;
+	}
+	a->key_ok = token_derive_key(s->token, s->token_len, a->scope, a->key) == 0;
+	hello_reply(c, r, WIRE_AUTH_TOKEN, a->sn);
+}
+
+void srv_auth_proof(struct conn *c, const struct wire_req *r)
+{
+	struct store_server *s = c->s;
+	struct srv_auth_conn *a = c->auth;
+	uint8_t want[TOKEN_KEY_LEN], addr[16];
+	char text[64], msg[200], fpr[TOKEN_FPR_HEX + 1];
+	int64_t wait_ms;
+	size_t off;
+	bool ok;
+
+	if (c->hello) {
+		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_FRAME, "AUTH: handshake already done");
+		return;
+	}
+	if (a == NULL || s->token == NULL) {
+		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_FRAME, "AUTH: no HELLO asked for it");
+		return;
+	}
+	peer_addr(c, addr, text, sizeof(text));
+	wait_ms = guard_wait(s, addr, text);
+	if (wait_ms > 0) {
+		snprintf(msg, sizeof(msg),
+			 "too many failed handshakes from %s: retry in %lld ms", text,
+			 (long long)wait_ms);
+		srv_conn_fail(c, r->op, r->id, WIRE_E_AUTH, msg);
+		return;
+	}
+	ok = a->has_cn && a->key_ok &&
+	     token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_CLIENT, want) == 0 &&
+	     token_equal(want, r->proof.p, TOKEN_KEY_LEN);
+	if (!ok) {
+		token_fingerprint(s->token, s->token_len, fpr);
+		guard_fail(s, addr, text, a->has_cn ? "token mismatch" : "no credential");
+		snprintf(msg, sizeof(msg), "token mismatch: store token fingerprint %s", fpr);
+		srv_conn_fail(c, r->op, r->id, WIRE_E_AUTH, msg);
+		return;
+	}
+	if (token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_SERVER, want) < 0) {
+		srv_conn_fail(c, r->op, r->id, WIRE_E_NO_MEMORY, "AUTH: HMAC failed");
+		return;
+	}
+	c->hello = true;
+	off = reply_begin(c, r);
+	wire_put_bytes(&c->out, want, TOKEN_KEY_LEN);
+	wire_frame_end(&c->out, off);
+}
+
+bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id)
+{
+	char msg[96];
+
+	if (c->hello || op == WIRE_OP_HELLO || (op == WIRE_OP_AUTH && c->auth != NULL)) {
+		return true;
+	}
+	if (c->auth != NULL) {
+		snprintf(msg, sizeof(msg), "expected AUTH after HELLO, got op %u", op);
+		srv_conn_fail(c, op, id, WIRE_E_AUTH, msg);
+	} else {
+		snprintf(msg, sizeof(msg), "expected HELLO as the first frame, got op %u", op);
+		srv_conn_fail(c, op, id, WIRE_E_BAD_FRAME, msg);
+	}
+	return false;
+}
+
+/* @k is "rdzv/<scope>/..." (the run's rendezvous) or "<scope>/..." (its workers). */
+static bool key_in_scope(const struct srv_auth_conn *a, struct wire_str k)
+{
+	const uint8_t *p = k.p;
+	uint32_t n = k.len;
+
+	if (n > 5 && memcmp(p, "rdzv/", 5) == 0) {
+		p += 5;
+		n -= 5;
+		return n > a->scope_len && memcmp(p, a->scope, a->scope_len) == 0 &&
+		       p[a->scope_len] == '/';
+	}
+	return n > a->scope_len && memcmp(p, a->scope, a->scope_len) == 0 &&
+	       p[a->scope_len] == '/';
+}
+
+static bool refuse_key(struct conn *c, const struct wire_req *r, struct wire_str k)
+{
+	char shown[68], msg[300];
+	uint32_t i, n = k.len < 64 ? k.len : 64;
+
+	for (i = 0; i < n; i++) {
+		shown[i] = k.p[i] >= ' ' && k.p[i] < 0x7f && k.p[i] != '"' ? (char)k.p[i] : '?';
+	}
+	snprintf(shown + n, sizeof(shown) - n, "%s", k.len > 64 ? "..." : "");
+	snprintf(msg, sizeof(msg), "%s: key \"%s\" is not in this connection's scope (run %s)",
+		 wire_op_name(r->op), shown, c->auth->scope);
+	reply_error(c, r, WIRE_E_SCOPE, msg);
+	return false;
+}
+
+bool srv_auth_in_scope(struct conn *c, const struct wire_req *r)
+{
+	const struct srv_auth_conn *a = c->auth;
+	const uint8_t *cur;
+	struct wire_str k;
+	uint32_t i;
+
+	if (a == NULL || a->scope_len == 0) {
+		return true;
+	}
+	switch (r->op) {
+	case WIRE_OP_SET:
+	case WIRE_OP_GET:
+	case WIRE_OP_ADD:
+	case WIRE_OP_CAS:
+	case WIRE_OP_DELETE:
+	case WIRE_OP_APPEND:
+		return key_in_scope(a, r->key) || refuse_key(c, r, r->key);
+	case WIRE_OP_WAIT:
+	case WIRE_OP_CHECK:
+	case WIRE_OP_MULTI_GET:
+	case WIRE_OP_MULTI_SET:
+		cur = r->list;
+		for (i = 0; i < r->n; i++) {
+			k = wire_list_next(&cur);
+			if (!key_in_scope(a, k)) {
+				return refuse_key(c, r, k);
+			}
+			if (r->op == WIRE_OP_MULTI_SET) {
+				(void)wire_list_next(&cur);
+			}
+		}
+		return true;
+	default:
+		return true;
+	}
+}
