@@ -465,8 +465,13 @@ int etcd_map_error(struct store_backend *b, const char *op, int code, const char
 {
 	int rc = CRUN_ESERVER;
 
-	if (code == 7 || code == 16 || strstr(msg, "permission denied") != NULL ||
-	    strstr(msg, "authentication failed") != NULL) {
+	if (strstr(msg, "permission denied") != NULL && b->user != NULL) {
+		/* etcd's own words, and whose roles did not grant it (@op names the key). */
+		return etcd_fail(b, CRUN_EAUTH,
+				 "%s: etcd said: %s (etcd user %s: no role of it grants this key)",
+				 op, msg, b->user);
+	} else if (code == 7 || code == 16 || strstr(msg, "permission denied") != NULL ||
+		   strstr(msg, "authentication failed") != NULL) {
 		rc = CRUN_EAUTH;
 	} else if (strstr(msg, "user name is empty") != NULL) {
 		return etcd_fail(b, CRUN_EAUTH,
@@ -573,7 +578,9 @@ static int tls_fail(struct store_backend *b, const char *op, const struct etcd_e
 	}
 	snprintf(ca, sizeof(ca), "%s%.120s", b->cacert != NULL ? "CA " : "the system's CAs",
 		 b->cacert != NULL ? b->cacert : "");
-	return etcd_fail(b, CRUN_EAUTH, "%s: %s: TLS: %s (%s; %s)", op, ep->name, why, cert, ca);
+	/* The files first: curl's message is long, and the diagnostic cuts what does not fit. */
+	return etcd_fail(b, CRUN_EAUTH, "%s: %s: TLS failed (%s; %s): %s", op, ep->name, cert, ca,
+			 why);
 }
 
 /* ---- one attempt ---- */
