@@ -581,9 +581,20 @@ static void report_progress(struct join *j, int64_t now)
 {
 	struct rdzv *r = j->r;
 	const struct rdzv_conf *c = &r->conf;
-	int joined = joined_count(r, j->R);
-	char when[128], members[512];
+	char key[KEY_MAX], when[128], members[512];
+	int64_t v = 0;
+	int joined, rc;
 
+	rdzv_rkey(key, j->R, "joined");
+	rc = crun_store_add(r->st, key, 0, &v);
+	if (rc < 0) {
+		/* Say what failed, not "-1 of N nodes joined". */
+		log_warn("rendezvous %s round %d: cannot read how many nodes joined: %s; timeout "
+			 "in %" PRId64 " s",
+			 r->run_id, j->R, crun_strerror(rc), (j->deadline - now + 999) / 1000);
+		return;
+	}
+	joined = (int)PACK_POS(v);
 	if (joined > c->max_nodes) {
 		joined = c->max_nodes;
 	}

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <json-c/json.h>
 
@@ -18,6 +19,17 @@
 
 /* How long a look into the history may take to settle an ambiguous write. */
 #define RESOLVE_MS 5000
+/* An operation's name and key in messages: "add /crun/job/r/0/joined". */
+#define LABEL_MAX 200
+/*
+ * A compare lost twice in a row means others write the key at the same time: the next try
+ * waits a random time in [0, window) first; the window starts here and doubles with each loss
+ * up to the cap. N writers retrying at once would cost N transactions per success (N^2 for N
+ * adds, each a raft proposal); spread out, about one lands per try. 1,000 agents joining a
+ * round at once push the window to the cap.
+ */
+#define CONFLICT_FIRST_MS 4
+#define CONFLICT_MAX_MS 2048
 
 static int64_t deadline_of(int timeout_ms)
 {
@@ -27,6 +39,16 @@ static int64_t deadline_of(int timeout_ms)
 static int oom(struct store_backend *b)
 {
 	return etcd_fail(b, -ENOMEM, "out of memory");
+}
+
+/* "OP ETCD_ROOT+KEY" into @buf, for messages: etcd's own name of the key (cut at 160 bytes). */
+static const char *label(char *buf, size_t cap, const char *op, const char *key)
+{
+	size_t kl = strlen(key);
+
+	snprintf(buf, cap, "%s %s%.*s%s", op, ETCD_ROOT, (int)(kl > 160 ? 160 : kl), key,
+		 kl > 160 ? "..." : "");
+	return buf;
 }
 
 /* {"key": ROOT+key} */
@@ -189,6 +211,20 @@ static bool was_ours(struct store_backend *b, const char *key, int64_t rev, cons
 	return ours;
 }
 
+/* Wait a random time in [0, *@window) ms (never past @deadline), then double *@window. */
+static void conflict_pause(struct store_backend *b, int *window, int64_t deadline)
+{
+	int ms = (int)(rand_r(&b->seed) % (unsigned)*window), left = crun_ms_until(deadline);
+	struct timespec ts;
+
+	ms = ms < left ? ms : left;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (long)(ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+	}
+	*window = *window * 2 > CONFLICT_MAX_MS ? CONFLICT_MAX_MS : *window * 2;
+}
+
 /* ---- operations ---- */
 
 /* A lease of @ttl_s for @key: the one this handle last used for @key, kept alive, or a new one. */
@@ -197,6 +233,7 @@ static int lease_for(struct store_backend *b, const char *key, int64_t ttl_s, in
 {
 	struct json_object *req, *rep = NULL;
 	bool bad = false;
+	char op[LABEL_MAX];
 	int rc;
 
 	if (b->lease.key != NULL && b->lease.ttl_s == ttl_s && strcmp(b->lease.key, key) == 0) {
@@ -206,7 +243,8 @@ static int lease_for(struct store_backend *b, const char *key, int64_t ttl_s, in
 			json_object_put(req);
 			return oom(b);
 		}
-		rc = etcd_call(b, "lease keepalive", "/v3/lease/keepalive", req, &rep, deadline);
+		rc = etcd_call(b, label(op, sizeof(op), "lease keepalive for", key),
+			       "/v3/lease/keepalive", req, &rep, deadline);
 		json_object_put(req);
 		if (rc == 0 && etcd_jget_int(etcd_jget(rep, "result"), "TTL") > 0) {
 			json_object_put(rep);
@@ -227,7 +265,8 @@ static int lease_for(struct store_backend *b, const char *key, int64_t ttl_s, in
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "lease grant", "/v3/lease/grant", req, &rep, deadline);
+	rc = etcd_call(b, label(op, sizeof(op), "lease grant for", key), "/v3/lease/grant", req,
+		       &rep, deadline);
 	json_object_put(req);
 	if (rc < 0) {
 		return rc;
@@ -239,7 +278,7 @@ static int lease_for(struct store_backend *b, const char *key, int64_t ttl_s, in
 	}
 	json_object_put(rep);
 	if (*id == 0) {
-		return etcd_fail(b, -EPROTO, "lease grant: no lease ID in etcd's answer");
+		return etcd_fail(b, -EPROTO, "%s: no lease ID in etcd's answer", op);
 	}
 	b->lease.key = strdup(key);
 	b->lease.ttl_s = ttl_s;
@@ -253,6 +292,7 @@ static int etcd_set(struct store_backend *b, const char *key, const void *val, s
 	int64_t deadline = deadline_of(timeout_ms), lease = 0, ttl_s;
 	struct json_object *req, *rep = NULL;
 	bool bad = false;
+	char op[LABEL_MAX];
 	int rc, tries = 0;
 
 again:
@@ -274,7 +314,7 @@ again:
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "put", "/v3/kv/put", req, &rep, deadline);
+	rc = etcd_call(b, label(op, sizeof(op), "put", key), "/v3/kv/put", req, &rep, deadline);
 	json_object_put(req);
 	json_object_put(rep);
 	if (rc == -ENOENT && lease != 0 && tries++ == 0) {
@@ -291,9 +331,11 @@ static int etcd_get(struct store_backend *b, const char *key, void **val, size_t
 		    int timeout_ms)
 {
 	struct etcd_kv kv;
+	char op[LABEL_MAX];
 	int rc;
 
-	rc = read_one(b, "range", key, &kv, NULL, deadline_of(timeout_ms));
+	rc = read_one(b, label(op, sizeof(op), "get", key), key, &kv, NULL,
+		      deadline_of(timeout_ms));
 	if (rc < 0) {
 		return rc;
 	}
@@ -377,7 +419,7 @@ static int update(struct store_backend *b, const char *op, const char *key, next
 	void *nv = NULL;
 	size_t nlen = 0;
 	bool ok, bad = false;
-	int rc = 0, conflicts = 0;
+	int rc = 0, conflicts = 0, window = CONFLICT_FIRST_MS;
 
 	if (fresh || !recall(b, key, &cur, &rev)) {
 		rc = read_one(b, op, key, &cur, &rev, deadline);
@@ -428,6 +470,19 @@ static int update(struct store_backend *b, const char *op, const char *key, next
 		if (crun_ms_until(deadline) == 0) {
 			rc = etcd_fail(b, -ETIMEDOUT, "%s: gave up after %d conflicting writes", op,
 				       conflicts);
+			break;
+		}
+		/*
+		 * The failed compare brought the current value: the first retry goes at once
+		 * with it, no read needed. Losing again means others write it at the same time:
+		 * wait a random while, longer with each loss, so that they spread out, then read
+		 * the value afresh (what the failed compare brought is stale by then, and a
+		 * retry with it would only lose again).
+		 */
+		if (conflicts > 1) {
+			conflict_pause(b, &window, deadline);
+			free(cur.val);
+			rc = read_one(b, op, key, &cur, &rev, deadline);
 		}
 	}
 	free(nv);
@@ -593,6 +648,7 @@ static int etcd_del(struct store_backend *b, const char *key, int timeout_ms)
 {
 	struct json_object *req, *rep = NULL;
 	bool bad = false;
+	char op[LABEL_MAX];
 	int64_t deleted;
 	int rc;
 
@@ -601,7 +657,8 @@ static int etcd_del(struct store_backend *b, const char *key, int timeout_ms)
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "deleterange", "/v3/kv/deleterange", req, &rep, deadline_of(timeout_ms));
+	rc = etcd_call(b, label(op, sizeof(op), "delete", key), "/v3/kv/deleterange", req, &rep,
+		       deadline_of(timeout_ms));
 	json_object_put(req);
 	if (rc < 0) {
 		return rc;
@@ -617,7 +674,7 @@ static int etcd_del_prefix(struct store_backend *b, const char *prefix, int time
 {
 	struct json_object *req = json_object_new_object(), *rep = NULL;
 	size_t l = ETCD_ROOT_LEN + strlen(prefix);
-	char *lo = malloc(l + 1), *hi = malloc(l + 1);
+	char *lo = malloc(l + 1), *hi = malloc(l + 1), op[LABEL_MAX];
 	bool bad = false;
 	int rc;
 
@@ -643,8 +700,8 @@ static int etcd_del_prefix(struct store_backend *b, const char *prefix, int time
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "delete prefix", "/v3/kv/deleterange", req, &rep,
-		       deadline_of(timeout_ms));
+	rc = etcd_call(b, label(op, sizeof(op), "delete prefix", prefix), "/v3/kv/deleterange",
+		       req, &rep, deadline_of(timeout_ms));
 	json_object_put(req);
 	json_object_put(rep);
 	forget(b);

@@ -42,7 +42,17 @@ enum outcome {
 	ATT_FINAL,  /* an answer that is an error: return it */
 	ATT_RETRY,  /* this endpoint could not serve it: try the next */
 	ATT_REAUTH, /* the token expired: log in again, then retry here */
+	ATT_TLSDROP, /* a new TLS connection closed before any answer: retry here, then TLS_FAIL */
 };
+
+/*
+ * A member that wants a client certificate it does not get (or does not trust) finishes the
+ * TLS 1.3 handshake and then sends an alert and closes: libcurl sees the alert, or just a
+ * connection reset or closed before any answer, whichever comes first. A member that died
+ * would refuse the next connection instead: a new TLS connection closed before any answer this
+ * many times in a row is the member refusing this client.
+ */
+#define TLS_DROPS_MAX 3
 
 struct etcd_stream {
 	json_tokener *tok;
@@ -455,8 +465,13 @@ int etcd_map_error(struct store_backend *b, const char *op, int code, const char
 {
 	int rc = CRUN_ESERVER;
 
-	if (code == 7 || code == 16 || strstr(msg, "permission denied") != NULL ||
-	    strstr(msg, "authentication failed") != NULL) {
+	if (strstr(msg, "permission denied") != NULL && b->user != NULL) {
+		/* etcd's own words, and whose roles did not grant it (@op names the key). */
+		return etcd_fail(b, CRUN_EAUTH,
+				 "%s: etcd said: %s (etcd user %s: no role of it grants this key)",
+				 op, msg, b->user);
+	} else if (code == 7 || code == 16 || strstr(msg, "permission denied") != NULL ||
+		   strstr(msg, "authentication failed") != NULL) {
 		rc = CRUN_EAUTH;
 	} else if (strstr(msg, "user name is empty") != NULL) {
 		return etcd_fail(b, CRUN_EAUTH,
@@ -518,6 +533,54 @@ static enum outcome answer_error(struct store_backend *b, const char *op, int co
 	}
 	*rc = etcd_map_error(b, op, code, msg);
 	return ATT_FINAL;
+}
+
+/* ---- TLS ---- */
+
+/* An alert from the member in curl's message (OpenSSL: "... SSL routines::... alert ..."). */
+static bool tls_alert(const char *msg)
+{
+	return strstr(msg, "SSL") != NULL && strstr(msg, "alert") != NULL;
+}
+
+/*
+ * Whether the transfer that just failed opened a new TLS connection, finished its handshake
+ * and lost it before any answer came.
+ */
+static bool dropped_after_handshake(struct store_backend *b, CURL *c, const struct etcd_ep *ep)
+{
+	curl_off_t tls_us = 0;
+	long conns = 0;
+
+	if (strncmp(ep->url, "https:", 6) != 0) {
+		return false;
+	}
+	curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &conns);
+	curl_easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &tls_us);
+	return conns > 0 && tls_us > 0 && (b->stream != NULL ? !b->stream->any : b->rx_len == 0);
+}
+
+/*
+ * A TLS failure: not transient (the same files give the same answer), so it is final at once,
+ * naming the files this handle used and curl's message.
+ */
+static int tls_fail(struct store_backend *b, const char *op, const struct etcd_ep *ep,
+		    const char *why)
+{
+	char cert[200], ca[200];
+
+	if (b->cert != NULL) {
+		snprintf(cert, sizeof(cert), "client certificate %.80s%s%.80s", b->cert,
+			 b->key != NULL ? ", key " : "", b->key != NULL ? b->key : "");
+	} else {
+		snprintf(cert, sizeof(cert), "no client certificate (CRUN_ETCD_CERT, or --rdzv-conf "
+					     "cert= and key=)");
+	}
+	snprintf(ca, sizeof(ca), "%s%.120s", b->cacert != NULL ? "CA " : "the system's CAs",
+		 b->cacert != NULL ? b->cacert : "");
+	/* The files first: curl's message is long, and the diagnostic cuts what does not fit. */
+	return etcd_fail(b, CRUN_EAUTH, "%s: %s: TLS failed (%s; %s): %s", op, ep->name, cert, ca,
+			 why);
 }
 
 /* ---- one attempt ---- */
@@ -587,11 +650,19 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
+		if (cc != CURLE_OPERATION_TIMEDOUT && tls_alert(b->errbuf)) {
+			/* The member refused this client during or right after the handshake. */
+			*rc = tls_fail(b, op, ep, b->errbuf);
+			return ATT_FINAL;
+		}
 		/* Sent, or partly: etcd may have applied it. */
 		*amb = *amb || b->sends > 0;
 		*rc = etcd_fail(b, cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNRESET,
 				"%s: %s: %s", op, ep->name,
 				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+		if (cc != CURLE_OPERATION_TIMEDOUT && dropped_after_handshake(b, c, ep)) {
+			return ATT_TLSDROP;
+		}
 		return ATT_RETRY;
 	case CURLE_OUT_OF_MEMORY:
 		*rc = etcd_fail(b, -ENOMEM, "%s: out of memory", op);
@@ -603,8 +674,14 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	case CURLE_SSL_CACERT_BADFILE:
 	case CURLE_SSL_ISSUER_ERROR:
 	case CURLE_SSL_CRL_BADFILE:
-		*rc = etcd_fail(b, CRUN_EAUTH, "%s: %s: TLS: %s", op, ep->name,
-				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+	case CURLE_SSL_ENGINE_NOTFOUND:
+	case CURLE_SSL_ENGINE_SETFAILED:
+	case CURLE_SSL_ENGINE_INITFAILED:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_INVALIDCERTSTATUS:
+	case CURLE_SSL_CLIENTCERT:
+	case CURLE_USE_SSL_FAILED:
+		*rc = tls_fail(b, op, ep, b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
 		return ATT_FINAL;
 	default:
 		*rc = etcd_fail(b, -EPROTO, "%s: %s: %s", op, ep->name,
@@ -707,38 +784,118 @@ static void note(char *sum, size_t cap, const struct store_backend *b, const str
 	append(sum, cap, m);
 }
 
+/*
+ * The body of @req: its JSON, or for an array of requests (several watches on one stream)
+ * each element's JSON on a line of its own, in *@owned (caller frees). NULL: out of memory.
+ */
+static const char *request_body(struct json_object *req, size_t *len, char **owned)
+{
+	const int flags = JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE;
+	size_t i, n, l, cap = 0, used = 0;
+	const char *s;
+	char *p;
+
+	*owned = NULL;
+	if (!json_object_is_type(req, json_type_array)) {
+		return json_object_to_json_string_length(req, flags, len);
+	}
+	n = json_object_array_length(req);
+	for (i = 0; i < n; i++) {
+		if (json_object_to_json_string_length(json_object_array_get_idx(req, i), flags,
+						      &l) == NULL) {
+			return NULL;
+		}
+		cap += l + 1;
+	}
+	p = malloc(cap + 1);
+	if (p == NULL) {
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		s = json_object_to_json_string_length(json_object_array_get_idx(req, i), flags, &l);
+		memcpy(p + used, s, l);
+		used += l;
+		p[used++] = '\n';
+	}
+	p[used] = '\0';
+	*len = used;
+	*owned = p;
+	return p;
+}
+
+/* "h1:p1,h2:p2,..." (cut to fit @cap). */
+static void endpoint_names(const struct store_backend *b, char *out, size_t cap)
+{
+	size_t i;
+
+	out[0] = '\0';
+	for (i = 0; i < b->neps; i++) {
+		if (i > 0) {
+			append(out, cap, ",");
+		}
+		append(out, cap, b->eps[i].name);
+	}
+}
+
+/* How the endpoints of one sweep failed. */
+struct sweep {
+	bool said;     /* a member answered with an error */
+	bool refused;  /* every connection was refused */
+	bool noleader; /* a member answered "no leader" */
+	char sum[sizeof(((struct crun_diag *)0)->msg)];
+};
+
+/* The message of an operation that no endpoint could serve within @ms, after sweep @s. */
+static int give_up(struct store_backend *b, const char *op, const struct sweep *s, int ms)
+{
+	char names[256];
+
+	if (s->noleader) {
+		endpoint_names(b, names, sizeof(names));
+		return diag_set(&b->diag, ETCD_ENOLEADER,
+				"etcd cluster at %s has no leader (quorum lost?): %s: no member "
+				"could serve it within %d ms: %s",
+				names, op, ms, s->sum);
+	}
+	return etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s",
+			 op, ms,
+			 s->said      ? " (has the cluster lost its quorum?)"
+			 : s->refused ? " (is etcd running there?)"
+				      : "",
+			 s->sum);
+}
+
 /* The common loop of etcd_call() and etcd_stream(). */
 static int run(struct store_backend *b, const char *op, const char *path, struct json_object *req,
 	       struct json_object **reply, int64_t deadline, bool sweep)
 {
-	int64_t start = crun_now_ms(), give_up = start + b->connect_timeout_ms;
-	int backoff = BACKOFF_FIRST_MS, reauths = 0, rc = -ETIMEDOUT, left, tmo, conn, cap;
-	bool amb = false, said, refused, full_said = false, full_refused = false;
-	char sum[sizeof(b->diag.msg)], full[sizeof(b->diag.msg)] = "";
+	int64_t start = crun_now_ms(), until = start + b->connect_timeout_ms;
+	int backoff = BACKOFF_FIRST_MS, reauths = 0, drops = 0, rc = -ETIMEDOUT;
+	int left, tmo, conn, cap;
+	struct sweep cur, full = {.sum = ""};
+	bool amb = false, full_seen = false;
 	const char *body;
+	char *owned = NULL;
 	size_t blen, ep, tried;
 	enum outcome r;
 
 	b->maybe_applied = false;
-	body = json_object_to_json_string_length(req, JSON_C_TO_STRING_PLAIN |
-							      JSON_C_TO_STRING_NOSLASHESCAPE,
-						 &blen);
+	body = request_body(req, &blen, &owned);
 	if (body == NULL) {
 		return etcd_fail(b, -ENOMEM, "%s: out of memory", op);
 	}
 	cap = ATTEMPT_CAP_MS + (int)(blen / 1024);
 	/* Nobody answering at all is given up after the connect timeout, as the TCP store
 	 * gives up reconnecting; an operation's own deadline may come first. */
-	if (give_up > deadline || b->connect_timeout_ms <= 0) {
-		give_up = deadline;
+	if (until > deadline || b->connect_timeout_ms <= 0) {
+		until = deadline;
 	}
 	for (;;) {
-		sum[0] = '\0';
-		said = false;
-		refused = true;
+		memset(&cur, 0, sizeof(cur));
+		cur.refused = true;
 		for (tried = 0; tried < b->neps; tried++) {
 			ep = (b->cur + tried) % b->neps;
-			left = crun_ms_until(sweep ? give_up : deadline);
+			left = crun_ms_until(sweep ? until : deadline);
 			if (left == 0 && tried > 0) {
 				break;
 			}
@@ -760,7 +917,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 				rc = etcd_authenticate(b, deadline);
 				b->stream = s;
 				if (rc < 0) {
-					return rc;
+					goto out;
 				}
 				if (s != NULL) {
 					json_tokener_reset(s->tok);
@@ -771,45 +928,56 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 				tried--; /* the same endpoint again, with the new token */
 				continue;
 			}
+			if (r == ATT_TLSDROP) {
+				if (++drops < TLS_DROPS_MAX && crun_ms_until(deadline) > 0) {
+					tried--; /* at once, on the same endpoint */
+					continue;
+				}
+				rc = tls_fail(b, op, &b->eps[ep],
+					      "the member closed every new connection after the TLS "
+					      "handshake, before answering: it refuses this client");
+				r = ATT_FINAL;
+			}
+			drops = 0;
 			if (r == ATT_OK || r == ATT_FINAL || r == ATT_REAUTH) {
 				b->cur = ep;
 				b->maybe_applied = amb;
-				return rc;
+				goto out;
 			}
 			if (!sweep) {
 				/* A stream: at its deadline it just ended; otherwise the
 				 * endpoint failed, and the caller resynchronises elsewhere. */
 				b->maybe_applied = amb;
-				if (rc == -ETIMEDOUT && crun_ms_until(deadline) == 0) {
-					return rc;
+				if (rc != -ETIMEDOUT || crun_ms_until(deadline) > 0) {
+					b->cur = (ep + 1) % b->neps;
+					rc = -EAGAIN;
 				}
-				b->cur = (ep + 1) % b->neps;
-				return -EAGAIN;
+				goto out;
 			}
-			refused = refused && rc == -ECONNREFUSED;
-			said = said || strstr(b->diag.msg, "etcd said") != NULL;
-			note(sum, sizeof(sum), b, &b->eps[ep], op);
+			cur.refused = cur.refused && rc == -ECONNREFUSED;
+			cur.said = cur.said || strstr(b->diag.msg, "etcd said") != NULL;
+			cur.noleader = cur.noleader || strstr(b->diag.msg, "no leader") != NULL;
+			note(cur.sum, sizeof(cur.sum), b, &b->eps[ep], op);
 		}
-		if (tried == b->neps) {
+		if (tried == b->neps || !full_seen) {
 			/* The last sweep that tried them all is the one to report. */
-			memcpy(full, sum, sizeof(full));
-			full_said = said;
-			full_refused = refused;
+			full = cur;
+			full_seen = tried == b->neps;
 		}
-		if (crun_ms_until(give_up) == 0) {
+		if (crun_ms_until(until) == 0) {
 			break;
 		}
-		backoff_sleep(b, &backoff, give_up);
+		backoff_sleep(b, &backoff, until);
 	}
 	b->maybe_applied = amb;
-	rc = etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s", op,
-		       (int)(crun_now_ms() - start),
-		       full_said      ? " (has the cluster lost its quorum?)"
-		       : full_refused ? " (is etcd running there?)"
-				      : "",
-		       full[0] != '\0' ? full : sum);
-	/* The store API returns only a code: say here what went wrong (open has its message). */
-	if (!b->opening) {
+	rc = give_up(b, op, &full, (int)(crun_now_ms() - start));
+out:
+	free(owned);
+	/* The store API returns only a code: say here what it does not (open has its message;
+	 * a -EMSGSIZE or a missing key speaks for itself). */
+	if (rc < 0 && !b->opening &&
+	    (rc == -ETIMEDOUT || rc == ETCD_ENOLEADER || rc == CRUN_EAUTH || rc == CRUN_ESERVER) &&
+	    (rc != -ETIMEDOUT || strstr(b->diag.msg, "no etcd endpoint") != NULL)) {
 		log_warn("%s", b->diag.msg);
 	}
 	return rc;
@@ -844,7 +1012,7 @@ int etcd_stream(struct store_backend *b, const char *op, const char *path,
 int etcd_authenticate(struct store_backend *b, int64_t deadline)
 {
 	struct json_object *req, *rep = NULL, *t;
-	bool bad = false;
+	bool bad = false, opening;
 	char *tok;
 	int rc;
 
@@ -860,7 +1028,11 @@ int etcd_authenticate(struct store_backend *b, int64_t deadline)
 		json_object_put(req);
 		return etcd_fail(b, -ENOMEM, "out of memory");
 	}
+	/* Quiet: "authentication is not enabled" is no failure; a real one is logged below. */
+	opening = b->opening;
+	b->opening = true;
 	rc = etcd_call(b, "authenticate", "/v3/auth/authenticate", req, &rep, deadline);
+	b->opening = opening;
 	json_object_put(req);
 	if (rc < 0) {
 		if (strstr(b->diag.msg, "authentication is not enabled") != NULL) {
@@ -871,6 +1043,9 @@ int etcd_authenticate(struct store_backend *b, int64_t deadline)
 		}
 		if (rc == CRUN_ESERVER || rc == -EINVAL) {
 			rc = b->diag.code = CRUN_EAUTH;
+		}
+		if (!opening) {
+			log_warn("%s", b->diag.msg);
 		}
 		return rc;
 	}

@@ -3,6 +3,7 @@
 #ifndef CRUN_RENDEZVOUS_STORE_CLIENT_ETCD_INTERNAL_H
 #define CRUN_RENDEZVOUS_STORE_CLIENT_ETCD_INTERNAL_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +30,12 @@
 #define ETCD_MAX_LEASE_TTL_S 9000000000LL
 /* etcd's default --max-txn-ops: reads of more keys are split into transactions this big. */
 #define ETCD_TXN_CHUNK 128
+/*
+ * What an operation returns when no member could serve it because the cluster has no leader
+ * (every member that answered said "no leader": its quorum is lost). Not -ETIMEDOUT, which the
+ * rendezvous reads as "nothing happened yet, keep waiting": this is a store failure.
+ */
+#define ETCD_ENOLEADER (-EHOSTDOWN)
 
 /* ---- client_etcd.c ---- */
 
@@ -92,17 +99,21 @@ void etcd_http_finish(struct store_backend *b);
  * and sweeping again with backoff while none can serve it, until @deadline or the connect
  * timeout, whichever comes first. On 0, *@reply (caller json_object_put()s) is the answer.
  * Sets b->maybe_applied when an attempt that etcd may have applied was retried. Returns 0,
- * -ETIMEDOUT (no endpoint could serve it; the message names each and why), CRUN_EAUTH,
- * -EMSGSIZE (a limit of etcd's), -ENOENT (etcd's NotFound), -ESTALE (a compacted revision),
- * CRUN_ESERVER or another negative code, with "<where>: <op>: ..." in b->diag.
+ * -ETIMEDOUT (no endpoint could serve it; the message names each and why), ETCD_ENOLEADER
+ * (the same, and the members that answered had no leader), CRUN_EAUTH (etcd refused it, or
+ * TLS failed), -EMSGSIZE (a limit of etcd's), -ENOENT (etcd's NotFound), -ESTALE (a compacted
+ * revision), CRUN_ESERVER or another negative code, with "<where>: <op>: ..." in b->diag.
+ * Failures the caller's code alone would not explain (a give-up, CRUN_EAUTH, CRUN_ESERVER)
+ * are logged as warnings too, except while opening. @op names the operation and its key.
  */
 int etcd_call(struct store_backend *b, const char *op, const char *path, struct json_object *req,
 	      struct json_object **reply, int64_t deadline);
 /**
  * POST @req to a streaming @path (a watch) on the current endpoint and hand each message to
- * @cb until it returns non-zero or @deadline. Returns 1 (stopped by @cb), -ETIMEDOUT at the
- * deadline, -EAGAIN when the stream broke or the endpoint failed (the next endpoint is made
- * current: re-read and call again), or a final error as etcd_call().
+ * @cb until it returns non-zero or @deadline. @req is one request, or a JSON array of requests
+ * sent one after another on the same stream (several watches). Returns 1 (stopped by @cb),
+ * -ETIMEDOUT at the deadline, -EAGAIN when the stream broke or the endpoint failed (the next
+ * endpoint is made current: re-read and call again), or a final error as etcd_call().
  */
 int etcd_stream(struct store_backend *b, const char *op, const char *path,
 		struct json_object *req, etcd_msg_cb cb, void *arg, int64_t deadline);

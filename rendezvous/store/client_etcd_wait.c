@@ -19,6 +19,8 @@
 /* The reads before a wait may take this long past the wait's own deadline (the TCP client's
  * socket margin). */
 #define WAIT_MARGIN_MS 5000
+/* A wait on up to this many distinct keys watches each; on more, the range they span. */
+#define WATCH_EACH_MAX 16
 
 void etcd_kvs_free(struct etcd_kv *kv, size_t n)
 {
@@ -274,15 +276,13 @@ static int on_watch(struct store_backend *b, struct json_object *res, void *arg)
 	return done ? 1 : 0;
 }
 
-/* {"create_request": {...}} watching every key of @w from w->rev + 1, puts only. */
-static struct json_object *watch_req(struct store_backend *b, const struct waiter *w, bool *bad)
+/* {"create_request": {...}} for the etcd keys [@lo, @hi + "\0") from w->rev + 1, puts only. */
+static struct json_object *create_req(struct store_backend *b, const struct waiter *w,
+				      const char *lo, const char *hi, bool *bad)
 {
 	struct json_object *req = json_object_new_object(), *cr = json_object_new_object();
 	struct json_object *filters = json_object_new_array();
-	const char *lo = w->keys[w->order[0]], *hi = w->keys[w->order[w->n - 1]];
 
-	/* One watch over [lowest key, highest key + "\0"): keys between that were not asked
-	 * for are skipped as their events arrive. */
 	etcd_jset(cr, "key", etcd_jkey(b, lo), bad);
 	if (strcmp(lo, hi) != 0) {
 		etcd_jset(cr, "range_end", etcd_jkey_suffix(b, hi, "", 1), bad);
@@ -292,6 +292,35 @@ static struct json_object *watch_req(struct store_backend *b, const struct waite
 	etcd_jset(cr, "filters", filters, bad);
 	etcd_jset(req, "create_request", cr, bad);
 	return req;
+}
+
+/*
+ * The watch request for @w: one watch per distinct key, on one stream (an array: etcd takes
+ * several create requests in one /v3/watch body), so that only writes to these keys reach
+ * this waiter. A wait on many keys is one watch over [lowest, highest]: keys between that
+ * were not asked for are skipped as their events arrive.
+ */
+static struct json_object *watch_req(struct store_backend *b, const struct waiter *w, bool *bad)
+{
+	const char *lo = w->keys[w->order[0]], *hi = w->keys[w->order[w->n - 1]], *k, *prev;
+	struct json_object *arr;
+	size_t i, distinct = 1;
+
+	for (i = 1; i < w->n; i++) {
+		distinct += strcmp(w->keys[w->order[i]], w->keys[w->order[i - 1]]) != 0;
+	}
+	if (distinct == 1 || distinct > WATCH_EACH_MAX) {
+		return create_req(b, w, lo, hi, bad);
+	}
+	arr = json_object_new_array();
+	for (i = 0, prev = NULL; i < w->n; i++) {
+		k = w->keys[w->order[i]];
+		if (prev == NULL || strcmp(k, prev) != 0) {
+			etcd_jpush(arr, create_req(b, w, k, k, bad), bad);
+		}
+		prev = k;
+	}
+	return arr;
 }
 
 static void pause_ms(int ms)

@@ -670,6 +670,149 @@ static long post(int port, const char *path, const char *body, const char *token
 	return code;
 }
 
+/* Append what a GET brings to a growing string. */
+struct text {
+	char *p;
+	size_t len;
+};
+
+static size_t keep(char *p, size_t size, size_t n, void *arg)
+{
+	struct text *t = arg;
+	char *q = realloc(t->p, t->len + size * n + 1);
+
+	if (q == NULL) {
+		return 0;
+	}
+	memcpy(q + t->len, p, size * n);
+	t->len += size * n;
+	q[t->len] = '\0';
+	t->p = q;
+	return size * n;
+}
+
+/* How many Txn calls etcd at @port has handled (its /metrics, gRPC's counter). */
+static long txn_calls(int port)
+{
+	struct text t = {NULL, 0};
+	char url[128], *line;
+	long total = 0, v;
+	CURL *c = curl_easy_init();
+
+	assert_non_null(c);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/metrics", port);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_cleanup(c);
+	assert_non_null(t.p);
+	for (line = strtok(t.p, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+		if (strncmp(line, "grpc_server_handled_total{", 26) == 0 &&
+		    strstr(line, "grpc_method=\"Txn\"") != NULL &&
+		    sscanf(strrchr(line, ' '), "%ld", &v) == 1) {
+			total += v;
+		}
+	}
+	free(t.p);
+	return total;
+}
+
+#define ADDERS 48
+#define ADDS 4
+
+struct adder {
+	const char *endpoint;
+	pthread_barrier_t *go;
+	int64_t got[ADDS];
+	int rc;
+};
+
+static void *adder_main(void *p)
+{
+	struct adder *a = p;
+	struct crun_store *st;
+	char err[512];
+	int i;
+
+	a->rc = open_ep(a->endpoint, "hot/", 5000, 60000, &st, err, sizeof(err));
+	pthread_barrier_wait(a->go);
+	for (i = 0; a->rc == 0 && i < ADDS; i++) {
+		a->rc = crun_store_add(st, "n", 1, &a->got[i]);
+	}
+	if (st != NULL) {
+		crun_store_close(st);
+	}
+	return NULL;
+}
+
+/*
+ * Many handles adding to one key at once: every add lands once (the results are 1..N·k, each
+ * once), and lost compares back off instead of retrying against each other: a few
+ * transactions per add, not one per contender (48 adders retrying at once cost about 24 each).
+ */
+static void contended_adds_land_once_with_few_transactions(void **state)
+{
+	static struct adder a[ADDERS];
+	static bool seen[ADDERS * ADDS + 1];
+	pthread_t t[ADDERS];
+	pthread_barrier_t go;
+	long before, txns;
+	int i, j;
+
+	(void)state;
+	memset(seen, 0, sizeof(seen));
+	assert_int_equal(pthread_barrier_init(&go, NULL, ADDERS), 0);
+	before = txn_calls(g_etcd.port);
+	for (i = 0; i < ADDERS; i++) {
+		a[i] = (struct adder){.endpoint = g_etcd.endpoint, .go = &go};
+		assert_int_equal(pthread_create(&t[i], NULL, adder_main, &a[i]), 0);
+	}
+	for (i = 0; i < ADDERS; i++) {
+		pthread_join(t[i], NULL);
+	}
+	pthread_barrier_destroy(&go);
+	txns = txn_calls(g_etcd.port) - before;
+	for (i = 0; i < ADDERS; i++) {
+		assert_int_equal(a[i].rc, 0);
+		for (j = 0; j < ADDS; j++) {
+			assert_true(a[i].got[j] >= 1 && a[i].got[j] <= ADDERS * ADDS);
+			assert_false(seen[a[i].got[j]]);
+			seen[a[i].got[j]] = true;
+		}
+	}
+	print_message("%d adds on one key from %d handles at once: %ld transactions\n",
+		      ADDERS * ADDS, ADDERS, txns);
+	assert_true(txns < 8 * ADDERS * ADDS);
+}
+
+/*
+ * A wait on keys far apart watches each of them, not the range between: it wakes for either,
+ * and a write between them does not end it.
+ */
+static void wait_watches_each_key(void **state)
+{
+	const char *keys[] = {"w/a", "w/z"};
+	struct crun_store *st, *w;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "wk/", 5000, 5000, &st, err, sizeof(err)), 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, "wk/", 5000, 5000, &w, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(st, "w/m", "1", 1), 0);
+	assert_int_equal(crun_store_wait_any(w, keys, 2, 300), -ETIMEDOUT);
+	assert_int_equal(crun_store_set(st, "w/z", "1", 1), 0);
+	assert_int_equal(crun_store_wait_any(w, keys, 2, 5000), 1);
+	assert_true(crun_store_delete(st, "w/z") >= 0);
+	assert_int_equal(crun_store_wait_any(w, keys, 2, 300), -ETIMEDOUT);
+	assert_int_equal(crun_store_set(st, "w/a", "1", 1), 0);
+	assert_int_equal(crun_store_wait_any(w, keys, 2, 5000), 0);
+	crun_store_close(w);
+	crun_store_close(st);
+}
+
 /*
  * etcd's own users and roles: a user whose role may read and write "/crun/job1/" only. Auth
  * tokens live 2 s, so the handle has to log in again along the way.
@@ -829,6 +972,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(value_over_etcd_limit_is_emsgsize),
 		cmocka_unit_test(lost_answers_are_not_applied_twice),
 		cmocka_unit_test(delete_prefix_removes_a_job),
+		cmocka_unit_test(contended_adds_land_once_with_few_transactions),
+		cmocka_unit_test(wait_watches_each_key),
 		cmocka_unit_test(password_file_must_be_private),
 		cmocka_unit_test(auth_confines_a_role_to_its_prefix),
 		cmocka_unit_test(tls_with_client_certificates),

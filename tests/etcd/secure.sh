@@ -49,14 +49,34 @@ wait_agents 60
 expect_eq "$RCS" 0 "exit code of the environment job"
 expect_grep "CA=$C/ca.pem CERT=$C/client.pem KEY=$C/client.key TOKEN=unset" "$T/tlsenv.0.out" \
 	"the workers' TLS environment"
-note "without a client certificate the member refuses, and crun says so"
-# The refusal looks like a connection that fails: crun tries again until its connect
-# timeout, which is join_timeout (5 s here).
-CONF=last_call_timeout=1,join_timeout=5,protocol=https,cacert=ca.pem etcd_agents tlsno 1 1 /bin/true
+note "without a client certificate the member refuses: crun fails at once, naming TLS"
+# The member finishes the TLS handshake and then drops the connection: that is final at once
+# (not retried until join_timeout, 60 s here), naming the files crun used.
+t0=$(now_ms)
+CONF=last_call_timeout=1,join_timeout=60,protocol=https,cacert=ca.pem \
+	etcd_agents tlsno 1 1 /bin/true
 wait_agents 60
+dt=$(($(now_ms) - t0))
 expect_eq "$RCS" 1 "exit code without a client certificate"
 expect_grep "error: rendezvous tlsno: store etcd+https://$ETCD_EP" "$T/tlsno.0.err" "the error"
+expect_grep "TLS failed (no client certificate.*; CA $C/ca.pem)" "$T/tlsno.0.err" \
+	"TLS and the files"
+[ "$dt" -lt 20000 ] || { cat "$T/tlsno.0.err" >&2; fail "no client certificate: $dt ms"; }
 grep -a "error" "$T/tlsno.0.err" | head -n 2 >&2
+note "a CA that did not sign the member's certificate: crun fails at once, naming TLS and it"
+(cd "$C" && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=another-ca \
+	-keyout other.key -out other.pem >>openssl.log 2>&1) || fail "openssl (another CA)"
+t0=$(now_ms)
+CONF=last_call_timeout=1,join_timeout=60,protocol=https,cacert=other.pem
+CONF=$CONF,cert=client.pem,key=client.key
+etcd_agents tlsca 1 1 /bin/true
+wait_agents 60
+dt=$(($(now_ms) - t0))
+expect_eq "$RCS" 1 "exit code with the wrong CA"
+expect_grep "TLS failed (client certificate .*; CA $C/other.pem)" "$T/tlsca.0.err" \
+	"TLS and the CA file"
+[ "$dt" -lt 20000 ] || { cat "$T/tlsca.0.err" >&2; fail "wrong CA: $dt ms"; }
+grep -a "error" "$T/tlsca.0.err" | head -n 2 >&2
 cd / || fail "cd /"
 kill_member 0
 ETCD_SCHEME=http
@@ -78,9 +98,12 @@ note "another run id is outside the user's prefix: refused at once"
 etcd_agents jb 1 1 /bin/true
 wait_agents 60
 expect_eq "$RCS" 1 "exit code outside the user's prefix"
-# The store API carries the code (CRUN_EAUTH), not etcd's "permission denied".
+# The store API carries the code (CRUN_EAUTH); the backend says etcd's own words, the key and
+# the user.
 expect_grep "error: rendezvous: rendezvous jb: .*authentication failed" "$T/jb.0.err" "the reason"
-grep -a "error" "$T/jb.0.err" | head -n 1 >&2
+expect_grep "/crun/jb/.*etcd said: etcdserver: permission denied (etcd user trainer" \
+	"$T/jb.0.err" "etcd's words, the key and the user"
+grep -a "permission denied\|error" "$T/jb.0.err" | head -n 2 >&2
 note "a wrong password"
 printf 'wrong\n' >"$T/pw"
 etcd_agents jc 1 1 /bin/true
