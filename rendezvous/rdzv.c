@@ -81,6 +81,7 @@ bool rdzv_store_gone(int rc)
 	case -ECONNRESET:
 	case -EPIPE:
 	case -ESHUTDOWN:
+	case -EHOSTDOWN: /* etcd: no member has a leader (quorum lost) */
 		return true;
 	default:
 		return false;

@@ -880,5 +880,6 @@ const struct store_ops etcd_store_ops = {
 	.multi_set = etcd_multi_set,
 	.ping = etcd_ping,
 	.del_prefix = etcd_del_prefix,
+	.last_error = store_etcd_last_error,
 	.close = etcd_backend_free,
 };
