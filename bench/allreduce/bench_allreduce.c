@@ -32,7 +32,7 @@ static int iters_for(size_t bytes)
 
 int main(int argc, char **argv)
 {
-	struct crun_store_opts so = {0};
+	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
 	struct crun_comm_opts co = {
 		.backend = CRUN_BACKEND_CPU, .timeout_ms = 300000, .name = "bench"};
 	struct crun_store *st;
@@ -49,6 +49,7 @@ int main(int argc, char **argv)
 	}
 	so.endpoint = argv[1];
 	so.prefix = argv[2];
+	so.token_file = getenv("CRUN_STORE_TOKEN_FILE"); /* the daemon's (bench/allreduce/run) */
 	rank = atoi(argv[3]);
 	size = atoi(argv[4]);
 	minb = strtoull(argv[5], NULL, 10);

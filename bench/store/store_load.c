@@ -73,15 +73,15 @@ static void die(const char *fmt, ...)
 
 static int open_store(struct crun_store **st, int timeout_ms)
 {
-	struct crun_store_opts o = {
-		.endpoint = g_endpoint,
-		.prefix = g_prefix,
-		.connect_timeout_ms = timeout_ms,
-		.timeout_ms = timeout_ms,
-	};
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
 	char err[256];
 	int rc;
 
+	o.endpoint = g_endpoint;
+	o.prefix = g_prefix;
+	o.connect_timeout_ms = timeout_ms;
+	o.timeout_ms = timeout_ms;
+	o.token_file = getenv("CRUN_STORE_TOKEN_FILE"); /* the daemon's token (bench/store/run) */
 	rc = crun_store_open(&o, st, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "store_load: %s\n", err);

@@ -105,7 +105,7 @@ static double run_phase(struct agent *ags, int n, int which)
 int main(int argc, char **argv)
 {
 	struct store_fixture fx;
-	struct crun_store_opts o = {0};
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
 	struct rlimit rl;
 	struct agent *ags;
 	const char *backend, *server = NULL;
@@ -178,6 +178,7 @@ int main(int argc, char **argv)
 	}
 	o.endpoint = endpoint;
 	o.connect_timeout_ms = 30000;
+	o.token_file = getenv("CRUN_STORE_TOKEN_FILE"); /* a store that needs one (bench) */
 	t0 = crun_now_ns();
 	for (i = 0; i < n; i++) {
 		struct rdzv_conf c;
