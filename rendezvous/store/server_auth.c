@@ -14,11 +14,14 @@
 
 /*
  * Failed handshakes are counted per source address in a bounded table. A source gets
- * GUARD_FREE_FAILURES failures for free (a mistyped token file, a restarted job); after that
- * each failure closes the door for a delay that doubles up to GUARD_MAX_DELAY_MS, and an AUTH
- * arriving while the door is closed is refused without looking at its proof. So a guesser gets
- * a handful of tries, then one per 30 s, per address. A source quiet for GUARD_FORGET_MS starts
- * over. The table holds GUARD_SLOTS sources; when full, the one quiet longest is forgotten.
+ * GUARD_FREE_FAILURES failures answered at once (a mistyped token file, a restarted job); after
+ * that each failure sets a delay that doubles up to GUARD_MAX_DELAY_MS, and a wrong proof from
+ * a delayed source is answered only when its delay ends (the connection is held, its input
+ * discarded). A right proof is accepted at once whatever its source's delay, so a guesser on
+ * the job's own host cannot lock the job's clients out; it learns the verdict on a guess only
+ * after the delay, one per connection it holds (and connections per address are capped:
+ * server_limits.c). A source quiet for GUARD_FORGET_MS starts over. The table holds
+ * GUARD_SLOTS sources; when full, the one quiet longest is forgotten.
  */
 #define GUARD_SLOTS 1024
 #define GUARD_FREE_FAILURES 3
@@ -134,7 +137,7 @@ static void guard_log(struct guard_slot *g, const char *addr, const char *why, i
 	}
 	log_warn("store: %u failed or refused handshake(s) from %s (total failures %u, last: %s)%s",
 		 g->unlogged, addr, g->failures, why,
-		 now < g->blocked_until ? "; delaying its next attempts" : "");
+		 now < g->blocked_until ? "; its wrong proofs are answered late" : "");
 	g->unlogged = 0;
 	g->logged_at = now;
 }
@@ -162,18 +165,13 @@ static void guard_fail(struct store_server *s, const uint8_t addr[16], const cha
 	guard_log(g, text, why, now);
 }
 
-/* Milliseconds @addr must still wait before a proof is looked at; 0 when it may go on. */
-static int64_t guard_wait(struct store_server *s, const uint8_t addr[16], const char *text)
+/* Milliseconds until a wrong proof from @addr may be answered; 0: at once. */
+static int64_t guard_delay(struct store_server *s, const uint8_t addr[16])
 {
 	int64_t now = (int64_t)uv_now(s->loop);
 	struct guard_slot *g = guard_find(s, addr, false, now);
 
-	if (g == NULL || now >= g->blocked_until) {
-		return 0;
-	}
-	g->unlogged++;
-	guard_log(g, text, "refused while delayed", now);
-	return g->blocked_until - now;
+	return g == NULL || now >= g->blocked_until ? 0 : g->blocked_until - now;
 }
 
 static void hello_reply(struct conn *c, const struct wire_req *r, uint16_t auth,
@@ -258,12 +256,35 @@ void srv_auth_hello(struct conn *c, const struct wire_req *r)
 	hello_reply(c, r, WIRE_AUTH_TOKEN, a->sn);
 }
 
+/* The answer to a wrong proof: the store's fingerprint, so the client can name both. */
+static void refuse_proof(struct conn *c, uint32_t id)
+{
+	char msg[200], fpr[TOKEN_FPR_HEX + 1];
+
+	token_fingerprint(c->s->token, c->s->token_len, fpr);
+	snprintf(msg, sizeof(msg), "token mismatch: store token fingerprint %s", fpr);
+	srv_conn_fail(c, WIRE_OP_AUTH, id, WIRE_E_AUTH, msg);
+}
+
+bool srv_auth_tarpit_due(struct conn *c, int64_t now)
+{
+	if (c->tarpit_until == 0) {
+		return false;
+	}
+	if (now >= c->tarpit_until) {
+		c->tarpit_until = 0;
+		c->failing = false; /* set only to hold it: now fail it for real */
+		refuse_proof(c, c->tarpit_id);
+	}
+	return true;
+}
+
 void srv_auth_proof(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
 	struct srv_auth_conn *a = c->auth;
 	uint8_t want[TOKEN_KEY_LEN], addr[16];
-	char text[64], msg[200], fpr[TOKEN_FPR_HEX + 1];
+	char text[64];
 	int64_t wait_ms;
 	size_t off;
 	bool ok;
@@ -277,22 +298,20 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 		return;
 	}
 	peer_addr(c, addr, text, sizeof(text));
-	wait_ms = guard_wait(s, addr, text);
-	if (wait_ms > 0) {
-		snprintf(msg, sizeof(msg),
-			 "too many failed handshakes from %s: retry in %lld ms", text,
-			 (long long)wait_ms);
-		srv_conn_fail(c, r->op, r->id, WIRE_E_AUTH, msg);
-		return;
-	}
 	ok = a->has_cn && a->key_ok &&
 	     token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_CLIENT, want) == 0 &&
 	     token_equal(want, r->proof.p, TOKEN_KEY_LEN);
 	if (!ok) {
-		token_fingerprint(s->token, s->token_len, fpr);
 		guard_fail(s, addr, text, a->has_cn ? "token mismatch" : "no credential");
-		snprintf(msg, sizeof(msg), "token mismatch: store token fingerprint %s", fpr);
-		srv_conn_fail(c, r->op, r->id, WIRE_E_AUTH, msg);
+		wait_ms = guard_delay(s, addr);
+		if (wait_ms > 0) {
+			/* Held: srv_auth_tarpit_due() answers it when the delay ends. */
+			c->tarpit_until = (int64_t)uv_now(s->loop) + wait_ms;
+			c->tarpit_id = r->id;
+			c->failing = true; /* discard whatever else it sends meanwhile */
+			return;
+		}
+		refuse_proof(c, r->id);
 		return;
 	}
 	if (token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_SERVER, want) < 0) {

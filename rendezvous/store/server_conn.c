@@ -513,7 +513,7 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 }
 
-/* Handshake deadline, idle timeout, end of the drain after an error reply. */
+/* Held wrong proofs, handshake deadline, idle timeout, end of the drain after an error reply. */
 void srv_on_sweep(uv_timer_t *t)
 {
 	struct store_server *s = t->data;
@@ -523,7 +523,9 @@ void srv_on_sweep(uv_timer_t *t)
 
 	for (c = s->conns; c != NULL; c = next) {
 		next = c->next;
-		if (c->failing) {
+		if (srv_auth_tarpit_due(c, now)) {
+			continue;
+		} else if (c->failing) {
 			if (now >= c->drain_until) {
 				srv_conn_close(c);
 			}

@@ -128,6 +128,8 @@ struct conn {
 	bool hello;               /* the handshake is complete (HELLO, and AUTH when required) */
 	bool in_flush;
 	bool failing;             /* error reply sent: discard input until EOF, then close */
+	int64_t tarpit_until;     /* != 0: a wrong AUTH proof held, answered then (failing set) */
+	uint32_t tarpit_id;       /* the held AUTH's request id */
 	bool closing;
 	bool paused;
 	bool eof;                 /* the peer closed while an error reply was going out */
@@ -218,6 +220,9 @@ void srv_op_wait(struct conn *c, const struct wire_req *r);
 void srv_auth_hello(struct conn *c, const struct wire_req *r);
 /** AUTH: check the client's proof (rate-limited per source), answer with the server's. */
 void srv_auth_proof(struct conn *c, const struct wire_req *r);
+/** A connection holding a wrong proof: answer it once @now is past its delay. Returns whether
+ * @c is (or was until now) held, so the sweep leaves it alone this time. */
+bool srv_auth_tarpit_due(struct conn *c, int64_t now);
 /** Before the handshake is done, only HELLO then AUTH pass; false: refused and closing. */
 bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id);
 /** A scoped connection touches only its run's keys; false: an error reply was queued. */
