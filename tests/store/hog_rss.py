@@ -5,7 +5,8 @@
 
 Usage: hog_rss.py CRUN_RDZVD [CONNS [BYTES_PER_CONN [DAEMON ARGS...]]]
 
-Starts the daemon on 127.0.0.1:0, opens CONNS connections (default 60) that each complete the
+Starts the daemon on 127.0.0.1:0 (--insecure: the hogs stand for clients that hold the token,
+the worst case; without it they would not get past the handshake), opens CONNS connections (default 60) that each complete the
 handshake, declare a SET frame of the largest legal length and send BYTES_PER_CONN bytes of it
 (default 16000000), then prints the daemon's VmRSS before, while they are open, and 2 s after
 they are closed, and how many the daemon dropped.
@@ -34,7 +35,9 @@ def frame(op, ident, payload):
 
 
 def hello(sock):
-    sock.sendall(frame(1, 1, struct.pack(">IHHI", 0x4352554E, 1, 0, 0)))
+    # Protocol 2 with no nonce and no scope: what a client without a token sends; the daemon
+    # runs with --insecure (below), so it completes the handshake.
+    sock.sendall(frame(1, 1, struct.pack(">IHHII", 0x4352554E, 2, 0, 0, 0)))
     hdr = sock.recv(12, socket.MSG_WAITALL)
     length, op, _, status, _ = struct.unpack(">IBBHI", hdr)
     sock.recv(length - 8, socket.MSG_WAITALL)
@@ -45,7 +48,8 @@ def main():
     rdzvd = sys.argv[1]
     conns = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     size = int(sys.argv[3]) if len(sys.argv) > 3 else 16000000
-    proc = subprocess.Popen([rdzvd, "--listen", "127.0.0.1:0", "--quiet"] + sys.argv[4:],
+    proc = subprocess.Popen([rdzvd, "--listen", "127.0.0.1:0", "--quiet", "--insecure"] +
+                            sys.argv[4:],
                             stdout=subprocess.PIPE)
     port = int(proc.stdout.readline().decode().strip().rsplit(":", 1)[1])
     time.sleep(0.2)
