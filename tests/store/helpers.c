@@ -432,12 +432,17 @@ void raw_expect_closed(int fd)
 
 void raw_expect_served(int port)
 {
+	raw_expect_served_with(port, NULL);
+}
+
+void raw_expect_served_with(int port, const char *token)
+{
 	struct wire_hdr h;
 	uint8_t buf[64];
 	int fd = raw_connect(port);
 
 	assert_true(fd >= 0);
-	assert_int_equal(raw_hello(fd, NULL), 0);
+	assert_int_equal(raw_hello(fd, token), 0);
 	assert_int_equal(raw_frame(fd, WIRE_OP_PING, 77, NULL, 0), 0);
 	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
 	assert_int_equal(h.op, WIRE_OP_PING);

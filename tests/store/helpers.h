@@ -50,5 +50,7 @@ void raw_expect_error(int fd, uint8_t op, uint32_t id, uint16_t status, const ch
 void raw_expect_closed(int fd);
 /* A fresh connection that completes HELLO and PING: the server still serves others. */
 void raw_expect_served(int port);
+/** The same with the handshake proving @token (NULL: an --insecure daemon). */
+void raw_expect_served_with(int port, const char *token);
 
 #endif

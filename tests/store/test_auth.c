@@ -76,21 +76,6 @@ static int group_teardown(void **state)
 	return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
-static void expect_served_with_token(int port)
-{
-	struct wire_hdr h;
-	uint8_t buf[64];
-	int fd = raw_connect(port);
-
-	assert_true(fd >= 0);
-	assert_int_equal(raw_hello(fd, TOKEN), 0);
-	assert_int_equal(raw_frame(fd, WIRE_OP_PING, 77, NULL, 0), 0);
-	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
-	assert_int_equal(h.op, WIRE_OP_PING);
-	assert_int_equal(h.status, WIRE_OK);
-	close(fd);
-}
-
 static void clear_token_hello_is_refused_by_version(void **state)
 {
 	struct wire_buf b = {0};
@@ -110,14 +95,14 @@ static void clear_token_hello_is_refused_by_version(void **state)
 	raw_expect_closed(fd);
 	close(fd);
 	wire_buf_finish(&b);
-	expect_served_with_token(dmn.port);
+	raw_expect_served_with(dmn.port, TOKEN);
 }
 
 static void right_token_is_proven_both_ways(void **state)
 {
 	(void)state;
 	/* raw_hello() checks the store's proof too. */
-	expect_served_with_token(dmn.port);
+	raw_expect_served_with(dmn.port, TOKEN);
 }
 
 static void wrong_token_is_refused_with_the_fingerprint(void **state)
@@ -135,7 +120,7 @@ static void wrong_token_is_refused_with_the_fingerprint(void **state)
 	assert_string_equal(msg, want);
 	raw_expect_closed(fd);
 	close(fd);
-	expect_served_with_token(dmn.port);
+	raw_expect_served_with(dmn.port, TOKEN);
 }
 
 static void requests_before_auth_are_refused(void **state)
@@ -171,7 +156,7 @@ static void requests_before_auth_are_refused(void **state)
 	raw_expect_closed(fd);
 	close(fd);
 	wire_buf_finish(&b);
-	expect_served_with_token(dmn.port);
+	raw_expect_served_with(dmn.port, TOKEN);
 }
 
 static int client_open(int port, const char *token, const char *file, const char *scope,
@@ -345,7 +330,7 @@ static void scoped_connection_stays_in_its_run(void **state)
 	raw_expect_closed(fd);
 	close(fd);
 	wire_buf_finish(&b);
-	expect_served_with_token(dmn.port);
+	raw_expect_served_with(dmn.port, TOKEN);
 }
 
 static void job_credential_file_confines_the_client(void **state)
