@@ -553,6 +553,7 @@ void srv_on_sweep(uv_timer_t *t)
 		}
 	}
 	srv_flush_all(s);
+	srv_mem_trim(s);
 	if (++s->sweeps % 20 == 0) {
 		srv_peers_sweep(s, now);
 	}
