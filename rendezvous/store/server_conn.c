@@ -517,7 +517,7 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 }
 
-/* Handshake deadline, idle timeout, end of the drain after an error reply. */
+/* Handshake deadline, idle timeout, end of the drain after an error reply, heap trim. */
 void srv_on_sweep(uv_timer_t *t)
 {
 	struct store_server *s = t->data;
