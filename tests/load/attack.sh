@@ -92,7 +92,7 @@ while [ $(($(now_ms) - attack_start)) -lt $((MIN_ATTACK * 1000)) ]; do
 done
 touch "$T/stop"
 wait_pid 60 $ATTACKER
-[ $RC -eq 0 ] || { cat "$T/attack.out" "$T/attack.err" >&2; fail "attacker: exit $RC (a connection hung)"; }
+[ $RC -eq 0 ] || { cat "$T/attack.out" "$T/attack.err" >&2; fail "attacker: exit $RC (1: a connection hung; 2: the daemon died)"; }
 kill -0 $RDZVD_PID 2>/dev/null || fail "the daemon died under attack"
 
 note "after the attack"

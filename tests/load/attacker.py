@@ -10,7 +10,8 @@ Keeps N connections (default 200) open against the store at HOST:PORT, each one 
 below in turn; a connection that ends is replaced by the next kind. Stops when --stop-file
 exists (or after --max-seconds), closes what is left, and prints one "name value" line per
 figure. Exit status 1 when a connection hung: it outlived the deadline by which the store must
-have answered or closed it (the handshake deadline, 10 s, or --frame-timeout, plus a margin).
+have answered or closed it (the handshake deadline, 10 s, or --frame-timeout, plus a margin);
+2 when the store process (--pid) is gone.
 
 Kinds (every key lives under "attack/", away from the job's keys):
   garbage      random bytes instead of a handshake
@@ -157,10 +158,14 @@ def main():
     last_rss = 0.0
 
     def rss():
-        with open(f"/proc/{a.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+        try:
+            with open(f"/proc/{a.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            print(f"attacker: the store (pid {a.pid}) is gone", file=sys.stderr)
+            sys.exit(2)
         return 0
 
     def end(i, how):
