@@ -82,7 +82,9 @@
 #define REC_MAGIC 0x31535243u
 #define REC_HDR 16
 #define FILE_MAX_RECORD (33u << 20) /* as the TCP store's frame limit */
-#define READ_CHUNK (256u << 10)
+#ifndef READ_CHUNK
+#define READ_CHUNK (256u << 10) /* replay reads this much at a time (tests/fuzz sets less) */
+#endif
 #define LOCK_MIN_MS 2000 /* the shortest bounded wait for a lock */
 
 enum { REC_PUT = 1, REC_DEL = 2, REC_APPEND = 3, REC_MOVED = 4 };

@@ -513,7 +513,8 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 }
 
-/* Held wrong proofs, handshake deadline, idle timeout, end of the drain after an error reply. */
+/* Held wrong proofs, handshake deadline, idle timeout, end of the drain after an error reply,
+ * heap trim. */
 void srv_on_sweep(uv_timer_t *t)
 {
 	struct store_server *s = t->data;
@@ -551,6 +552,7 @@ void srv_on_sweep(uv_timer_t *t)
 		}
 	}
 	srv_flush_all(s);
+	srv_mem_trim(s);
 	if (++s->sweeps % 20 == 0) {
 		srv_peers_sweep(s, now);
 	}

@@ -168,6 +168,7 @@ struct store_server {
 	uint32_t max_per_addr;
 	size_t max_memory;
 	size_t mem_used;          /* sum of every conn->mem */
+	size_t mem_peak;          /* highest mem_used since the last trim */
 	int frame_timeout_ms;
 	uint32_t max_untimed_per_conn;
 	uint32_t max_untimed;
@@ -277,6 +278,8 @@ void srv_limit_log(struct conn *c, enum srv_limit kind, const char *fmt, ...)
  */
 bool srv_mem_charge(struct conn *c, size_t n);
 void srv_mem_release(struct conn *c, size_t n);
+/** Return freed heap memory to the system once mem_used fell well below its peak (sweep). */
+void srv_mem_trim(struct store_server *s);
 /** Log an accept failure, rate limited. */
 void srv_accept_log(struct store_server *s, int status);
 
