@@ -13,6 +13,11 @@ CONNS=${LOAD_CONNS:-200}
 MIN_ATTACK=${LOAD_MIN_ATTACK:-20} # long enough for the handshake deadline (10 s) to act
 FRAME_TIMEOUT=5                   # the daemon's --frame-timeout: slow senders go within the test
 MARGIN_KIB=4096                   # RSS after the attack: at most this above the baseline
+# --insecure: the daemon and the job run --insecure, so the attackers get past the
+# handshake (the worst case: what a client holding the token could do); by default the store
+# authenticates, as crun does, and the attackers are refused at the handshake.
+INSECURE=()
+[ "${1:-}" = --insecure ] && INSECURE=(--insecure)
 TRAIN=$BUILD/examples/train
 STORE=$BUILD/src/crun-store
 
@@ -25,7 +30,7 @@ job() {
 	local id=$1 i pids=() start
 	start=$(now_ms)
 	for i in 0 1; do
-		"$CRUN" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
+		"$CRUN" "${INSECURE[@]}" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
 			--rdzv-id "$id" --local-addr 127.0.0.$((i + 2)) --rdzv-conf last_call_timeout=1 \
 			"$TRAIN" --epochs "$EPOCHS" >"$T/$id.$i.out" 2>"$T/$id.$i.err" &
 		pids+=($!)
@@ -46,14 +51,14 @@ job() {
 client() {
 	local start v
 	start=$(now_ms)
-	"$STORE" -e "$ENDPOINT" -t 10 set "probe/$1" "v$1" || fail "fresh client: set failed ($1)"
-	v=$("$STORE" -e "$ENDPOINT" -t 10 get "probe/$1") || fail "fresh client: get failed ($1)"
+	"$STORE" "${INSECURE[@]}" -e "$ENDPOINT" -t 10 set "probe/$1" "v$1" || fail "fresh client: set failed ($1)"
+	v=$("$STORE" "${INSECURE[@]}" -e "$ENDPOINT" -t 10 get "probe/$1") || fail "fresh client: get failed ($1)"
 	expect_eq "$v" "v$1" "fresh client: value read back ($1)"
-	"$STORE" -e "$ENDPOINT" -t 10 ping || fail "fresh client: ping failed ($1)"
+	"$STORE" "${INSECURE[@]}" -e "$ENDPOINT" -t 10 ping || fail "fresh client: ping failed ($1)"
 	CLIENT_MS=$(($(now_ms) - start))
 }
 
-"$RDZVD" --listen 127.0.0.1:0 -q --frame-timeout $FRAME_TIMEOUT >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+"$RDZVD" "${INSECURE[@]}" --listen 127.0.0.1:0 -q --frame-timeout $FRAME_TIMEOUT >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 RDZVD_PID=$!
 track $RDZVD_PID
 wait_for 20 test -s "$T/rdzvd.out"

@@ -36,7 +36,10 @@ import struct
 import sys
 import time
 
-HELLO = struct.pack(">IBBHI", 8 + 12, 1, 0, 0, 1) + struct.pack(">IHHI", 0x4352554E, 1, 0, 0)
+# Protocol 2 with no nonce and no scope: a client without a token. An --insecure store
+# completes the handshake with it; an authenticating store asks for AUTH and refuses the rest.
+HELLO = (struct.pack(">IBBHI", 8 + 16, 1, 0, 0, 1) +
+         struct.pack(">IHHII", 0x4352554E, 2, 0, 0, 0))
 KINDS = ["garbage", "oversized", "hostile", "truncated", "slow", "silent", "waits", "hog"]
 MARGIN = 8.0  # seconds past the store's own deadline before a connection counts as hung
 
