@@ -11,22 +11,22 @@ DIR=$(cd "$(dirname "$0")" && pwd)
 
 # name | script | limit (s) | injected fault | expected
 CASES=(
-	"worker-exit|case_proc.sh|90|rank 1 of 2 exits 3 on the first attempt|restarted; finishes, digests agree (<60 s)"
+	"worker-exit|case_proc.sh|180|rank 1 of 2 exits 3 on the first attempt|restarted; finishes, digests agree (<120 s)"
 	"worker-exit-budget|case_proc.sh|90|rank 1 exits 3 on every attempt, --max-restarts 1|fails: exit 3 naming rank 1, exit 3 (<60 s)"
-	"worker-segv|case_proc.sh|90|rank 1 dies of SIGSEGV mid-training, once|restarted; finishes, digests agree (<60 s)"
+	"worker-segv|case_proc.sh|180|rank 1 dies of SIGSEGV mid-training, once|restarted; finishes, digests agree (<120 s)"
 	"worker-segv-budget|case_proc.sh|90|rank 1 dies of SIGSEGV on every attempt|fails: exit 139 naming rank 1, SIGSEGV (<60 s)"
-	"worker-hang|case_proc.sh|90|rank 1 SIGSTOPped mid-training, once; --worker-timeout 3|hang reported, restarted; digests agree (<60 s)"
+	"worker-hang|case_proc.sh|180|rank 1 SIGSTOPped mid-training, once; --worker-timeout 3|hang reported, restarted; digests agree (<120 s)"
 	"worker-hang-budget|case_proc.sh|90|rank 1 SIGSTOPped on every attempt|fails: exit 143, 'hung: no heartbeat' (<60 s)"
-	"agent-kill9|case_proc.sh|120|agent of node 1 of 2 (127.0.0.3) SIGKILLed, --nnodes 1:2|no worker of it alive 1 s later; node 0 re-forms alone, finishes (<60 s)"
-	"link-cut-10s|case_net.sh|120|node 1's link (netns, bridge port) down 10 s; heartbeat_timeout 20|rides through: no restart, no new round; digests agree"
-	"link-cut-60s|case_net.sh|240|node 1's link down 60 s; heartbeat_timeout 20|node 1 lost; node 0 re-forms alone, finishes (<90 s); node 1 fails clearly (<60 s)"
+	"agent-kill9|case_proc.sh|180|agent of node 1 of 2 (127.0.0.3) SIGKILLed, --nnodes 1:2|no worker of it alive 1 s later; node 0 re-forms alone, finishes (<120 s)"
+	"link-cut-10s|case_net.sh|180|node 1's link (netns, bridge port) down 10 s; heartbeat_timeout 20|rides through: no restart, no new round; digests agree"
+	"link-cut-60s|case_net.sh|300|node 1's link down 60 s; heartbeat_timeout 20|node 1 lost; node 0 re-forms alone, finishes (<90 s); node 1 fails clearly (<60 s)"
 	"store-kill9|case_proc.sh|90|crun-rdzvd SIGKILLed under a 2-node job|both agents exit 1 naming 'connection refused by HOST:PORT' (<20 s)"
 	"log-full|case_disk.sh|60|--log-dir on a tmpfs with 64 KiB left|exit non-zero naming the file (ENOSPC); logs are prefixes of the output (<30 s)"
 	"store-full|case_disk.sh|60|file store on a full tmpfs|exit 1 naming file and offset (ENOSPC); the file unchanged (<30 s)"
-	"ckpt-full|case_disk.sh|120|checkpoint tmpfs filled while training (a save fails)|restarted; every rank resumes the newest complete checkpoint; digests agree (<90 s)"
+	"ckpt-full|case_disk.sh|180|checkpoint tmpfs filled while training (a save fails)|restarted; every rank resumes the newest complete checkpoint; digests agree (<120 s)"
 	"store-damaged|case_disk.sh|60|one byte flipped in a file store's first record|exit 1 naming the file and offset 16; the file unchanged (<30 s)"
-	"clock-ahead|case_proc.sh|120|node 1's wall clock +1 h, jumps to -1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<90 s)"
-	"clock-behind|case_proc.sh|120|node 1's wall clock -1 h, jumps to +1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<90 s)"
+	"clock-ahead|case_proc.sh|180|node 1's wall clock +1 h, jumps to -1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<120 s)"
+	"clock-behind|case_proc.sh|180|node 1's wall clock -1 h, jumps to +1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<120 s)"
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -104,7 +104,7 @@ for c in "${CASES[@]}"; do
 	*) verdict=FAIL ;;
 	esac
 	[ "$verdict" != FAIL ] || nfail=$((nfail + 1))
-	rows+=("$name|$fault|$expect|${text:-(no result)}|$(printf '%d.%d s' $((ms / 1000)) $(((ms % 1000) / 100)))|$verdict")
+	rows+=("$name|$fault|$expect|${text:-(no result)}|$(printf '%d.%02d s' $((ms / 1000)) $(((ms % 1000) / 10)))|$verdict")
 	echo "=== $name: $verdict (${ms} ms)" >&2
 done
 
