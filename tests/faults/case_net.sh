@@ -102,7 +102,8 @@ link_cut() {
 		fi
 		expect_digests 4 "$T/n0.out" "$T/n1.out"
 		expect_within $ms $((secs + 90)) "the job after the cut"
-		result "rode through: no restart, no new round; both exit 0 $(secs $ms) after the cut; 4 digests agree"
+		result "rode through: no restart, no new round; both exit 0 $(secs $ms) after the cut;" \
+			"4 digests agree"
 		return
 	fi
 	# Longer than the heartbeat timeout: node 1 is declared lost; node 0 (with the store)
@@ -120,9 +121,11 @@ link_cut() {
 	ms1=${END_1:-$(($(now_ms) - t0))}
 	[ $RC -ne 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "the cut-off node 1 exited 0"; }
 	expect_within $ms1 60 "node 1's exit"
-	why=$(grep -a "error: rendezvous" "$T/n1.err" | head -n1 | sed 's/.*error: rendezvous[^:]*: //; s/ (connection lost.*//' | cut -c1-90)
+	why=$(grep -a "error: rendezvous" "$T/n1.err" | head -n1 |
+		sed 's/.*error: rendezvous[^:]*: //; s/ (connection lost.*//' | cut -c1-90)
 	[ -n "$why" ] || fail "node 1 gave no reason"
-	result "node 1 lost (heartbeat_timeout ${HB_S} s); node 0 re-formed (world 2), exit 0 $(secs $ms) after the cut, 2 digests agree; node 1 exit $RC after $(secs $ms1): $why"
+	result "node 1 lost (heartbeat_timeout ${HB_S} s); node 0 re-formed (world 2), exit 0" \
+		"$(secs $ms) after the cut, 2 digests agree; node 1 exit $RC after $(secs $ms1): $why"
 }
 
 case ${1:?case} in
