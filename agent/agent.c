@@ -75,6 +75,7 @@ struct agent {
 	char tmpbase[PATH_MAX];
 	int attempt;
 	bool loop_ok;
+	char log_err[PATH_MAX + 128]; /* the first --log-dir file that lost output; "" if none */
 
 	/*
 	 * This attempt's failure, published at once (on_first_failure) rather than after the stop,
@@ -482,6 +483,9 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		/* A signal that arrived while workers were already failing still ends the job. */
 		out = OUT_SIGNAL;
 		*exit_code = 128 + a->got_signal;
+	}
+	if (a->log_err[0] == '\0') {
+		group_log_error(a->g, a->log_err, sizeof(a->log_err));
 	}
 	group_destroy(a->g);
 	a->g = NULL;
@@ -924,6 +928,11 @@ int agent_run(const struct job_spec *spec)
 		}
 	}
 out:
+	if (a->log_err[0] != '\0' && exit_code == 0) {
+		/* The workers succeeded, but their output is not all where it was asked to go. */
+		log_error("the job finished, but its logs are incomplete: %s", a->log_err);
+		exit_code = 1;
+	}
 	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
 	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
 		/*

@@ -390,6 +390,13 @@ static int setup_routes(struct group *g, struct worker *w, const struct group_op
 		}
 		/* logroute_init owns fds[i] from here, on success and on failure alike. */
 		rc = logroute_init(i == 0 ? &w->lout : &w->lerr, prefix, console, fds[i]);
+		if (rc == 0 && fds[i] >= 0) {
+			char path[PATH_MAX];
+
+			snprintf(path, sizeof(path), "%s/%d/%s", o->logdir, w->rank,
+				 i == 0 ? "stdout.log" : "stderr.log");
+			rc = logroute_set_file_path(i == 0 ? &w->lout : &w->lerr, path);
+		}
 		fds[i] = -1;
 		if (rc < 0) {
 			free(prefix);
@@ -689,6 +696,25 @@ int group_exit_code(const struct group *g)
 		return 128 + w->term_signal;
 	}
 	return w->exit_status > 0 && w->exit_status < 256 ? (int)w->exit_status : 1;
+}
+
+int group_log_error(const struct group *g, char *buf, size_t len)
+{
+	int i, k;
+
+	for (i = 0; g->w != NULL && i < g->n; i++) {
+		for (k = 0; k < 2; k++) {
+			const struct logroute_stream *s = k == 0 ? &g->w[i].lout : &g->w[i].lerr;
+
+			if (s->file_err != 0) {
+				snprintf(buf, len, "log file %s: %s (%zu bytes of output not written)",
+					 s->file_path != NULL ? s->file_path : "(unnamed)",
+					 strerror(s->file_err), s->file_lost);
+				return -s->file_err;
+			}
+		}
+	}
+	return 0;
 }
 
 const char *group_spawn_error(const struct group *g)

@@ -62,6 +62,11 @@ enum group_result group_result(const struct group *g);
 int group_failures(const struct group *g, struct errfile_failure *out, int max);
 /** Exit status for the job: 0, the first failure's exit code, 128+signal, or 1. */
 int group_exit_code(const struct group *g);
+/**
+ * The first worker log file (--log-dir) a write to which failed: its message ("log file PATH:
+ * No space left on device (N bytes of output not written)") in @buf and -errno; 0 if none.
+ */
+int group_log_error(const struct group *g, char *buf, size_t len);
 /** Why spawning failed, when it did (else ""). */
 const char *group_spawn_error(const struct group *g);
 /** Worker pids (0 if not started), for tests and logs. */

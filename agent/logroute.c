@@ -9,6 +9,7 @@
 
 #include "agent/logroute.h"
 #include "src/common/io.h"
+#include "src/common/log.h"
 
 int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd)
 {
@@ -40,6 +41,41 @@ static void write_all(int fd, const char *p, size_t n)
 	(void)io_write_full_stall(fd, p, n, LOGROUTE_STALL_MS);
 }
 
+int logroute_set_file_path(struct logroute_stream *s, const char *path)
+{
+	char *p = strdup(path);
+
+	if (p == NULL) {
+		return -ENOMEM;
+	}
+	free(s->file_path);
+	s->file_path = p;
+	return 0;
+}
+
+/*
+ * Write @n bytes to the log file. The first failure is logged (naming the file) and ends the
+ * file: later output is counted, not written, so the file never skips a part and goes on.
+ */
+static void file_write(struct logroute_stream *s, const char *p, size_t n)
+{
+	int rc;
+
+	if (s->file_err != 0) {
+		s->file_lost += n;
+		return;
+	}
+	rc = io_write_full_stall(s->file_fd, p, n, LOGROUTE_STALL_MS);
+	if (rc >= 0) {
+		return;
+	}
+	s->file_err = -rc;
+	s->file_lost += n;
+	log_error("log file %s: %s: the rest of this worker's output is not written to it (it "
+		  "keeps what was written before)",
+		  s->file_path != NULL ? s->file_path : "(unnamed)", strerror(-rc));
+}
+
 /* Write one line (@p, @n; it may lack its newline) to the console and the file. */
 static void emit(struct logroute_stream *s, const char *p, size_t n)
 {
@@ -49,9 +85,9 @@ static void emit(struct logroute_stream *s, const char *p, size_t n)
 	char *out;
 
 	if (s->file_fd >= 0) {
-		write_all(s->file_fd, p, n);
+		file_write(s, p, n);
 		if (!nl) {
-			write_all(s->file_fd, "\n", 1);
+			file_write(s, "\n", 1);
 		}
 	}
 	if (s->console_fd < 0) {
@@ -156,7 +192,7 @@ void logroute_flush(struct logroute_stream *s)
 
 void logroute_finish(struct logroute_stream *s)
 {
-	if (s->prefix == NULL && s->buf == NULL) {
+	if (s->prefix == NULL && s->buf == NULL && s->file_path == NULL) {
 		return;
 	}
 	logroute_flush(s);
@@ -165,6 +201,7 @@ void logroute_finish(struct logroute_stream *s)
 	}
 	free(s->buf);
 	free(s->prefix);
+	free(s->file_path);
 	memset(s, 0, sizeof(*s));
 	s->console_fd = -1;
 	s->file_fd = -1;

@@ -23,6 +23,9 @@ struct logroute_stream {
 	size_t prefix_len;
 	int console_fd;   /* -1: not shown on the console */
 	int file_fd;      /* -1: no file; owned (closed by finish) */
+	char *file_path;  /* owned; NULL until logroute_set_file_path() */
+	int file_err;     /* the first failed write to the file (positive errno), 0: none */
+	size_t file_lost; /* bytes not written to the file since then */
 };
 
 /**
@@ -30,6 +33,13 @@ struct logroute_stream {
  * Returns 0 or -ENOMEM.
  */
 int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd);
+/**
+ * Name the file (copied) for the error message. A write to the file that fails (ENOSPC, EIO)
+ * is logged once with this path, and the file gets nothing more: what it holds is a prefix of
+ * the output, never a file with a hole; file_err and file_lost say what happened.
+ * Returns 0 or -ENOMEM.
+ */
+int logroute_set_file_path(struct logroute_stream *s, const char *path);
 /** Route @n bytes (borrowed): every complete line is written out at once. */
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n);
 /** End of stream: write a pending partial line (a newline is added). */

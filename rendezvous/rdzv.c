@@ -94,7 +94,7 @@ const char *rdzv_why(const struct crun_store *st, int rc)
 
 	/* Only for failures the backends always describe: the message is this failure's. */
 	if (rdzv_store_gone(rc) || rc == -ETIMEDOUT || rc == -EBADMSG || rc == CRUN_EMAGIC ||
-	    rc == CRUN_EVERSION) {
+	    rc == CRUN_EVERSION || rc == -ENOSPC || rc == -EDQUOT) {
 		m = store_last_error(st);
 		if (m != NULL && m[0] != '\0') {
 			return m;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -165,6 +166,20 @@ int fstore_refresh(struct store_backend *b, int64_t deadline_ms)
 	}
 }
 
+/*
+ * A write to the file failed (ENOSPC, EDQUOT, EIO): say so naming the file and the offset, in
+ * b->err (the message store_last_error() gives) and in the log. Returns @rc.
+ */
+static int write_failed(struct store_backend *b, int rc, const char *what, size_t len, off_t at)
+{
+	snprintf(b->err, sizeof(b->err),
+		 "store file://%s: writing %s of %zu bytes at byte offset %lld: %s (the file keeps "
+		 "what it held)",
+		 b->path, what, len, (long long)at, strerror(-rc));
+	log_error("%s", b->err);
+	return rc;
+}
+
 /* Take the exclusive lock, replay, and cut away a torn tail so the next record lands at b->off. */
 int fstore_write_begin(struct store_backend *b, int64_t deadline_ms)
 {
@@ -204,6 +219,12 @@ int fstore_write_begin(struct store_backend *b, int64_t deadline_ms)
 		rc = io_pwrite_full(b->fd, h, sizeof(h), 0);
 		if (rc == 0) {
 			b->off = FILE_HDR;
+		} else {
+			if (ftruncate(b->fd, 0) < 0) {
+				log_warn("store file://%s: truncate after failed write: %s", b->path,
+					 strerror(errno));
+			}
+			write_failed(b, rc, "the file header", sizeof(h), 0);
 		}
 	}
 	if (rc < 0) {
@@ -233,7 +254,7 @@ int fstore_write_end(struct store_backend *b, uint8_t op)
 				 strerror(errno));
 		}
 		unlock_file(b);
-		return rc;
+		return write_failed(b, rc, "a record", b->wlen, b->off);
 	}
 	rc = fstore_apply(b, op, h + REC_HDR, len);
 	if (rc < 0) {

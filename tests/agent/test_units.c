@@ -196,6 +196,38 @@ static void logroute_init_owns_the_file_fd(void **state)
 	assert_int_equal(fcntl(fd, F_GETFD), -1);
 }
 
+/*
+ * A log file on a full disk (/dev/full: every write is ENOSPC): the failure is recorded with
+ * the path (the agent turns it into a non-zero exit) and the console still gets every line.
+ * Before, the error was dropped and the job exited 0 with its log file silently cut.
+ */
+static void logroute_records_a_failing_log_file(void **state)
+{
+	struct logroute_stream s;
+	char out[4096];
+	int p[2], fd;
+	size_t n;
+
+	(void)state;
+	fd = open("/dev/full", O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		skip();
+	}
+	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+	assert_int_equal(logroute_init(&s, "[r]:", p[1], fd), 0);
+	assert_int_equal(logroute_set_file_path(&s, "/logs/0/stdout.log"), 0);
+	logroute_feed(&s, "one\ntwo\n", 8);
+	assert_int_equal(s.file_err, ENOSPC);
+	assert_int_equal(s.file_lost, 8);
+	assert_string_equal(s.file_path, "/logs/0/stdout.log");
+	logroute_finish(&s);
+	n = drain(p[0], out, sizeof(out));
+	out[n] = '\0';
+	assert_string_equal(out, "[r]:one\n[r]:two\n");
+	close(p[0]);
+	close(p[1]);
+}
+
 static void logroute_cuts_overlong_lines(void **state)
 {
 	struct logroute_stream s;
@@ -355,6 +387,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(logroute_cuts_overlong_lines),
 		cmocka_unit_test(logroute_gives_up_on_a_stuck_nonblocking_console),
 		cmocka_unit_test(logroute_init_owns_the_file_fd),
+		cmocka_unit_test(logroute_records_a_failing_log_file),
 		cmocka_unit_test(logroute_formats_prefix_templates),
 		cmocka_unit_test(spawn_env_has_torchrun_names),
 		cmocka_unit_test(spawn_argv_expands_only_the_macro),

@@ -1,0 +1,136 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/faults/case_net.sh CASE: a network link cut between two "nodes", each a network
+# namespace with a veth into a bridge in the root namespace (10.231.0.1 and .2). The store
+# (crun-rdzvd) and node 0 are in namespace a; node 1 in b. The cut takes node 1's bridge port
+# down: both nodes keep their address and route (b's link only loses its carrier), so packets
+# are dropped, as on a pulled cable or a dead switch port, rather than refused locally.
+# Run by tests/faults/run.sh; exit 0 pass, 1 fail, 77 skip.
+. "$(dirname "$0")/lib.sh"
+
+# The ranks of both nodes run on one host: without this they would exchange gradients through
+# shared memory, around the cut link.
+export CRUN_COMM_SHM=0
+
+# Stated timeouts (--rdzv-conf): a node whose heartbeat is older than HB_S is lost.
+HB_S=20
+CONF=last_call_timeout=1,heartbeat_timeout=$HB_S,keep_alive_interval=2
+
+NS_A=$TAG-a
+NS_B=$TAG-b
+BR=${TAG}br
+net_up() {
+	local n
+	ip netns add "$NS_A" || skip "ip netns add refused (needs root / CAP_SYS_ADMIN)"
+	NETNS="$NS_A"
+	ip netns add "$NS_B" || fail "ip netns add $NS_B"
+	NETNS="$NETNS $NS_B"
+	ip link add "$BR" type bridge || skip "no bridge support (ip link add type bridge refused)"
+	LINKS="$BR"
+	for n in a b; do
+		ip link add "${TAG}r$n" type veth peer name "${TAG}$n" || fail "ip link add veth"
+		LINKS="${TAG}r$n $LINKS"
+		ip link set "${TAG}$n" netns "$TAG-$n" || fail "moving the veth into $TAG-$n"
+		ip link set "${TAG}r$n" master "$BR" || fail "adding the veth to the bridge"
+		ip link set "${TAG}r$n" up || fail "link up"
+		ip -n "$TAG-$n" link set lo up || fail "lo up in $TAG-$n"
+		ip -n "$TAG-$n" addr add "10.231.0.$([ $n = a ] && echo 1 || echo 2)/24" dev "${TAG}$n" ||
+			fail "address in $TAG-$n"
+		ip -n "$TAG-$n" link set "${TAG}$n" up || fail "link up in $TAG-$n"
+	done
+	ip link set "$BR" up || fail "bridge up"
+	# The bridge must forward (a host firewall on bridged traffic would stop it).
+	start_rdzvd 10.231.0.1 "$NS_A"
+	wait_for 10 ip netns exec "$NS_B" "$CSTORE" -e "$ENDPOINT" -t 1 ping
+}
+
+link_down() { ip link set "${TAG}rb" down; }
+link_up() { ip link set "${TAG}rb" up; }
+
+# node I NS ADDR: agent I in namespace NS (train on 2 workers), in the background; PID_I.
+node() {
+	local i=$1 ns=$2 addr=$3
+	# shellcheck disable=SC2046
+	FAULT_NODE=$i ip netns exec "$ns" "$CRUN" --nnodes 1:2 --nproc-per-node 2 \
+		--rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" --rdzv-id net --local-addr "$addr" \
+		--rdzv-conf "$CONF" --max-restarts 1 --restart-backoff 0.2 $(train_args) \
+		>"$T/n$i.out" 2>"$T/n$i.err" &
+	eval "PID_$i=$!"
+	track $!
+}
+
+# exited PID: the process is gone or a zombie (its status not yet collected).
+exited() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1")" = Z ]; }
+
+pids_written() { [ "$(ls "$T"/pid.* 2>/dev/null | wc -l)" -ge "$1" ]; }
+
+link_cut() {
+	local secs=$1 t0 ms ms1
+	export FAULT=none FAULT_PIDDIR=$T
+	net_up
+	node 0 "$NS_A" 10.231.0.1
+	node 1 "$NS_B" 10.231.0.2
+	wait_for 60 pids_written 4
+	wait_for 30 eval 'cat "$T"/n?.out | grep -aq "^\[rank0\]:epoch 2 "'
+	link_down
+	t0=$(now_ms)
+	# The cut must land while the ranks train (they exchange gradients every step).
+	digests "$T/n0.out" "$T/n1.out"
+	[ "$NDIG" -eq 0 ] || fail "the job finished before the cut: make it train longer"
+	note "link of node 1 cut for $secs s at epoch $(cat "$T"/n?.out | grep -ac '^\[rank0\]:epoch ')"
+	# Hold the cut, noting when each agent exits meanwhile.
+	END_0=""
+	END_1=""
+	while [ $(($(now_ms) - t0)) -lt $((secs * 1000)) ]; do
+		[ -n "$END_0" ] || ! exited "$PID_0" || END_0=$(($(now_ms) - t0))
+		[ -n "$END_1" ] || ! exited "$PID_1" || END_1=$(($(now_ms) - t0))
+		sleep 0.1
+	done
+	link_up
+	note "link restored; agents exited during the cut after: ${END_0:--} / ${END_1:--} ms"
+	if [ "$secs" -lt $HB_S ]; then
+		# Shorter than the heartbeat timeout: both nodes ride through; the job finishes
+		# without a restart or a re-formation on every rank.
+		wait_pid 90 "$PID_0"
+		[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
+		wait_pid 30 "$PID_1"
+		[ $RC -eq 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "node 1 exited $RC"; }
+		ms=$(($(now_ms) - t0))
+		if grep -aq "restarting\|round 1" "$T/n0.err" "$T/n1.err"; then
+			tail -n 20 "$T/n0.err" "$T/n1.err" >&2
+			fail "a ${secs} s cut made the job restart or re-form"
+		fi
+		expect_digests 4 "$T/n0.out" "$T/n1.out"
+		expect_within $ms $((secs + 90)) "the job after the cut"
+		result "rode through: no restart, no new round; both exit 0 $(secs $ms) after the cut;" \
+			"4 digests agree"
+		return
+	fi
+	# Longer than the heartbeat timeout: node 1 is declared lost; node 0 (with the store)
+	# re-forms alone and finishes; node 1, back on the network, fails clearly.
+	wait_pid $((secs + 90)) "$PID_0"
+	ms=${END_0:-$(($(now_ms) - t0))}
+	[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
+	expect_grep "heartbeat lapsed" "$T/n0.err" "node 0 reports node 1 lost"
+	expect_grep "world size 2" "$T/n0.err" "node 0 re-formed alone (world size 2)"
+	digests "$T/n0.out"
+	[ "$NDIG" -eq 2 ] && [ "$(echo "$DIG" | wc -w)" -eq 1 ] ||
+		fail "node 0's 2 ranks: $NDIG digests, distinct: $DIG"
+	expect_within $ms 90 "node 0's re-formed job"
+	wait_pid 90 "$PID_1"
+	ms1=${END_1:-$(($(now_ms) - t0))}
+	[ $RC -ne 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "the cut-off node 1 exited 0"; }
+	expect_within $ms1 60 "node 1's exit"
+	why=$(grep -a "error: rendezvous" "$T/n1.err" | head -n1 |
+		sed 's/.*error: rendezvous[^:]*: //; s/ (connection lost.*//' | cut -c1-90)
+	[ -n "$why" ] || fail "node 1 gave no reason"
+	result "node 1 lost (heartbeat_timeout ${HB_S} s); node 0 re-formed (world 2), exit 0" \
+		"$(secs $ms) after the cut, 2 digests agree; node 1 exit $RC after $(secs $ms1): $why"
+}
+
+case ${1:?case} in
+link-cut-10s) link_cut 10 ;;
+link-cut-60s) link_cut 60 ;;
+*) fail "unknown case $1" ;;
+esac
+exit 0

@@ -1,0 +1,182 @@
+# SPDX-License-Identifier: MIT
+# tests/faults/lib.sh: helpers for the fault cases (sourced by case_*.sh). Every process, network
+# namespace, veth and mount a case makes is recorded and removed by the EXIT trap, even when
+# the case fails or the driver's timeout stops it (SIGTERM).
+# shellcheck disable=SC2034 # the variables set here are for the case scripts that source it
+set -u
+
+BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
+SRC=${CRUN_SOURCE_DIR:?}
+CRUN=$BUILD/src/crun
+RDZVD=$BUILD/src/crun-rdzvd
+CSTORE=$BUILD/src/crun-store
+TRAIN=$BUILD/examples/train
+W=$BUILD/tests/agent/agent-test-worker
+FW=$SRC/tests/faults/worker.sh
+T=$(mktemp -d "${FAULTS_TMP:-${TMPDIR:-/tmp}}/crun-fault.XXXXXX")
+export TMPDIR=$T
+# Names made here carry this tag, so the driver can sweep whatever a killed case left.
+TAG=${FAULTS_TAG:-cf$$}
+PIDS=""
+NETNS=""
+LINKS=""
+MOUNTS=""
+# The result line the driver prints in its table; set by result(), or by fail().
+RESULT_FILE=${FAULTS_RESULT:-/dev/null}
+
+cleanup() {
+	local p
+	trap - EXIT TERM INT
+	for p in $PIDS; do
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in $PIDS; do
+		wait "$p" 2>/dev/null
+	done
+	for p in $MOUNTS; do
+		umount -l "$p" 2>/dev/null
+	done
+	for p in $LINKS; do
+		ip link del "$p" 2>/dev/null
+	done
+	for p in $NETNS; do
+		# A process left inside a namespace would keep it alive: kill them by PID first.
+		for q in $(ip netns pids "$p" 2>/dev/null); do
+			kill -9 "$q" 2>/dev/null
+		done
+		ip netns del "$p" 2>/dev/null
+	done
+	if [ -n "${FAULTS_KEEP-}" ]; then
+		echo "--- kept $T" >&2
+	else
+		rm -rf "$T"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+result() {
+	echo "$*" >"$RESULT_FILE"
+	echo "--- result: $*" >&2
+}
+
+fail() {
+	echo "FAIL: $*" >&2
+	[ -s "$RESULT_FILE" ] || echo "$*" >"$RESULT_FILE"
+	exit 1
+}
+
+skip() {
+	echo "SKIP: $*" >&2
+	echo "skipped: $*" >"$RESULT_FILE"
+	exit 77
+}
+
+note() {
+	echo "--- $*" >&2
+}
+
+track() {
+	PIDS="$PIDS $1"
+}
+
+now_ms() {
+	local us=${EPOCHREALTIME//[!0-9]/}
+	echo $((us / 1000))
+}
+
+# wait_for SECONDS CMD...: poll CMD every 50 ms until it succeeds; fail after SECONDS.
+wait_for() {
+	local limit=$1 deadline
+	deadline=$(($(now_ms) + limit * 1000))
+	shift
+	until "$@"; do
+		[ "$(now_ms)" -lt $deadline ] || fail "timed out after ${limit}s waiting for: $*"
+		sleep 0.05
+	done
+}
+
+# wait_pid SECONDS PID: wait for a child to exit; sets RC; fails after SECONDS.
+wait_pid() {
+	local limit=$1 pid=$2
+	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null || [ \"\$(ps -o stat= -p $pid)\" = Z ]"
+	wait "$pid"
+	RC=$?
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ]
+}
+
+# start_rdzvd [ADDR] [NETNS]: a store daemon on ADDR:0; sets ENDPOINT and RDZVD_PID.
+start_rdzvd() {
+	local addr=${1:-127.0.0.1} ns=${2:-}
+	if [ -n "$ns" ]; then
+		ip netns exec "$ns" "$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	else
+		"$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	fi
+	RDZVD_PID=$!
+	track $RDZVD_PID
+	wait_for 20 test -s "$T/rdzvd.out"
+	ENDPOINT=$(head -n1 "$T/rdzvd.out")
+}
+
+expect_grep() {
+	grep -aq -- "$1" "$2" || { tail -n 30 "$2" >&2; fail "$3: '$1' not in $(basename "$2")"; }
+}
+
+# digests FILE...: the distinct "params sha256" digests printed in FILEs, and how many ranks
+# printed one: sets NDIG (lines) and DIG (the distinct digests, space separated).
+digests() {
+	DIG=$(cat "$@" | sed -n 's/.*rank [0-9]* params sha256 \([0-9a-f]*\).*/\1/p' | sort -u | tr '\n' ' ')
+	DIG=${DIG% }
+	NDIG=$(cat "$@" | grep -ac 'rank [0-9]* params sha256 ')
+}
+
+# expect_digests N FILE...: N ranks printed their digest and all agree.
+expect_digests() {
+	local n=$1
+	shift
+	digests "$@"
+	[ "$NDIG" -eq "$n" ] || { tail -n 20 "$@" >&2; fail "$NDIG of $n ranks printed a digest"; }
+	[ "$(echo "$DIG" | wc -w)" -eq 1 ] || fail "the ranks' digests differ: $DIG"
+}
+
+# expect_within MS LIMIT_S WHAT: fail when MS is over LIMIT_S seconds.
+expect_within() {
+	[ "$1" -le $(($2 * 1000)) ] || fail "$3 took $1 ms (bound ${2} s)"
+}
+
+# secs MS: "12.34 s"
+secs() {
+	printf '%d.%02d s' $(($1 / 1000)) $((($1 % 1000) / 10))
+}
+
+# tmpfs_mount DIR SIZE: a small tmpfs on DIR (created), unmounted by the trap.
+tmpfs_mount() {
+	mkdir -p "$1"
+	mount -t tmpfs -o "size=$2,mode=0755" "crun-fault-$TAG" "$1" ||
+		skip "mount -t tmpfs refused (needs root / CAP_SYS_ADMIN)"
+	MOUNTS="$1 $MOUNTS"
+}
+
+# fill DIR: fill the file system of DIR to the last byte (a file named fill).
+fill() {
+	dd if=/dev/zero of="$1/fill" bs=4096 2>/dev/null
+	dd if=/dev/zero of="$1/fill.tail" bs=1 2>/dev/null
+	[ "$(df --output=avail "$1" | tail -n1 | tr -d ' ')" -eq 0 ] || fail "could not fill $1"
+}
+
+# The training job every "finishes" case runs: examples/train on the digits, long enough
+# (150 epochs: 2 s unloaded, 25 s in an ASan build on a loaded machine) that a fault lands
+# while it trains.
+EPOCHS=${FAULTS_EPOCHS:-150}
+train_args() {
+	echo --no-python "$FW" --epochs "$EPOCHS" --lr 0.1
+}
+export FAULT_TRAIN=$TRAIN FAULT_W=$W
