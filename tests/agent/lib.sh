@@ -32,40 +32,7 @@ fail() {
 	exit 1
 }
 
-note() {
-	echo "--- $*" >&2
-}
-
-# track PID: remember a background process so cleanup kills it.
-track() {
-	PIDS="$PIDS $1"
-}
-
-# now_ms: the wall clock in milliseconds (bash's EPOCHREALTIME: no process started).
-now_ms() {
-	local us=${EPOCHREALTIME//[!0-9]/}
-	echo $((us / 1000))
-}
-
-# wait_for SECONDS CMD...: poll CMD every 20 ms until it succeeds, or fail once SECONDS of
-# wall time have passed (however long CMD itself takes on a loaded machine).
-wait_for() {
-	local limit=$1 deadline
-	deadline=$(($(now_ms) + limit * 1000))
-	shift
-	until "$@"; do
-		[ "$(now_ms)" -lt $deadline ] || fail "timed out after ${limit}s waiting for: $*"
-		sleep 0.02
-	done
-}
-
-# wait_pid SECONDS PID: wait for a tracked child to exit; sets RC to its status.
-wait_pid() {
-	local limit=$1 pid=$2
-	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null || [ \"\$(ps -o stat= -p $pid)\" = Z ]"
-	wait "$pid"
-	RC=$?
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
 
 # run_crun SECONDS OUT ERR ARGS...: run crun in the foreground with a time limit; sets RC.
 run_crun() {

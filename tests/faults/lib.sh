@@ -73,37 +73,7 @@ skip() {
 	exit 77
 }
 
-note() {
-	echo "--- $*" >&2
-}
-
-track() {
-	PIDS="$PIDS $1"
-}
-
-now_ms() {
-	local us=${EPOCHREALTIME//[!0-9]/}
-	echo $((us / 1000))
-}
-
-# wait_for SECONDS CMD...: poll CMD every 50 ms until it succeeds; fail after SECONDS.
-wait_for() {
-	local limit=$1 deadline
-	deadline=$(($(now_ms) + limit * 1000))
-	shift
-	until "$@"; do
-		[ "$(now_ms)" -lt $deadline ] || fail "timed out after ${limit}s waiting for: $*"
-		sleep 0.05
-	done
-}
-
-# wait_pid SECONDS PID: wait for a child to exit; sets RC; fails after SECONDS.
-wait_pid() {
-	local limit=$1 pid=$2
-	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null || [ \"\$(ps -o stat= -p $pid)\" = Z ]"
-	wait "$pid"
-	RC=$?
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
 
 # alive PID: the process exists and is not a zombie.
 alive() {
