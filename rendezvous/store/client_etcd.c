@@ -708,26 +708,42 @@ static int etcd_del_prefix(struct store_backend *b, const char *prefix, int time
 	return rc;
 }
 
+/* @n keys read at one revision into a calloc'd array (*@kv, caller frees), values when @vals. */
+static int read_keys(struct store_backend *b, const char *op, const char *const *keys, size_t n,
+		     bool vals, struct etcd_kv **kv, int timeout_ms)
+{
+	int64_t rev;
+	int rc;
+
+	*kv = calloc(n, sizeof(**kv));
+	if (*kv == NULL) {
+		return oom(b);
+	}
+	rc = etcd_read_many(b, op, keys, n, vals, *kv, &rev, deadline_of(timeout_ms));
+	if (rc < 0) {
+		free(*kv);
+		*kv = NULL;
+	}
+	return rc;
+}
+
 static int etcd_check(struct store_backend *b, const char *const *keys, size_t n, bool *all,
 		      int timeout_ms)
 {
-	struct etcd_kv *kv = calloc(n, sizeof(*kv));
-	int64_t rev;
+	struct etcd_kv *kv;
 	size_t i;
 	int rc;
 
-	if (kv == NULL) {
-		return oom(b);
+	rc = read_keys(b, "check", keys, n, false, &kv, timeout_ms);
+	if (rc < 0) {
+		return rc;
 	}
-	rc = etcd_read_many(b, "check", keys, n, false, kv, &rev, deadline_of(timeout_ms));
-	if (rc == 0) {
-		*all = true;
-		for (i = 0; i < n; i++) {
-			*all = *all && kv[i].found;
-		}
+	*all = true;
+	for (i = 0; i < n; i++) {
+		*all = *all && kv[i].found;
 	}
 	free(kv);
-	return rc;
+	return 0;
 }
 
 static int etcd_num_keys(struct store_backend *b, int64_t *n, int timeout_ms)
@@ -760,17 +776,12 @@ static int etcd_num_keys(struct store_backend *b, int64_t *n, int timeout_ms)
 static int etcd_multi_get(struct store_backend *b, const char *const *keys, size_t n,
 			  void **vals, size_t *lens, int timeout_ms)
 {
-	struct etcd_kv *kv = calloc(n, sizeof(*kv));
-	int64_t rev;
+	struct etcd_kv *kv;
 	size_t i;
 	int rc;
 
-	if (kv == NULL) {
-		return oom(b);
-	}
-	rc = etcd_read_many(b, "multi_get", keys, n, true, kv, &rev, deadline_of(timeout_ms));
+	rc = read_keys(b, "multi_get", keys, n, true, &kv, timeout_ms);
 	if (rc < 0) {
-		free(kv);
 		return rc;
 	}
 	for (i = 0; i < n; i++) {
