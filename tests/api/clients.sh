@@ -5,7 +5,10 @@
 # installed header compiles on its own (C99 or C++11, -Wall -Wextra -Werror -pedantic), then
 # builds and runs the client in CRUN_SINGLE=1 mode against the installed library. In C++ mode it
 # also checks that every exported symbol is declared, with C linkage, by the public headers.
-# Usage: clients.sh c|cxx COMPILER SOURCE_DIR SYMBOLS_FILE   (COMPILER "" in cxx mode: skip)
+# In example mode it builds the EXAMPLE program of libcrun-worker(3) (MAN_PAGE, the .scd) and
+# runs it under crun with 3 ranks, so the page's example stays a working program.
+# Usage: clients.sh c|cxx|example COMPILER SOURCE_DIR SYMBOLS_FILE [MAN_PAGE]
+#        (COMPILER "" in cxx mode: skip)
 # Environment: MESON (the meson command), CRUN_BUILD_DIR (the build directory).
 set -eu
 
@@ -65,6 +68,19 @@ if [ "$mode" = c ]; then
 	std='-std=c99 -Wstrict-prototypes'
 	client=$srcdir/client.c
 	extra=
+elif [ "$mode" = example ]; then
+	lang=c
+	std='-std=c99 -Wstrict-prototypes'
+	client=$tmp/example.c
+	extra=
+	# The first literal block after "# EXAMPLE", with scdoc's backslash escapes undone.
+	awk '/^# EXAMPLE/ { on = 1; next } on && /^```/ { if (inblock) exit; inblock = 1; next }
+		inblock { print }' "${5:?example mode needs the man page}" |
+		sed 's/\\\\/\\/g' >"$client"
+	if ! grep -q 'int main' "$client"; then
+		echo "FAIL: no program found in the EXAMPLE section of $5" >&2
+		exit 1
+	fi
 else
 	lang=c++
 	std='-std=c++11 -Wold-style-cast -Wzero-as-null-pointer-constant'
@@ -124,6 +140,23 @@ if [ "$mode" = cxx ]; then
 fi
 
 mkdir "$tmp/run"
+if [ "$mode" = example ]; then
+	out=$(LD_LIBRARY_PATH=$libdir TMPDIR="$tmp/run" timeout 120 "$build/src/crun" \
+		--standalone --nproc-per-node 3 --max-restarts 0 "$tmp/client" 2>&1) || {
+		printf '%s\n' "$out" >&2
+		echo "FAIL: the man page's example failed under crun" >&2
+		exit 1
+	}
+	printf '%s\n' "$out"
+	case "$out" in
+	*"sum of ranks: 3 (expected 3)"*) ;;
+	*)
+		echo "FAIL: the example did not print the sum of 3 ranks" >&2
+		exit 1
+		;;
+	esac
+	exit 0
+fi
 if ! LD_LIBRARY_PATH=$libdir ldd "$tmp/client" | grep -q "$libdir/libcrun-worker.so"; then
 	echo "FAIL: the client does not load the installed library:" >&2
 	LD_LIBRARY_PATH=$libdir ldd "$tmp/client" >&2

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # tests/api/symbols.sh: the built libcrun-worker exports exactly worker_api/libcrun-worker.symbols
 # (names, one per line, sorted), libcrun-worker.map lists the same names, each under a version,
-# and the man page mentions every one.
+# and the man page mentions every one, and lists every CRUN_E* code of <crun/error.h> in its
+# ERRORS table with the right value.
 # Usage: symbols.sh LIBRARY SYMBOLS_FILE MAP_FILE [MAN_PAGE]
 set -eu
 
@@ -74,6 +75,22 @@ if [ -n "$man" ]; then
 	if [ -n "$undocumented" ]; then
 		echo "FAIL: exported but not documented in $man:" >&2
 		echo "$undocumented" | sed 's/^/  /' >&2
+		rc=1
+	fi
+fi
+if [ -n "$man" ]; then
+	# X(NAME, "...") rows of CRUN_ERROR_MAP, in order: CRUN_ENAME = -10000 + position.
+	errh=$(dirname "$map")/../include/crun/error.h
+	n=0
+	for name in $(sed -n 's/^[[:space:]]*X(\([A-Z0-9]*\),.*/\1/p' "$errh"); do
+		n=$((n + 1))
+		if ! grep -A1 "^|  \*CRUN_E$name\*\$" "$man" | grep -q "^:  $((n - 10000))\$"; then
+			echo "FAIL: CRUN_E$name ($((n - 10000))) is missing from the ERRORS table of $man" >&2
+			rc=1
+		fi
+	done
+	if [ "$n" -lt 10 ]; then
+		echo "FAIL: found only $n codes in $errh" >&2
 		rc=1
 	fi
 fi
