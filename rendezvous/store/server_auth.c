@@ -70,7 +70,28 @@ void srv_auth_guard_free(struct store_server *s)
 	s->guard = NULL;
 }
 
-/* The peer's address as 16 bytes (IPv4 mapped into IPv6), and as text. */
+/*
+ * The bucket a source's failures are counted in. A user on the store's host can connect from
+ * any of the 16 million addresses of 127/8 (and ::1), and a host with IPv6 owns a whole /64:
+ * counted per address, each would start with fresh free guesses. So every loopback source
+ * shares one bucket, and an IPv6 source is counted by its /64.
+ */
+static void guard_bucket(uint8_t addr[16])
+{
+	static const uint8_t v6_loopback[16] = {[15] = 1};
+	static const uint8_t v4_mapped[12] = {[10] = 0xff, [11] = 0xff};
+	bool v4 = memcmp(addr, v4_mapped, 12) == 0;
+
+	if ((v4 && addr[12] == 127) || memcmp(addr, v6_loopback, 16) == 0) {
+		memset(addr, 0, 16);
+		addr[10] = addr[11] = 0xff;
+		addr[12] = 127;
+	} else if (!v4) {
+		memset(addr + 8, 0, 8);
+	}
+}
+
+/* The peer's failure bucket as 16 bytes (IPv4 mapped into IPv6), and its address as text. */
 static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
 {
 	struct sockaddr_storage ss;
@@ -91,6 +112,7 @@ static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
 	} else {
 		return false;
 	}
+	guard_bucket(out);
 	return true;
 }
 

@@ -440,7 +440,14 @@ static void guessing_is_rate_limited_per_source(void **state)
 	/* 3 answered at once, then after 200, 400, 800 ms...: a handful, not thousands. */
 	assert_true(tries <= 8);
 	assert_true(slowest >= 150);
-	/* Another source is not held back, and the right token still works from it. */
+	/* Another loopback address is no way around the delay: all of 127/8 is one source
+	 * (a local user can connect from any of it). A wrong guess from 127.0.0.4 waits too. */
+	fd = connect_from("127.0.0.4", d.port);
+	t0 = crun_now_ms();
+	assert_int_equal(raw_handshake(fd, "guess-elsewhere", NULL, &st, msg, sizeof(msg)), -EACCES);
+	close(fd);
+	assert_true(crun_now_ms() - t0 >= 150);
+	/* The right token is accepted at once from any of them. */
 	fd = connect_from("127.0.0.2", d.port);
 	assert_int_equal(raw_hello(fd, TOKEN), 0);
 	close(fd);
