@@ -14,7 +14,8 @@
 /*
  * Hostlists are Slurm's compressed node lists: names separated by commas, each with any number
  * of bracketed groups of numbers and ranges, "n[01-04,7]", "rack[1-2]-gpu[1-8]", "login".
- * A range keeps the zero padding of its first number ("n[08-10]": n08 n09 n10).
+ * A range keeps the zero padding of its first number ("n[08-10]": n08 n09 n10). Text after
+ * the last group ("b[1-2]-ib") is accepted too, which Slurm 22.05's own parser refuses.
  */
 
 /**

@@ -94,7 +94,7 @@ free_base() {
 # ---- the cluster ----
 
 mkdir -p "$T/munge" "$T/state" "$T/spool/n1" "$T/spool/n2" "$T/log" "$T/pids"
-chmod 700 "$T/munge"
+chmod 711 "$T/munge" # clients need to reach the socket; the key stays 0400
 head -c 1024 /dev/urandom >"$T/munge/munge.key"
 chmod 400 "$T/munge/munge.key"
 munged -F -f --key-file="$T/munge/munge.key" --socket="$T/munge/socket" \
@@ -166,6 +166,16 @@ digests_agree() {
 	[ "$n" -eq "$2" ] || { cat "$1" >&2; fail "$n digest lines in $1, expected $2"; }
 	[ "$u" -eq 1 ] || { grep -a 'params sha256' "$1" >&2; fail "the ranks' digests differ"; }
 }
+
+# ---- crun's hostlist expansion against Slurm's own ----
+
+note "hostlists: crun expands them as scontrol show hostnames does"
+for l in 'n[1-3,5]' 'x[9-11]' 'x[09-11],login' 'n[01-3]' 'rack[1-2]-gpu[01-02]' \
+	'a[1-2]b[3-4]' 'n0,m[7-8]'; do
+	want=$(timeout 10 scontrol show hostnames "$l" | tr '\n' ' ')
+	got=$("$BUILD/tests/slurm/test_slurm" --expand "$l" | tr '\n' ' ')
+	[ -n "$want" ] && [ "$got" = "$want" ] || fail "hostlist $l: crun '$got', Slurm '$want'"
+done
 
 # ---- sbatch of the example ----
 

@@ -447,6 +447,17 @@ int main(int argc, char **argv)
 		cmocka_unit_test(scontrol_failures_are_named),
 	};
 
+	/* "--expand LIST": print every name, one a line (slurm.sh compares with scontrol's). */
+	if (argc == 3 && strcmp(argv[1], "--expand") == 0) {
+		char name[SLURM_NAME_MAX];
+		size_t i;
+		int rc;
+
+		for (i = 0; (rc = slurm_hostlist_nth(argv[2], i, name, sizeof(name))) == 0; i++) {
+			printf("%s\n", name);
+		}
+		return rc == -ENOENT ? 0 : 1;
+	}
 	if (argc > 1) {
 		cmocka_set_test_filter(argv[1]);
 	}
