@@ -324,6 +324,10 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 	if (rc != CLI_OK) {
 		return rc;
 	}
+	/* Inside a Slurm step, Slurm's values fill in what the command line left out. */
+	if ((rc = cli_slurm_setup(&p)) != 0) {
+		return rc;
+	}
 
 	/* Cheap checks first, in a fixed order; counting GPUs and resolving names come last. */
 	if ((rc = cli_do_nnodes(&p)) != 0 || (rc = cli_do_nproc(&p, &count_later)) != 0 ||

@@ -254,13 +254,17 @@ int cli_do_backend(struct cli_parser *p)
 		s->rdzv_kind = RDZV_KIND_FILE;
 	} else if (strcmp(v, "etcd") == 0) {
 		s->rdzv_kind = RDZV_KIND_ETCD;
+	} else if (strcmp(v, "slurm") == 0) {
+		/* A static rendezvous filled in from the Slurm step (cli_slurm.c). */
+		s->rdzv_kind = RDZV_KIND_STATIC;
 	} else if (strcmp(v, "etcd-v2") == 0) {
 		/* torchrun's name for its v2-API backend; etcd 3.4+ serves v3, and 3.6 only v3. */
 		s->rdzv_kind = RDZV_KIND_ETCD;
 		s->etcd_v2_name = true;
 	} else {
 		return cli_fail(p, O_RDZV_BACKEND,
-				"unknown backend \"%s\" (use c10d, tcp, static, file or etcd)",
+				"unknown backend \"%s\" (use c10d, tcp, static, file, etcd or "
+				"slurm)",
 				cli_show(b, sizeof(b), v));
 	}
 	return 0;

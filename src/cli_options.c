@@ -21,8 +21,9 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_MASTER_PORT] = {"master-port", 0, true, true, "PORT",
 			   "port of node 0 for static mode (default 29500)", NULL},
 	[O_RDZV_BACKEND] = {"rdzv-backend", 0, true, true, "NAME",
-			    "c10d (alias tcp), static, file or etcd (alias etcd-v2; an etcd v3 "
-			    "cluster) (default static)",
+			    "c10d (alias tcp), static, file, etcd (alias etcd-v2; an etcd v3 "
+			    "cluster) or slurm (node rank, count and master from the srun step; "
+			    "chosen by itself inside a step) (default static)",
 			    "Dynamic rendezvous"},
 	[O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, true, true, "HOST[:PORT][,...]|file:///PATH",
 			     "the store: c10d address (default port 29400), shared file, or etcd "

@@ -154,4 +154,10 @@ int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val);
 /* After the endpoint and --rdzv-conf: check them together and build the store endpoint. */
 int cli_etcd_finish(struct cli_parser *p);
 
+/* ---- cli_slurm.c: --rdzv-backend slurm, or a Slurm job step found in the environment ---- */
+
+/* Before the flags are checked: fill in the node count and rank, master, run id, nproc and
+ * --local-addr from the step (each named by its SLURM_* origin). 0 or CLI_USAGE. */
+int cli_slurm_setup(struct cli_parser *p);
+
 #endif

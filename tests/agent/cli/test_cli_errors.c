@@ -67,7 +67,8 @@ static void bad_command_lines_fail_with_one_line(void **state)
 		{{"--rdzv-backend=c10d", "--nnodes=2", "--rdzv-endpoint", "h:0", "true"},
 		 "--rdzv-endpoint: port 0 cannot be found by other nodes (--nnodes 2:2)", false},
 		{{"--rdzv-backend", "zk", "true"},
-		 "--rdzv-backend: unknown backend \"zk\" (use c10d, tcp, static, file or etcd)",
+		 "--rdzv-backend: unknown backend \"zk\" (use c10d, tcp, static, file, etcd or "
+		 "slurm)",
 		 false},
 		{{"--rdzv-backend", "etcd", "--rdzv-endpoint", "ftp://h", "true"},
 		 "--rdzv-endpoint: ftp://h: expected http://, https://, etcd:// or no scheme for etcd",

@@ -1,0 +1,249 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/slurm/slurm.sh: crun in a real two-node Slurm cluster started here (root): munged,
+# slurmctld and two slurmd (n1 at 127.0.0.2, n2 at 127.0.0.3), every file under a temp dir.
+# sbatch of examples/slurm/train.sbatch and a bare `srun crun` train examples/train to equal
+# digests; scancel of a running job stops every worker. Skips (77) without root or Slurm.
+set -u
+
+BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
+SRC=${CRUN_SOURCE_DIR:?}
+CRUN=${CRUN_EXE:-$BUILD/src/crun}
+TRAIN=$BUILD/examples/train
+W=$BUILD/tests/agent/agent-test-worker
+
+if [ "$(id -u)" != 0 ]; then
+	echo "SKIP: needs root (slurmd runs jobs as their user)" >&2
+	exit 77
+fi
+for p in munged slurmctld slurmd srun sbatch scancel squeue scontrol sinfo; do
+	if ! command -v "$p" >/dev/null && ! [ -x "/usr/sbin/$p" ]; then
+		echo "SKIP: $p not found (Debian: apt-get install slurm-wlm munge)" >&2
+		exit 77
+	fi
+done
+export PATH=$PATH:/usr/sbin
+
+T=$(mktemp -d /tmp/crun-slurm-test.XXXXXX)
+chmod 755 "$T"
+export TMPDIR=$T CRUN_TOKEN_FILE=$T/token SLURM_CONF=$T/slurm.conf
+unset CRUN_STORE_TOKEN CRUN_STORE_TOKEN_FILE
+# Nothing of an outer Slurm job may leak into this cluster's jobs.
+for v in $(env | sed -n 's/^\(SLURM[A-Z_]*\)=.*/\1/p'); do
+	[ "$v" = SLURM_CONF ] || unset "$v"
+done
+PIDS=""     # the test's own processes: killed by pid on exit
+DAEMONS=""  # munged, slurmctld, slurmd: stopped last
+
+fail() {
+	echo "FAIL: $*" >&2
+	for f in "$T"/log/*; do
+		[ -f "$f" ] && { echo "--- $f" >&2; tail -n 30 "$f" >&2; }
+	done
+	exit 1
+}
+
+. "$(dirname "$0")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
+
+cleanup() {
+	local p i jobs
+	if [ -n "$DAEMONS" ]; then
+		# Jobs first: a slurmstepd outlives its slurmd, so steps end through Slurm.
+		jobs=$(timeout 10 squeue -h -o %i 2>/dev/null)
+		[ -n "$jobs" ] && timeout 10 scancel $jobs 2>/dev/null
+		for ((i = 0; i < 100; i++)); do
+			[ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && ! ls "$T"/spool/*/*_[0-9]* >/dev/null 2>&1 && break
+			sleep 0.2
+		done
+	fi
+	for p in $PIDS; do
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in $DAEMONS; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in $DAEMONS; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in $PIDS $DAEMONS; do
+		wait "$p" 2>/dev/null
+	done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# free_base: a port P with P..P+3 free on every address.
+free_base() {
+	local p i used
+	used=$(ss -Htan | awk '{print $4}' | sed 's/.*://' | sort -u)
+	for ((i = 0; i < 100; i++)); do
+		p=$((20000 + RANDOM % 9000))
+		if ! echo "$used" | grep -qxE "$p|$((p + 1))|$((p + 2))|$((p + 3))"; then
+			echo $p
+			return
+		fi
+	done
+	fail "no free ports"
+}
+
+# ---- the cluster ----
+
+mkdir -p "$T/munge" "$T/state" "$T/spool/n1" "$T/spool/n2" "$T/log" "$T/pids"
+chmod 711 "$T/munge" # clients need to reach the socket; the key stays 0400
+head -c 1024 /dev/urandom >"$T/munge/munge.key"
+chmod 400 "$T/munge/munge.key"
+munged -F -f --key-file="$T/munge/munge.key" --socket="$T/munge/socket" \
+	--pid-file="$T/munge/munged.pid" --log-file="$T/log/munged.log" \
+	--seed-file="$T/munge/seed" >"$T/log/munged.out" 2>&1 &
+DAEMONS="$DAEMONS $!"
+wait_for 20 test -S "$T/munge/socket"
+
+P=$(free_base)
+cat >"$SLURM_CONF" <<EOF
+ClusterName=crun$$
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$P
+SlurmdPort=$((P + 1))
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$T/munge/socket
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool/%n
+SlurmctldPidFile=$T/slurmctld.pid
+SlurmdPidFile=$T/slurmd.%n.pid
+SlurmctldLogFile=$T/log/slurmctld.log
+SlurmdLogFile=$T/log/slurmd.%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+InactiveLimit=0
+KillWait=5
+MinJobAge=600
+NodeName=n1 NodeAddr=127.0.0.2 NodeHostname=$(hostname) CPUs=1 RealMemory=500 Port=$((P + 2)) State=UNKNOWN
+NodeName=n2 NodeAddr=127.0.0.3 NodeHostname=$(hostname) CPUs=1 RealMemory=500 Port=$((P + 3)) State=UNKNOWN
+PartitionName=test Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+EOF
+slurmctld -D -c -f "$SLURM_CONF" >"$T/log/slurmctld.out" 2>&1 &
+DAEMONS="$DAEMONS $!"
+for n in n1 n2; do
+	slurmd -D -N $n -f "$SLURM_CONF" >"$T/log/slurmd.$n.out" 2>&1 &
+	DAEMONS="$DAEMONS $!"
+done
+both_idle() {
+	[ "$(timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "n1 idle n2 idle " ]
+}
+note "munged, slurmctld and slurmd n1 (127.0.0.2), n2 (127.0.0.3)"
+wait_for 60 both_idle
+
+# job_state ID: Slurm's JobState of a job.
+job_state() {
+	timeout 10 scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
+}
+job_done() {
+	case "$(job_state "$1")" in
+	PENDING | RUNNING | CONFIGURING | COMPLETING | "") return 1 ;;
+	*) return 0 ;;
+	esac
+}
+# digests_agree FILE N: N "params sha256" lines in FILE, all the same.
+digests_agree() {
+	local n u
+	n=$(grep -ac 'params sha256' "$1")
+	u=$(grep -a 'params sha256' "$1" | awk '{print $NF}' | sort -u | wc -l)
+	[ "$n" -eq "$2" ] || { cat "$1" >&2; fail "$n digest lines in $1, expected $2"; }
+	[ "$u" -eq 1 ] || { grep -a 'params sha256' "$1" >&2; fail "the ranks' digests differ"; }
+}
+
+# ---- crun's hostlist expansion against Slurm's own ----
+
+note "hostlists: crun expands them as scontrol show hostnames does"
+for l in 'n[1-3,5]' 'x[9-11]' 'x[09-11],login' 'n[01-3]' 'rack[1-2]-gpu[01-02]' \
+	'a[1-2]b[3-4]' 'n0,m[7-8]'; do
+	want=$(timeout 10 scontrol show hostnames "$l" | tr '\n' ' ')
+	got=$("$BUILD/tests/slurm/test_slurm" --expand "$l" | tr '\n' ' ')
+	[ -n "$want" ] && [ "$got" = "$want" ] || fail "hostlist $l: crun '$got', Slurm '$want'"
+done
+
+# ---- sbatch of the example ----
+
+note "sbatch examples/slurm/train.sbatch: 2 nodes train examples/train"
+id=$(sbatch --parsable -o "$T/batch.out" -e "$T/batch.err" \
+	--export=ALL,CRUN="$CRUN",TRAIN="$TRAIN",EPOCHS=2 "$SRC/examples/slurm/train.sbatch") ||
+	fail "sbatch failed"
+wait_for 300 job_done "$id"
+state=$(job_state "$id")
+[ "$state" = COMPLETED ] || { cat "$T/batch.out" "$T/batch.err" >&2; fail "batch job $id ended $state"; }
+digests_agree "$T/batch.out" 2
+# One worker per node (SLURM_CPUS_ON_NODE=1): ranks 0 and 1 only if both nodes formed one job.
+for r in 0 1; do
+	grep -aq "^\[rank$r\]:rank $r params sha256" "$T/batch.out" || fail "no digest from rank $r"
+done
+grep -aq "rendezvous from Slurm (--rdzv-backend slurm): job $id step 0, node rank 1 of 2 on n2 (127.0.0.3), node 0 n1 (127.0.0.2)" "$T/batch.err" ||
+	{ cat "$T/batch.err" >&2; fail "no Slurm line for node rank 1"; }
+grep -aq "hosting the rendezvous store at 127.0.0.2:" "$T/batch.err" ||
+	{ cat "$T/batch.err" >&2; fail "the store is not on n1's NodeAddr"; }
+
+# ---- srun crun, the backend found from the environment ----
+
+note "srun -N2 --ntasks-per-node=1 crun train: no rendezvous flags, Slurm detected"
+timeout -s KILL 300 srun -N2 --ntasks-per-node=1 "$CRUN" --nproc-per-node 2 \
+	"$TRAIN" --epochs 2 --lr 0.1 >"$T/srun.out" 2>"$T/srun.err"
+rc=$?
+[ $rc -eq 0 ] || { cat "$T/srun.err" >&2; fail "srun crun exited $rc"; }
+digests_agree "$T/srun.out" 4
+[ "$(grep -ac 'rendezvous from Slurm (detected: SLURM_JOB_ID and SLURM_STEP_ID are set)' "$T/srun.err")" = 2 ] ||
+	{ cat "$T/srun.err" >&2; fail "not detected on both nodes"; }
+for r in 0 1 2 3; do
+	grep -aq "^\[rank$r\]:rank $r params sha256" "$T/srun.out" || fail "no digest from rank $r"
+done
+
+note "two tasks on one node are refused with the srun line to use"
+timeout -s KILL 60 srun -N1 -n2 -O "$CRUN" "$W" exit:0 >"$T/two.out" 2>"$T/two.err"
+[ $? -ne 0 ] || fail "two crun tasks on one node were accepted"
+grep -aq "in a Slurm step (SLURM_STEP_ID is set): 2 tasks on 1 node, but crun is one agent per node .*srun --ntasks-per-node=1" "$T/two.err" ||
+	{ cat "$T/two.err" >&2; fail "no clear message for two tasks per node"; }
+
+# ---- scancel ----
+
+note "scancel of a running job stops every worker on both nodes"
+id=$(sbatch --parsable -N2 -o "$T/long.out" -e "$T/long.err" --wrap \
+	"srun --ntasks-per-node=1 $CRUN --nproc-per-node 2 $W grandchild:$T/pids sleep:600000") ||
+	fail "sbatch failed"
+four_workers() { [ "$(ls "$T/pids" | wc -l)" -eq 4 ] && [ "$(cat "$T"/pids/* | wc -w)" -eq 8 ]; }
+wait_for 120 four_workers
+pids=$(cat "$T"/pids/*)
+agents=""
+for p in $(cat "$T"/pids/* | awk '{print $1}'); do
+	agents="$agents $(ps -o ppid= -p "$p")"
+done
+agents=$(echo $agents | tr ' ' '\n' | sort -u | tr '\n' ' ')
+[ "$(echo $agents | wc -w)" -eq 2 ] || fail "expected 2 crun agents, found '$agents'"
+for p in $pids $agents; do
+	kill -0 "$p" 2>/dev/null || fail "process $p is not running before scancel"
+done
+t0=$(now_ms)
+scancel "$id" || fail "scancel $id failed"
+all_gone() {
+	local p
+	for p in $pids $agents; do
+		kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p")" != Z ] && return 1
+	done
+	return 0
+}
+wait_for 20 all_gone
+note "every worker, grandchild and agent gone $(($(now_ms) - t0)) ms after scancel"
+wait_for 60 job_done "$id"
+echo "PASS"
