@@ -64,6 +64,7 @@ struct group {
 	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
 	uv_timer_t watch;   /* the hang watchdog (--worker-timeout), stopped when off */
 	uv_timer_t partial; /* live partial lines: runs while one waits (LOGROUTE_PARTIAL_MS) */
+	uv_signal_t winch;  /* crun's terminal was resized: so are the workers' ptys */
 	bool stopping, failed, stopped_outside, finishing, reaped;
 	int stop_signal;
 	int nfail;
@@ -110,14 +111,18 @@ static void maybe_finish(struct group *g)
 	uv_close((uv_handle_t *)&g->drain, on_closed);
 	uv_close((uv_handle_t *)&g->watch, on_closed);
 	uv_close((uv_handle_t *)&g->partial, on_closed);
+	uv_close((uv_handle_t *)&g->winch, on_closed);
 }
 
-/* Close callback of every handle: timers carry the group, pipes and exit watchers the worker. */
+/*
+ * Close callback of every handle: timers and the signal watcher carry the group, pipes, ptys
+ * and exit watchers the worker.
+ */
 static void on_closed(uv_handle_t *h)
 {
 	struct group *g;
 
-	if (h->type == UV_TIMER) {
+	if (h->type == UV_TIMER || h->type == UV_SIGNAL) {
 		g = h->data;
 	} else {
 		struct worker *w = h->data;
@@ -368,6 +373,34 @@ static void on_partial(uv_timer_t *t)
 	}
 	if (!waiting) {
 		uv_timer_stop(t);
+	}
+}
+
+/*
+ * SIGWINCH: give every worker pty the new size and tell its worker (the pty is not its
+ * controlling terminal, so the kernel does not).
+ */
+static void on_winch(uv_signal_t *h, int signum)
+{
+	struct group *g = h->data;
+	int i, k;
+
+	(void)signum;
+	for (i = 0; i < g->n; i++) {
+		struct worker *w = &g->w[i];
+		bool any = false;
+
+		for (k = 0; k < 2; k++) {
+			const struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
+
+			if (w->pty_polling[k]) {
+				pty_resize(w->pty_fd[k], ls->console_fd, ls->prefix_len);
+				any = true;
+			}
+		}
+		if (any && w->pid > 0 && !w->exited) {
+			kill(-w->pid, SIGWINCH);
+		}
 	}
 }
 
@@ -778,11 +811,13 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	uv_timer_init(loop, &g->drain);
 	uv_timer_init(loop, &g->watch);
 	uv_timer_init(loop, &g->partial);
+	uv_signal_init(loop, &g->winch);
 	g->grace.data = g;
 	g->drain.data = g;
 	g->watch.data = g;
 	g->partial.data = g;
-	g->handles = 4;
+	g->winch.data = g;
+	g->handles = 5;
 	for (i = 0; i < g->n; i++) {
 		struct worker *w = &g->w[i];
 
@@ -807,6 +842,12 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		}
 	}
 	*out = g;
+	for (i = 0; i < g->n && !g->stopping; i++) {
+		if (g->w[i].pty_polling[0] || g->w[i].pty_polling[1]) {
+			uv_signal_start(&g->winch, on_winch, SIGWINCH);
+			break;
+		}
+	}
 	if (spec->worker_timeout_ms > 0 && !g->stopping) {
 		int64_t period = watchdog_period_ms(spec->worker_timeout_ms);
 

@@ -111,6 +111,12 @@ class Crun:
                     fail("crun ended without printing %r" % pattern)
                 fail("no %r within %ds" % (pattern, timeout))
 
+    def resize(self, rows, cols):
+        """Resize crun's terminal (the kernel sends crun SIGWINCH)."""
+        import fcntl
+        import struct
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
     def send(self, data):
         os.write(self.inp, data.encode())
 

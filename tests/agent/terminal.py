@@ -77,6 +77,28 @@ if r.finish() != 0 or any(v[1:3] != (0, 0) for v in ttys(r).values()) or len(tty
     fail("--redirects 2 under a pty: %r" % ttys(r))
 note("--tty never / always and --redirects behave")
 
+# Resizing crun's terminal resizes the workers' (SIGWINCH forwarded).
+winch = program("winch.py", r'''
+import os, shutil, signal, sys, time
+got = []
+signal.signal(signal.SIGWINCH, lambda *a: got.append(1))
+print("ready cols=%d" % shutil.get_terminal_size().columns, flush=True)
+for _ in range(600):
+    if got:
+        break
+    time.sleep(0.05)
+print("resized" if got else "no SIGWINCH", "cols=%d" % os.get_terminal_size(1).columns, flush=True)
+''')
+r = Crun(["--standalone", "--nproc-per-node", "2", winch], tty=True, cols=100)
+r.wait_for(r"\[rank0\]:ready cols=92\n")
+r.wait_for(r"\[rank1\]:ready cols=92\n")
+r.resize(30, 140)
+r.wait_for(r"\[rank0\]:resized cols=132\n")
+r.wait_for(r"\[rank1\]:resized cols=132\n")
+if r.finish() != 0:
+    fail("resize: exit code")
+note("resize: the workers' terminals followed crun's")
+
 # pdb on rank 0 from crun's terminal: the prompt shows, commands typed there run.
 dbg = program("dbg.py", r'''
 import os
