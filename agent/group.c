@@ -361,7 +361,8 @@ static void on_partial(uv_timer_t *t)
 			pfd.revents = 0;
 			if (w->is_pty[k]) {
 				fd = w->pty_fd[k];
-			} else if (uv_fileno((uv_handle_t *)(k == 0 ? &w->out : &w->err), &fd) != 0) {
+			} else if (uv_fileno((uv_handle_t *)(k == 0 ? &w->out : &w->err),
+					     &fd) != 0) {
 				fd = -1;
 			}
 			if (due > now || (fd >= 0 && (pfd.fd = fd, poll(&pfd, 1, 0) > 0))) {

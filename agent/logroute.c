@@ -114,7 +114,7 @@ static void console_put(struct logroute_stream *s, const char *p, size_t n, bool
 	char *out;
 
 	console_break(s);
-	/* A fresh console line is at its start already: a leading \r there would only add a prefix. */
+	/* A fresh console line is at its start: a leading \r there would only add a prefix. */
 	while (head && n > 0 && cr_redraws(p, n, 0, add_nl)) {
 		p++;
 		n--;
@@ -245,7 +245,8 @@ void logroute_feed(struct logroute_stream *s, const char *data, size_t n)
 			 * a prompt): it cannot merge with anything.
 			 */
 			if (s->len > s->shown &&
-			    (console_open == s || memchr(s->buf + s->shown, '\r', s->len - s->shown))) {
+			    (console_open == s ||
+			     memchr(s->buf + s->shown, '\r', s->len - s->shown) != NULL)) {
 				logroute_forward_partial(s);
 			}
 			return;

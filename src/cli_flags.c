@@ -762,7 +762,8 @@ int cli_do_stdio(struct cli_parser *p)
 				return rc;
 			}
 		} else {
-			return cli_fail(p, O_STDIN, "expected a global rank, all or none, got \"%s\"",
+			return cli_fail(p, O_STDIN,
+					"expected a global rank, all or none, got \"%s\"",
 					cli_show(b, sizeof(b), v));
 		}
 	}

@@ -75,6 +75,9 @@ lines_ok(r)
 r = Crun(["--standalone", "--nproc-per-node", "3", "--redirects", "2", probe], tty=True)
 if r.finish() != 0 or any(v[1:3] != (0, 0) for v in ttys(r).values()) or len(ttys(r)) != 3:
     fail("--redirects 2 under a pty: %r" % ttys(r))
+r = Crun(["--standalone", "--tty", "yes", probe], stdin=False)
+if r.finish() != 2 or "--tty" not in r.text():
+    fail("--tty yes: expected a usage error naming --tty")
 note("--tty never / always and --redirects behave")
 
 # Resizing crun's terminal resizes the workers' (SIGWINCH forwarded).
