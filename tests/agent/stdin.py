@@ -50,6 +50,36 @@ r.close_stdin()
 if r.finish() != 0:
     fail("--stdin none: exit code")
 
+# What each worker's fd 0 is, and PYTHONBREAKPOINT (set to 0 where there is no stdin, unless
+# the user set it).
+what = program("what.py", r'''
+import os, stat
+st = os.fstat(0)
+kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "chr" if stat.S_ISCHR(st.st_mode) else "other"
+print("rank %s stdin=%s bp=%s" % (os.environ["RANK"], kind,
+      os.environ.get("PYTHONBREAKPOINT", "unset")))
+''')
+r = Crun(["--standalone", "--nproc-per-node", "2", "--stdin", "all", what])
+r.close_stdin()
+if r.finish() != 0:
+    fail("--stdin all: exit code")
+for rank in (0, 1):
+    r.wait_for(r"\[rank%d\]:rank %d stdin=fifo bp=unset\n" % (rank, rank))
+r = Crun(["--standalone", "--nproc-per-node", "2", what])
+r.close_stdin()
+if r.finish() != 0:
+    fail("default --stdin: exit code")
+r.wait_for(r"\[rank0\]:rank 0 stdin=fifo bp=unset\n")
+r.wait_for(r"\[rank1\]:rank 1 stdin=chr bp=0\n")
+os.environ["PYTHONBREAKPOINT"] = "mine.hook"
+r = Crun(["--standalone", "--nproc-per-node", "2", what])
+del os.environ["PYTHONBREAKPOINT"]
+r.close_stdin()
+if r.finish() != 0:
+    fail("PYTHONBREAKPOINT set: exit code")
+r.wait_for(r"\[rank1\]:rank 1 stdin=chr bp=mine.hook\n")
+note("--stdin all shares the pipe; PYTHONBREAKPOINT=0 only where stdin is /dev/null")
+
 # A bad value is a usage error.
 r = Crun(["--standalone", "--stdin", "first", ask], stdin=False)
 if r.finish() != 2 or "--stdin" not in r.text():
