@@ -625,9 +625,21 @@ static int make_stream(struct group *g, struct worker *w, int k, int p[2])
 {
 	const struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
 
+	static bool warned;
+	int rc;
+
 	w->is_pty[k] = pty_wanted(g->spec->tty, ls->console_fd, ls->file_fd >= 0);
 	if (w->is_pty[k]) {
-		return pty_open(ls->console_fd, ls->prefix_len, &p[0], &p[1]);
+		rc = pty_open(ls->console_fd, ls->prefix_len, &p[0], &p[1]);
+		if (rc == 0) {
+			return 0;
+		}
+		/* No /dev/ptmx in a container, or out of ptys: the worker still runs, on a pipe. */
+		if (!warned) {
+			log_warn("workers: no pseudo-terminal (%s): using pipes", strerror(-rc));
+			warned = true;
+		}
+		w->is_pty[k] = false;
 	}
 	return make_pipe(p);
 }
