@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "agent/group.h"
 #include "agent/logroute.h"
+#include "agent/pty.h"
 #include "agent/spawn.h"
 #include "agent/watchdog.h"
 #include "src/common/fs.h"
@@ -28,6 +30,14 @@ struct worker {
 	uv_poll_t exitw;    /* readable pidfd: the worker exited; exitw.data == this */
 	int pidfd;          /* -1 when none */
 	uv_pipe_t out, err;
+	/*
+	 * A stream on a pseudo-terminal (--tty) is read through pty[k] on the master pty_fd[k]
+	 * (its pipe handle stays unopened): libuv's pipe reads take a short read plus a hang-up
+	 * for the end, and a pty master hands out its buffer in pieces, so the tail was lost.
+	 */
+	uv_poll_t pty[2];
+	int pty_fd[2];
+	bool is_pty[2], pty_polling[2];
 	struct logroute_stream lout, lerr;
 	int local_rank, rank;
 	int pid;            /* 0: never started */
@@ -53,10 +63,12 @@ struct group {
 	uv_timer_t grace;   /* SIGTERM -> SIGKILL */
 	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
 	uv_timer_t watch;   /* the hang watchdog (--worker-timeout), stopped when off */
+	uv_timer_t partial; /* live partial lines: runs while one waits (LOGROUTE_PARTIAL_MS) */
+	uv_signal_t winch;  /* crun's terminal was resized: so are the workers' ptys */
 	bool stopping, failed, stopped_outside, finishing, reaped;
 	int stop_signal;
 	int nfail;
-	int devnull;        /* the workers' stdin */
+	int devnull;        /* the stdin of workers --stdin does not name */
 	struct worker **fail; /* failures in the order seen */
 	char spawn_err[CRUN_DIAG_MSG_MAX];
 	group_done_cb done;
@@ -98,22 +110,33 @@ static void maybe_finish(struct group *g)
 	uv_close((uv_handle_t *)&g->grace, on_closed);
 	uv_close((uv_handle_t *)&g->drain, on_closed);
 	uv_close((uv_handle_t *)&g->watch, on_closed);
+	uv_close((uv_handle_t *)&g->partial, on_closed);
+	uv_close((uv_handle_t *)&g->winch, on_closed);
 }
 
-/* Close callback of every handle: timers carry the group, pipes and exit watchers the worker. */
+/*
+ * Close callback of every handle: timers and the signal watcher carry the group, pipes, ptys
+ * and exit watchers the worker.
+ */
 static void on_closed(uv_handle_t *h)
 {
 	struct group *g;
 
-	if (h->type == UV_TIMER) {
+	if (h->type == UV_TIMER || h->type == UV_SIGNAL) {
 		g = h->data;
 	} else {
 		struct worker *w = h->data;
 
 		g = w->g;
-		if (h->type == UV_POLL && w->pidfd >= 0) {
+		if (h == (uv_handle_t *)&w->exitw && w->pidfd >= 0) {
 			close(w->pidfd);
 			w->pidfd = -1;
+		}
+		if (h->type == UV_POLL && h != (uv_handle_t *)&w->exitw) {
+			int k = h == (uv_handle_t *)&w->pty[0] ? 0 : 1;
+
+			close(w->pty_fd[k]);
+			w->pty_fd[k] = -1;
 		}
 	}
 	if (h->type == UV_NAMED_PIPE) {
@@ -134,6 +157,10 @@ static void close_pipe(struct worker *w, int which)
 	}
 	w->pipes_open[which] = false;
 	logroute_flush(which == 0 ? &w->lout : &w->lerr);
+	if (w->pty_polling[which]) {
+		w->pty_polling[which] = false;
+		uv_close((uv_handle_t *)&w->pty[which], on_closed);
+	}
 	uv_close((uv_handle_t *)p, on_closed);
 }
 
@@ -306,6 +333,90 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	*buf = uv_buf_init(w->g->rbuf, sizeof(w->g->rbuf));
 }
 
+/*
+ * Show every partial line that has waited LOGROUTE_PARTIAL_MS, unless more of its stream is
+ * waiting to be read (a loaded agent late to its pipe must not cut a line that is arriving).
+ * The timer stops when no partial line waits.
+ */
+static void on_partial(uv_timer_t *t)
+{
+	struct group *g = t->data;
+	int64_t now = crun_now_ms();
+	bool waiting = false;
+	int i, k;
+
+	for (i = 0; i < g->n; i++) {
+		struct worker *w = &g->w[i];
+
+		for (k = 0; k < 2; k++) {
+			struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
+			uv_os_fd_t fd;
+			struct pollfd pfd;
+			int64_t due;
+
+			if (!w->pipes_open[k] || (due = logroute_partial_due(ls)) < 0) {
+				continue;
+			}
+			pfd.events = POLLIN;
+			pfd.revents = 0;
+			if (w->is_pty[k]) {
+				fd = w->pty_fd[k];
+			} else if (uv_fileno((uv_handle_t *)(k == 0 ? &w->out : &w->err),
+					     &fd) != 0) {
+				fd = -1;
+			}
+			if (due > now || (fd >= 0 && (pfd.fd = fd, poll(&pfd, 1, 0) > 0))) {
+				waiting = true;
+				continue;
+			}
+			logroute_forward_partial(ls);
+		}
+	}
+	if (!waiting) {
+		uv_timer_stop(t);
+	}
+}
+
+/*
+ * SIGWINCH: give every worker pty the new size and tell its worker (the pty is not its
+ * controlling terminal, so the kernel does not).
+ */
+static void on_winch(uv_signal_t *h, int signum)
+{
+	struct group *g = h->data;
+	int i, k;
+
+	(void)signum;
+	for (i = 0; i < g->n; i++) {
+		struct worker *w = &g->w[i];
+		bool any = false;
+
+		for (k = 0; k < 2; k++) {
+			const struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
+
+			if (w->pty_polling[k]) {
+				pty_resize(w->pty_fd[k], ls->console_fd, ls->prefix_len);
+				any = true;
+			}
+		}
+		if (any && w->pid > 0 && !w->exited) {
+			kill(-w->pid, SIGWINCH);
+		}
+	}
+}
+
+/* Route @n bytes of stream @which of @w; a partial line left over starts the timer. */
+static void got_output(struct worker *w, int which, const char *p, size_t n)
+{
+	struct logroute_stream *ls = which == 0 ? &w->lout : &w->lerr;
+
+	logroute_feed(ls, p, n);
+	if (logroute_partial_due(ls) >= 0 && !uv_is_active((uv_handle_t *)&w->g->partial)) {
+		uv_timer_start(&w->g->partial, on_partial, LOGROUTE_PARTIAL_MS / 2,
+			       LOGROUTE_PARTIAL_MS / 2);
+	}
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct worker *w = s->data;
@@ -318,7 +429,65 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		close_pipe(w, which);
 		return;
 	}
-	logroute_feed(which == 0 ? &w->lout : &w->lerr, buf->base, (size_t)nread);
+	got_output(w, which, buf->base, (size_t)nread);
+}
+
+/*
+ * A pty master is readable (or hung up): read until it would block, a few times at most per
+ * call so one worker cannot starve the loop. The end is EIO, which Linux reports only once
+ * everything the worker wrote has been read.
+ */
+static void on_pty(uv_poll_t *h, int status, int events)
+{
+	struct worker *w = h->data;
+	int which = h == &w->pty[0] ? 0 : 1;
+	int i;
+
+	(void)events;
+	for (i = 0; status == 0 && i < 16; i++) {
+		ssize_t n = read(w->pty_fd[which], w->g->rbuf, sizeof(w->g->rbuf));
+
+		if (n > 0) {
+			got_output(w, which, w->g->rbuf, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n < 0 && errno == EAGAIN) {
+			return;
+		}
+		break;
+	}
+	if (i < 16) {
+		close_pipe(w, which);
+	}
+}
+
+/* Start reading the agent's end @fd (owned) of stream @which of @w, a pipe or a pty master. */
+static void open_stream(struct worker *w, int which, int fd)
+{
+	uv_pipe_t *p = which == 0 ? &w->out : &w->err;
+
+	if (w->is_pty[which]) {
+		if (uv_poll_init(w->g->loop, &w->pty[which], fd) < 0) {
+			close(fd);
+			close_pipe(w, which);
+			return;
+		}
+		w->pty[which].data = w;
+		w->pty_fd[which] = fd;
+		w->pty_polling[which] = true;
+		w->g->handles++;
+		uv_poll_start(&w->pty[which], UV_READABLE | UV_DISCONNECT, on_pty);
+		return;
+	}
+	if (uv_pipe_open(p, fd) < 0) {
+		close(fd);
+		close_pipe(w, which);
+		return;
+	}
+	uv_read_start((uv_stream_t *)p, on_alloc, on_read);
 }
 
 static int open_log(const char *dir, const char *name, int *fd, struct crun_diag *d)
@@ -448,6 +617,47 @@ static int make_pipe(int p[2])
 	return 0;
 }
 
+/*
+ * The pipe or, when --tty asks for one (pty.h), the pseudo-terminal that carries stream @k
+ * (0 stdout, 1 stderr) of @w to the agent: p[0] the agent's end, p[1] the worker's.
+ */
+static int make_stream(struct group *g, struct worker *w, int k, int p[2])
+{
+	const struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
+
+	static bool warned;
+	int rc;
+
+	w->is_pty[k] = pty_wanted(g->spec->tty, ls->console_fd, ls->file_fd >= 0);
+	if (w->is_pty[k]) {
+		rc = pty_open(ls->console_fd, ls->prefix_len, &p[0], &p[1]);
+		if (rc == 0) {
+			return 0;
+		}
+		/* No /dev/ptmx in a container, or out of ptys: the worker still runs, on a pipe. */
+		if (!warned) {
+			log_warn("workers: no pseudo-terminal (%s): using pipes", strerror(-rc));
+			warned = true;
+		}
+		w->is_pty[k] = false;
+	}
+	return make_pipe(p);
+}
+
+/*
+ * The worker's stdin: the agent's own for the rank --stdin names (rank 0 by default, so after
+ * a restart the new rank 0 has it again), /dev/null for the others and when the agent has none.
+ */
+static int stdin_for(const struct group *g, const struct worker *w)
+{
+	int want = g->spec->stdin_rank;
+
+	if (want != JOBSPEC_STDIN_ALL && want != w->rank) {
+		return g->devnull;
+	}
+	return fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO : g->devnull;
+}
+
 static int spawn_one(struct group *g, struct worker *w, const struct group_opts *o,
 		     struct crun_diag *d)
 {
@@ -489,7 +699,16 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	if (rc < 0) {
 		return diag_set(d, rc, "worker rank %d: environment: %s", w->rank, crun_strerror(rc));
 	}
-	rc = spawn_worker_argv(spec, w->local_rank, &argv);
+	/*
+	 * A worker without stdin would die in pdb at its first prompt (end of file is BdbQuit):
+	 * its breakpoint() calls are skipped instead, unless the user set PYTHONBREAKPOINT.
+	 */
+	if (stdin_for(g, w) != STDIN_FILENO && spawn_env_get(&env, "PYTHONBREAKPOINT") == NULL) {
+		rc = spawn_env_set(&env, "PYTHONBREAKPOINT", "0");
+	}
+	if (rc == 0) {
+		rc = spawn_worker_argv(spec, w->local_rank, &argv);
+	}
 	if (rc < 0) {
 		spawn_env_finish(&env);
 		return diag_set(d, rc, "worker rank %d: argv: %s", w->rank, crun_strerror(rc));
@@ -502,9 +721,9 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	g->pipes += 2;
 	w->pipes_open[0] = w->pipes_open[1] = true;
 
-	rc = make_pipe(po);
+	rc = make_stream(g, w, 0, po);
 	if (rc == 0) {
-		rc = make_pipe(pe);
+		rc = make_stream(g, w, 1, pe);
 		if (rc < 0) {
 			close(po[0]);
 			close(po[1]);
@@ -514,7 +733,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 		struct spawn_proc sp = {
 			.argv = argv,
 			.envp = env.v,
-			.stdin_fd = g->devnull,
+			.stdin_fd = stdin_for(g, w),
 			.stdout_fd = po[1],
 			.stderr_fd = pe[1],
 		};
@@ -559,18 +778,8 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	w->exitw.data = w;
 	g->handles++;
 	uv_poll_start(&w->exitw, UV_READABLE, on_exit_cb);
-	if (uv_pipe_open(&w->out, po[0]) < 0) {
-		close(po[0]);
-		close_pipe(w, 0);
-	} else {
-		uv_read_start((uv_stream_t *)&w->out, on_alloc, on_read);
-	}
-	if (uv_pipe_open(&w->err, pe[0]) < 0) {
-		close(pe[0]);
-		close_pipe(w, 1);
-	} else {
-		uv_read_start((uv_stream_t *)&w->err, on_alloc, on_read);
-	}
+	open_stream(w, 0, po[0]);
+	open_stream(w, 1, pe[0]);
 	return 0;
 }
 
@@ -614,15 +823,20 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	uv_timer_init(loop, &g->grace);
 	uv_timer_init(loop, &g->drain);
 	uv_timer_init(loop, &g->watch);
+	uv_timer_init(loop, &g->partial);
+	uv_signal_init(loop, &g->winch);
 	g->grace.data = g;
 	g->drain.data = g;
 	g->watch.data = g;
-	g->handles = 3;
+	g->partial.data = g;
+	g->winch.data = g;
+	g->handles = 5;
 	for (i = 0; i < g->n; i++) {
 		struct worker *w = &g->w[i];
 
 		w->g = g;
 		w->pidfd = -1;
+		w->pty_fd[0] = w->pty_fd[1] = -1;
 		w->local_rank = i;
 		w->rank = o->rank_offset + i;
 		w->lout.file_fd = w->lerr.file_fd = -1;
@@ -641,6 +855,12 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		}
 	}
 	*out = g;
+	for (i = 0; i < g->n && !g->stopping; i++) {
+		if (g->w[i].pty_polling[0] || g->w[i].pty_polling[1]) {
+			uv_signal_start(&g->winch, on_winch, SIGWINCH);
+			break;
+		}
+	}
 	if (spec->worker_timeout_ms > 0 && !g->stopping) {
 		int64_t period = watchdog_period_ms(spec->worker_timeout_ms);
 

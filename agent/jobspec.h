@@ -18,6 +18,17 @@ enum rdzv_kind {
 /* torchrun's Std: which streams of a local rank go to files (--redirects) / are tee'd. */
 enum std_mask { STD_NONE = 0, STD_OUT = 1, STD_ERR = 2, STD_ALL = 3 };
 
+/* --stdin: which workers read the agent's stdin (the others get /dev/null). */
+#define JOBSPEC_STDIN_NONE (-1) /* none: every worker gets /dev/null */
+#define JOBSPEC_STDIN_ALL (-2)  /* all: every worker shares the agent's stdin */
+
+/* --tty: whether a worker stream shown on the console gets a pseudo-terminal. */
+enum tty_mode {
+	TTY_AUTO = 0, /* when the agent's stream is a terminal and no file takes the stream */
+	TTY_ALWAYS,   /* every stream shown on the console, terminal or not */
+	TTY_NEVER,    /* pipes, as before */
+};
+
 enum program_kind {
 	PROGRAM_EXEC = 0, /* an executable, run directly (also --no-python) */
 	PROGRAM_PYTHON,   /* a .py file (or --run-path): $PYTHON_EXEC/python3 -u FILE */
@@ -83,6 +94,8 @@ struct job_spec {
 	enum std_mask tee[1024 + 1];
 	bool *ranks_filter;         /* --local-ranks-filter: NULL = all; else nproc bools */
 	char *log_prefix;           /* console prefix template; default "[rank{rank}]:" */
+	int stdin_rank;             /* --stdin: a global rank, or JOBSPEC_STDIN_*; default 0 */
+	enum tty_mode tty;          /* --tty; default TTY_AUTO */
 };
 
 /**

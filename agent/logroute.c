@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "agent/logroute.h"
+#include "src/common/clock.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
 
@@ -76,14 +77,96 @@ static void file_write(struct logroute_stream *s, const char *p, size_t n)
 		  s->file_path != NULL ? s->file_path : "(unnamed)", strerror(-rc));
 }
 
-/* Write one line (@p, @n; it may lack its newline) to the console and the file. */
-static void emit(struct logroute_stream *s, const char *p, size_t n)
+/*
+ * The stream whose partial line is on the console without its end, or NULL. Every stream is
+ * fed from the agent's one loop thread, so one pointer is the whole state. stdout and stderr
+ * count as one console: on a terminal they are the same screen.
+ */
+static struct logroute_stream *console_open;
+
+/* End the line another stream left open on the console: a newline of the agent's own. */
+static void console_break(const struct logroute_stream *s)
+{
+	if (console_open != NULL && console_open != s) {
+		write_all(console_open->console_fd, "\n", 1);
+		console_open = NULL;
+	}
+}
+
+/* Is the \r at @i of @p (@n bytes) the start of a redrawn line (not the \r of a \r\n)? */
+static bool cr_redraws(const char *p, size_t n, size_t i, bool nl_added)
+{
+	return p[i] == '\r' && (i + 1 < n ? p[i + 1] != '\n' : !nl_added);
+}
+
+/*
+ * Write @p, @n to the console as ONE write(): the prefix first unless @s has the console
+ * already, the prefix again after every \r that redraws the line, and a newline when @end
+ * asks for one and @p lacks it. @s has the console afterwards unless the line ended.
+ */
+static void console_put(struct logroute_stream *s, const char *p, size_t n, bool end)
 {
 	bool nl = n > 0 && p[n - 1] == '\n';
-	size_t total;
+	bool add_nl = end && !nl;
+	bool head = console_open != s;
+	size_t total, i, o, crs = 0;
 	char stackbuf[4096];
 	char *out;
 
+	console_break(s);
+	/* A fresh console line is at its start: a leading \r there would only add a prefix. */
+	while (head && n > 0 && cr_redraws(p, n, 0, add_nl)) {
+		p++;
+		n--;
+	}
+	for (i = 0; i < n; i++) {
+		crs += cr_redraws(p, n, i, add_nl);
+	}
+	total = (head ? s->prefix_len : 0) + n + crs * s->prefix_len + (add_nl ? 1 : 0);
+	out = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+	if (out == NULL) {
+		/* No memory for one buffer: several writes are better than losing the line. */
+		if (head) {
+			write_all(s->console_fd, s->prefix, s->prefix_len);
+		}
+		write_all(s->console_fd, p, n);
+		if (add_nl) {
+			write_all(s->console_fd, "\n", 1);
+		}
+	} else {
+		o = 0;
+		if (head) {
+			memcpy(out, s->prefix, s->prefix_len);
+			o = s->prefix_len;
+		}
+		for (i = 0; i < n; i++) {
+			out[o++] = p[i];
+			if (cr_redraws(p, n, i, add_nl)) {
+				memcpy(out + o, s->prefix, s->prefix_len);
+				o += s->prefix_len;
+			}
+		}
+		if (add_nl) {
+			out[o++] = '\n';
+		}
+		write_all(s->console_fd, out, o);
+		if (out != stackbuf) {
+			free(out);
+		}
+	}
+	console_open = end || nl ? NULL : s;
+}
+
+/*
+ * Write one line (@p, @n; it may lack its newline) to the file and the console. The first
+ * s->shown bytes of it (p is then s->buf) are on the console already.
+ */
+static void emit(struct logroute_stream *s, const char *p, size_t n)
+{
+	bool nl = n > 0 && p[n - 1] == '\n';
+	size_t shown = s->shown;
+
+	s->shown = 0;
 	if (s->file_fd >= 0) {
 		file_write(s, p, n);
 		if (!nl) {
@@ -93,26 +176,14 @@ static void emit(struct logroute_stream *s, const char *p, size_t n)
 	if (s->console_fd < 0) {
 		return;
 	}
-	total = s->prefix_len + n + (nl ? 0 : 1);
-	out = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
-	if (out == NULL) {
-		/* No memory for one buffer: two writes are better than losing the line. */
-		write_all(s->console_fd, s->prefix, s->prefix_len);
-		write_all(s->console_fd, p, n);
-		if (!nl) {
-			write_all(s->console_fd, "\n", 1);
-		}
+	/*
+	 * An interrupted live line whose rest is only its newline: the agent ended it already,
+	 * a line holding just the prefix would say nothing.
+	 */
+	if (shown > 0 && console_open != s && (n - shown == 0 || (n - shown == 1 && nl))) {
 		return;
 	}
-	memcpy(out, s->prefix, s->prefix_len);
-	memcpy(out + s->prefix_len, p, n);
-	if (!nl) {
-		out[total - 1] = '\n';
-	}
-	write_all(s->console_fd, out, total);
-	if (out != stackbuf) {
-		free(out);
-	}
+	console_put(s, p + shown, n - shown, true);
 }
 
 /* Keep @n bytes of a partial line; past LOGROUTE_MAX_LINE the line goes out in pieces. */
@@ -159,12 +230,25 @@ static void keep(struct logroute_stream *s, const char *p, size_t n)
 
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n)
 {
+	if (n > 0) {
+		s->fed_ms = crun_now_ms();
+	}
 	while (n > 0) {
 		const char *nl = memchr(data, '\n', n);
 		size_t seg;
 
 		if (nl == NULL) {
 			keep(s, data, n);
+			/*
+			 * A redrawn line (a progress bar) goes out at its \r, not after the delay;
+			 * so does the rest of a line that has the console already (the echo after
+			 * a prompt): it cannot merge with anything.
+			 */
+			if (s->len > s->shown &&
+			    (console_open == s ||
+			     memchr(s->buf + s->shown, '\r', s->len - s->shown) != NULL)) {
+				logroute_forward_partial(s);
+			}
 			return;
 		}
 		seg = (size_t)(nl - data) + 1;
@@ -182,6 +266,40 @@ void logroute_feed(struct logroute_stream *s, const char *data, size_t n)
 	}
 }
 
+/* How many of the held bytes may go out live: all but a trailing \r (a \r\n may follow). */
+static size_t showable(const struct logroute_stream *s)
+{
+	size_t k = s->len - s->shown;
+
+	if (k > 0 && s->buf[s->len - 1] == '\r') {
+		k--;
+	}
+	return k;
+}
+
+int64_t logroute_partial_due(const struct logroute_stream *s)
+{
+	if (s->console_fd < 0 || s->len <= s->shown || showable(s) == 0) {
+		return -1;
+	}
+	return s->fed_ms + LOGROUTE_PARTIAL_MS;
+}
+
+void logroute_forward_partial(struct logroute_stream *s)
+{
+	size_t k;
+
+	if (s->console_fd < 0 || s->len <= s->shown) {
+		return;
+	}
+	k = showable(s);
+	if (k == 0) {
+		return;
+	}
+	console_put(s, s->buf + s->shown, k, false);
+	s->shown += k;
+}
+
 void logroute_flush(struct logroute_stream *s)
 {
 	if (s->len > 0) {
@@ -196,6 +314,9 @@ void logroute_finish(struct logroute_stream *s)
 		return;
 	}
 	logroute_flush(s);
+	if (console_open == s) {
+		console_open = NULL;
+	}
 	if (s->file_fd >= 0) {
 		close(s->file_fd);
 	}

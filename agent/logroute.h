@@ -4,14 +4,28 @@
 #define CRUN_AGENT_LOGROUTE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A line longer than this is written in pieces of this size, each ending with a newline. */
 #define LOGROUTE_MAX_LINE (64u * 1024u)
 
 /*
+ * A partial line (no newline yet: a prompt, a progress bar) goes to the console once its stream
+ * has been quiet this long, or at once when it holds a carriage return.
+ */
+#define LOGROUTE_PARTIAL_MS 100
+
+/*
  * One stream (stdout or stderr) of one worker. Bytes are cut into whole lines; each line goes
  * to the console as ONE write() of prefix + line, and to the file as is. All streams of an
  * agent are fed from one thread, so console lines never interleave mid-line.
+ *
+ * Live partial lines: logroute_forward_partial() shows what a stream holds of its current line
+ * before the newline. That stream then "has the console": its next bytes go out without a
+ * prefix. Any other stream that writes first ends that line with a newline of its own, and the
+ * interrupted line goes on later as a new console line with the prefix again (the continuation
+ * is marked by the prefix only). A carriage return inside a console line is followed by the
+ * prefix again, so a progress bar redrawn with \r keeps its rank. Files get whole lines as is.
  */
 /* How long one write may wait for a non-blocking console that is full (then it is dropped). */
 #define LOGROUTE_STALL_MS 1000
@@ -26,6 +40,8 @@ struct logroute_stream {
 	char *file_path;  /* owned; NULL until logroute_set_file_path() */
 	int file_err;     /* the first failed write to the file (positive errno), 0: none */
 	size_t file_lost; /* bytes not written to the file since then */
+	size_t shown;     /* bytes of buf already on the console (a live partial line) */
+	int64_t fed_ms;   /* crun_now_ms() when bytes last came in */
 };
 
 /**
@@ -42,6 +58,13 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
 int logroute_set_file_path(struct logroute_stream *s, const char *path);
 /** Route @n bytes (borrowed): every complete line is written out at once. */
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n);
+/**
+ * When the partial line of @s is due on the console (crun_now_ms() clock; LOGROUTE_PARTIAL_MS
+ * after its last bytes), or -1 when it has nothing to show.
+ */
+int64_t logroute_partial_due(const struct logroute_stream *s);
+/** Show the partial line of @s on the console now (a trailing \r waits for the next byte). */
+void logroute_forward_partial(struct logroute_stream *s);
 /** End of stream: write a pending partial line (a newline is added). */
 void logroute_flush(struct logroute_stream *s);
 /** Flush, close the file, free. A zeroed or finished stream is a no-op. */

@@ -401,6 +401,10 @@ static int child_main(void *arg)
 	    dup2(p->stderr_fd, STDERR_FILENO) < 0) {
 		_exit(127);
 	}
+	/* The agent's own stdin (--stdin) is passed as 0 itself: dup2 left its flags alone. */
+	if (p->stdin_fd == STDIN_FILENO && fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
+		_exit(127);
+	}
 	/*
 	 * Whatever the agent inherited without O_CLOEXEC (its parent's descriptors) stays out of
 	 * the worker: it gets stdin, stdout and stderr only, as torchrun's workers do.

@@ -54,7 +54,7 @@ void spawn_argv_free(char **argv);
 struct spawn_proc {
 	char *const *argv;  /* argv[0] is looked up in PATH like execvp() */
 	char *const *envp;
-	int stdin_fd, stdout_fd, stderr_fd; /* become the worker's 0, 1, 2 */
+	int stdin_fd, stdout_fd, stderr_fd; /* become the worker's 0, 1, 2 (stdin may be 0) */
 };
 
 /**

@@ -447,6 +447,9 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 	    (rc = cli_do_std_map(&p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(&p)) != 0) {
 		return rc;
 	}
+	if ((rc = cli_do_stdio(&p)) != 0) {
+		return rc;
+	}
 	if ((rc = cli_do_program(&p)) != 0) {
 		return rc;
 	}

@@ -744,6 +744,47 @@ int cli_do_log_prefix(struct cli_parser *p)
 	return cli_set_str(&p->spec->log_prefix, v) < 0 ? cli_oom(p) : 0;
 }
 
+int cli_do_stdio(struct cli_parser *p)
+{
+	static const char *const ttys[] = {"auto", "always", "never"};
+	const char *v;
+	char b[64];
+	size_t i;
+	int rc;
+
+	if (p->v[O_STDIN].set) {
+		v = p->v[O_STDIN].val;
+		if (strcmp(v, "none") == 0) {
+			p->spec->stdin_rank = JOBSPEC_STDIN_NONE;
+		} else if (strcmp(v, "all") == 0) {
+			p->spec->stdin_rank = JOBSPEC_STDIN_ALL;
+		} else if (strcmp(v, "rank0") == 0) {
+			p->spec->stdin_rank = 0;
+		} else if (isdigit((unsigned char)v[0])) {
+			rc = cli_int_value(p, O_STDIN, 0, INT_MAX, &p->spec->stdin_rank);
+			if (rc != 0) {
+				return rc;
+			}
+		} else {
+			return cli_fail(p, O_STDIN,
+					"expected a global rank, all or none, got \"%s\"",
+					cli_show(b, sizeof(b), v));
+		}
+	}
+	if (p->v[O_TTY].set) {
+		v = p->v[O_TTY].val;
+		for (i = 0; i < ARRAY_SIZE(ttys) && strcmp(v, ttys[i]) != 0; i++) {
+		}
+		if (i == ARRAY_SIZE(ttys)) {
+			return cli_fail(p, O_TTY, "expected auto, always or never, got \"%s\"",
+					cli_show(b, sizeof(b), v));
+		}
+		/* The table is in enum tty_mode's order. */
+		p->spec->tty = (enum tty_mode)i;
+	}
+	return 0;
+}
+
 int cli_do_log_dir(struct cli_parser *p)
 {
 	struct stat st;

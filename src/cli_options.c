@@ -92,6 +92,13 @@ const struct cli_opt cli_opts[O_COUNT] = {
 			  "(default \"[rank{rank}]:\")", NULL},
 	[O_LOGS_SPECS] = {"logs-specs", 0, true, true, "NAME",
 			  "accepted for torchrun compatibility; only \"default\"", NULL},
+	[O_STDIN] = {"stdin", 0, true, true, "RANK|all|none",
+		     "the worker of this global rank reads crun's stdin (input(), pdb), the "
+		     "others /dev/null; all: every worker shares it (default 0)", NULL},
+	[O_TTY] = {"tty", 0, true, true, "auto|always|never",
+		   "give each worker stream shown on the console a pseudo-terminal; auto: when "
+		   "crun's own stream is a terminal and no log file takes it (default auto)",
+		   NULL},
 	[O_TOKEN_FILE] = {"token-file", 0, true, false, "FILE",
 			  "the store's shared token, a file only you can read (default: a fresh "
 			  "token for a single node; else $CRUN_TOKEN_FILE, "

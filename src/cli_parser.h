@@ -47,6 +47,8 @@ enum cli_opt_id {
 	O_LOCAL_RANKS_FILTER,
 	O_LOG_PREFIX,
 	O_LOGS_SPECS,
+	O_STDIN,
+	O_TTY,
 	O_TOKEN_FILE,
 	O_INSECURE,
 	O_HELP,
@@ -139,6 +141,8 @@ int cli_do_signals(struct cli_parser *p);
 /* --restart-backoff, --restart-backoff-max and --worker-timeout. */
 int cli_do_restart_waits(struct cli_parser *p);
 int cli_do_log_prefix(struct cli_parser *p);
+/* --stdin and --tty (issue 11): which worker reads stdin, whether workers get a terminal. */
+int cli_do_stdio(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);
 /* -m, --no-python, --run-path and PROGRAM ARGS (program.c finds it). */
