@@ -462,13 +462,67 @@ int cli_do_endpoint(struct cli_parser *p)
 	return 0;
 }
 
-static const char *const conf_keys = "join_timeout, last_call_timeout, close_timeout, "
-				     "heartbeat_timeout, keep_alive_interval, "
-				     "keep_alive_max_attempt, read_timeout, is_host";
-/* An etcd job's list (cli_fail() cuts a line at 199 bytes: the timeouts are summed up). */
-static const char *const conf_keys_etcd = "the timeouts and keep_alive_max_attempt, as for "
-					  "c10d; protocol, cacert, cert, key, user, "
-					  "password_file";
+/*
+ * Every --rdzv-conf key crun reads: a close misspelling of one is refused with a "did you
+ * mean" (it would silently not apply); any other key is warned about and ignored, as torchrun
+ * ignores keys its backend does not read.
+ */
+static const char *const conf_known[] = {
+	"join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
+	"keep_alive_interval", "keep_alive_max_attempt", "read_timeout", "is_host", "timeout",
+	"store_type", "use_libuv", "rank",
+	/* etcd (src/cli_etcd.c), in torchrun's etcd and etcd-v2 spellings */
+	"protocol", "cacert", "ca_cert", "cert", "ssl_cert", "key", "ssl_cert_key",
+	"password_file", "user",
+};
+
+static size_t min_size(size_t a, size_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Levenshtein distance of @a and @b, or a number above @max once it surely is. */
+static size_t edit_distance(const char *a, const char *b, size_t max)
+{
+	size_t la = strlen(a), lb = strlen(b), row[64], i, j, diag, up, best;
+
+	if (la >= ARRAY_SIZE(row) || lb >= ARRAY_SIZE(row)) {
+		return max + 1;
+	}
+	for (j = 0; j <= lb; j++) {
+		row[j] = j;
+	}
+	for (i = 1; i <= la; i++) {
+		diag = row[0];
+		row[0] = i;
+		best = row[0];
+		for (j = 1; j <= lb; j++) {
+			up = row[j];
+			row[j] = min_size(min_size(row[j] + 1, row[j - 1] + 1),
+					  diag + (a[i - 1] == b[j - 1] ? 0 : 1));
+			diag = up;
+			best = min_size(best, row[j]);
+		}
+		if (best > max) {
+			return max + 1;
+		}
+	}
+	return row[lb];
+}
+
+/* The key of conf_known[] @key is a likely typo of (one edit for short keys, two else). */
+static const char *conf_typo_of(const char *key)
+{
+	size_t i, d, max = strlen(key) <= 4 ? 1 : 2;
+
+	for (i = 0; i < ARRAY_SIZE(conf_known); i++) {
+		d = edit_distance(key, conf_known[i], max);
+		if (d > 0 && d <= max) {
+			return conf_known[i];
+		}
+	}
+	return NULL;
+}
 
 static int conf_item(struct cli_parser *p, const char *key, const char *val)
 {
@@ -485,7 +539,8 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 		{"read_timeout", offsetof(struct rdzv_conf, read_timeout_ms), true},
 	};
 	struct job_spec *s = p->spec;
-	char b[64];
+	const char *typo;
+	char b[64], v[16];
 	int64_t ms;
 	size_t i;
 	long n;
@@ -514,21 +569,49 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 		s->rdzv.keep_alive_max_attempt = (int)n;
 		return 0;
 	}
-	if (strcmp(key, "is_host") == 0) {
+	if (strcmp(key, "is_host") == 0 || strcmp(key, "use_libuv") == 0) {
 		if (parse_bool(val, &yes) < 0 || *val == '\0') {
 			return cli_fail(p, O_RDZV_CONF, "%s: expected 0 or 1, got \"%s\"", key,
 					cli_show(b, sizeof(b), val));
 		}
-		s->is_host = yes ? 1 : 0;
+		if (key[0] == 'i') {
+			s->is_host = yes ? 1 : 0;
+		}
+		/* use_libuv: torch's choice of TCPStore server; crun's store is always libuv. */
 		return 0;
+	}
+	if (strcmp(key, "store_type") == 0) {
+		/* torchrun's c10d store: "tcp" (crun's store server) or "file" (a FileStore). */
+		for (i = 0; val[i] != '\0' && i + 1 < sizeof(v); i++) {
+			v[i] = (char)tolower((unsigned char)val[i]);
+		}
+		v[i] = '\0';
+		if (strcmp(v, "tcp") == 0) {
+			return 0;
+		}
+		if (strcmp(v, "file") == 0) {
+			return cli_fail(p, O_RDZV_CONF,
+					"store_type=file: use --rdzv-backend file --rdzv-endpoint "
+					"file:///SHARED/PATH (crun's shared-file store)");
+		}
+		return cli_fail(p, O_RDZV_CONF, "store_type: expected tcp or file, got \"%s\"",
+				cli_show(b, sizeof(b), val));
+	}
+	if (strcmp(key, "rank") == 0) {
+		return 0; /* torchrun sets it from --node-rank itself, as crun does */
 	}
 	rc = cli_etcd_conf_item(p, key, val);
 	if (rc != 1) {
 		return rc;
 	}
-	return cli_fail(p, O_RDZV_CONF, "unknown key \"%s\" (known: %s)",
-			cli_show(b, sizeof(b), key),
-			s->rdzv_kind == RDZV_KIND_ETCD ? conf_keys_etcd : conf_keys);
+	typo = conf_typo_of(key);
+	if (typo != NULL) {
+		return cli_fail(p, O_RDZV_CONF, "unknown key \"%s\" (did you mean %s?)",
+				cli_show(b, sizeof(b), key), typo);
+	}
+	fprintf(stderr, "crun: warning: %s: key \"%s\" is not used by crun (ignored)\n",
+		p->v[O_RDZV_CONF].origin, cli_show(b, sizeof(b), key));
+	return 0;
 }
 
 int cli_do_rdzv_conf(struct cli_parser *p)
@@ -536,6 +619,8 @@ int cli_do_rdzv_conf(struct cli_parser *p)
 	const char *v = p->v[O_RDZV_CONF].val;
 	char *copy, *item, *save = NULL, *eq;
 	char b[64];
+	int64_t timeout_ms = -1;
+	bool join_given = false;
 	int rc = 0;
 
 	if (!p->v[O_RDZV_CONF].set || *v == '\0') {
@@ -553,12 +638,27 @@ int cli_do_rdzv_conf(struct cli_parser *p)
 			break;
 		}
 		*eq = '\0';
+		if (strcmp(item, "timeout") == 0) {
+			/* torchrun's legacy rendezvous timeout: the join timeout, unless given. */
+			if (parse_seconds_ms(eq + 1, SECONDS_MAX, &timeout_ms) < 0 ||
+			    timeout_ms <= 0) {
+				rc = cli_fail(p, O_RDZV_CONF,
+					      "timeout: expected seconds above 0, got \"%s\"",
+					      cli_show(b, sizeof(b), eq + 1));
+				break;
+			}
+			continue;
+		}
+		join_given = join_given || strcmp(item, "join_timeout") == 0;
 		rc = conf_item(p, item, eq + 1);
 		if (rc != 0) {
 			break;
 		}
 	}
 	free(copy);
+	if (rc == 0 && timeout_ms > 0 && !join_given) {
+		p->spec->rdzv.join_timeout_ms = timeout_ms;
+	}
 	return rc;
 }
 
@@ -823,6 +923,19 @@ int cli_do_program(struct cli_parser *p)
 		return cli_fail(p, O_COUNT, "program: empty name");
 	}
 	s->program_kind = program_kind_of(p->program, module, no_python, run_path);
+	if (p->v[O_PYTHON].set) {
+		const char *env = getenv("PYTHON_EXEC");
+
+		if (cli_text_value(p, O_PYTHON, PATH_MAX - 1, &s->python_exec) != 0) {
+			return CLI_USAGE;
+		}
+		if (env != NULL && *env != '\0' && strcmp(env, s->python_exec) != 0 &&
+		    s->program_kind != PROGRAM_EXEC) {
+			/* torchrun's order: PYTHON_EXEC first. Say so, not to surprise anyone. */
+			fprintf(stderr, "crun: warning: $PYTHON_EXEC (%.200s) overrides %s\n", env,
+				p->v[O_PYTHON].origin);
+		}
+	}
 	if (program_resolve(s, p->program, !no_python, p->d) < 0) {
 		return CLI_USAGE; /* @d says why */
 	}
@@ -839,6 +952,71 @@ int cli_do_program(struct cli_parser *p)
 		s->nargs = i + 1;
 	}
 	return 0;
+}
+
+int cli_do_local_rank_arg(struct cli_parser *p)
+{
+	static const struct {
+		const char *name;
+		enum local_rank_arg style;
+	} styles[] = {
+		{"none", LOCAL_RANK_ARG_NONE},         {"underscore", LOCAL_RANK_ARG_UNDERSCORE},
+		{"dash", LOCAL_RANK_ARG_DASH},         {"--local_rank", LOCAL_RANK_ARG_UNDERSCORE},
+		{"--local-rank", LOCAL_RANK_ARG_DASH},
+	};
+	struct cli_optval *ov = &p->v[O_LOCAL_RANK_ARG];
+	bool use_env, yes;
+	char b[64];
+	size_t i;
+	int rc;
+
+	if ((rc = cli_flag_value(p, O_USE_ENV, &use_env)) != 0) {
+		return rc;
+	}
+	p->spec->local_rank_arg = LOCAL_RANK_ARG_NONE;
+	if (!ov->set) {
+		return 0;
+	}
+	for (i = 0; i < ARRAY_SIZE(styles); i++) {
+		if (strcmp(ov->val, styles[i].name) == 0) {
+			break;
+		}
+	}
+	if (i < ARRAY_SIZE(styles)) {
+		p->spec->local_rank_arg = styles[i].style;
+	} else if (parse_bool(ov->val, &yes) == 0) {
+		/* Alone, or 1 in PET_LOCAL_RANK_ARG: torch 1.x's spelling, as before. */
+		p->spec->local_rank_arg = yes ? LOCAL_RANK_ARG_UNDERSCORE : LOCAL_RANK_ARG_NONE;
+	} else {
+		return cli_fail(p, O_LOCAL_RANK_ARG,
+				"expected none, underscore (--local_rank=N) or dash "
+				"(--local-rank=N), got \"%s\"",
+				cli_show(b, sizeof(b), ov->val));
+	}
+	if (use_env && p->spec->local_rank_arg != LOCAL_RANK_ARG_NONE) {
+		return cli_fail(p, O_LOCAL_RANK_ARG,
+				"cannot be combined with %s (which means: no --local-rank "
+				"argument, LOCAL_RANK only)",
+				p->v[O_USE_ENV].origin);
+	}
+	return 0;
+}
+
+int cli_do_exit_code(struct cli_parser *p)
+{
+	const char *v = p->v[O_EXIT_CODE].val;
+	char b[64];
+
+	p->spec->exit_code_torchrun = false;
+	if (!p->v[O_EXIT_CODE].set || strcmp(v, "crun") == 0) {
+		return 0;
+	}
+	if (strcmp(v, "torchrun") == 0) {
+		p->spec->exit_code_torchrun = true;
+		return 0;
+	}
+	return cli_fail(p, O_EXIT_CODE, "expected crun or torchrun, got \"%s\"",
+			cli_show(b, sizeof(b), v));
 }
 
 int cli_do_restart_waits(struct cli_parser *p)

@@ -34,13 +34,16 @@ enum cli_opt_id {
 	O_START_METHOD,
 	O_SHUTDOWN_TIMEOUT,
 	O_SIGNALS,
+	O_EXIT_CODE,
 	O_LOCAL_ADDR,
 	O_ROLE,
 	O_MODULE,
 	O_NO_PYTHON,
 	O_RUN_PATH,
+	O_PYTHON,
 	O_VIRTUAL_LOCAL_RANK,
 	O_LOCAL_RANK_ARG,
+	O_USE_ENV,
 	O_LOG_DIR,
 	O_REDIRECTS,
 	O_TEE,
@@ -62,6 +65,7 @@ struct cli_opt {
 	const char *metavar; /* for --help */
 	const char *help;    /* one line for --help; "\n" starts a section heading before it */
 	const char *section; /* heading printed before this option, or NULL */
+	bool optval;         /* no value, or one after '=' (--local-rank-arg=dash); arg is false */
 };
 
 /* Every option, indexed by enum cli_opt_id, in --help order (cli_options.c). */
@@ -141,8 +145,12 @@ int cli_do_restart_waits(struct cli_parser *p);
 int cli_do_log_prefix(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);
-/* -m, --no-python, --run-path and PROGRAM ARGS (program.c finds it). */
+/* -m, --no-python, --run-path, --python and PROGRAM ARGS (program.c finds it). */
 int cli_do_program(struct cli_parser *p);
+/* --local-rank-arg[=none|underscore|dash] and --use-env (torch.distributed.launch's). */
+int cli_do_local_rank_arg(struct cli_parser *p);
+/* --exit-code crun|torchrun. */
+int cli_do_exit_code(struct cli_parser *p);
 
 /* ---- cli_etcd.c: --rdzv-backend etcd ---- */
 
