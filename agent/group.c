@@ -22,7 +22,7 @@
 #include "src/common/clock.h"
 
 #define GROUP_READ_BUF (64u * 1024u)
-#define ERRFILE_STACK_MAX (64u * 1024u) /* a traceback read from an error file, its end kept */
+#define GROUP_STACK_MAX (64u * 1024u) /* a traceback read from an error file, its end kept */
 
 struct worker {
 	struct group *g;
@@ -301,11 +301,11 @@ static bool failed_too(const struct group *g, int exit_status, int term_signal)
 /* The error file's message and the last lines of its traceback, when it left one. */
 static void read_errfile(struct worker *w)
 {
-	char *stack = malloc(ERRFILE_STACK_MAX);
+	char *stack = malloc(GROUP_STACK_MAX);
 	int rc;
 
 	rc = errfile_read(w->errfile, w->message, sizeof(w->message), stack,
-			  stack != NULL ? ERRFILE_STACK_MAX : 0);
+			  stack != NULL ? GROUP_STACK_MAX : 0);
 	if (rc < 0 && rc != -ENOENT) {
 		log_warn("worker rank %d: error file %s: %s", w->rank, w->errfile,
 			 crun_strerror(rc));
