@@ -12,7 +12,8 @@
 
 /*
  * Private to src/cli*.c and src/program.c. cli.c reads argv and PET_* and checks the flags in
- * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value.
+ * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value;
+ * cli_rdzv_conf.c the --rdzv-conf keys.
  */
 
 enum cli_opt_id {
@@ -111,6 +112,11 @@ int cli_set_str(char **dst, const char *src);
 
 /* ---- cli_flags.c: values (0, or CLI_USAGE with p->d set) ---- */
 
+/* The longest duration a flag or --rdzv-conf key takes: a year; any longer is a typo. */
+#define CLI_SECONDS_MAX (365.0 * 24 * 3600)
+/* 1/true/yes/on or 0/false/no/off/"" (any case) into *@out: 0, or -EINVAL. */
+int cli_parse_bool(const char *s, bool *out);
+
 int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, int *out);
 /* Seconds ("30", "0.5") into milliseconds. */
 int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms);
@@ -134,6 +140,7 @@ int cli_count_nproc(struct cli_parser *p);
 int cli_do_backend(struct cli_parser *p);
 int cli_do_endpoint(struct cli_parser *p);
 int cli_do_rdzv_id(struct cli_parser *p);
+/* --rdzv-conf (src/cli_rdzv_conf.c). */
 int cli_do_rdzv_conf(struct cli_parser *p);
 /* --redirects or --tee (@id) into @masks, indexed by local rank. */
 int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *masks);
