@@ -337,6 +337,29 @@ enum outcome {
 	OUT_ERROR,    /* could not run the attempt at all */
 };
 
+/*
+ * The first line of a failure report. A Python program's names the interpreter that ran it, so
+ * a ModuleNotFoundError says which python lacked the module.
+ */
+static void failure_heading(const struct agent *a, const struct rdzv_assignment *as, char *buf,
+			    size_t len)
+{
+	const struct job_spec *spec = a->spec;
+	const char *py = spec->python_path != NULL ? spec->python_path : spec->python_exec;
+
+	if (spec->program_kind != PROGRAM_EXEC && py != NULL) {
+		snprintf(buf, len,
+			 "crun: worker failure on %s (node rank %d, attempt %d, restart %d of %d; "
+			 "python %s):",
+			 a->hostname, as->group_rank, a->attempt, as->restart_count,
+			 spec->max_restarts, py);
+		return;
+	}
+	snprintf(buf, len,
+		 "crun: worker failure on %s (node rank %d, attempt %d, restart %d of %d):",
+		 a->hostname, as->group_rank, a->attempt, as->restart_count, spec->max_restarts);
+}
+
 static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *as, char *errdir,
 				int *exit_code, char *summary, size_t sumlen)
 {
@@ -449,23 +472,30 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		*exit_code = 0;
 		break;
 	case GROUP_FAILED: {
-		struct errfile_failure f[8];
-		char heading[512];
-		int n = group_failures(a->g, f, (int)ARRAY_SIZE(f));
+		struct errfile_failure one, *f;
+		char heading[PATH_MAX + 256];
+		int max = group_size(a->g), n;
 
+		/* Every failure goes in the report; without memory for them, the first. */
+		f = calloc((size_t)max, sizeof(*f));
+		if (f == NULL) {
+			f = &one;
+			max = 1;
+		}
+		n = group_failures(a->g, f, max);
 		out = OUT_FAILED;
 		*exit_code = group_exit_code(a->g);
 		if (n == 0) {
 			snprintf(summary, sumlen, "node %s: %s", a->hostname,
 				 group_spawn_error(a->g));
-			break;
+		} else {
+			failure_heading(a, as, heading, sizeof(heading));
+			errfile_report(STDERR_FILENO, heading, f, n);
+			errfile_summary(&f[0], summary, sumlen);
 		}
-		snprintf(heading, sizeof(heading),
-			 "crun: worker failure on %s (node rank %d, attempt %d, restart %d of %d):",
-			 a->hostname, as->group_rank, a->attempt, as->restart_count,
-			 spec->max_restarts);
-		errfile_report(STDERR_FILENO, heading, f, n);
-		errfile_summary(&f[0], summary, sumlen);
+		if (f != &one) {
+			free(f);
+		}
 		break;
 	}
 	case GROUP_STOPPED:
@@ -889,13 +919,15 @@ int agent_run(const struct job_spec *spec)
 				goto out;
 			}
 			if (!restart) {
-				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
-					  summary);
+				/* The report above named the failure: not again (issue 9). */
+				log_error("job failed, restart budget (%d) spent (failure reported "
+					  "above)",
+					  spec->max_restarts);
 				a->job_over = true;
 				keep_tmp = true;
 				goto out;
 			}
-			log_warn("restarting the workers (%s)", summary);
+			log_warn("restarting the workers (failure reported above)");
 			fs_rm_rf(errdir);
 			sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
 			if (sig > 0) {
@@ -951,5 +983,9 @@ out:
 	agent_finish(a, keep_tmp);
 	spawn_guard_stop();
 	free(a);
+	/* --exit-code torchrun: torchrun ends with 1 for any failure, whatever the worker's. */
+	if (spec->exit_code_torchrun && exit_code != 0) {
+		exit_code = 1;
+	}
 	return exit_code;
 }

@@ -24,6 +24,7 @@
 #include "src/common/clock.h"
 
 #define GROUP_READ_BUF (64u * 1024u)
+#define GROUP_STACK_MAX (64u * 1024u) /* a traceback read from an error file, its end kept */
 
 struct worker {
 	struct group *g;
@@ -48,6 +49,9 @@ struct worker {
 	bool failed;        /* counted as a failure (not a casualty of the stop) */
 	char errfile[PATH_MAX];
 	char message[ERRFILE_MAX_MESSAGE];
+	char detail[ERRFILE_MAX_DETAIL];  /* the last lines of its traceback or stderr */
+	const char *detail_what;
+	struct errfile_tail tail;         /* the end of its stderr, for a failure report */
 	struct watchdog_beat beat; /* --worker-timeout only */
 };
 
@@ -101,12 +105,41 @@ static void kill_groups(struct group *g, int sig)
 	}
 }
 
+/*
+ * Every pipe is drained: a failure without an error file (or without a traceback in it) gets
+ * the last lines of its stderr, and the last of them as its message when it has none.
+ */
+static void fill_failures(struct group *g)
+{
+	char last[ERRFILE_MAX_MESSAGE];
+	int i, n;
+
+	for (i = 0; i < g->nfail; i++) {
+		struct worker *w = g->fail[i];
+
+		if (w->detail[0] != '\0') {
+			continue;
+		}
+		n = errfile_tail_lines(&w->tail, ERRFILE_DETAIL_LINES, w->detail,
+				       sizeof(w->detail));
+		if (n == 0) {
+			continue;
+		}
+		w->detail_what = "stderr";
+		if (w->message[0] == '\0' &&
+		    errfile_tail_lines(&w->tail, 1, last, sizeof(last)) == 1) {
+			memcpy(w->message, last, sizeof(w->message));
+		}
+	}
+}
+
 static void maybe_finish(struct group *g)
 {
 	if (g->finishing || g->running > 0 || g->pipes > 0) {
 		return;
 	}
 	g->finishing = true;
+	fill_failures(g);
 	uv_close((uv_handle_t *)&g->grace, on_closed);
 	uv_close((uv_handle_t *)&g->drain, on_closed);
 	uv_close((uv_handle_t *)&g->watch, on_closed);
@@ -280,6 +313,38 @@ void group_stop(struct group *g, int sig)
 	stop(g, sig);
 }
 
+/*
+ * While the group stops for a failure, another worker that ends with an exit code of its own
+ * (not killed by the stop signal, nor exiting 128 + it) failed too: ranks failing the same way
+ * at once, or a peer's collective breaking. They are listed after the first (the root cause),
+ * as torchrun lists every failure it sees. A stop from outside lists none.
+ */
+static bool failed_too(const struct group *g, int exit_status, int term_signal)
+{
+	return g->failed && term_signal == 0 && exit_status != 0 &&
+	       exit_status != 128 + g->stop_signal;
+}
+
+/* The error file's message and the last lines of its traceback, when it left one. */
+static void read_errfile(struct worker *w)
+{
+	char *stack = malloc(GROUP_STACK_MAX);
+	int rc;
+
+	rc = errfile_read(w->errfile, w->message, sizeof(w->message), stack,
+			  stack != NULL ? GROUP_STACK_MAX : 0);
+	if (rc < 0 && rc != -ENOENT) {
+		log_warn("worker rank %d: error file %s: %s", w->rank, w->errfile,
+			 crun_strerror(rc));
+	}
+	if (rc == 0 && stack != NULL &&
+	    errfile_last_lines(stack, strlen(stack), ERRFILE_DETAIL_LINES, w->detail,
+			       sizeof(w->detail)) > 0) {
+		w->detail_what = "traceback";
+	}
+	free(stack);
+}
+
 static void on_exit_cb(uv_poll_t *h, int status, int events)
 {
 	struct worker *w = h->data;
@@ -305,18 +370,17 @@ static void on_exit_cb(uv_poll_t *h, int status, int events)
 	w->term_signal = term_signal;
 	w->exit_wall_ms = crun_wall_ms();
 	g->running--;
-	if ((exit_status != 0 || term_signal != 0) && !g->stopping) {
-		rc = errfile_read_message(w->errfile, w->message, sizeof(w->message));
-		if (rc < 0 && rc != -ENOENT) {
-			log_warn("worker rank %d: error file %s: %s", w->rank, w->errfile,
-				 crun_strerror(rc));
-		}
+	if ((exit_status != 0 || term_signal != 0) && !w->failed &&
+	    (!g->stopping || failed_too(g, exit_status, term_signal))) {
+		read_errfile(w);
 		w->failed = true;
 		g->fail[g->nfail++] = w;
-		g->failed = true;
-		stop(g, SIGTERM);
-		if (g->nfail == 1 && g->first_failure != NULL) {
-			g->first_failure(g, g->arg);
+		if (!g->stopping) {
+			g->failed = true;
+			stop(g, SIGTERM);
+			if (g->nfail == 1 && g->first_failure != NULL) {
+				g->first_failure(g, g->arg);
+			}
 		}
 	}
 	uv_close((uv_handle_t *)h, on_closed);
@@ -410,6 +474,9 @@ static void got_output(struct worker *w, int which, const char *p, size_t n)
 {
 	struct logroute_stream *ls = which == 0 ? &w->lout : &w->lerr;
 
+	if (which == 1) {
+		errfile_tail_feed(&w->tail, p, n);
+	}
 	logroute_feed(ls, p, n);
 	if (logroute_partial_due(ls) >= 0 && !uv_is_active((uv_handle_t *)&w->g->partial)) {
 		uv_timer_start(&w->g->partial, on_partial, LOGROUTE_PARTIAL_MS / 2,
@@ -896,6 +963,8 @@ int group_failures(const struct group *g, struct errfile_failure *out, int max)
 			.signal = w->term_signal,
 			.pid = w->pid,
 			.message = w->message,
+			.detail = w->detail,
+			.detail_what = w->detail_what,
 		};
 	}
 	return i;

@@ -80,6 +80,7 @@ void jobspec_finish(struct job_spec *spec)
 		free(spec->args);
 	}
 	free(spec->python_exec);
+	free(spec->python_path);
 	free(spec->log_dir);
 	free(spec->token_file);
 	free(spec->ranks_filter);

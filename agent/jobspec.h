@@ -35,6 +35,13 @@ enum program_kind {
 	PROGRAM_MODULE,   /* -m: python3 -u -m MODULE */
 };
 
+/* --local-rank-arg: the argument torch.distributed.launch gave each worker, if any. */
+enum local_rank_arg {
+	LOCAL_RANK_ARG_NONE = 0,   /* torchrun's way: LOCAL_RANK in the environment only */
+	LOCAL_RANK_ARG_UNDERSCORE, /* --local_rank=N (launch in torch 1.x) */
+	LOCAL_RANK_ARG_DASH,       /* --local-rank=N (launch in torch 2.x) */
+};
+
 #define JOBSPEC_MAX_SIGNALS 16
 
 struct job_spec {
@@ -82,9 +89,11 @@ struct job_spec {
 	char *program;              /* path or module */
 	char **args;                /* NULL-terminated, passed through byte for byte */
 	int nargs;
-	char *python_exec;          /* $PYTHON_EXEC or "python3" */
+	char *python_exec;          /* $PYTHON_EXEC, else --python, else "python3" (as given) */
+	char *python_path;          /* python_exec found as execvp() would: what workers run */
 	bool virtual_local_rank;
-	bool local_rank_arg;        /* --local-rank-arg: append --local_rank=N */
+	enum local_rank_arg local_rank_arg; /* --local-rank-arg: after the program, as launch */
+	bool exit_code_torchrun;    /* --exit-code torchrun: 1 for any failure */
 
 	/* Output. */
 	char *log_dir;              /* --log-dir; NULL: none */

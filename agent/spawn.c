@@ -190,6 +190,10 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 	if (spawn_env_get(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL) {
 		rc |= spawn_env_set(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
 	}
+	/* PyTorch before 2.2 reads only the old name; each name keeps a value the user set. */
+	if (spawn_env_get(e, "NCCL_ASYNC_ERROR_HANDLING") == NULL) {
+		rc |= spawn_env_set(e, "NCCL_ASYNC_ERROR_HANDLING", "1");
+	}
 	if (spawn_env_get(e, "OMP_NUM_THREADS") == NULL && spec->nproc_per_node > 1) {
 		rc |= spawn_env_set(e, "OMP_NUM_THREADS", "1");
 	}
@@ -281,7 +285,9 @@ void spawn_argv_free(char **argv)
 
 int spawn_worker_argv(const struct job_spec *spec, int local_rank, char ***argv)
 {
-	const char *py = spec->python_exec != NULL ? spec->python_exec : "python3";
+	const char *py = spec->python_path != NULL   ? spec->python_path
+			 : spec->python_exec != NULL ? spec->python_exec
+						     : "python3";
 	int nargs = spec->nargs, n = 0, i, max = nargs + 8;
 	char **v = calloc((size_t)max, sizeof(*v));
 
@@ -303,15 +309,17 @@ int spawn_worker_argv(const struct job_spec *spec, int local_rank, char ***argv)
 		break;
 	}
 	v[n++] = strdup(spec->program);
-	for (i = 0; i < nargs && spec->args != NULL && spec->args[i] != NULL; i++) {
-		v[n++] = expand_macro(spec->args[i], local_rank);
-	}
-	if (spec->local_rank_arg) {
+	if (spec->local_rank_arg != LOCAL_RANK_ARG_NONE) {
+		/* Where torch.distributed.launch puts it: after the program, before its args. */
 		char lra[40];
 
-		snprintf(lra, sizeof(lra), "--local_rank=%d",
+		snprintf(lra, sizeof(lra), "--local%srank=%d",
+			 spec->local_rank_arg == LOCAL_RANK_ARG_DASH ? "-" : "_",
 			 spec->virtual_local_rank ? 0 : local_rank);
 		v[n++] = strdup(lra);
+	}
+	for (i = 0; i < nargs && spec->args != NULL && spec->args[i] != NULL; i++) {
+		v[n++] = expand_macro(spec->args[i], local_rank);
 	}
 	v[n] = NULL;
 	for (i = 0; i < n; i++) {

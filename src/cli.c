@@ -165,6 +165,10 @@ static int read_argv(struct cli_parser *p, int argc, char **argv)
 				return print_version();
 			}
 			if (!o->arg) {
+				if (eq != NULL && o->optval) {
+					set_val(p, id, a, nlen, eq + 1);
+					continue;
+				}
 				if (eq != NULL) {
 					set_val(p, id, a, nlen, "1");
 					return cli_fail(p, id, "takes no value");
@@ -438,10 +442,9 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 		return rc;
 	}
 	spec->virtual_local_rank = yes;
-	if ((rc = cli_flag_value(&p, O_LOCAL_RANK_ARG, &yes)) != 0) {
+	if ((rc = cli_do_local_rank_arg(&p)) != 0 || (rc = cli_do_exit_code(&p)) != 0) {
 		return rc;
 	}
-	spec->local_rank_arg = yes;
 	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_token(&p)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_REDIRECTS, spec->redirects)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(&p)) != 0) {

@@ -31,7 +31,7 @@
 
 #define NPROC_MAX 4096          /* a sanity bound: more local workers is surely a typo */
 #define NNODES_MAX 1000000
-#define SECONDS_MAX (365.0 * 24 * 3600) /* a year: any longer is a typo */
+#define SECONDS_MAX CLI_SECONDS_MAX
 #define RANK_MAP_MAX 1024       /* local ranks addressable by --redirects/--tee maps */
 #define RUN_ID_MAX 128
 #define DEFAULT_C10D_PORT 29400
@@ -75,7 +75,7 @@ int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms)
 	return 0;
 }
 
-static int parse_bool(const char *s, bool *out)
+int cli_parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = {"1", "true", "yes", "on"};
 	static const char *const no[] = {"0", "false", "no", "off", ""};
@@ -104,7 +104,7 @@ int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out)
 	if (!p->v[id].set) {
 		return 0;
 	}
-	if (parse_bool(p->v[id].val, out) < 0) {
+	if (cli_parse_bool(p->v[id].val, out) < 0) {
 		return cli_fail(p, id, "expected 0 or 1, got \"%s\"",
 				cli_show(b, sizeof(b), p->v[id].val));
 	}
@@ -466,106 +466,6 @@ int cli_do_endpoint(struct cli_parser *p)
 	return 0;
 }
 
-static const char *const conf_keys = "join_timeout, last_call_timeout, close_timeout, "
-				     "heartbeat_timeout, keep_alive_interval, "
-				     "keep_alive_max_attempt, read_timeout, is_host";
-/* An etcd job's list (cli_fail() cuts a line at 199 bytes: the timeouts are summed up). */
-static const char *const conf_keys_etcd = "the timeouts and keep_alive_max_attempt, as for "
-					  "c10d; protocol, cacert, cert, key, user, "
-					  "password_file";
-
-static int conf_item(struct cli_parser *p, const char *key, const char *val)
-{
-	static const struct {
-		const char *key;
-		size_t off;
-		bool positive;
-	} secs[] = {
-		{"join_timeout", offsetof(struct rdzv_conf, join_timeout_ms), true},
-		{"last_call_timeout", offsetof(struct rdzv_conf, last_call_timeout_ms), false},
-		{"close_timeout", offsetof(struct rdzv_conf, close_timeout_ms), false},
-		{"heartbeat_timeout", offsetof(struct rdzv_conf, heartbeat_timeout_ms), true},
-		{"keep_alive_interval", offsetof(struct rdzv_conf, keep_alive_interval_ms), true},
-		{"read_timeout", offsetof(struct rdzv_conf, read_timeout_ms), true},
-	};
-	struct job_spec *s = p->spec;
-	char b[64];
-	int64_t ms;
-	size_t i;
-	long n;
-	bool yes;
-	int rc;
-
-	for (i = 0; i < ARRAY_SIZE(secs); i++) {
-		if (strcmp(key, secs[i].key) != 0) {
-			continue;
-		}
-		if (parse_seconds_ms(val, SECONDS_MAX, &ms) < 0) {
-			return cli_fail(p, O_RDZV_CONF, "%s: expected seconds, got \"%s\"", key,
-					cli_show(b, sizeof(b), val));
-		}
-		if (secs[i].positive && ms <= 0) {
-			return cli_fail(p, O_RDZV_CONF, "%s: must be above 0 seconds", key);
-		}
-		memcpy((char *)&s->rdzv + secs[i].off, &ms, sizeof(ms));
-		return 0;
-	}
-	if (strcmp(key, "keep_alive_max_attempt") == 0) {
-		if (parse_long(val, 1, 1000000, &n) < 0) {
-			return cli_fail(p, O_RDZV_CONF, "%s: expected an integer >= 1, got \"%s\"",
-					key, cli_show(b, sizeof(b), val));
-		}
-		s->rdzv.keep_alive_max_attempt = (int)n;
-		return 0;
-	}
-	if (strcmp(key, "is_host") == 0) {
-		if (parse_bool(val, &yes) < 0 || *val == '\0') {
-			return cli_fail(p, O_RDZV_CONF, "%s: expected 0 or 1, got \"%s\"", key,
-					cli_show(b, sizeof(b), val));
-		}
-		s->is_host = yes ? 1 : 0;
-		return 0;
-	}
-	rc = cli_etcd_conf_item(p, key, val);
-	if (rc != 1) {
-		return rc;
-	}
-	return cli_fail(p, O_RDZV_CONF, "unknown key \"%s\" (known: %s)",
-			cli_show(b, sizeof(b), key),
-			s->rdzv_kind == RDZV_KIND_ETCD ? conf_keys_etcd : conf_keys);
-}
-
-int cli_do_rdzv_conf(struct cli_parser *p)
-{
-	const char *v = p->v[O_RDZV_CONF].val;
-	char *copy, *item, *save = NULL, *eq;
-	char b[64];
-	int rc = 0;
-
-	if (!p->v[O_RDZV_CONF].set || *v == '\0') {
-		return 0;
-	}
-	copy = strdup(v);
-	if (copy == NULL) {
-		return cli_oom(p);
-	}
-	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
-		eq = strchr(item, '=');
-		if (eq == NULL || eq == item) {
-			rc = cli_fail(p, O_RDZV_CONF, "expected KEY=VALUE, got \"%s\"",
-				      cli_show(b, sizeof(b), item));
-			break;
-		}
-		*eq = '\0';
-		rc = conf_item(p, item, eq + 1);
-		if (rc != 0) {
-			break;
-		}
-	}
-	free(copy);
-	return rc;
-}
-
 /* "3" (every local rank) or "0:1,1:2" (per local rank, others none) into @masks. */
 int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *masks)
 {
@@ -868,6 +768,19 @@ int cli_do_program(struct cli_parser *p)
 		return cli_fail(p, O_COUNT, "program: empty name");
 	}
 	s->program_kind = program_kind_of(p->program, module, no_python, run_path);
+	if (p->v[O_PYTHON].set) {
+		const char *env = getenv("PYTHON_EXEC");
+
+		if (cli_text_value(p, O_PYTHON, PATH_MAX - 1, &s->python_exec) != 0) {
+			return CLI_USAGE;
+		}
+		if (env != NULL && *env != '\0' && strcmp(env, s->python_exec) != 0 &&
+		    s->program_kind != PROGRAM_EXEC) {
+			/* torchrun's order: PYTHON_EXEC first. Say so, not to surprise anyone. */
+			fprintf(stderr, "crun: warning: $PYTHON_EXEC (%.200s) overrides %s\n", env,
+				p->v[O_PYTHON].origin);
+		}
+	}
 	if (program_resolve(s, p->program, !no_python, p->d) < 0) {
 		return CLI_USAGE; /* @d says why */
 	}
@@ -884,6 +797,71 @@ int cli_do_program(struct cli_parser *p)
 		s->nargs = i + 1;
 	}
 	return 0;
+}
+
+int cli_do_local_rank_arg(struct cli_parser *p)
+{
+	static const struct {
+		const char *name;
+		enum local_rank_arg style;
+	} styles[] = {
+		{"none", LOCAL_RANK_ARG_NONE},         {"underscore", LOCAL_RANK_ARG_UNDERSCORE},
+		{"dash", LOCAL_RANK_ARG_DASH},         {"--local_rank", LOCAL_RANK_ARG_UNDERSCORE},
+		{"--local-rank", LOCAL_RANK_ARG_DASH},
+	};
+	struct cli_optval *ov = &p->v[O_LOCAL_RANK_ARG];
+	bool use_env, yes;
+	char b[64];
+	size_t i;
+	int rc;
+
+	if ((rc = cli_flag_value(p, O_USE_ENV, &use_env)) != 0) {
+		return rc;
+	}
+	p->spec->local_rank_arg = LOCAL_RANK_ARG_NONE;
+	if (!ov->set) {
+		return 0;
+	}
+	for (i = 0; i < ARRAY_SIZE(styles); i++) {
+		if (strcmp(ov->val, styles[i].name) == 0) {
+			break;
+		}
+	}
+	if (i < ARRAY_SIZE(styles)) {
+		p->spec->local_rank_arg = styles[i].style;
+	} else if (cli_parse_bool(ov->val, &yes) == 0) {
+		/* Alone, or 1 in PET_LOCAL_RANK_ARG: torch 1.x's spelling, as before. */
+		p->spec->local_rank_arg = yes ? LOCAL_RANK_ARG_UNDERSCORE : LOCAL_RANK_ARG_NONE;
+	} else {
+		return cli_fail(p, O_LOCAL_RANK_ARG,
+				"expected none, underscore (--local_rank=N) or dash "
+				"(--local-rank=N), got \"%s\"",
+				cli_show(b, sizeof(b), ov->val));
+	}
+	if (use_env && p->spec->local_rank_arg != LOCAL_RANK_ARG_NONE) {
+		return cli_fail(p, O_LOCAL_RANK_ARG,
+				"cannot be combined with %s (which means: no --local-rank "
+				"argument, LOCAL_RANK only)",
+				p->v[O_USE_ENV].origin);
+	}
+	return 0;
+}
+
+int cli_do_exit_code(struct cli_parser *p)
+{
+	const char *v = p->v[O_EXIT_CODE].val;
+	char b[64];
+
+	p->spec->exit_code_torchrun = false;
+	if (!p->v[O_EXIT_CODE].set || strcmp(v, "crun") == 0) {
+		return 0;
+	}
+	if (strcmp(v, "torchrun") == 0) {
+		p->spec->exit_code_torchrun = true;
+		return 0;
+	}
+	return cli_fail(p, O_EXIT_CODE, "expected crun or torchrun, got \"%s\"",
+			cli_show(b, sizeof(b), v));
 }
 
 int cli_do_restart_waits(struct cli_parser *p)

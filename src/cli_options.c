@@ -30,10 +30,11 @@ const struct cli_opt cli_opts[O_COUNT] = {
 			     "members (default port 2379)", NULL},
 	[O_RDZV_ID] = {"rdzv-id", 0, true, true, "ID", "the job's run id (default none)", NULL},
 	[O_RDZV_CONF] = {"rdzv-conf", 0, true, true, "KEY=VALUE,...",
-			 "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
-			 "keep_alive_interval, read_timeout (seconds), keep_alive_max_attempt, "
-			 "is_host (0|1); etcd: protocol (http|https), cacert, cert, key, user, "
-			 "password_file", NULL},
+			 "join_timeout (alias timeout), last_call_timeout, close_timeout, "
+			 "heartbeat_timeout, keep_alive_interval, read_timeout (seconds), "
+			 "keep_alive_max_attempt, is_host (0|1); torchrun's store_type=tcp, "
+			 "use_libuv and others are accepted, unknown keys warned about; etcd: "
+			 "protocol (http|https), cacert, cert, key, user, password_file", NULL},
 	[O_STANDALONE] = {"standalone", 0, false, true, NULL,
 			  "single node: c10d store on 127.0.0.1, a free port, a fresh run id",
 			  NULL},
@@ -61,6 +62,9 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_SIGNALS] = {"signals-to-handle", 0, true, true, "SIG,...",
 		       "signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)",
 		       NULL},
+	[O_EXIT_CODE] = {"exit-code", 0, true, true, "crun|torchrun",
+			 "on failure exit with the failed worker's code or 128+signal (crun, the "
+			 "default), or always 1 (torchrun)", NULL},
 	[O_LOCAL_ADDR] = {"local-addr", 0, true, true, "ADDR|HOST|IFACE",
 			  "address this node advertises; an interface name (eth0) also sets "
 			  "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME", "Workers"},
@@ -72,12 +76,19 @@ const struct cli_opt cli_opts[O_COUNT] = {
 			 "run PROGRAM directly even if it ends in .py", NULL},
 	[O_RUN_PATH] = {"run-path", 0, false, true, NULL,
 			"run PROGRAM under python3 -u whatever its name", NULL},
+	[O_PYTHON] = {"python", 0, true, true, "PATH",
+		      "the interpreter of a Python PROGRAM, unless $PYTHON_EXEC is set "
+		      "(default python3 from PATH)", NULL},
 	[O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, false, true, NULL,
 				  "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to "
 				  "its GPU", NULL},
-	[O_LOCAL_RANK_ARG] = {"local-rank-arg", 0, false, true, NULL,
-			      "append --local_rank=N to each worker's arguments (legacy "
-			      "torch.distributed.launch scripts)", NULL},
+	[O_LOCAL_RANK_ARG] = {"local-rank-arg", 0, false, true, "none|underscore|dash",
+			      "pass --local_rank=N (alone or =underscore: torch 1.x's "
+			      "torch.distributed.launch) or --local-rank=N (=dash: torch 2.x) "
+			      "after PROGRAM, before ARGS (default none)", NULL, true},
+	[O_USE_ENV] = {"use-env", 0, false, true, NULL,
+		       "accepted from torch.distributed.launch: no --local-rank argument, "
+		       "LOCAL_RANK only (the default)", NULL},
 	[O_LOG_DIR] = {"log-dir", 0, true, true, "DIR",
 		       "keep DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log", "Output"},
 	[O_REDIRECTS] = {"redirects", 'r', true, true, "STD|RANK:STD,...",
@@ -179,14 +190,16 @@ void cli_usage(FILE *out)
 	fprintf(out, "Usage: crun [OPTIONS] PROGRAM [ARGS...]\n"
 		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
 		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
-		     "under python3 -u ($PYTHON_EXEC); ARGS pass through unchanged except\n"
+		     "under python3 -u ($PYTHON_EXEC, --python); ARGS pass through unchanged except\n"
 		     "${local_rank}. Every option also reads PET_<OPTION> (PET_NPROC_PER_NODE=4);\n"
 		     "the command line wins. Dashes and underscores are alike (--nproc_per_node).\n");
 	for (k = 0; k < O_COUNT; k++) {
 		if (cli_opts[k].section != NULL) {
 			fprintf(out, "\n%s:\n", cli_opts[k].section);
 		}
-		if (cli_opts[k].shrt != 0) {
+		if (cli_opts[k].optval) {
+			snprintf(left, sizeof(left), "    --%s[=STYLE]", cli_opts[k].name);
+		} else if (cli_opts[k].shrt != 0) {
 			snprintf(left, sizeof(left), "-%c, --%s%s%s", cli_opts[k].shrt,
 				 cli_opts[k].name, cli_opts[k].arg ? " " : "",
 				 cli_opts[k].arg ? cli_opts[k].metavar : "");
@@ -203,5 +216,6 @@ void cli_usage(FILE *out)
 	}
 	fprintf(out, "\nExit status: 0 on success; the first failed worker's exit code (128+N for\n"
 		     "signal N); 1 when rendezvous or the agent itself failed; 2 for a bad command\n"
-		     "line; 128+N when crun was stopped by signal N. See crun(1).\n");
+		     "line; 128+N when crun was stopped by signal N; with --exit-code torchrun, 1\n"
+		     "for any failure (2 stays for a bad command line). See crun(1).\n");
 }

@@ -12,7 +12,8 @@
 
 /*
  * Private to src/cli*.c and src/program.c. cli.c reads argv and PET_* and checks the flags in
- * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value.
+ * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value;
+ * cli_rdzv_conf.c the --rdzv-conf keys.
  */
 
 enum cli_opt_id {
@@ -34,13 +35,16 @@ enum cli_opt_id {
 	O_START_METHOD,
 	O_SHUTDOWN_TIMEOUT,
 	O_SIGNALS,
+	O_EXIT_CODE,
 	O_LOCAL_ADDR,
 	O_ROLE,
 	O_MODULE,
 	O_NO_PYTHON,
 	O_RUN_PATH,
+	O_PYTHON,
 	O_VIRTUAL_LOCAL_RANK,
 	O_LOCAL_RANK_ARG,
+	O_USE_ENV,
 	O_LOG_DIR,
 	O_REDIRECTS,
 	O_TEE,
@@ -64,6 +68,7 @@ struct cli_opt {
 	const char *metavar; /* for --help */
 	const char *help;    /* one line for --help; "\n" starts a section heading before it */
 	const char *section; /* heading printed before this option, or NULL */
+	bool optval;         /* no value, or one after '=' (--local-rank-arg=dash); arg is false */
 };
 
 /* Every option, indexed by enum cli_opt_id, in --help order (cli_options.c). */
@@ -109,6 +114,11 @@ int cli_set_str(char **dst, const char *src);
 
 /* ---- cli_flags.c: values (0, or CLI_USAGE with p->d set) ---- */
 
+/* The longest duration a flag or --rdzv-conf key takes: a year; any longer is a typo. */
+#define CLI_SECONDS_MAX (365.0 * 24 * 3600)
+/* 1/true/yes/on or 0/false/no/off/"" (any case) into *@out: 0, or -EINVAL. */
+int cli_parse_bool(const char *s, bool *out);
+
 int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, int *out);
 /* Seconds ("30", "0.5") into milliseconds. */
 int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms);
@@ -132,6 +142,7 @@ int cli_count_nproc(struct cli_parser *p);
 int cli_do_backend(struct cli_parser *p);
 int cli_do_endpoint(struct cli_parser *p);
 int cli_do_rdzv_id(struct cli_parser *p);
+/* --rdzv-conf (src/cli_rdzv_conf.c). */
 int cli_do_rdzv_conf(struct cli_parser *p);
 /* --redirects or --tee (@id) into @masks, indexed by local rank. */
 int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *masks);
@@ -145,8 +156,12 @@ int cli_do_log_prefix(struct cli_parser *p);
 int cli_do_stdio(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);
-/* -m, --no-python, --run-path and PROGRAM ARGS (program.c finds it). */
+/* -m, --no-python, --run-path, --python and PROGRAM ARGS (program.c finds it). */
 int cli_do_program(struct cli_parser *p);
+/* --local-rank-arg[=none|underscore|dash] and --use-env (torch.distributed.launch's). */
+int cli_do_local_rank_arg(struct cli_parser *p);
+/* --exit-code crun|torchrun. */
+int cli_do_exit_code(struct cli_parser *p);
 
 /* ---- cli_etcd.c: --rdzv-backend etcd ---- */
 

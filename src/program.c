@@ -154,7 +154,9 @@ int program_resolve(struct job_spec *s, const char *name, bool hint, struct crun
 	if (rc < 0) {
 		return exec_error(d, "python interpreter", s->python_exec, rc, false);
 	}
-	free(found);
+	/* Workers run the one found here, so a failure can name it (agent/agent.c). */
+	free(s->python_path);
+	s->python_path = found;
 	if (s->program_kind == PROGRAM_PYTHON) {
 		if (stat(name, &st) != 0) {
 			return exec_error(d, "program", name, -errno, false);

@@ -20,8 +20,9 @@ enum program_kind program_kind_of(const char *name, bool module, bool no_python,
  * - PROGRAM_EXEC: found as execvp() would (a name with a '/' as is, else along $PATH, a
  *   missing $PATH meaning glibc's default); spec->program becomes the path found.
  * - PROGRAM_PYTHON, PROGRAM_MODULE: $PYTHON_EXEC, when set and not empty, replaces
- *   spec->python_exec, which must then be found the same way; a Python file must also be a
- *   readable regular file. spec->program becomes a copy of @name.
+ *   spec->python_exec (the default "python3", or --python), which must then be found the same
+ *   way: spec->python_path becomes the path found, what workers run. A Python file must also
+ *   be a readable regular file. spec->program becomes a copy of @name.
  * @hint adds a shell's advice to an executable's errors ("use ./NAME", "chmod +x it, or use
  * --run-path"): pass it unless --no-python was given.
  *

@@ -86,8 +86,9 @@ note '${local_rank} macro and --local-rank-arg; $$ passes through untouched'
 run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 2 --local-rank-arg \
 	--no-python /bin/echo 'lr=${local_rank}' '$$' '${other}'
 [ $RC -eq 0 ] || { cat "$T/err" >&2; fail "exit $RC"; }
-expect_grep '^\[rank0\]:lr=0 \$\$ \${other} --local_rank=0$' "$T/out" "macro rank 0"
-expect_grep '^\[rank1\]:lr=1 \$\$ \${other} --local_rank=1$' "$T/out" "macro rank 1"
+# The argument goes where torch.distributed.launch puts it: after the program, before its args.
+expect_grep '^\[rank0\]:--local_rank=0 lr=0 \$\$ \${other}$' "$T/out" "macro rank 0"
+expect_grep '^\[rank1\]:--local_rank=1 lr=1 \$\$ \${other}$' "$T/out" "macro rank 1"
 
 note "a python program runs under \$PYTHON_EXEC -u"
 cat >"$T/p.py" <<'PY'
