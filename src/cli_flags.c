@@ -27,6 +27,7 @@
 #include "src/common/parse.h"
 #include "src/common/signames.h"
 #include "src/gpu_count.h"
+#include "src/jobfile.h"
 #include "src/program.h"
 
 #define NPROC_MAX 4096          /* a sanity bound: more local workers is surely a typo */
@@ -531,13 +532,37 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 			s->rdzv_kind == RDZV_KIND_ETCD ? conf_keys_etcd : conf_keys);
 }
 
+/* rdzv_conf as a job-file mapping: each item with its own FILE:LINE:COLUMN (src/jobfile.h). */
+static int jobfile_conf(struct cli_parser *p)
+{
+	struct cli_optval *ov = &p->v[O_RDZV_CONF];
+	char saved[sizeof(ov->origin)];
+	size_t i;
+	int rc = 0;
+
+	if (p->jf == NULL) {
+		return 0;
+	}
+	memcpy(saved, ov->origin, sizeof(saved));
+	for (i = 0; i < p->jf->nconf && rc == 0; i++) {
+		memcpy(ov->origin, p->jf->conf[i].origin, sizeof(ov->origin));
+		rc = conf_item(p, p->jf->conf[i].key, p->jf->conf[i].val);
+	}
+	memcpy(ov->origin, saved, sizeof(saved));
+	return rc;
+}
+
+/* A job file's rdzv_conf mapping first, then --rdzv-conf: the command line wins per key. */
 int cli_do_rdzv_conf(struct cli_parser *p)
 {
 	const char *v = p->v[O_RDZV_CONF].val;
 	char *copy, *item, *save = NULL, *eq;
 	char b[64];
-	int rc = 0;
+	int rc;
 
+	if ((rc = jobfile_conf(p)) != 0) {
+		return rc;
+	}
 	if (!p->v[O_RDZV_CONF].set || *v == '\0') {
 		return 0;
 	}

@@ -99,6 +99,9 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_INSECURE] = {"insecure", 0, false, false, NULL,
 			"no store authentication: anyone who reaches the store can change the "
 			"job (a warning is printed)", NULL},
+	[O_CONFIG] = {"config", 0, true, false, "FILE.yaml",
+		       "read the job from a YAML job file (see crun.yaml(5)); the command line "
+		       "and PET_ variables override it", "Job file"},
 	[O_HELP] = {"help", 'h', false, false, NULL, "print this help and exit", "Other"},
 	[O_VERSION] = {"version", 0, false, false, NULL, "print the version and exit", NULL},
 };
