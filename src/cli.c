@@ -497,6 +497,13 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 		return rc;
 	}
 	if ((rc = cli_do_program(&p)) != 0) {
+		if (p.jf != NULL && p.program == jf->program && d->code != -ENOMEM) {
+			char msg[sizeof(d->msg)];
+
+			/* say where the job file named it */
+			memcpy(msg, d->msg, sizeof(msg));
+			diag_set(d, d->code, "%.190s: %.300s", jf->program_origin, msg);
+		}
 		return rc;
 	}
 	if ((rc = cli_do_local_addr(&p)) != 0) {

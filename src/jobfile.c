@@ -510,6 +510,7 @@ static int do_key(struct ctx *c, const yaml_node_t *k, const char *key, const ya
 				       found(v, fb, sizeof(fb)));
 		}
 		rc = scalar_text(c, v, key, &s);
+		where(c->jf->program_origin, sizeof(c->jf->program_origin), c, v->start_mark, key);
 		return rc != 0 ? rc : set_string(c, &c->jf->program, s);
 	}
 	if (strcmp(key, "args") == 0) {
