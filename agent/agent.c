@@ -2,6 +2,8 @@
 /* agent/agent.c: the agent loop: store, rendezvous rounds, worker group, restarts, report. */
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -112,6 +114,35 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	return 0;
 }
 
+/*
+ * @host is a loopback address (127.0.0.0/8, ::1, or a name for one): Linux lets any process bind
+ * every 127.x.y.z without configuring it, so an agent on this machine can serve it even though no
+ * interface lists it (getifaddrs() shows 127.0.0.1 only). torchrun treats such endpoints as local.
+ */
+static bool is_loopback(const char *host)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *res = NULL, *ai;
+	bool loop = false;
+
+	if (getaddrinfo(host, NULL, &hints, &res) != 0) {
+		return false;
+	}
+	for (ai = res; ai != NULL && !loop; ai = ai->ai_next) {
+		if (ai->ai_family == AF_INET) {
+			const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
+
+			loop = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+		} else if (ai->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ai->ai_addr;
+
+			loop = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+		}
+	}
+	freeaddrinfo(res);
+	return loop;
+}
+
 /* Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
 static int setup_store(struct agent *a, struct crun_diag *d)
 {
@@ -143,8 +174,11 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		if (spec->standalone || spec->rdzv_port == 0) {
 			return host_store(a, spec->rdzv_host, spec->rdzv_port, d);
 		}
+		/* One of this host's addresses, or any loopback address: the first agent here
+		 * that binds it hosts the store, the others find it taken and join it. */
 		host_it = spec->is_host == 1 ||
-			  (spec->is_host == -1 && net_addr_is_local(spec->rdzv_host));
+			  (spec->is_host == -1 && (net_addr_is_local(spec->rdzv_host) ||
+						   is_loopback(spec->rdzv_host)));
 		if (host_it) {
 			struct crun_diag hd = {0};
 
@@ -160,6 +194,10 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 				 spec->rdzv_endpoint);
 		}
 		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
+		if (!host_it) {
+			log_info("joining the rendezvous store at %s (hosted by another node)",
+				 a->endpoint);
+		}
 		return 0;
 	case RDZV_KIND_ETCD:
 		/* etcd is the store, replicated: no agent hosts one. */
