@@ -23,6 +23,7 @@
 #include "agent/errfile.h"
 #include "agent/etcd.h"
 #include "agent/group.h"
+#include "agent/logroute.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
@@ -75,6 +76,7 @@ struct agent {
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	char tmpbase[PATH_MAX];
+	char logrun[PATH_MAX]; /* --log-dir: this run's own folder; "" without --log-dir */
 	int attempt;
 	bool loop_ok;
 	char log_err[PATH_MAX + 128]; /* the first --log-dir file that lost output; "" if none */
@@ -399,8 +401,8 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		}
 	}
 	if (spec->log_dir != NULL) {
-		if (snprintf(logdir, sizeof(logdir), "%s/%s/attempt_%d", spec->log_dir,
-			     spec->rdzv_id, a->attempt) >= (int)sizeof(logdir)) {
+		if (snprintf(logdir, sizeof(logdir), "%s/attempt_%d", a->logrun, a->attempt) >=
+		    (int)sizeof(logdir)) {
 			log_error("--log-dir: %s: path too long", spec->log_dir);
 			*exit_code = 1;
 			return OUT_ERROR;
@@ -738,6 +740,14 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		a->tmpbase[0] = '\0';
 		return diag_set(d, rc, "agent: temp dir in %s: %s", tmp, strerror(-rc));
 	}
+	if (spec->log_dir != NULL) {
+		rc = logroute_run_dir(spec->log_dir, spec->rdzv_id, a->logrun, sizeof(a->logrun));
+		if (rc < 0) {
+			a->logrun[0] = '\0';
+			return diag_set(d, rc, "--log-dir: %s: %s", spec->log_dir, strerror(-rc));
+		}
+		log_info("worker logs go to %s", a->logrun);
+	}
 	rc = worker_token_write(a, d);
 	if (rc < 0) {
 		return rc;
@@ -792,6 +802,24 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	return rdzv_create(&so, &conf, &a->r, d);
 }
 
+/* --log-dir: the attempt's error files go next to its logs, not into a temporary folder. */
+static void keep_errfiles(struct agent *a, const char *errdir)
+{
+	char dir[PATH_MAX + 32];
+	int rc;
+
+	if (a->logrun[0] == '\0') {
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/attempt_%d", a->logrun, a->attempt);
+	rc = logroute_keep_errfiles(errdir, dir);
+	if (rc < 0) {
+		log_warn("--log-dir: keeping the error files in %s: %s", dir, strerror(-rc));
+	} else if (rc > 0) {
+		log_info("error files of attempt %d are kept in %s", a->attempt, dir);
+	}
+}
+
 static void agent_finish(struct agent *a, bool keep_tmp)
 {
 	if (a->worker_token[0] != '\0') {
@@ -804,7 +832,8 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 	if (a->loop_ok && uv_loop_close(&a->loop) != 0) {
 		log_warn("agent: event loop closed with handles still open");
 	}
-	if (!keep_tmp || fs_count_files(a->tmpbase) == 0) {
+	/* With --log-dir the error files were moved there: nothing temporary is worth keeping. */
+	if (!keep_tmp || a->logrun[0] != '\0' || fs_count_files(a->tmpbase) == 0) {
 		fs_rm_rf(a->tmpbase);
 	} else if (a->tmpbase[0] != '\0') {
 		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
@@ -880,6 +909,7 @@ int agent_run(const struct job_spec *spec)
 		summary[0] = '\0';
 		started = crun_now_ms();
 		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));
+		keep_errfiles(a, errdir);
 		a->attempt++;
 		switch (oc) {
 		case OUT_SUCCESS:

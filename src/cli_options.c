@@ -78,7 +78,8 @@ const struct cli_opt cli_opts[O_COUNT] = {
 			      "append --local_rank=N to each worker's arguments (legacy "
 			      "torch.distributed.launch scripts)", NULL},
 	[O_LOG_DIR] = {"log-dir", 0, true, true, "DIR",
-		       "keep DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log", "Output"},
+		       "keep DIR/RUN_ID_YYYYmmdd-HHMMSS/attempt_N/RANK/{stdout,stderr}.log, a folder per "
+		       "run, error files beside them", "Output"},
 	[O_REDIRECTS] = {"redirects", 'r', true, true, "STD|RANK:STD,...",
 			 "send streams to the log files only: 0 none, 1 out, 2 err, 3 both",
 			 NULL},
