@@ -116,11 +116,8 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	return 0;
 }
 
-/*
- * @host is a loopback address (127.0.0.0/8, ::1, or a name for one): Linux lets any process bind
- * every 127.x.y.z without configuring it, so an agent on this machine can serve it even though no
- * interface lists it (getifaddrs() shows 127.0.0.1 only). torchrun treats such endpoints as local.
- */
+/* @host is loopback (127/8, ::1, a name for one): any process here may bind every 127.x.y.z,
+ * though getifaddrs() lists only 127.0.0.1. torchrun treats such endpoints as local too. */
 static bool is_loopback(const char *host)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -802,24 +799,6 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	return rdzv_create(&so, &conf, &a->r, d);
 }
 
-/* --log-dir: the attempt's error files go next to its logs, not into a temporary folder. */
-static void keep_errfiles(struct agent *a, const char *errdir)
-{
-	char dir[PATH_MAX + 32];
-	int rc;
-
-	if (a->logrun[0] == '\0') {
-		return;
-	}
-	snprintf(dir, sizeof(dir), "%s/attempt_%d", a->logrun, a->attempt);
-	rc = logroute_keep_errfiles(errdir, dir);
-	if (rc < 0) {
-		log_warn("--log-dir: keeping the error files in %s: %s", dir, strerror(-rc));
-	} else if (rc > 0) {
-		log_info("error files of attempt %d are kept in %s", a->attempt, dir);
-	}
-}
-
 static void agent_finish(struct agent *a, bool keep_tmp)
 {
 	if (a->worker_token[0] != '\0') {
@@ -909,7 +888,9 @@ int agent_run(const struct job_spec *spec)
 		summary[0] = '\0';
 		started = crun_now_ms();
 		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));
-		keep_errfiles(a, errdir);
+		if (a->logrun[0] != '\0') {
+			logroute_keep_errfiles(errdir, a->logrun, a->attempt);
+		}
 		a->attempt++;
 		switch (oc) {
 		case OUT_SUCCESS:

@@ -344,14 +344,17 @@ static int move_file(const char *src, const char *dst)
 	return rc;
 }
 
-int logroute_keep_errfiles(const char *errdir, const char *dir)
+int logroute_keep_errfiles(const char *errdir, const char *run_dir, int attempt)
 {
-	char src[PATH_MAX], dst[PATH_MAX];
+	char src[PATH_MAX], dst[PATH_MAX], dir[PATH_MAX];
 	struct dirent *e;
 	size_t n;
 	DIR *dp;
 	int rc = 0, moved = 0;
 
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/attempt_%d", run_dir, attempt) >= sizeof(dir)) {
+		return -ENAMETOOLONG;
+	}
 	dp = opendir(errdir);
 	if (dp == NULL) {
 		return errno == ENOENT ? 0 : -errno;
@@ -377,5 +380,12 @@ int logroute_keep_errfiles(const char *errdir, const char *dir)
 		moved++;
 	}
 	closedir(dp);
-	return rc < 0 ? rc : moved;
+	if (rc < 0) {
+		log_warn("--log-dir: keeping the error files in %s: %s", dir, strerror(-rc));
+		return rc;
+	}
+	if (moved > 0) {
+		log_info("error files of attempt %d are kept in %s", attempt, dir);
+	}
+	return moved;
 }

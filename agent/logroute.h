@@ -64,10 +64,11 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
  */
 int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len);
 /**
- * Move the workers' error files (error_<rank>.json) of the temporary @errdir into @dir (created
- * when there is one), so that the temporary folder can go. Returns how many were moved, or a
- * negative errno.
+ * Move the workers' error files (error_<rank>.json) of attempt @attempt from the temporary
+ * @errdir into @run_dir/attempt_<attempt> (created when there is one), so that the temporary
+ * folder can go; logs where they went, or why they could not. Returns how many were moved, or
+ * a negative errno.
  */
-int logroute_keep_errfiles(const char *errdir, const char *dir);
+int logroute_keep_errfiles(const char *errdir, const char *run_dir, int attempt);
 
 #endif

@@ -22,10 +22,14 @@ for d in "$T"/logs/rerun_*; do
 	basename "$d" | grep -Eq '^rerun_[0-9]{8}-[0-9]{6}(\.[0-9]+)?$' ||
 		fail "run folder $d: expected rerun_YYYYmmdd-HHMMSS[.N]"
 done
-R1=$(grep -l '^run1$' "$T"/logs/rerun_*/attempt_0/0/stdout.log | xargs dirname | xargs dirname |
-	xargs dirname)
-R2=$(grep -l '^run2$' "$T"/logs/rerun_*/attempt_0/0/stdout.log | xargs dirname | xargs dirname |
-	xargs dirname)
+# run_of TEXT: the run folder whose logs hold the line TEXT (.../RUN/attempt_N/RANK/stdout.log).
+run_of() {
+	local f
+	f=$(grep -lx "$1" "$T"/logs/rerun_*/attempt_*/*/stdout.log | head -n1)
+	[ -n "$f" ] && dirname "$(dirname "$(dirname "$f")")"
+}
+R1=$(run_of run1)
+R2=$(run_of run2)
 [ -n "$R1" ] && [ -n "$R2" ] && [ "$R1" != "$R2" ] || fail "runs 1 and 2 share a folder: $R1 $R2"
 expect_eq "$(ls -d "$R1"/attempt_* | wc -l)" 2 "attempts of run 1"
 expect_eq "$(ls -d "$R2"/attempt_* | wc -l)" 1 "attempts of run 2"
