@@ -176,8 +176,8 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		/* One of this host's addresses, or any loopback address: the first agent here
 		 * that binds it hosts the store, the others find it taken and join it. */
 		host_it = spec->is_host == 1 ||
-			  (spec->is_host == -1 && (net_addr_is_local(spec->rdzv_host) ||
-						   is_loopback(spec->rdzv_host)));
+			  (spec->is_host == -1 &&
+			   (net_addr_is_local(spec->rdzv_host) || is_loopback(spec->rdzv_host)));
 		if (host_it) {
 			struct crun_diag hd = {0};
 

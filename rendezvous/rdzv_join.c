@@ -825,8 +825,8 @@ static int check_shape(struct rdzv *r, struct crun_diag *d)
 	int omin, omax, ores, rc;
 	bool won;
 
-	snprintf(mine, sizeof(mine), "%d %d %d %.200s", c->min_nodes, c->max_nodes,
-		 c->max_restarts, r->host);
+	snprintf(mine, sizeof(mine), "%d %d %d %.200s", c->min_nodes, c->max_nodes, c->max_restarts,
+		 r->host);
 	rc = rdzv_cas_str(r->st, "shape", mine, cur, sizeof(cur), &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s: record the job's shape: %s", r->run_id,
@@ -838,17 +838,19 @@ static int check_shape(struct rdzv *r, struct crun_diag *d)
 	if (omax != c->max_nodes) {
 		shape_nnodes(a, sizeof(a), c->min_nodes, c->max_nodes);
 		shape_nnodes(b, sizeof(b), omin, omax);
-		return diag_set(d, CRUN_ECONFIG,
-				"rendezvous %s: this node has --nnodes %s, but the job's first node "
-				"(host %s) has --nnodes %s: start every node with the same --nnodes",
-				r->run_id, a, oh, b);
+		return diag_set(
+			d, CRUN_ECONFIG,
+			"rendezvous %s: this node has --nnodes %s, but the job's first node "
+			"(host %s) has --nnodes %s: start every node with the same --nnodes",
+			r->run_id, a, oh, b);
 	}
 	if (ores != c->max_restarts) {
-		return diag_set(d, CRUN_ECONFIG,
-				"rendezvous %s: this node has --max-restarts %d, but the job's first "
-				"node (host %s) has --max-restarts %d: start every node with the "
-				"same --max-restarts",
-				r->run_id, c->max_restarts, oh, ores);
+		return diag_set(
+			d, CRUN_ECONFIG,
+			"rendezvous %s: this node has --max-restarts %d, but the job's first "
+			"node (host %s) has --max-restarts %d: start every node with the "
+			"same --max-restarts",
+			r->run_id, c->max_restarts, oh, ores);
 	}
 	return 0;
 }

@@ -398,18 +398,20 @@ static int do_pairs(struct ctx *c, const yaml_node_t *v, const char *key, bool e
 			return rc;
 		}
 		if (env && !env_name_ok(ks)) {
-			return fail_at(c, k->start_mark, key,
-				       "expected a variable name (letters, digits, _), found \"%s\"",
-				       cli_show(b, sizeof(b), ks));
+			return fail_at(
+				c, k->start_mark, key,
+				"expected a variable name (letters, digits, _), found \"%s\"",
+				cli_show(b, sizeof(b), ks));
 		}
 		for (prev = v->data.mapping.pairs.start; prev < pr; prev++) {
 			const yaml_node_t *pk = node(c, prev->key);
 
 			if (strcmp(text(pk), ks) == 0) {
-				return fail_at(c, k->start_mark, key,
-					       "duplicate key \"%s\" (first at line %zu, column %zu)",
-					       cli_show(b, sizeof(b), ks), pk->start_mark.line + 1,
-					       pk->start_mark.column + 1);
+				return fail_at(
+					c, k->start_mark, key,
+					"duplicate key \"%s\" (first at line %zu, column %zu)",
+					cli_show(b, sizeof(b), ks), pk->start_mark.line + 1,
+					pk->start_mark.column + 1);
 			}
 		}
 		snprintf(sub, sizeof(sub), "%s.%.*s", key, KEY_MAX, ks);
@@ -559,10 +561,11 @@ static int do_root(struct ctx *c, const yaml_node_t *root)
 			const yaml_node_t *pk = node(c, prev->key);
 
 			if (strcmp(text(pk), key) == 0) {
-				return fail_at(c, k->start_mark, NULL,
-					       "duplicate key \"%s\" (first at line %zu, column %zu)",
-					       cli_show(b, sizeof(b), key), pk->start_mark.line + 1,
-					       pk->start_mark.column + 1);
+				return fail_at(
+					c, k->start_mark, NULL,
+					"duplicate key \"%s\" (first at line %zu, column %zu)",
+					cli_show(b, sizeof(b), key), pk->start_mark.line + 1,
+					pk->start_mark.column + 1);
 			}
 		}
 		rc = do_key(c, k, key, v);

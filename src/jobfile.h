@@ -29,11 +29,11 @@ struct jobfile_pair {
 };
 
 struct jobfile {
-	char *vals[O_COUNT];   /* the text of each flag the file sets, or NULL */
+	char *vals[O_COUNT]; /* the text of each flag the file sets, or NULL */
 	char origins[O_COUNT][CLI_ORIGIN_MAX];
-	char *program;         /* NULL when the file names none */
+	char *program; /* NULL when the file names none */
 	char program_origin[CLI_ORIGIN_MAX];
-	char **args;           /* NULL-terminated; NULL when the file has no args */
+	char **args; /* NULL-terminated; NULL when the file has no args */
 	int nargs;
 	struct jobfile_pair *conf; /* rdzv_conf as a mapping */
 	size_t nconf;

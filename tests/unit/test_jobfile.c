@@ -55,8 +55,7 @@ static void write_job(const char *text)
 }
 
 /* cli_parse_diag() on "crun --config PATH @extra..." with the file holding @text. */
-static int run(const char *text, const char *const *extra, struct job_spec *s,
-	       struct crun_diag *d)
+static int run(const char *text, const char *const *extra, struct job_spec *s, struct crun_diag *d)
 {
 	char *argv[16];
 	int argc = 0, rc;
@@ -253,8 +252,7 @@ static void missing_file_or_program(void **state)
 {
 	struct job_spec s;
 	struct crun_diag d;
-	char *argv[] = {(char *)"crun", (char *)"--config", (char *)"/nonexistent/job.yaml",
-			NULL};
+	char *argv[] = {(char *)"crun", (char *)"--config", (char *)"/nonexistent/job.yaml", NULL};
 
 	(void)state;
 	memset(&d, 0, sizeof(d));
@@ -299,14 +297,16 @@ static void man_page_documents_every_key(void **state)
 		}
 		snprintf(want, sizeof(want), "\n*%s*:", k);
 		if (strstr(page, want) == NULL) {
-			fail_msg("man/crun.yaml.5.scd does not document key %s (a line \"*%s*: ...\")",
+			fail_msg("man/crun.yaml.5.scd does not document key %s (a line \"*%s*: "
+				 "...\")",
 				 k, k);
 		}
 	}
 	for (i = 0; jobfile_extra_keys[i] != NULL; i++) {
 		snprintf(want, sizeof(want), "\n*%s*:", jobfile_extra_keys[i]);
 		if (strstr(page, want) == NULL) {
-			fail_msg("man/crun.yaml.5.scd does not document key %s", jobfile_extra_keys[i]);
+			fail_msg("man/crun.yaml.5.scd does not document key %s",
+				 jobfile_extra_keys[i]);
 		}
 	}
 	free(page);
