@@ -2,6 +2,8 @@
 /* agent/agent.c: the agent loop: store, rendezvous rounds, worker group, restarts, report. */
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -21,6 +23,7 @@
 #include "agent/errfile.h"
 #include "agent/etcd.h"
 #include "agent/group.h"
+#include "agent/logroute.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
@@ -73,6 +76,7 @@ struct agent {
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	char tmpbase[PATH_MAX];
+	char logrun[PATH_MAX]; /* --log-dir: this run's own folder; "" without --log-dir */
 	int attempt;
 	bool loop_ok;
 	char log_err[PATH_MAX + 128]; /* the first --log-dir file that lost output; "" if none */
@@ -112,6 +116,32 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	return 0;
 }
 
+/* @host is loopback (127/8, ::1, a name for one): any process here may bind every 127.x.y.z,
+ * though getifaddrs() lists only 127.0.0.1. torchrun treats such endpoints as local too. */
+static bool is_loopback(const char *host)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *res = NULL, *ai;
+	bool loop = false;
+
+	if (getaddrinfo(host, NULL, &hints, &res) != 0) {
+		return false;
+	}
+	for (ai = res; ai != NULL && !loop; ai = ai->ai_next) {
+		if (ai->ai_family == AF_INET) {
+			const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
+
+			loop = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+		} else if (ai->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ai->ai_addr;
+
+			loop = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+		}
+	}
+	freeaddrinfo(res);
+	return loop;
+}
+
 /* Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
 static int setup_store(struct agent *a, struct crun_diag *d)
 {
@@ -143,8 +173,11 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		if (spec->standalone || spec->rdzv_port == 0) {
 			return host_store(a, spec->rdzv_host, spec->rdzv_port, d);
 		}
+		/* One of this host's addresses, or any loopback address: the first agent here
+		 * that binds it hosts the store, the others find it taken and join it. */
 		host_it = spec->is_host == 1 ||
-			  (spec->is_host == -1 && net_addr_is_local(spec->rdzv_host));
+			  (spec->is_host == -1 &&
+			   (net_addr_is_local(spec->rdzv_host) || is_loopback(spec->rdzv_host)));
 		if (host_it) {
 			struct crun_diag hd = {0};
 
@@ -160,6 +193,10 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 				 spec->rdzv_endpoint);
 		}
 		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
+		if (!host_it) {
+			log_info("joining the rendezvous store at %s (hosted by another node)",
+				 a->endpoint);
+		}
 		return 0;
 	case RDZV_KIND_ETCD:
 		/* etcd is the store, replicated: no agent hosts one. */
@@ -384,8 +421,8 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		}
 	}
 	if (spec->log_dir != NULL) {
-		if (snprintf(logdir, sizeof(logdir), "%s/%s/attempt_%d", spec->log_dir,
-			     spec->rdzv_id, a->attempt) >= (int)sizeof(logdir)) {
+		if (snprintf(logdir, sizeof(logdir), "%s/attempt_%d", a->logrun, a->attempt) >=
+		    (int)sizeof(logdir)) {
 			log_error("--log-dir: %s: path too long", spec->log_dir);
 			*exit_code = 1;
 			return OUT_ERROR;
@@ -730,6 +767,14 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		a->tmpbase[0] = '\0';
 		return diag_set(d, rc, "agent: temp dir in %s: %s", tmp, strerror(-rc));
 	}
+	if (spec->log_dir != NULL) {
+		rc = logroute_run_dir(spec->log_dir, spec->rdzv_id, a->logrun, sizeof(a->logrun));
+		if (rc < 0) {
+			a->logrun[0] = '\0';
+			return diag_set(d, rc, "--log-dir: %s: %s", spec->log_dir, strerror(-rc));
+		}
+		log_info("worker logs go to %s", a->logrun);
+	}
 	rc = worker_token_write(a, d);
 	if (rc < 0) {
 		return rc;
@@ -796,7 +841,8 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 	if (a->loop_ok && uv_loop_close(&a->loop) != 0) {
 		log_warn("agent: event loop closed with handles still open");
 	}
-	if (!keep_tmp || fs_count_files(a->tmpbase) == 0) {
+	/* With --log-dir the error files were moved there: nothing temporary is worth keeping. */
+	if (!keep_tmp || a->logrun[0] != '\0' || fs_count_files(a->tmpbase) == 0) {
 		fs_rm_rf(a->tmpbase);
 	} else if (a->tmpbase[0] != '\0') {
 		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
@@ -872,6 +918,9 @@ int agent_run(const struct job_spec *spec)
 		summary[0] = '\0';
 		started = crun_now_ms();
 		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));
+		if (a->logrun[0] != '\0') {
+			logroute_keep_errfiles(errdir, a->logrun, a->attempt);
+		}
 		a->attempt++;
 		switch (oc) {
 		case OUT_SUCCESS:

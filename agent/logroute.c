@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /* agent/logroute.c: cut worker output into whole lines, prefix them, write each at once. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/logroute.h"
 #include "src/common/clock.h"
+#include "src/common/fs.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
 
@@ -383,4 +389,124 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
 	}
 	out[len] = '\0';
 	return out;
+}
+
+/* ---- the --log-dir layout ---- */
+
+int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len)
+{
+	char ts[32];
+	struct tm tm;
+	time_t now = time(NULL);
+	int rc, n, k;
+
+	if (localtime_r(&now, &tm) == NULL || strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", &tm) == 0) {
+		snprintf(ts, sizeof(ts), "%lld", (long long)now);
+	}
+	rc = fs_mkdir_p(log_dir, 0755);
+	if (rc < 0) {
+		return rc;
+	}
+	for (n = 0; n < 1000; n++) {
+		k = n == 0 ? snprintf(out, len, "%s/%s_%s", log_dir, run_id, ts)
+			   : snprintf(out, len, "%s/%s_%s.%d", log_dir, run_id, ts, n);
+		if (k < 0 || (size_t)k >= len) {
+			return -ENAMETOOLONG;
+		}
+		if (mkdir(out, 0755) == 0) {
+			return 0;
+		}
+		if (errno != EEXIST) {
+			return -errno;
+		}
+	}
+	return -EEXIST;
+}
+
+/* rename(), or a copy when @dst is on another file system. */
+static int move_file(const char *src, const char *dst)
+{
+	char buf[8192];
+	ssize_t n;
+	int in, out, rc = 0;
+
+	if (rename(src, dst) == 0) {
+		return 0;
+	}
+	if (errno != EXDEV) {
+		return -errno;
+	}
+	in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (in < 0) {
+		return -errno;
+	}
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (out < 0) {
+		rc = -errno;
+		close(in);
+		return rc;
+	}
+	while ((n = io_read_full(in, buf, sizeof(buf))) > 0) {
+		rc = io_write_full(out, buf, (size_t)n);
+		if (rc < 0) {
+			break;
+		}
+	}
+	if (n < 0 && rc == 0) {
+		rc = (int)n;
+	}
+	close(in);
+	if (close(out) != 0 && rc == 0) {
+		rc = -errno;
+	}
+	if (rc == 0) {
+		unlink(src);
+	}
+	return rc;
+}
+
+int logroute_keep_errfiles(const char *errdir, const char *run_dir, int attempt)
+{
+	char src[PATH_MAX], dst[PATH_MAX], dir[PATH_MAX];
+	struct dirent *e;
+	size_t n;
+	DIR *dp;
+	int rc = 0, moved = 0;
+
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/attempt_%d", run_dir, attempt) >= sizeof(dir)) {
+		return -ENAMETOOLONG;
+	}
+	dp = opendir(errdir);
+	if (dp == NULL) {
+		return errno == ENOENT ? 0 : -errno;
+	}
+	while ((e = readdir(dp)) != NULL) {
+		n = strlen(e->d_name);
+		if (strncmp(e->d_name, "error_", 6) != 0 || n < 11 ||
+		    strcmp(e->d_name + n - 5, ".json") != 0) {
+			continue;
+		}
+		if ((size_t)snprintf(src, sizeof(src), "%s/%s", errdir, e->d_name) >= sizeof(src) ||
+		    (size_t)snprintf(dst, sizeof(dst), "%s/%s", dir, e->d_name) >= sizeof(dst)) {
+			rc = -ENAMETOOLONG;
+			break;
+		}
+		if (moved == 0 && (rc = fs_mkdir_p(dir, 0755)) < 0) {
+			break;
+		}
+		rc = move_file(src, dst);
+		if (rc < 0) {
+			break;
+		}
+		moved++;
+	}
+	closedir(dp);
+	if (rc < 0) {
+		log_warn("--log-dir: keeping the error files in %s: %s", dir, strerror(-rc));
+		return rc;
+	}
+	if (moved > 0) {
+		log_info("error files of attempt %d are kept in %s", attempt, dir);
+	}
+	return moved;
 }

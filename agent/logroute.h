@@ -77,4 +77,21 @@ void logroute_finish(struct logroute_stream *s);
 char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const char *host,
 			     const char *role);
 
+/* ---- the --log-dir layout ---- */
+
+/**
+ * Claim this run's folder under --log-dir @log_dir (created with its parents): a fresh
+ * "<run_id>_<YYYYmmdd-HHMMSS>" (local time), with ".1", ".2", ... when that exists already, so
+ * that reruns with the same run id never share attempt folders (torchrun adds a suffix too).
+ * The path goes to @out. Returns 0 or a negative errno.
+ */
+int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len);
+/**
+ * Move the workers' error files (error_<rank>.json) of attempt @attempt from the temporary
+ * @errdir into @run_dir/attempt_<attempt> (created when there is one), so that the temporary
+ * folder can go; logs where they went, or why they could not. Returns how many were moved, or
+ * a negative errno.
+ */
+int logroute_keep_errfiles(const char *errdir, const char *run_dir, int attempt);
+
 #endif

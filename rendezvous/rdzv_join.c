@@ -801,6 +801,60 @@ static int join_round(struct rdzv *r, int R, int64_t deadline, struct rdzv_assig
 	return read_assignment(&j, a, d);
 }
 
+static void shape_nnodes(char *buf, size_t len, int min, int max)
+{
+	if (min == max) {
+		snprintf(buf, len, "%d", min);
+	} else {
+		snprintf(buf, len, "%d:%d", min, max);
+	}
+}
+
+/*
+ * The job's shape: the first node to join records its --nnodes and --max-restarts under
+ * "shape"; a node whose MAX nodes or restart budget differs is refused at once, naming both,
+ * instead of waiting out the join timeout in a round that can never close as it expects.
+ * --nproc-per-node may differ from node to node, as with torchrun (ranks are laid out by each
+ * node's count), and so may MIN of an elastic --nnodes: it only says when a node's own last
+ * call starts (tests/rdzv uses that to order a round's close).
+ */
+static int check_shape(struct rdzv *r, struct crun_diag *d)
+{
+	const struct rdzv_conf *c = &r->conf;
+	char mine[REC_MAX], cur[REC_MAX], oh[256] = "?", a[32], b[32];
+	int omin, omax, ores, rc;
+	bool won;
+
+	snprintf(mine, sizeof(mine), "%d %d %d %.200s", c->min_nodes, c->max_nodes, c->max_restarts,
+		 r->host);
+	rc = rdzv_cas_str(r->st, "shape", mine, cur, sizeof(cur), &won);
+	if (rc < 0) {
+		return diag_set(d, rc, "rendezvous %s: record the job's shape: %s", r->run_id,
+				rdzv_why(r->st, rc));
+	}
+	if (won || sscanf(cur, "%d %d %d %255s", &omin, &omax, &ores, oh) < 3) {
+		return 0;
+	}
+	if (omax != c->max_nodes) {
+		shape_nnodes(a, sizeof(a), c->min_nodes, c->max_nodes);
+		shape_nnodes(b, sizeof(b), omin, omax);
+		return diag_set(
+			d, CRUN_ECONFIG,
+			"rendezvous %s: this node has --nnodes %s, but the job's first node "
+			"(host %s) has --nnodes %s: start every node with the same --nnodes",
+			r->run_id, a, oh, b);
+	}
+	if (ores != c->max_restarts) {
+		return diag_set(
+			d, CRUN_ECONFIG,
+			"rendezvous %s: this node has --max-restarts %d, but the job's first "
+			"node (host %s) has --max-restarts %d: start every node with the "
+			"same --max-restarts",
+			r->run_id, c->max_restarts, oh, ores);
+	}
+	return 0;
+}
+
 int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag *d)
 {
 	char v[64];
@@ -860,6 +914,10 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 		}
 	}
 	r->in_round = false;
+	rc = check_shape(r, d);
+	if (rc < 0) {
+		return rc;
+	}
 	for (guard = 0; guard < 100000; guard++) {
 		/* Just read above when leaving a round: not again for its successor. */
 		rc = end_known == 0 && guard == 0 ? 0 : check_end(r, d);

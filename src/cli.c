@@ -14,6 +14,7 @@
 #include "config.h"
 #include "src/cli.h"
 #include "src/cli_parser.h"
+#include "src/jobfile.h"
 
 #define RESTARTS_MAX 1000000
 
@@ -218,6 +219,9 @@ static int read_argv(struct cli_parser *p, int argc, char **argv)
 		}
 		set_val(p, id, a, 2, val);
 	}
+	if (i >= argc && p->v[O_CONFIG].set) {
+		return CLI_OK; /* the job file may name the program */
+	}
 	if (i >= argc) {
 		return cli_fail(p, O_COUNT,
 				"missing PROGRAM to run (usage: crun [OPTIONS] PROGRAM "
@@ -227,6 +231,55 @@ static int read_argv(struct cli_parser *p, int argc, char **argv)
 	p->args = argv + i + 1;
 	p->nargs = argc - i - 1;
 	return CLI_OK;
+}
+
+/* ---- the job file ---- */
+
+/*
+ * --config FILE.yaml: the file's values fill in what neither the command line nor a PET_
+ * variable set, its program and args when the command line names no program, and its env is
+ * exported here, before anything reads the environment, so that the agent and every worker see
+ * it (the file wins over the inherited environment: it is the job's own setting).
+ */
+static int apply_jobfile(struct cli_parser *p, struct jobfile *jf)
+{
+	char b[64];
+	size_t i;
+	int k;
+
+	if (!p->v[O_CONFIG].set) {
+		return 0;
+	}
+	if (*p->v[O_CONFIG].val == '\0') {
+		return cli_fail(p, O_CONFIG, "empty file name");
+	}
+	if (jobfile_load(jf, p->v[O_CONFIG].val, p->d) < 0) {
+		return CLI_USAGE; /* @d says what and where */
+	}
+	p->jf = jf;
+	for (k = 0; k < O_COUNT; k++) {
+		if (jf->vals[k] != NULL && !p->v[k].set) {
+			set_val(p, (enum cli_opt_id)k, jf->origins[k], strlen(jf->origins[k]),
+				jf->vals[k]);
+		}
+	}
+	if (p->program == NULL && jf->program != NULL) {
+		p->program = jf->program;
+		p->args = jf->args;
+		p->nargs = jf->nargs;
+	}
+	if (p->program == NULL) {
+		return cli_fail(p, O_COUNT,
+				"missing PROGRAM: neither the command line nor %s names one "
+				"(program: in the job file)",
+				cli_show(b, sizeof(b), p->v[O_CONFIG].val));
+	}
+	for (i = 0; i < jf->nenv; i++) {
+		if (setenv(jf->env[i].key, jf->env[i].val, 1) < 0) {
+			return cli_oom(p);
+		}
+	}
+	return 0;
 }
 
 /* ---- putting it together ---- */
@@ -306,17 +359,14 @@ static int check_virtual_devices(struct cli_parser *p)
 	return 0;
 }
 
-int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_diag *d)
+static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_diag *d,
+		     struct jobfile *jf)
 {
-	struct crun_diag local = {0};
 	struct cli_parser p;
 	bool standalone, count_later, yes;
 	char b[64];
 	int rc;
 
-	if (d == NULL) {
-		d = &local;
-	}
 	memset(&p, 0, sizeof(p));
 	p.spec = spec;
 	p.d = d;
@@ -328,7 +378,10 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 	if (rc != CLI_OK) {
 		return rc;
 	}
-	/* Inside a Slurm step, Slurm's values fill in what the command line left out. */
+	if ((rc = apply_jobfile(&p, jf)) != 0) {
+		return rc;
+	}
+	/* Inside a Slurm step, Slurm's values fill in what the command line and file left out. */
 	if ((rc = cli_slurm_setup(&p)) != 0) {
 		return rc;
 	}
@@ -454,6 +507,13 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 		return rc;
 	}
 	if ((rc = cli_do_program(&p)) != 0) {
+		if (p.jf != NULL && p.program == jf->program && d->code != -ENOMEM) {
+			char msg[sizeof(d->msg)];
+
+			/* say where the job file named it */
+			memcpy(msg, d->msg, sizeof(msg));
+			diag_set(d, d->code, "%.190s: %.300s", jf->program_origin, msg);
+		}
 		return rc;
 	}
 	if ((rc = cli_do_local_addr(&p)) != 0) {
@@ -478,6 +538,18 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 	spec->rdzv.advertise_addr = spec->advertise_addr;
 	spec->rdzv.max_restarts = spec->max_restarts;
 	return CLI_OK;
+}
+
+int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_diag *d)
+{
+	struct crun_diag local = {0};
+	struct jobfile jf;
+	int rc;
+
+	memset(&jf, 0, sizeof(jf));
+	rc = parse_all(argc, argv, spec, d != NULL ? d : &local, &jf);
+	jobfile_finish(&jf); /* the spec holds copies of everything it keeps */
+	return rc;
 }
 
 int cli_parse(int argc, char **argv, struct job_spec *spec)

@@ -90,7 +90,8 @@ const struct cli_opt cli_opts[O_COUNT] = {
 		       "accepted from torch.distributed.launch: no --local-rank argument, "
 		       "LOCAL_RANK only (the default)", NULL},
 	[O_LOG_DIR] = {"log-dir", 0, true, true, "DIR",
-		       "keep DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log", "Output"},
+		       "keep DIR/RUN_ID_YYYYmmdd-HHMMSS/attempt_N/RANK/{stdout,stderr}.log, a folder per "
+		       "run, error files beside them", "Output"},
 	[O_REDIRECTS] = {"redirects", 'r', true, true, "STD|RANK:STD,...",
 			 "send streams to the log files only: 0 none, 1 out, 2 err, 3 both",
 			 NULL},
@@ -118,6 +119,9 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_INSECURE] = {"insecure", 0, false, false, NULL,
 			"no store authentication: anyone who reaches the store can change the "
 			"job (a warning is printed)", NULL},
+	[O_CONFIG] = {"config", 0, true, false, "FILE.yaml",
+		       "read the job from a YAML job file (see crun.yaml(5)); the command line "
+		       "and PET_ variables override it", "Job file"},
 	[O_HELP] = {"help", 'h', false, false, NULL, "print this help and exit", "Other"},
 	[O_VERSION] = {"version", 0, false, false, NULL, "print the version and exit", NULL},
 };

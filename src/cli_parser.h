@@ -55,6 +55,7 @@ enum cli_opt_id {
 	O_TTY,
 	O_TOKEN_FILE,
 	O_INSECURE,
+	O_CONFIG,
 	O_HELP,
 	O_VERSION,
 	O_COUNT
@@ -79,12 +80,17 @@ const struct cli_opt *cli_opt_find_long(const char *name, size_t len, enum cli_o
 /* The option with short letter @c, or NULL; sets *@id. */
 const struct cli_opt *cli_opt_find_short(char c, enum cli_opt_id *id);
 
+/* Room for an origin: "--nproc_per_node", "PET_NNODES" or "FILE:LINE:COLUMN: key". */
+#define CLI_ORIGIN_MAX 192
+
 /* Where a value came from: the spelling the user typed, for error lines. */
 struct cli_optval {
-	const char *val; /* borrowed from argv or the environment */
-	char origin[64]; /* "--nproc_per_node", "-r", "PET_NNODES" */
+	const char *val; /* borrowed from argv, the environment or the job file */
+	char origin[CLI_ORIGIN_MAX]; /* "--nproc_per_node", "PET_NNODES", "job.yaml:3:9: nnodes" */
 	bool set;
 };
+
+struct jobfile;
 
 struct cli_parser {
 	struct cli_optval v[O_COUNT];
@@ -93,6 +99,7 @@ struct cli_parser {
 	const char *program;
 	char **args;
 	int nargs;
+	struct jobfile *jf; /* --config FILE.yaml, or NULL (src/jobfile.h) */
 	/* etcd: the protocol the member list (--rdzv-endpoint) and protocol= (--rdzv-conf) named:
 	 * -1/0 none, 1 http, 2 https (cli_etcd.c). */
 	int etcd_tls_endpoint, etcd_tls_conf;

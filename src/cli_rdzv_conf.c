@@ -11,6 +11,7 @@
 #include "src/cli_parser.h"
 #include "src/common/parse.h"
 #include "src/common/util.h"
+#include "src/jobfile.h"
 
 /*
  * Every --rdzv-conf key crun reads: a close misspelling of one is refused with a "did you
@@ -164,17 +165,57 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 	return 0;
 }
 
+/* One KEY=VALUE of either source; torchrun's legacy "timeout" is kept aside in *timeout_ms. */
+static int conf_pair(struct cli_parser *p, const char *key, const char *val, int64_t *timeout_ms,
+		     bool *join_given)
+{
+	char b[64];
+
+	if (strcmp(key, "timeout") == 0) {
+		/* torchrun's legacy rendezvous timeout: the join timeout, unless given. */
+		if (parse_seconds_ms(val, CLI_SECONDS_MAX, timeout_ms) < 0 || *timeout_ms <= 0) {
+			return cli_fail(p, O_RDZV_CONF, "timeout: expected seconds above 0, got \"%s\"",
+					cli_show(b, sizeof(b), val));
+		}
+		return 0;
+	}
+	*join_given = *join_given || strcmp(key, "join_timeout") == 0;
+	return conf_item(p, key, val);
+}
+
+/* rdzv_conf as a job-file mapping: each item with its own FILE:LINE:COLUMN (src/jobfile.h). */
+static int jobfile_conf(struct cli_parser *p, int64_t *timeout_ms, bool *join_given)
+{
+	struct cli_optval *ov = &p->v[O_RDZV_CONF];
+	char saved[sizeof(ov->origin)];
+	size_t i;
+	int rc = 0;
+
+	if (p->jf == NULL) {
+		return 0;
+	}
+	memcpy(saved, ov->origin, sizeof(saved));
+	for (i = 0; i < p->jf->nconf && rc == 0; i++) {
+		memcpy(ov->origin, p->jf->conf[i].origin, sizeof(ov->origin));
+		rc = conf_pair(p, p->jf->conf[i].key, p->jf->conf[i].val, timeout_ms, join_given);
+	}
+	memcpy(ov->origin, saved, sizeof(saved));
+	return rc;
+}
+
+/* A job file's rdzv_conf mapping first, then --rdzv-conf: the command line wins per key. */
 int cli_do_rdzv_conf(struct cli_parser *p)
 {
 	const char *v = p->v[O_RDZV_CONF].val;
-	char *copy, *item, *save = NULL, *eq;
+	char *copy = NULL, *item, *save = NULL, *eq;
 	char b[64];
 	int64_t timeout_ms = -1;
 	bool join_given = false;
-	int rc = 0;
+	int rc;
 
-	if (!p->v[O_RDZV_CONF].set || *v == '\0') {
-		return 0;
+	rc = jobfile_conf(p, &timeout_ms, &join_given);
+	if (rc != 0 || !p->v[O_RDZV_CONF].set || *v == '\0') {
+		goto out;
 	}
 	copy = strdup(v);
 	if (copy == NULL) {
@@ -188,24 +229,12 @@ int cli_do_rdzv_conf(struct cli_parser *p)
 			break;
 		}
 		*eq = '\0';
-		if (strcmp(item, "timeout") == 0) {
-			/* torchrun's legacy rendezvous timeout: the join timeout, unless given. */
-			if (parse_seconds_ms(eq + 1, CLI_SECONDS_MAX, &timeout_ms) < 0 ||
-			    timeout_ms <= 0) {
-				rc = cli_fail(p, O_RDZV_CONF,
-					      "timeout: expected seconds above 0, got \"%s\"",
-					      cli_show(b, sizeof(b), eq + 1));
-				break;
-			}
-			continue;
-		}
-		join_given = join_given || strcmp(item, "join_timeout") == 0;
-		rc = conf_item(p, item, eq + 1);
-		if (rc != 0) {
+		if ((rc = conf_pair(p, item, eq + 1, &timeout_ms, &join_given)) != 0) {
 			break;
 		}
 	}
 	free(copy);
+out:
 	if (rc == 0 && timeout_ms > 0 && !join_given) {
 		p->spec->rdzv.join_timeout_ms = timeout_ms;
 	}

@@ -64,6 +64,8 @@ struct store_backend {
 	uint32_t max_value_len;
 	int rcvtimeo_ms;       /* SO_RCVTIMEO now set on fd; 0: not set yet (blocks forever) */
 	char where[300];       /* "store HOST:PORT" */
+	uint8_t junk[64];      /* the first bytes of a reply that was no frame (the handshake's) */
+	size_t junk_len;
 	struct crun_diag diag; /* the last error: "store H:P: what" (server's message, or ours) */
 };
 
@@ -246,6 +248,8 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 	if (rc == 0) {
 		rc = wire_hdr_decode(b->rb + b->rb_off, WIRE_MAX_FRAME, &b->rh);
 		if (rc < 0) {
+			b->junk_len = b->rb_len < sizeof(b->junk) ? b->rb_len : sizeof(b->junk);
+			memcpy(b->junk, b->rb + b->rb_off, b->junk_len);
 			disconnect(b);
 			return fail(b, -EPROTO, "reply: bad frame length %u", b->rh.len);
 		}
@@ -365,18 +369,59 @@ static int auth_refused(struct store_backend *b, int rc)
  * HELLO (our nonce, our scope) -> the store's nonce; then, when it asks, AUTH (our proof) ->
  * its proof. The token never crosses the wire (docs/protocol.md, "Handshake").
  */
+/*
+ * Something that is no crun store answered HELLO (sshd's banner, an HTTP error: no frame), or
+ * accepted the connection and said nothing (a PyTorch TCPStore, a silent listener): say so, with
+ * what it sent, instead of "bad frame length 1397966893". True when @b->diag now says it.
+ */
+static bool not_a_store(struct store_backend *b, int rc, int64_t t0)
+{
+	char esc[4 * sizeof(b->junk) + 1];
+	size_t i, n = 0;
+
+	if (rc == -EPROTO && b->junk_len > 0) {
+		for (i = 0; i < b->junk_len; i++) {
+			uint8_t ch = b->junk[i];
+
+			if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
+				esc[n++] = (char)ch;
+			} else if (ch == '\r' || ch == '\n') {
+				esc[n++] = '\\';
+				esc[n++] = ch == '\r' ? 'r' : 'n';
+			} else {
+				n += (size_t)snprintf(esc + n, sizeof(esc) - n, "\\x%02x", ch);
+			}
+		}
+		esc[n] = '\0';
+		diag_set(&b->diag, rc, "not a crun store at %s (it sent \"%s\"%s)", b->where + 6,
+			 esc, b->junk_len == sizeof(b->junk) ? "..." : "");
+		return true;
+	}
+	if (rc == -ETIMEDOUT && !b->was_up) {
+		diag_set(&b->diag, rc,
+			 "not a crun store at %s? (it accepted the connection but sent nothing in "
+			 "%.1f s: no reply in time to the handshake)",
+			 b->where + 6, (double)(crun_now_ms() - t0) / 1000.0);
+		return true;
+	}
+	return false;
+}
+
 static int handshake(struct store_backend *b, int64_t deadline)
 {
 	uint8_t cn[WIRE_NONCE_LEN], sn[WIRE_NONCE_LEN], proof[WIRE_PROOF_LEN];
 	struct wire_cur c;
 	struct wire_str nonce, theirs;
 	uint16_t auth;
+	int64_t t0;
 	size_t off;
 	int rc;
 
 	if (b->cred.set && token_random(cn, sizeof(cn)) < 0) {
 		return fail(b, -EIO, "handshake: no random bytes for a nonce");
 	}
+	b->junk_len = 0;
+	t0 = crun_now_ms();
 	off = begin(b, WIRE_OP_HELLO);
 	wire_put_u32(&b->out, WIRE_MAGIC);
 	wire_put_u16(&b->out, WIRE_VERSION);
@@ -385,6 +430,9 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	wire_put_bytes(&b->out, b->cred.scope, strlen(b->cred.scope));
 	wire_frame_end(&b->out, off);
 	rc = roundtrip(b, deadline);
+	if (rc < 0 && not_a_store(b, rc, t0)) {
+		return rc;
+	}
 	if (rc < 0) {
 		/* Keep the message, and name the step. */
 		char m[sizeof(b->diag.msg)];

@@ -5,18 +5,21 @@
 
 ONE=(--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:0 --rdzv-id job1)
 
-note "--log-dir keeps DIR/<run_id>/attempt_<n>/<rank>/{stdout,stderr}.log per attempt"
+note "--log-dir keeps DIR/<run_id>_<start time>/attempt_<n>/<rank>/{stdout,stderr}.log per attempt"
 run_crun 60 "$T/out" "$T/err" "${ONE[@]}" --nproc-per-node 2 --max-restarts 1 --log-dir "$T/logs" \
 	"$W" print:hello spam:2:20 exit-if-restart:0:4
 [ $RC -eq 0 ] || { cat "$T/err" >&2; fail "exit $RC"; }
+# run_dir DIR: the one run folder crun made in DIR (tests/agent/logdir.sh checks the naming).
+run_dir() { ls -d "$1"/job1_* | head -n1; }
+L=$(run_dir "$T/logs")
 for a in 0 1; do
 	for r in 0 1; do
-		d="$T/logs/job1/attempt_$a/$r"
+		d="$L/attempt_$a/$r"
 		[ -f "$d/stdout.log" ] && [ -f "$d/stderr.log" ] || fail "missing logs in $d: $(ls -R "$T/logs")"
 	done
 done
-expect_eq "$(head -n1 "$T/logs/job1/attempt_1/1/stdout.log")" hello "first stdout line, no prefix"
-expect_eq "$(grep -c '^<r1 l[01] ' "$T/logs/job1/attempt_1/1/stderr.log")" 2 "stderr lines of rank 1"
+expect_eq "$(head -n1 "$L/attempt_1/1/stdout.log")" hello "first stdout line, no prefix"
+expect_eq "$(grep -c '^<r1 l[01] ' "$L/attempt_1/1/stderr.log")" 2 "stderr lines of rank 1"
 expect_grep '^\[rank1\]:hello$' "$T/out" "console still shows the lines"
 
 note "--redirects 3: output goes to the files only"
@@ -26,7 +29,7 @@ run_crun 60 "$T/out" "$T/err" "${ONE[@]}" --nproc-per-node 2 --redirects 3 --log
 if grep -aq '^\[rank' "$T/out" "$T/err"; then
 	fail "redirected output reached the console"
 fi
-expect_grep '^quiet$' "$T/l2/job1/attempt_0/0/stdout.log" "redirected stdout file"
+expect_grep '^quiet$' "$(run_dir "$T/l2")/attempt_0/0/stdout.log" "redirected stdout file"
 
 note "--redirects 3 --tee 1: stdout on console and file, stderr in the file only"
 run_crun 60 "$T/out" "$T/err" "${ONE[@]}" --nproc-per-node 2 --redirects 3 --tee 1 \
@@ -36,7 +39,7 @@ expect_grep '^\[rank1\]:both$' "$T/out" "tee'd stdout on the console"
 if grep -aq '^\[rank.\]:<r' "$T/err"; then
 	fail "redirected stderr reached the console"
 fi
-expect_grep '^<r1 l0 ' "$T/l3/job1/attempt_0/1/stderr.log" "stderr file"
+expect_grep '^<r1 l0 ' "$(run_dir "$T/l3")/attempt_0/1/stderr.log" "stderr file"
 
 note "--local-ranks-filter 1: only rank 1 on the console"
 run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 3 --local-ranks-filter 1 \
