@@ -9,10 +9,11 @@
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (sshd, logging in as root with a test key)"
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
-[ -x "$SSHD" ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
+if ! [ -x "$SSHD" ] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
 	skip "openssh-server and openssh-client are not installed"
+fi
 # sshd's privilege-separation directory (made by its service unit; none runs here).
-[ -d /run/sshd ] || mkdir -m 755 -p /run/sshd || skip "cannot make /run/sshd"
+[ -d /run/sshd ] || mkdir -m 755 /run/sshd || skip "cannot make /run/sshd"
 
 K=$T/ssh
 mkdir -m 700 "$K"
@@ -127,7 +128,8 @@ wait_for 60 eval '[ "$(ls "$T"/worker.* 2>/dev/null | wc -l)" -eq 4 ]'
 AGENTS=$(cat "$RUNDIR"/stop-"$R".*.pid)
 WORKERS=$(cat "$T"/worker.*)
 expect_eq "$(echo "$AGENTS" | wc -w)" 2 "agents' pid files"
-expect_eq "$(ls "$RUNDIR"/stop-"$R".*.token | wc -l)" 2 "0600 token files while the agents run"
+TOKENS=("$RUNDIR"/stop-"$R".*.token)
+expect_eq "${#TOKENS[@]}" 2 "0600 token files while the agents run"
 expect_eq "$(stat -c %a "$RUNDIR"/stop-"$R".*.token | sort -u)" 600 "the token files' mode"
 no_token_in_argv
 kill -TERM $LPID
