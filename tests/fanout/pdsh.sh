@@ -78,6 +78,32 @@ done
 [ -z "$(run_id_pids "unreach-$R")" ] || fail "processes of run unreach: $(run_id_pids "unreach-$R")"
 ! grep -aq '\[rank' "$T/unreach.out" || fail "a worker ran although a host was unreachable"
 
+note "a host whose token file holds another token is named and nothing starts"
+# hostwrap HOST CMD...: CMD in HOST's namespace; on $ODD_HOST with another token bind-mounted
+# over the token file, in a mount namespace of its own (as a host without a shared home).
+cat >"$T/hostwrap" <<'WRAP'
+#!/bin/bash
+h=$1
+shift
+if [ "$h" = "${ODD_HOST-}" ]; then
+	exec unshare -m --propagation private bash -c \
+		'mount --bind "$ODD_TOKEN" "$CRUN_TOKEN_FILE" && exec ip netns exec "$@"' hostwrap "$h" "$@"
+fi
+exec ip netns exec "$h" "$@"
+WRAP
+chmod +x "$T/hostwrap"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token.odd"
+chmod 600 "$T/token.odd"
+ODD_HOST=${HOSTS[1]} ODD_TOKEN=$T/token.odd timeout -s KILL 60 bash "$PDSH_TOOL" -R exec \
+	--exec-prefix "$T/hostwrap %h" --crun "$CRUN" --rdzv-id "tok-$R" -w "$LIST" -- "$W" print:never \
+	>"$T/tok.out" 2>"$T/tok.err"
+expect_eq "$?" 1 "exit status when a host's token differs"
+expect_grep "^crun-pdsh: ${HOSTS[1]}: token file $CRUN_TOKEN_FILE has fingerprint [0-9a-f]\{16\} there, [0-9a-f]\{16\} here" \
+	"$T/tok.err" "the host with another token"
+expect_eq "$(grep -c "token file" "$T/tok.err")" 1 "hosts named for their token"
+expect_grep "1 of 3 hosts failed the check; nothing was started" "$T/tok.err" "the summary"
+! grep -aq 'never' "$T/tok.out" || fail "a worker ran although a host's token differs"
+
 note "Ctrl-C mid-run stops every agent and every worker"
 # Each worker writes its pid, then becomes train for a long run.
 # shellcheck disable=SC2016 # expanded by the worker's sh
