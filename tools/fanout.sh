@@ -10,8 +10,9 @@
 #   fo_transport_usage           print its options for --help
 #   fo_transport_check           run "check" on every host: fill FO_OUT_<i>, FO_ERR_<i>, FO_RC_<i>
 #   fo_transport_launch          start every host's agent in the background
-#   fo_transport_wait            wait for them; sets FO_FIRST_RC and FO_FIRST_HOST
-#   fo_transport_stop HOW        run "stop" (term or force) on every host
+#   fo_transport_wait            wait for them (calling fo_failed when one fails); sets
+#                                FO_FIRST_RC and FO_FIRST_HOST
+#   fo_transport_stop HOW [quiet]  run "stop" (term or force) on every host
 #   fo_transport_kill            the third signal: end the local transport processes
 #   fo_transport_dry_run         print how each host is reached
 # docs/fanout.md describes the design; crun-pdsh(1) and crun-ssh(1) the options.
@@ -40,6 +41,11 @@ FO_DRY_RUN=0
 FO_SIGNALS=0
 FO_SIG=0
 FO_TMP=""
+FO_FAILED=0
+# After a host fails, crun ends the job on the others by itself (a failed round, a lost store);
+# hosts still running this long after are stopped (an agent that failed before the round
+# formed would leave the others waiting for their join timeout).
+FO_FAIL_GRACE=10
 
 fo_err() {
 	echo "$FO_PROG: $*" >&2
@@ -695,7 +701,29 @@ fo_on_signal() {
 	esac
 }
 
+# fo_failed: a host failed: arm the timer that stops the others (SIGUSR1 to this script).
+# Called from the main shell or from one of its subshells ($$ is the script in both).
+fo_failed() {
+	[ ! -e "$FO_TMP/timer.pid" ] || return 0
+	(
+		trap 'kill "$s" 2>/dev/null; exit 0' TERM
+		sleep "$FO_FAIL_GRACE" &
+		s=$!
+		wait $s
+		kill -USR1 $$ 2>/dev/null
+	) &
+	echo $! >"$FO_TMP/timer.pid"
+}
+
+fo_on_timer() {
+	[ $FO_SIGNALS -eq 0 ] && [ $FO_FAILED -eq 0 ] || return 0
+	FO_FAILED=1
+	fo_err "a host failed $FO_FAIL_GRACE s ago: stopping run $FO_RUN_ID on the hosts still running"
+	fo_transport_stop term quiet
+}
+
 fo_cleanup() {
+	[ ! -s "$FO_TMP/timer.pid" ] || kill -TERM "$(cat "$FO_TMP/timer.pid")" 2>/dev/null
 	[ -z "$FO_TMP" ] || rm -rf -- "$FO_TMP"
 }
 
@@ -728,6 +756,7 @@ fo_main() {
 	trap 'fo_on_signal 2' INT
 	trap 'fo_on_signal 15' TERM
 	trap 'fo_on_signal 1' HUP
+	trap fo_on_timer USR1
 	fo_start_args "$([ "$FO_TOKEN_MODE" = path ] && echo "$FO_TOKEN_FILE" || echo -)"
 	fo_transport_launch
 	fo_transport_wait

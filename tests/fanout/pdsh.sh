@@ -80,11 +80,20 @@ done
 
 note "a host whose token file holds another token is named and nothing starts"
 # hostwrap HOST CMD...: CMD in HOST's namespace; on $ODD_HOST with another token bind-mounted
-# over the token file, in a mount namespace of its own (as a host without a shared home).
+# over the token file, in a mount namespace of its own (as a host without a shared home); on
+# $FAIL_HOST the agent's start fails at once (exit 3).
 cat >"$T/hostwrap" <<'WRAP'
 #!/bin/bash
 h=$1
 shift
+if [ "$h" = "${FAIL_HOST-}" ]; then
+	case "$*" in
+	*"crun-fanout 'start'"*)
+		echo "hostwrap: $h fails to start its agent" >&2
+		exit 3
+		;;
+	esac
+fi
 if [ "$h" = "${ODD_HOST-}" ]; then
 	exec unshare -m --propagation private bash -c \
 		'mount --bind "$ODD_TOKEN" "$CRUN_TOKEN_FILE" && exec ip netns exec "$@"' hostwrap "$h" "$@"
@@ -103,6 +112,19 @@ expect_grep "^crun-pdsh: ${HOSTS[1]}: token file $CRUN_TOKEN_FILE has fingerprin
 expect_eq "$(grep -c "token file" "$T/tok.err")" 1 "hosts named for their token"
 expect_grep "1 of 3 hosts failed the check; nothing was started" "$T/tok.err" "the summary"
 ! grep -aq 'never' "$T/tok.out" || fail "a worker ran although a host's token differs"
+
+note "a host whose agent fails before the round forms: the others are stopped, its status"
+t0=$(now_ms)
+FAIL_HOST=${HOSTS[2]} timeout -s KILL 120 bash "$PDSH_TOOL" -R exec --exec-prefix "$T/hostwrap %h" \
+	--crun "$CRUN" --rdzv-id "early-$R" -w "$LIST" -- "$W" print:never >"$T/early.out" 2>"$T/early.err"
+RC=$?
+ms=$(($(now_ms) - t0))
+expect_eq "$RC" 3 "exit status when one host's agent fails at once"
+expect_grep "a host failed 10 s ago: stopping run early-$R on the hosts still running" "$T/early.err" \
+	"the others stopped"
+[ $ms -lt 60000 ] || fail "the job ended $ms ms after it started (not stopped after the grace)"
+[ -z "$(run_id_pids "early-$R")" ] || fail "processes of run early: $(run_id_pids "early-$R")"
+note "ended in $ms ms"
 
 note "Ctrl-C mid-run stops every agent and every worker"
 # Each worker writes its pid, then becomes train for a long run.
