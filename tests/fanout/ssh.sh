@@ -4,7 +4,8 @@
 # a throwaway host key and user key; "hosts" 127.0.0.2 and 127.0.0.3 both reach it through the
 # ssh config file the test passes (-F). examples/train to equal digests, forwarded environment
 # (quotes and spaces intact), an unreachable host (named; nothing started), and a SIGTERM to
-# crun-ssh stopping every agent and worker by run id. Root only (exit 77 otherwise).
+# crun-ssh stopping every agent and worker by run id; and crun-pdsh -R ssh through the same
+# sshd. Root only (exit 77 otherwise).
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (sshd, logging in as root with a test key)"
@@ -115,6 +116,18 @@ expect_grep "127.0.0.4: unreachable: .*Connection refused" "$T/unreach.err" "the
 expect_grep "1 of 3 hosts failed the check; nothing was started" "$T/unreach.err" "the summary"
 [ -z "$(run_id_pids "unreach-$R")" ] || fail "processes of run unreach: $(run_id_pids "unreach-$R")"
 ! grep -aq '\[rank' "$T/unreach.out" || fail "a worker ran although a host was unreachable"
+
+note "crun-pdsh -R ssh through the same sshd (pdsh's ssh reads the test config)"
+# The "hosts" share this machine's file system, so the token file's path holds the same token.
+# The store is named 127.0.0.1: crun-pdsh cannot tell one host to host it (one command for all),
+# and crun takes only its interfaces' addresses as its own (127.0.0.2 is not one).
+PDSH_SSH_ARGS_APPEND="-F $K/config" timeout -s KILL 240 bash "$PDSH_TOOL" -R ssh -w '127.0.0.[2-3]' \
+	--crun "$CRUN" --connect-timeout 5 --rdzv-id "pdsh-$R" --rdzv-endpoint 127.0.0.1 \
+	-- --nproc-per-node 2 --no-python "$TRAIN" --epochs 20 >"$T/pdsh.out" 2>"$T/pdsh.err"
+RC=$?
+[ $RC -eq 0 ] || { cat "$T/pdsh.err" >&2; fail "crun-pdsh -R ssh exited $RC"; }
+expect_digests 4 "$T/pdsh.out"
+expect_grep "^127.0.0.3: \[rank[0-3]\]:rank [0-3] params sha256" "$T/pdsh.out" "host 127.0.0.3's output"
 
 note "SIGTERM to crun-ssh stops every agent and worker by run id"
 # shellcheck disable=SC2016 # expanded by the worker's sh
