@@ -406,7 +406,7 @@ fo_parse() {
 
 # fo_settle: check the options and derive hosts, endpoint, run id and environment.
 fo_settle() {
-	local out h i s0 seen
+	local out h i s0 seen a
 	[ ${#FO_CRUN_ARGS[@]} -gt 0 ] || fo_usage_error "no crun arguments: $FO_PROG [OPTIONS] -- CRUN_ARGS..."
 	[[ $FO_TIMEOUT =~ ^[1-9][0-9]{0,3}$ ]] || fo_usage_error "--connect-timeout: expected seconds, got '$FO_TIMEOUT'"
 	if [ -n "$FO_HOSTFILE" ]; then
