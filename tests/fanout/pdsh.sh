@@ -1,0 +1,156 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/fanout/pdsh.sh: crun-pdsh on a 3-"host" cluster of network namespaces made here (each
+# its own address on a veth into a bridge), reached with pdsh -R exec through
+# "ip netns exec HOST": examples/train to equal digests, the first failure's exit status, an
+# unreachable host (named; nothing started), and one Ctrl-C stopping every agent and worker.
+# Root only (exit 77 otherwise).
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+command -v pdsh >/dev/null || skip "pdsh is not installed"
+TAG=cf$$
+ip netns add "${TAG}probe" 2>/dev/null || skip "ip netns add refused (needs CAP_SYS_ADMIN)"
+ip netns del "${TAG}probe"
+
+# The hosts are named by their addresses, so the endpoint (the first host) needs no resolver.
+NET=10.$((100 + RANDOM % 100)).$((RANDOM % 250))
+HOSTS=()
+BR=${TAG}br
+ip link add "$BR" type bridge || skip "no bridge support (ip link add type bridge refused)"
+LINKS=$BR
+for i in 1 2 3; do
+	h=$NET.$i
+	ip netns add "$h" || fail "ip netns add $h"
+	NETNS="$NETNS $h"
+	ip link add "${TAG}r$i" type veth peer name "${TAG}n$i" || fail "ip link add veth"
+	LINKS="${TAG}r$i $LINKS"
+	ip link set "${TAG}n$i" netns "$h" || fail "moving the veth into $h"
+	ip link set "${TAG}r$i" master "$BR" up || fail "adding the veth to the bridge"
+	ip -n "$h" link set lo up || fail "lo up in $h"
+	ip -n "$h" addr add "$h/24" dev "${TAG}n$i" || fail "address in $h"
+	ip -n "$h" link set "${TAG}n$i" up || fail "link up in $h"
+	HOSTS+=("$h")
+done
+ip link set "$BR" up || fail "bridge up"
+LIST=$(IFS=,; echo "${HOSTS[*]}")
+# Ranks on different "hosts" must talk over the bridge, not shared memory; CRUN_* is forwarded.
+export CRUN_COMM_SHM=0
+
+# fanout ID ARGS...: crun-pdsh into the namespaces, run id ID; output in $T/ID.{out,err}; RC.
+fanout() {
+	local id=$1
+	shift
+	timeout -s KILL 240 bash "$PDSH_TOOL" -R exec --exec-prefix 'ip netns exec %h' \
+		--crun "$CRUN" --connect-timeout 5 --rdzv-id "$id-$R" "$@" >"$T/$id.out" 2>"$T/$id.err"
+	RC=$?
+	[ $RC -ne 137 ] || { tail -n 30 "$T/$id.err" >&2; fail "crun-pdsh $id did not finish in 240 s"; }
+}
+
+note "3 hosts x 2 workers: examples/train to equal digests"
+fanout train -w "$LIST" -- --nproc-per-node 2 --no-python "$TRAIN" --epochs 20
+[ $RC -eq 0 ] || { cat "$T/train.err" >&2; fail "crun-pdsh exited $RC"; }
+expect_digests 6 "$T/train.out"
+for h in "${HOSTS[@]}"; do
+	expect_grep "^$h: \[rank[0-5]\]:rank [0-5] params sha256" "$T/train.out" "host $h's output"
+done
+expect_grep "hosting the rendezvous store at ${HOSTS[0]}:" "$T/train.err" "the first host hosts the store"
+expect_grep "world size 6" "$T/train.err" "one job of 6 workers"
+# Nothing is left behind: the node script's pid and token files are gone.
+[ -z "$(ls -A "$XDG_RUNTIME_DIR/crun-fanout")" ] || fail "left in the runtime dir: $(ls "$XDG_RUNTIME_DIR/crun-fanout")"
+
+note "a hostfile with slots and --exclude; a worker failure: the first failure's exit status"
+printf '# the cluster\n%s slots=2\n\n%s slots=2  # second\n%s slots=2\n' "${HOSTS[@]}" >"$T/hostfile"
+fanout fail --hostfile "$T/hostfile" --exclude "${HOSTS[2]}" -- "$W" exit-if-rank:3:7 print:ok
+expect_eq "$RC" 7 "exit status of a job whose rank 3 exits 7"
+expect_grep "first failure: .* exited 7" "$T/fail.err" "the first failure named"
+expect_grep "world size 4" "$T/fail.err" "2 hosts of slots=2"
+! grep -aq "^${HOSTS[2]}: " "$T/fail.out" "$T/fail.err" || fail "the excluded host ran something"
+
+note "an unreachable host (no such namespace) is named and nothing starts"
+fanout unreach -w "$LIST,$NET.9" -- --nproc-per-node 2 --no-python "$TRAIN"
+expect_eq "$RC" 1 "exit status when a host fails the check"
+expect_grep "$NET.9: .*Cannot open network namespace" "$T/unreach.err" "the unreachable host and why"
+expect_grep "1 of 4 hosts failed the check; nothing was started" "$T/unreach.err" "the summary"
+for h in "${HOSTS[@]}"; do
+	! grep -aq "^$h:.*fail" "$T/unreach.err" || fail "reachable host $h was reported"
+done
+[ -z "$(run_id_pids "unreach-$R")" ] || fail "processes of run unreach: $(run_id_pids "unreach-$R")"
+! grep -aq '\[rank' "$T/unreach.out" || fail "a worker ran although a host was unreachable"
+
+note "a host whose token file holds another token is named and nothing starts"
+# hostwrap HOST CMD...: CMD in HOST's namespace; on $ODD_HOST with another token bind-mounted
+# over the token file, in a mount namespace of its own (as a host without a shared home); on
+# $FAIL_HOST the agent's start fails at once (exit 3).
+cat >"$T/hostwrap" <<'WRAP'
+#!/bin/bash
+h=$1
+shift
+if [ "$h" = "${FAIL_HOST-}" ]; then
+	case "$*" in
+	*"crun-fanout 'start'"*)
+		echo "hostwrap: $h fails to start its agent" >&2
+		exit 3
+		;;
+	esac
+fi
+if [ "$h" = "${ODD_HOST-}" ]; then
+	exec unshare -m --propagation private bash -c \
+		'mount --bind "$ODD_TOKEN" "$CRUN_TOKEN_FILE" && exec ip netns exec "$@"' hostwrap "$h" "$@"
+fi
+exec ip netns exec "$h" "$@"
+WRAP
+chmod +x "$T/hostwrap"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token.odd"
+chmod 600 "$T/token.odd"
+ODD_HOST=${HOSTS[1]} ODD_TOKEN=$T/token.odd timeout -s KILL 60 bash "$PDSH_TOOL" -R exec \
+	--exec-prefix "$T/hostwrap %h" --crun "$CRUN" --rdzv-id "tok-$R" -w "$LIST" -- "$W" print:never \
+	>"$T/tok.out" 2>"$T/tok.err"
+expect_eq "$?" 1 "exit status when a host's token differs"
+expect_grep "^crun-pdsh: ${HOSTS[1]}: token file $CRUN_TOKEN_FILE has fingerprint [0-9a-f]\{16\} there, [0-9a-f]\{16\} here" \
+	"$T/tok.err" "the host with another token"
+expect_eq "$(grep -c "token file" "$T/tok.err")" 1 "hosts named for their token"
+expect_grep "1 of 3 hosts failed the check; nothing was started" "$T/tok.err" "the summary"
+! grep -aq 'never' "$T/tok.out" || fail "a worker ran although a host's token differs"
+
+note "a host whose agent fails before the round forms: the others are stopped, its status"
+t0=$(now_ms)
+FAIL_HOST=${HOSTS[2]} timeout -s KILL 120 bash "$PDSH_TOOL" -R exec --exec-prefix "$T/hostwrap %h" \
+	--crun "$CRUN" --rdzv-id "early-$R" -w "$LIST" -- "$W" print:never >"$T/early.out" 2>"$T/early.err"
+RC=$?
+ms=$(($(now_ms) - t0))
+expect_eq "$RC" 3 "exit status when one host's agent fails at once"
+expect_grep "a host failed 10 s ago: stopping run early-$R on the hosts still running" "$T/early.err" \
+	"the others stopped"
+[ $ms -lt 60000 ] || fail "the job ended $ms ms after it started (not stopped after the grace)"
+[ -z "$(run_id_pids "early-$R")" ] || fail "processes of run early: $(run_id_pids "early-$R")"
+note "ended in $ms ms"
+
+note "Ctrl-C mid-run stops every agent and every worker"
+# Each worker writes its pid, then becomes train for a long run.
+# shellcheck disable=SC2016 # expanded by the worker's sh
+WSCRIPT='echo $$ >"$0/worker.$RANK"; exec "$1" --epochs 100000'
+set -m # the launcher gets SIGINT itself, as from a terminal (not ignored as a background job)
+bash "$PDSH_TOOL" -R exec --exec-prefix 'ip netns exec %h' --crun "$CRUN" --rdzv-id "ctrlc-$R" \
+	-w "$LIST" -- --nproc-per-node 2 --no-python /bin/sh -c "$WSCRIPT" "$T" "$TRAIN" \
+	>"$T/ctrlc.out" 2>"$T/ctrlc.err" &
+LPID=$!
+set +m
+track $LPID
+# shellcheck disable=SC2016 # evaluated by wait_for
+wait_for 60 eval '[ "$(ls "$T"/worker.* 2>/dev/null | wc -l)" -eq 6 ]'
+wait_for 60 grep -aq '\[rank0\]:epoch 2 ' "$T/ctrlc.out"
+AGENTS=$(cat "$XDG_RUNTIME_DIR"/crun-fanout/ctrlc-"$R".*.pid)
+WORKERS=$(cat "$T"/worker.*)
+expect_eq "$(echo "$AGENTS" | wc -w)" 3 "agents' pid files"
+no_token_in_argv
+kill -INT $LPID
+wait_pid 90 $LPID
+expect_eq "$RC" 130 "the launcher's exit status after Ctrl-C"
+for p in $AGENTS $WORKERS; do
+	! alive "$p" || fail "pid $p (agent or worker) is still alive after Ctrl-C"
+done
+expect_grep "stopping run ctrlc-$R on 3 hosts" "$T/ctrlc.err" "the stop announced"
+[ -z "$(run_id_pids "ctrlc-$R")" ] || fail "processes of run ctrlc: $(run_id_pids "ctrlc-$R")"
+[ -z "$(ls -A "$XDG_RUNTIME_DIR/crun-fanout")" ] || fail "left in the runtime dir: $(ls "$XDG_RUNTIME_DIR/crun-fanout")"
+echo "fanout-pdsh: ok"
