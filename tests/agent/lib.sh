@@ -48,10 +48,13 @@ run_crun() {
 
 # start_rdzvd: a store daemon on 127.0.0.1, port 0; sets ENDPOINT and RDZVD_PID.
 start_rdzvd() {
+	# The child truncates rdzvd.out itself, maybe after we would have read the last daemon's
+	# endpoint from it: remove it first, and wait for a whole HOST:PORT line.
+	rm -f "$T/rdzvd.out"
 	"$RDZVD" --listen 127.0.0.1:0 -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 	RDZVD_PID=$!
 	track $RDZVD_PID
-	wait_for 20 test -s "$T/rdzvd.out"
+	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
 	ENDPOINT=$(head -n1 "$T/rdzvd.out")
 }
 

@@ -9,6 +9,8 @@
 serve() {
 	local py=python3
 	[ "$1" = tcpstore ] && py=/usr/bin/python3
+	# The child truncates fake.out itself, maybe after wait_for read the last fake's port.
+	rm -f "$T/fake.out"
 	"$py" - "$1" >"$T/fake.out" 2>"$T/fake.err" <<'PY' &
 import socket, sys, threading, time
 kind = sys.argv[1]

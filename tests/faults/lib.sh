@@ -85,6 +85,7 @@ alive() {
 # start_rdzvd [ADDR] [NETNS]: a store daemon on ADDR:0; sets ENDPOINT and RDZVD_PID.
 start_rdzvd() {
 	local addr=${1:-127.0.0.1} ns=${2:-}
+	rm -f "$T/rdzvd.out" # the child truncates it; a second daemon must not read the first's
 	if [ -n "$ns" ]; then
 		ip netns exec "$ns" "$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 	else
@@ -92,7 +93,7 @@ start_rdzvd() {
 	fi
 	RDZVD_PID=$!
 	track $RDZVD_PID
-	wait_for 20 test -s "$T/rdzvd.out"
+	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
 	ENDPOINT=$(head -n1 "$T/rdzvd.out")
 }
 
