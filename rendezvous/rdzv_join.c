@@ -371,7 +371,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 		}
 		sscanf(cur, "%*u %*u %*u %255s %255s", oa, oh);
 		return diag_set(d, CRUN_ECONFIG,
-				"rendezvous %s round %d: node rank %d: already taken by host "
+				"rendezvous %s round %d: node rank %d is already taken by host "
 				"%s (%s); every node needs its own --node-rank",
 				r->run_id, j->R, j->g, oh, oa);
 	}
