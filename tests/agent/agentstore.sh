@@ -88,6 +88,45 @@ else
 	echo "no torchrun at $TORCHRUN: digest comparison skipped"
 fi
 
+note "c10d through crun-rdzvd --tcpstore-run: the same job meets through the daemon"
+"$RDZVD" --listen 127.0.0.1:0 -q --tcpstore-run asrun >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+track $!
+wait_for 20 test -s "$T/rdzvd.out"
+ENDPOINT=$(head -n1 "$T/rdzvd.out")
+mkdir -p "$T/c10d"
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
+		--rdzv-id asrun --local-addr 127.0.0.$((i + 2)) "$SRC/tests/agent/ddp_train.py" \
+		"$T/c10d" >"$T/c.$i.out" 2>"$T/c.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 240 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/c.*.err >&2; fail "c10d node $i exited $RC"; }
+done
+expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_PORT=${ENDPOINT##*:}" \
+	"$T/c.1.err" "c10d agent store"
+expect_eq "$(digest "$T/c10d")" "$(digest "$T/crun")" "c10d digest vs static"
+
+note "c10d through a crun-rdzvd without --tcpstore-run: rank 0's TCPStore, as before"
+start_rdzvd
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
+		--rdzv-id plain --local-addr 127.0.0.$((i + 2)) "$W" env \
+		>"$T/p.$i.out" 2>"$T/p.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 60 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/p.*.err >&2; fail "c10d node $i exited $RC"; }
+done
+expect_eq "$(value_of "$T/p.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGENT_STORE"
+expect_grep "does not serve PyTorch's TCPStore clients" "$T/p.1.err" "the probe's answer"
+
 note "--no-agent-store: rank 0's TCPStore on the master port, crun's store one up"
 port=$(free_pair)
 pids=()
