@@ -563,7 +563,9 @@ void srv_on_sweep(uv_timer_t *t)
 				 s->frame_timeout_ms, c->in_len, c->need ? c->need : WIRE_HDR_LEN);
 			srv_conn_drop(c, LIMIT_FRAME_TIME, WIRE_E_TIMEOUT, msg);
 		} else if (s->idle_timeout_ms > 0 && c->nwaits == 0 && !c->paused &&
-			   now - c->last_active >= s->idle_timeout_ms) {
+			   c->proto == TS_PROTO_CRUN && now - c->last_active >= s->idle_timeout_ms) {
+			/* Not a TCPStore client: PyTorch holds one connection for a whole job, and
+			 * its server never drops an idle one. */
 			srv_conn_peer(c, peer, sizeof(peer));
 			log_info("store: dropping %s: idle for %d ms", peer, s->idle_timeout_ms);
 			srv_conn_close(c);

@@ -87,6 +87,11 @@ client alive
 "$STORE" -e "127.0.0.1:$PORT" ping >/dev/null || fail "crun's own clients are not served"
 kill "$PID"
 
+# An idle TCPStore connection outlives --idle-timeout: PyTorch holds one for a whole job.
+start --tcpstore-run r1 --idle-timeout 1
+client idle
+kill "$PID"
+
 # Without --tcpstore-run: refused, and said so.
 start
 client refused

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
 # against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
-# alive, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
+# alive, idle, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
 import datetime
 import multiprocessing
 import socket
@@ -54,6 +54,14 @@ def alive():
     st.set("alive", "yes")
     assert st.get("alive") == b"yes"
     print("alive: ok")
+
+
+def idle():
+    st = client()
+    st.set("before", "1")
+    time.sleep(2.5)  # past the daemon's --idle-timeout 1
+    assert st.get("before") == b"1"
+    print("idle: ok")
 
 
 def barrier_member(i, n, q):
@@ -203,6 +211,8 @@ if __name__ == "__main__":
         ops()
     elif mode == "barrier":
         barrier(int(sys.argv[3]))
+    elif mode == "idle":
+        idle()
     elif mode == "alive":
         alive()
     elif mode == "ns":
