@@ -100,8 +100,14 @@ struct agent {
 
 /* The keys PyTorch TCPStore clients (the workers, through the agent store) may use. */
 #define AGENT_STORE_SUFFIX "/tcpstore/"
-#define AGENT_STORE_PROBE_MS 3000
-#define STATIC_NODE0_KEY "crun/static/node0" /* "host NAME" of the node rank 0 agent */
+
+/* Workers meet through the store at @host:@port (MASTER_ADDR, MASTER_PORT). */
+static void use_agent_store(struct agent *a, const char *host, int port)
+{
+	a->agent_store = true;
+	snprintf(a->store_host, sizeof(a->store_host), "%s", host);
+	a->store_port = port;
+}
 
 static int host_store(struct agent *a, const char *host, int port, struct crun_diag *d)
 {
@@ -125,86 +131,9 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	net_join_hostport(a->endpoint, sizeof(a->endpoint), host, store_server_thread_port(a->srv));
 	log_info("hosting the rendezvous store at %s", a->endpoint);
 	if (so.tcpstore_prefix != NULL) {
-		a->agent_store = true;
-		snprintf(a->store_host, sizeof(a->store_host), "%s", host);
-		a->store_port = store_server_thread_port(a->srv);
+		use_agent_store(a, host, store_server_thread_port(a->srv));
 	}
 	return 0;
-}
-
-/* Workers of this node meet through the store at @host:@port when it serves them. */
-static void join_agent_store(struct agent *a, const char *host, int port)
-{
-	int rc;
-
-	if (a->spec->no_agent_store) {
-		return;
-	}
-	rc = agent_store_probe(host, port, AGENT_STORE_PROBE_MS);
-	if (rc == 1) {
-		a->agent_store = true;
-		snprintf(a->store_host, sizeof(a->store_host), "%s", host);
-		a->store_port = port;
-		return;
-	}
-	log_info("the store at %s:%d does not serve PyTorch's TCPStore clients%s: rank 0 hosts "
-		 "their TCPStore (TORCHELASTIC_USE_AGENT_STORE=False)", host, port,
-		 rc < 0 ? " (no answer)" : "");
-}
-
-/*
- * Static mode, node rank 0: the master port is taken. By another crun agent (a second node
- * with --node-rank 0), or by some other program: say which.
- */
-static int static_port_taken(struct agent *a, int port, int rc, const char *msg,
-			     struct crun_diag *d)
-{
-	const struct job_spec *spec = a->spec;
-	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
-	struct crun_store *st = NULL;
-	char ep[300], holder[256] = "";
-	size_t len = 0;
-	void *val = NULL;
-
-	if (rc != UV_EADDRINUSE) {
-		return diag_set(d, rc, "%s", msg);
-	}
-	net_join_hostport(ep, sizeof(ep), spec->master_addr, port);
-	so.endpoint = ep;
-	so.token = a->token;
-	so.connect_timeout_ms = 2000;
-	so.timeout_ms = 2000;
-	if (crun_store_open(&so, &st, NULL, 0) == 0) {
-		if (crun_store_get(st, STATIC_NODE0_KEY, &val, &len) == 0 && len > 0) {
-			snprintf(holder, sizeof(holder), "%.*s", (int)(len < 255 ? len : 255),
-				 (const char *)val);
-		}
-		free(val);
-		crun_store_close(st);
-		return diag_set(d, CRUN_ECONFIG,
-				"node rank 0 is already taken by %s (its crun serves %s); every "
-				"node needs its own --node-rank",
-				holder[0] != '\0' ? holder : "another crun agent", ep);
-	}
-	return diag_set(d, rc, "--master-port %d: %s is in use by another program", port, ep);
-}
-
-/* Static mode, node rank 0: name this host in the store, for a duplicate's error message. */
-static void static_claim_node0(struct agent *a)
-{
-	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
-	struct crun_store *st = NULL;
-	char who[600];
-
-	so.endpoint = a->endpoint;
-	so.token = a->token;
-	so.connect_timeout_ms = 2000;
-	so.timeout_ms = 2000;
-	if (crun_store_open(&so, &st, NULL, 0) == 0) {
-		snprintf(who, sizeof(who), "host %s", a->hostname);
-		crun_store_set(st, STATIC_NODE0_KEY, who, strlen(who));
-		crun_store_close(st);
-	}
 }
 
 /* Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
@@ -239,17 +168,16 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		if (spec->node_rank == 0) {
 			rc = host_store(a, spec->master_addr, port, &hd);
 			if (rc < 0) {
-				return static_port_taken(a, port, rc, hd.msg, d);
+				return agent_store_port_taken(spec->master_addr, port, a->token,
+							      rc, hd.msg, d);
 			}
-			static_claim_node0(a);
+			agent_store_claim_node0(a->endpoint, a->token, a->hostname);
 			return 0;
 		}
 		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr, port);
 		if (!spec->no_agent_store) {
 			/* Node 0 hosts the store that serves them: no need to ask. */
-			a->agent_store = true;
-			snprintf(a->store_host, sizeof(a->store_host), "%s", spec->master_addr);
-			a->store_port = port;
+			use_agent_store(a, spec->master_addr, port);
 		}
 		return 0;
 	case RDZV_KIND_C10D:
@@ -272,7 +200,9 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		}
 		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
 		/* An agent's store serves the workers; crun-rdzvd does with --tcpstore-run. */
-		join_agent_store(a, spec->rdzv_host, spec->rdzv_port);
+		if (!spec->no_agent_store && agent_store_serves(spec->rdzv_host, spec->rdzv_port)) {
+			use_agent_store(a, spec->rdzv_host, spec->rdzv_port);
+		}
 		return 0;
 	case RDZV_KIND_ETCD:
 		/* etcd is the store, replicated: no agent hosts one. */

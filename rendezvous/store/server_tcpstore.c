@@ -50,8 +50,7 @@ static void ts_drop(struct conn *c, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	srv_conn_peer(c, peer, sizeof(peer));
-	log_info("store: dropping %s (TCPStore %s client): %s", peer, ts_proto_name(c->proto),
-		 msg);
+	log_info("store: dropping %s (TCPStore %s client): %s", peer, ts_proto_name(c->proto), msg);
 	srv_conn_close(c);
 }
 
@@ -64,6 +63,13 @@ static void put_le64(struct wire_buf *b, uint64_t v)
 		x[i] = (uint8_t)(v >> (8 * i));
 	}
 	wire_put_raw(b, x, 8);
+}
+
+static void put_le32(struct wire_buf *b, uint32_t v)
+{
+	uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+
+	wire_put_raw(b, x, 4);
 }
 
 static void put_vec(struct wire_buf *b, const uint8_t *p, uint32_t n)
@@ -427,10 +433,7 @@ static void ts_run(struct conn *c, const struct ts_req *r)
 	case TS_OP_VALIDATE:
 		break;
 	case TS_OP_PING:
-		wire_put_raw(&c->out, (const uint8_t[]){(uint8_t)r->num, (uint8_t)(r->num >> 8),
-							  (uint8_t)(r->num >> 16),
-							  (uint8_t)(r->num >> 24)},
-			     4);
+		put_le32(&c->out, (uint32_t)r->num);
 		break;
 	case TS_OP_SET:
 		store_key(c, r->key, r->a);
@@ -588,7 +591,8 @@ size_t srv_ts_consume(struct conn *c, const uint8_t *p, size_t n)
 		memcpy(first, c->peek, k);
 		memcpy(first + k, p, take);
 		if (ts_sniff(first, k + take) == TS_PROTO_UNKNOWN) {
-			memcpy(c->peek + k, p, take); /* take == n: fewer than TS_SNIFF_LEN in all */
+			/* take == n: fewer than TS_SNIFF_LEN bytes in all so far */
+			memcpy(c->peek + k, p, take);
 			c->npeek = (uint8_t)(k + take);
 			return n;
 		}

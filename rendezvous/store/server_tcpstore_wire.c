@@ -8,36 +8,48 @@
 
 /*
  * The query numbers of each version, from PyTorch's TCPStore sources (1.13:
- * TCPStore.cpp; 2.x: TCPStoreBackend.hpp). -1: the version has no such query.
+ * TCPStore.cpp; 2.x: TCPStoreBackend.hpp). NO_OP: the version has no such query.
  */
 #define NO_OP 0xff
 static const uint8_t v1_code[TS_OP_COUNT] = {
-	[TS_OP_SET] = 0,	[TS_OP_COMPARE_SET] = 1, [TS_OP_GET] = 2,
-	[TS_OP_ADD] = 3,	[TS_OP_CHECK] = 4,	 [TS_OP_WAIT] = 5,
-	[TS_OP_GETNUMKEYS] = 6, [TS_OP_WATCH_KEY] = 7,	 [TS_OP_DELETE_KEY] = 8,
-	[TS_OP_VALIDATE] = NO_OP, [TS_OP_APPEND] = NO_OP, [TS_OP_MULTI_GET] = NO_OP,
-	[TS_OP_MULTI_SET] = NO_OP, [TS_OP_CANCEL_WAIT] = NO_OP, [TS_OP_PING] = NO_OP,
-	[TS_OP_QUEUE_PUSH] = NO_OP, [TS_OP_QUEUE_POP] = NO_OP, [TS_OP_QUEUE_LEN] = NO_OP,
+	[TS_OP_SET] = 0,	   [TS_OP_COMPARE_SET] = 1,
+	[TS_OP_GET] = 2,	   [TS_OP_ADD] = 3,
+	[TS_OP_CHECK] = 4,	   [TS_OP_WAIT] = 5,
+	[TS_OP_GETNUMKEYS] = 6,	   [TS_OP_WATCH_KEY] = 7,
+	[TS_OP_DELETE_KEY] = 8,	   [TS_OP_VALIDATE] = NO_OP,
+	[TS_OP_APPEND] = NO_OP,	   [TS_OP_MULTI_GET] = NO_OP,
+	[TS_OP_MULTI_SET] = NO_OP, [TS_OP_CANCEL_WAIT] = NO_OP,
+	[TS_OP_PING] = NO_OP,	   [TS_OP_QUEUE_PUSH] = NO_OP,
+	[TS_OP_QUEUE_POP] = NO_OP, [TS_OP_QUEUE_LEN] = NO_OP,
 };
 static const uint8_t v2_code[TS_OP_COUNT] = {
-	[TS_OP_VALIDATE] = 0,	   [TS_OP_SET] = 1,	    [TS_OP_COMPARE_SET] = 2,
-	[TS_OP_GET] = 3,	   [TS_OP_ADD] = 4,	    [TS_OP_CHECK] = 5,
-	[TS_OP_WAIT] = 6,	   [TS_OP_GETNUMKEYS] = 7,  [TS_OP_DELETE_KEY] = 8,
-	[TS_OP_APPEND] = 9,	   [TS_OP_MULTI_GET] = 10,  [TS_OP_MULTI_SET] = 11,
-	[TS_OP_CANCEL_WAIT] = 12,  [TS_OP_PING] = 13,	    [TS_OP_QUEUE_PUSH] = 14,
-	[TS_OP_QUEUE_POP] = 15,	   [TS_OP_QUEUE_LEN] = 16,  [TS_OP_WATCH_KEY] = NO_OP,
+	[TS_OP_VALIDATE] = 0,	  [TS_OP_SET] = 1,	  [TS_OP_COMPARE_SET] = 2,
+	[TS_OP_GET] = 3,	  [TS_OP_ADD] = 4,	  [TS_OP_CHECK] = 5,
+	[TS_OP_WAIT] = 6,	  [TS_OP_GETNUMKEYS] = 7, [TS_OP_DELETE_KEY] = 8,
+	[TS_OP_APPEND] = 9,	  [TS_OP_MULTI_GET] = 10, [TS_OP_MULTI_SET] = 11,
+	[TS_OP_CANCEL_WAIT] = 12, [TS_OP_PING] = 13,	  [TS_OP_QUEUE_PUSH] = 14,
+	[TS_OP_QUEUE_POP] = 15,	  [TS_OP_QUEUE_LEN] = 16, [TS_OP_WATCH_KEY] = NO_OP,
 };
 
 static const char *const op_names[TS_OP_COUNT] = {
-	[TS_OP_SET] = "SET",		   [TS_OP_COMPARE_SET] = "COMPARE_SET",
-	[TS_OP_GET] = "GET",		   [TS_OP_ADD] = "ADD",
-	[TS_OP_CHECK] = "CHECK",	   [TS_OP_WAIT] = "WAIT",
-	[TS_OP_GETNUMKEYS] = "GETNUMKEYS", [TS_OP_WATCH_KEY] = "WATCH_KEY",
-	[TS_OP_DELETE_KEY] = "DELETE_KEY", [TS_OP_VALIDATE] = "VALIDATE",
-	[TS_OP_APPEND] = "APPEND",	   [TS_OP_MULTI_GET] = "MULTI_GET",
-	[TS_OP_MULTI_SET] = "MULTI_SET",   [TS_OP_CANCEL_WAIT] = "CANCEL_WAIT",
-	[TS_OP_PING] = "PING",		   [TS_OP_QUEUE_PUSH] = "QUEUE_PUSH",
-	[TS_OP_QUEUE_POP] = "QUEUE_POP",   [TS_OP_QUEUE_LEN] = "QUEUE_LEN",
+	[TS_OP_SET] = "SET",
+	[TS_OP_COMPARE_SET] = "COMPARE_SET",
+	[TS_OP_GET] = "GET",
+	[TS_OP_ADD] = "ADD",
+	[TS_OP_CHECK] = "CHECK",
+	[TS_OP_WAIT] = "WAIT",
+	[TS_OP_GETNUMKEYS] = "GETNUMKEYS",
+	[TS_OP_WATCH_KEY] = "WATCH_KEY",
+	[TS_OP_DELETE_KEY] = "DELETE_KEY",
+	[TS_OP_VALIDATE] = "VALIDATE",
+	[TS_OP_APPEND] = "APPEND",
+	[TS_OP_MULTI_GET] = "MULTI_GET",
+	[TS_OP_MULTI_SET] = "MULTI_SET",
+	[TS_OP_CANCEL_WAIT] = "CANCEL_WAIT",
+	[TS_OP_PING] = "PING",
+	[TS_OP_QUEUE_PUSH] = "QUEUE_PUSH",
+	[TS_OP_QUEUE_POP] = "QUEUE_POP",
+	[TS_OP_QUEUE_LEN] = "QUEUE_LEN",
 };
 
 const char *ts_op_name(enum ts_op op)
@@ -106,7 +118,8 @@ static bool have(struct dec *d, uint64_t len)
 		return false;
 	}
 	if (len > TS_MAX_REQUEST || d->off + len > TS_MAX_REQUEST) {
-		snprintf(d->msg, d->msglen, "request longer than %u bytes", (unsigned)TS_MAX_REQUEST);
+		snprintf(d->msg, d->msglen, "request longer than %u bytes",
+			 (unsigned)TS_MAX_REQUEST);
 		d->err = TS_E_TOO_BIG;
 		return false;
 	}
@@ -151,7 +164,8 @@ static struct wire_str bytes(struct dec *d, uint32_t max, const char *what)
 		return s;
 	}
 	if (len > max) {
-		snprintf(d->msg, d->msglen, "%s length %" PRIu64 " exceeds limit %u", what, len, max);
+		snprintf(d->msg, d->msglen, "%s length %" PRIu64 " exceeds limit %u", what, len,
+			 max);
 		d->err = TS_E_TOO_BIG;
 		return s;
 	}
@@ -265,8 +279,8 @@ int ts_decode(enum ts_proto proto, const uint8_t *p, size_t n, const struct ts_l
 		return TS_NEED_MORE;
 	}
 	if (r->op == TS_OP_VALIDATE && (uint32_t)r->num != TS_MAGIC) {
-		snprintf(msg, msglen, "VALIDATE: magic 0x%08x, expected 0x%08x",
-			 (unsigned)r->num, TS_MAGIC);
+		snprintf(msg, msglen, "VALIDATE: magic 0x%08x, expected 0x%08x", (unsigned)r->num,
+			 TS_MAGIC);
 		return TS_E_MAGIC;
 	}
 	*need = d.off;
