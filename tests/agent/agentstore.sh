@@ -110,6 +110,27 @@ expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_
 	"$T/c.1.err" "c10d agent store"
 expect_eq "$(digest "$T/c10d")" "$(digest "$T/crun")" "c10d digest vs static"
 
+note "c10d hosted by an agent: the other node asks it and meets through it too"
+port=$(free_pair)
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+		--rdzv-id hosted --local-addr 127.0.0.$((i + 2)) "$W" env \
+		>"$T/h.$i.out" 2>"$T/h.$i.err" &
+	pids+=($!)
+	track $!
+	[ $i -eq 0 ] && wait_for 20 grep -q "hosting the rendezvous store" "$T/h.0.err"
+done
+for i in 0 1; do
+	wait_pid 60 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/h.*.err >&2; fail "c10d node $i exited $RC"; }
+done
+expect_grep "joining it as a client" "$T/h.1.err" "node 1 joins the agent's store"
+expect_eq "$(value_of "$T/h.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE (client)"
+expect_eq "$(value_of "$T/h.0.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE (host)"
+expect_eq "$(value_of "$T/h.1.out" MASTER_PORT)" "$port" "MASTER_PORT (client)"
+expect_eq "$(value_of "$T/h.0.out" MASTER_PORT)" "$port" "MASTER_PORT (host)"
+
 note "c10d through a crun-rdzvd without --tcpstore-run: rank 0's TCPStore, as before"
 start_rdzvd
 pids=()
