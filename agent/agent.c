@@ -19,6 +19,7 @@
 #include <crun/store.h>
 
 #include "agent/agent.h"
+#include "agent/agent_store.h"
 #include "agent/backoff.h"
 #include "agent/errfile.h"
 #include "agent/etcd.h"
@@ -73,6 +74,9 @@ struct agent {
 	char token_src[PATH_MAX + 32]; /* where it came from, for messages */
 	char token_path[PATH_MAX]; /* the token file it came from; "" for none */
 	char worker_token[PATH_MAX + 16]; /* the workers' credential file (0600); "" for none */
+	bool agent_store;      /* workers meet through the store (TORCHELASTIC_USE_AGENT_STORE) */
+	char store_host[256];  /* ... at this address: their MASTER_ADDR and MASTER_PORT */
+	int store_port;
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	char tmpbase[PATH_MAX];
@@ -98,21 +102,41 @@ struct agent {
 
 /* ---- the store and addresses ---- */
 
+/* The keys PyTorch TCPStore clients (the workers, through the agent store) may use. */
+#define AGENT_STORE_SUFFIX "/tcpstore/"
+
+/* Workers meet through the store at @host:@port (MASTER_ADDR, MASTER_PORT). */
+static void use_agent_store(struct agent *a, const char *host, int port)
+{
+	a->agent_store = true;
+	snprintf(a->store_host, sizeof(a->store_host), "%s", host);
+	a->store_port = port;
+}
+
 static int host_store(struct agent *a, const char *host, int port, struct crun_diag *d)
 {
 	struct store_server_opts so = {0};
-	char listen[300];
+	char listen[300], prefix[STORE_TCPSTORE_MAX_PREFIX + 1];
 	int rc;
 
 	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
 	so.token = a->token;
+	if (a->spec->no_agent_store) {
+		so.tcpstore_refusal = "the job runs with --no-agent-store";
+	} else if (snprintf(prefix, sizeof(prefix), "%s" AGENT_STORE_SUFFIX,
+			    a->spec->rdzv_id) < (int)sizeof(prefix)) {
+		so.tcpstore_prefix = prefix;
+	}
 	rc = store_server_thread_start(&so, &a->srv, d);
 	if (rc < 0) {
 		return rc;
 	}
 	net_join_hostport(a->endpoint, sizeof(a->endpoint), host, store_server_thread_port(a->srv));
 	log_info("hosting the rendezvous store at %s", a->endpoint);
+	if (so.tcpstore_prefix != NULL) {
+		use_agent_store(a, host, store_server_thread_port(a->srv));
+	}
 	return 0;
 }
 
@@ -146,8 +170,9 @@ static bool is_loopback(const char *host)
 static int setup_store(struct agent *a, struct crun_diag *d)
 {
 	const struct job_spec *spec = a->spec;
+	struct crun_diag hd = {0};
 	bool host_it;
-	int rc;
+	int rc, port;
 
 	switch (spec->rdzv_kind) {
 	case RDZV_KIND_FILE:
@@ -155,19 +180,35 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		return 0;
 	case RDZV_KIND_STATIC:
 		if (spec->max_nodes <= 1) {
-			/* Nobody else needs to find it: a private port. */
+			/* Nobody else needs to find it: a private port (the workers' too). */
 			return host_store(a, "127.0.0.1", 0, d);
 		}
-		/* torchrun's static mode: the store sits next to the master, one port up. */
-		if (spec->master_port + 1 > 65535) {
-			return diag_set(d, CRUN_ECONFIG, "--master-port: %d leaves no port for the store",
-					spec->master_port);
+		/* The agent store sits on the master port, as torchrun 2.x's; without it, rank
+		 * 0's own TCPStore takes that port and the store goes one port up. */
+		port = spec->master_port;
+		if (spec->no_agent_store) {
+			if (spec->master_port + 1 > 65535) {
+				return diag_set(d, CRUN_ECONFIG,
+						"--master-port: %d leaves no port for the store "
+						"(--no-agent-store puts it one port up)",
+						spec->master_port);
+			}
+			port++;
 		}
 		if (spec->node_rank == 0) {
-			return host_store(a, spec->master_addr, spec->master_port + 1, d);
+			rc = host_store(a, spec->master_addr, port, &hd);
+			if (rc < 0) {
+				return agent_store_port_taken(spec->master_addr, port, a->token,
+							      rc, hd.msg, d);
+			}
+			agent_store_claim_node0(a->endpoint, a->token, a->hostname);
+			return 0;
 		}
-		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr,
-			      spec->master_port + 1);
+		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr, port);
+		if (!spec->no_agent_store) {
+			/* Node 0 hosts the store that serves them: no need to ask. */
+			use_agent_store(a, spec->master_addr, port);
+		}
 		return 0;
 	case RDZV_KIND_C10D:
 		if (spec->standalone || spec->rdzv_port == 0) {
@@ -179,8 +220,6 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 			  (spec->is_host == -1 &&
 			   (net_addr_is_local(spec->rdzv_host) || is_loopback(spec->rdzv_host)));
 		if (host_it) {
-			struct crun_diag hd = {0};
-
 			rc = host_store(a, spec->rdzv_host, spec->rdzv_port, &hd);
 			if (rc == 0) {
 				return 0;
@@ -196,6 +235,10 @@ static int setup_store(struct agent *a, struct crun_diag *d)
 		if (!host_it) {
 			log_info("joining the rendezvous store at %s (hosted by another node)",
 				 a->endpoint);
+		}
+		/* An agent's store serves the workers; crun-rdzvd does with --tcpstore-run. */
+		if (!spec->no_agent_store && agent_store_serves(spec->rdzv_host, spec->rdzv_port)) {
+			use_agent_store(a, spec->rdzv_host, spec->rdzv_port);
 		}
 		return 0;
 	case RDZV_KIND_ETCD:
@@ -447,7 +490,12 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 	o.group_world_size = as->group_world_size;
 	o.rank_offset = as->rank_offset;
 	o.world_size = as->world_size;
-	if (spec->rdzv_kind == RDZV_KIND_STATIC) {
+	if (a->agent_store) {
+		/* PyTorch's bootstrap meets through the agent store (docs/agent.md). */
+		o.master_addr = a->store_host;
+		o.master_port = a->store_port;
+		o.agent_store = true;
+	} else if (spec->rdzv_kind == RDZV_KIND_STATIC) {
 		o.master_addr = spec->master_addr;
 		o.master_port = spec->master_port;
 	} else {
@@ -798,6 +846,13 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	if (rc < 0) {
 		return rc;
 	}
+	if (a->agent_store) {
+		log_info("workers meet through the agent store: MASTER_ADDR=%s MASTER_PORT=%d, "
+			 "TORCHELASTIC_USE_AGENT_STORE=True", a->store_host, a->store_port);
+	} else if (spec->rdzv_kind == RDZV_KIND_STATIC) {
+		log_info("workers' rank 0 hosts their TCPStore at MASTER_ADDR=%s MASTER_PORT=%d",
+			 spec->master_addr, spec->master_port);
+	}
 	if (spec->advertise_addr != NULL) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
 	} else if (spec->rdzv_kind == RDZV_KIND_FILE || spec->standalone ||
@@ -913,8 +968,10 @@ int agent_run(const struct job_spec *spec)
 		log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
 			 as.round, as.group_rank, as.group_world_size, as.rank_offset,
 			 as.rank_offset + spec->nproc_per_node - 1, as.world_size, as.restart_count,
-			 spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_addr : as.master_addr,
-			 spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_port : as.master_port);
+			 a->agent_store ? a->store_host
+			 : spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_addr : as.master_addr,
+			 a->agent_store ? a->store_port
+			 : spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_port : as.master_port);
 		summary[0] = '\0';
 		started = crun_now_ms();
 		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));

@@ -26,6 +26,7 @@ struct group_opts {
 	int group_rank, group_world_size, rank_offset, world_size;
 	const char *master_addr;
 	int master_port;
+	bool agent_store; /* master_addr:master_port is the agent store */
 	const char *store_endpoint, *store_prefix, *store_token_file; /* may be NULL */
 	const char *errdir; /* existing dir for TORCHELASTIC_ERROR_FILE files */
 	const char *logdir; /* DIR for <rank>/{stdout,stderr}.log, or NULL for none */

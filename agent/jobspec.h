@@ -60,6 +60,7 @@ struct job_spec {
 	int is_host;                /* rdzv-conf is_host: -1 unset, 0, 1 */
 	struct rdzv_conf rdzv;      /* timeouts from --rdzv-conf (identity fields filled later) */
 	bool standalone;
+	bool no_agent_store;        /* workers' PyTorch bootstrap on rank 0's TCPStore */
 	int node_rank;              /* -1 unless given (static) */
 	/* etcd's TLS files and user (--rdzv-conf), absolute paths; NULL: from CRUN_ETCD_* or none.
 	 * The agent exports them as CRUN_ETCD_* for its own store and its workers'. */

@@ -180,7 +180,9 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 	rc |= spawn_env_setf(e, "TORCHELASTIC_RESTART_COUNT", "%d", wi->restart_count);
 	rc |= spawn_env_setf(e, "TORCHELASTIC_MAX_RESTARTS", "%d", spec->max_restarts);
 	rc |= spawn_env_set(e, "TORCHELASTIC_RUN_ID", wi->run_id);
-	rc |= spawn_env_set(e, "TORCHELASTIC_USE_AGENT_STORE", "False");
+	/* True: PyTorch's env:// bootstrap connects to MASTER_ADDR:MASTER_PORT, crun's store,
+	 * as a client on every rank, instead of rank 0 opening a TCPStore there. */
+	rc |= spawn_env_set(e, "TORCHELASTIC_USE_AGENT_STORE", wi->agent_store ? "True" : "False");
 	if (wi->error_file != NULL) {
 		rc |= spawn_env_set(e, "TORCHELASTIC_ERROR_FILE", wi->error_file);
 	}

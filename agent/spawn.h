@@ -31,6 +31,7 @@ struct spawn_worker_info {
 	int restart_count;
 	const char *run_id, *master_addr;
 	int master_port;
+	bool agent_store; /* TORCHELASTIC_USE_AGENT_STORE=True: MASTER_* is crun's store */
 	const char *store_endpoint, *store_prefix, *store_token_file; /* may be NULL */
 	const char *error_file;
 	const char *heartbeat_file; /* CRUN_HEARTBEAT_FILE (--worker-timeout), or NULL */

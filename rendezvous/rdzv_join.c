@@ -371,7 +371,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 		}
 		sscanf(cur, "%*u %*u %*u %255s %255s", oa, oh);
 		return diag_set(d, CRUN_ECONFIG,
-				"rendezvous %s round %d: node rank %d: already taken by host "
+				"rendezvous %s round %d: node rank %d is already taken by host "
 				"%s (%s); every node needs its own --node-rank",
 				r->run_id, j->R, j->g, oh, oa);
 	}
@@ -719,6 +719,7 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 {
 	struct rdzv *r = j->r;
 	int count, world, restarts, rc;
+	char master[300] = "";
 
 	if (parse_closed(j->cur, &count, &world, &restarts) < 0) {
 		return diag_set(d, -EPROTO, "rendezvous %s round %d: bad close record \"%s\"",
@@ -756,11 +757,15 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 	r->closed_at_ms = crun_now_ms();
 	r->finished = false;
 	atomic_store(&r->self_failed, false);
-	log_info(
-		"rendezvous %s round %d: complete in %" PRId64
-		" ms: node rank %d of %d, world size %d, rank offset %d, restarts %d, master %s:%d",
-		r->run_id, j->R, crun_now_ms() - j->start, j->g, count, world, a->rank_offset,
-		restarts, a->master_addr, a->master_port);
+	/* Static mode: the workers' master is --master-addr/--master-port (or the agent store),
+	 * which the agent prints; the round's own record would name the wrong one. */
+	if (!is_static(r)) {
+		snprintf(master, sizeof(master), ", master %s:%d", a->master_addr, a->master_port);
+	}
+	log_info("rendezvous %s round %d: complete in %" PRId64
+		 " ms: node rank %d of %d, world size %d, rank offset %d, restarts %d%s",
+		 r->run_id, j->R, crun_now_ms() - j->start, j->g, count, world, a->rank_offset,
+		 restarts, master);
 	return 0;
 }
 

@@ -393,6 +393,9 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 		return rc;
 	}
 	spec->standalone = standalone;
+	if ((rc = cli_flag_value(&p, O_NO_AGENT_STORE, &spec->no_agent_store)) != 0) {
+		return rc;
+	}
 	if (standalone) {
 		/* torchrun: --standalone picks the rendezvous itself and ignores the user's. */
 		if (p.v[O_RDZV_BACKEND].set || p.v[O_RDZV_ENDPOINT].set || p.v[O_RDZV_ID].set) {

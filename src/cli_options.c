@@ -38,6 +38,10 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_STANDALONE] = {"standalone", 0, false, true, NULL,
 			  "single node: c10d store on 127.0.0.1, a free port, a fresh run id",
 			  NULL},
+	[O_NO_AGENT_STORE] = {"no-agent-store", 0, false, true, NULL,
+			      "workers' PyTorch bootstrap opens rank 0's own TCPStore on the master "
+			      "port (TORCHELASTIC_USE_AGENT_STORE=False) instead of using crun's store; "
+			      "static mode then puts crun's store one port up", NULL},
 	[O_MAX_RESTARTS] = {"max-restarts", 0, true, true, "N",
 			    "job-wide restarts after worker failures (default 0)",
 			    "Restarts and shutdown"},

@@ -61,6 +61,9 @@ static void print_usage(void)
 	"                             waits without a deadline, whole server (default %d)\n"
 	"      --max-wait SEC         hold no wait longer than SEC seconds: the deadline of waits\n"
 	"                             that give none (default 0: no maximum)\n"
+	"      --tcpstore-run RUN     serve PyTorch TCPStore clients (torch.distributed.TCPStore,\n"
+	"                             1.x and 2.x) on the same port, confined to the keys under\n"
+	"                             RUN/tcpstore/ (they cannot authenticate); default: refused\n"
 	"  -v, --verbose              log at debug level (dropped connections are logged\n"
 	"                             at info level either way)\n"
 	"  -q, --quiet                log only warnings and errors\n"
@@ -132,6 +135,7 @@ int main(int argc, char **argv)
 		OPT_UNTIMED,
 		OPT_UNTIMED_TOTAL,
 		OPT_MAX_WAIT,
+		OPT_TCPSTORE_RUN,
 	};
 	static const struct option longopts[] = {
 		{"listen", required_argument, NULL, 'l'},
@@ -148,6 +152,7 @@ int main(int argc, char **argv)
 		{"max-untimed-waits", required_argument, NULL, OPT_UNTIMED},
 		{"max-untimed-waits-total", required_argument, NULL, OPT_UNTIMED_TOTAL},
 		{"max-wait", required_argument, NULL, OPT_MAX_WAIT},
+		{"tcpstore-run", required_argument, NULL, OPT_TCPSTORE_RUN},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -158,6 +163,7 @@ int main(int argc, char **argv)
 	struct crun_diag diag = {0};
 	struct daemon d;
 	char *token = NULL;
+	static char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
 	bool insecure = false;
 	const char *env;
 	int64_t ms;
@@ -262,6 +268,15 @@ int main(int argc, char **argv)
 			}
 			o.max_wait_ms = ms;
 			break;
+		case OPT_TCPSTORE_RUN:
+			if (!token_scope_valid(optarg) ||
+			    snprintf(tsprefix, sizeof(tsprefix), "%s/tcpstore/", optarg) >=
+				    (int)sizeof(tsprefix)) {
+				free(token);
+				return bad_usage("--tcpstore-run: not a valid run id: \"%s\"", optarg);
+			}
+			o.tcpstore_prefix = tsprefix;
+			break;
 		case 'v':
 			log_set_level(LOG_DEBUG);
 			break;
@@ -317,6 +332,9 @@ int main(int argc, char **argv)
 		log_info("token from %s%s", path, created ? " (created now, mode 0600)" : "");
 	}
 	o.token = token;
+	if (o.tcpstore_prefix == NULL) {
+		o.tcpstore_refusal = "crun-rdzvd serves them only with --tcpstore-run RUN";
+	}
 
 	signal(SIGPIPE, SIG_IGN);
 	/* Frame buffers of 256 KiB and more get pages of their own, given back when freed:

@@ -35,6 +35,8 @@ void srv_server_unref(struct store_server *s)
 	free(s->waits.a);
 	free(s->rbuf);
 	free(s->token);
+	free(s->ts_prefix);
+	free(s->ts_refusal);
 	srv_auth_guard_free(s);
 	free(s);
 }
@@ -118,6 +120,12 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return diag_set(d, -EINVAL, "store: token longer than %d bytes",
 				CRUN_STORE_MAX_KEY_LEN);
 	}
+	if (opts->tcpstore_prefix != NULL &&
+	    (opts->tcpstore_prefix[0] == '\0' ||
+	     strlen(opts->tcpstore_prefix) > STORE_TCPSTORE_MAX_PREFIX)) {
+		return diag_set(d, -EINVAL, "store: TCPStore prefix empty or longer than %d bytes",
+				STORE_TCPSTORE_MAX_PREFIX);
+	}
 	/* libuv writes with write(2): a peer's reset must not kill the process that embeds us.
 	 * Only the default disposition is changed; a handler someone installed stays. */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
@@ -142,6 +150,17 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		if (s->token == NULL) {
 			goto oom;
 		}
+	}
+	if (opts->tcpstore_prefix != NULL) {
+		s->ts_prefix = strdup(opts->tcpstore_prefix);
+		s->ts_prefix_len = strlen(opts->tcpstore_prefix);
+		if (s->ts_prefix == NULL) {
+			goto oom;
+		}
+	}
+	if (opts->tcpstore_refusal != NULL &&
+	    (s->ts_refusal = strdup(opts->tcpstore_refusal)) == NULL) {
+		goto oom;
 	}
 	if (s->keys.buckets == NULL || s->peers.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
@@ -187,6 +206,8 @@ oom:
 	htab_finish(&s->peers);
 	free(s->rbuf);
 	free(s->token);
+	free(s->ts_prefix);
+	free(s->ts_refusal);
 	free(s);
 	return diag_set(d, -ENOMEM, "store: out of memory");
 }

@@ -26,6 +26,7 @@ struct store_server;
 #define STORE_DEFAULT_UNTIMED_WAITS_PER_CONN 256 /* waits without a deadline, per connection */
 #define STORE_DEFAULT_UNTIMED_WAITS 65536     /* waits without a deadline, whole server */
 #define STORE_LIMIT_LOG_INTERVAL_MS 10000     /* one log line per limit and source per this */
+#define STORE_TCPSTORE_MAX_PREFIX 256         /* bytes of the TCPStore clients' key prefix */
 
 struct store_server_opts {
 	const char *listen;        /* "ADDR:PORT" (port 0: pick one); binds exactly ADDR */
@@ -42,6 +43,11 @@ struct store_server_opts {
 	int max_untimed_waits;     /* waits without a deadline held by the whole server */
 	int64_t max_wait_ms;       /* the longest a wait is held (0: no maximum): the deadline
 				    * of a wait that gave none, and the cap of longer ones */
+	/* PyTorch TCPStore clients (docs/protocol.md, "TCPStore"): they cannot authenticate,
+	 * so they see only the keys under this prefix, e.g. "<run>/tcpstore/"; NULL: refused,
+	 * with a log line ending in tcpstore_refusal when given. */
+	const char *tcpstore_prefix;
+	const char *tcpstore_refusal;
 };
 
 /**

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "rendezvous/store/server_tcpstore.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 
@@ -336,6 +337,16 @@ static size_t consume(struct conn *c, const uint8_t *p, size_t left)
 	uint32_t take;
 	size_t total;
 
+	if (c->proto != TS_PROTO_CRUN) {
+		/* PyTorch's TCPStore clients share the port; the first bytes tell them apart. */
+		total = srv_ts_consume(c, p, left);
+		if (c->proto != TS_PROTO_CRUN) {
+			return total;
+		}
+		take = c->npeek;
+		c->npeek = 0;
+		consume(c, c->peek, take);
+	}
 	while (left > 0 && !c->failing && !c->closing) {
 		if (c->out.len >= OUT_HIGH_WATER) {
 			srv_flush(c);
@@ -403,7 +414,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	if (nread < 0) {
-		if (nread == UV_EOF && c->in_len > 0 && !c->failing) {
+		if (nread == UV_EOF && c->in_len > 0 && !c->failing && c->proto == TS_PROTO_CRUN) {
 			snprintf(msg, sizeof(msg), "truncated frame: got %u of %u bytes", c->in_len,
 				 c->need ? c->need : WIRE_HDR_LEN);
 			srv_conn_fail(c, 0, 0, WIRE_E_BAD_FRAME, msg);
@@ -532,8 +543,15 @@ void srv_on_sweep(uv_timer_t *t)
 			}
 		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS) {
 			srv_conn_peer(c, peer, sizeof(peer));
-			log_info("store: dropping %s: no handshake within %d ms", peer,
-				 HANDSHAKE_TIMEOUT_MS);
+			if (s->ts_prefix != NULL && c->proto == TS_PROTO_UNKNOWN && c->npeek == 0) {
+				/* Silent: PyTorch 1.x opens a second connection for callbacks that
+				 * it uses only for watch_key (not served): not worth a line each. */
+				log_debug("store: closing %s: sent nothing within %d ms", peer,
+					  HANDSHAKE_TIMEOUT_MS);
+			} else {
+				log_info("store: dropping %s: no handshake within %d ms", peer,
+					 HANDSHAKE_TIMEOUT_MS);
+			}
 			srv_conn_close(c);
 		} else if (c->in_len > 0 && !c->paused &&
 			   now - c->frame_start >= s->frame_timeout_ms) {
@@ -545,7 +563,9 @@ void srv_on_sweep(uv_timer_t *t)
 				 s->frame_timeout_ms, c->in_len, c->need ? c->need : WIRE_HDR_LEN);
 			srv_conn_drop(c, LIMIT_FRAME_TIME, WIRE_E_TIMEOUT, msg);
 		} else if (s->idle_timeout_ms > 0 && c->nwaits == 0 && !c->paused &&
-			   now - c->last_active >= s->idle_timeout_ms) {
+			   c->proto == TS_PROTO_CRUN && now - c->last_active >= s->idle_timeout_ms) {
+			/* Not a TCPStore client: PyTorch holds one connection for a whole job, and
+			 * its server never drops an idle one. */
 			srv_conn_peer(c, peer, sizeof(peer));
 			log_info("store: dropping %s: idle for %d ms", peer, s->idle_timeout_ms);
 			srv_conn_close(c);

@@ -134,6 +134,9 @@ struct conn {
 	bool paused;
 	bool eof;                 /* the peer closed while an error reply was going out */
 	bool shut;                /* the error reply is out and our side is shut down */
+	uint8_t proto;            /* enum ts_proto: unknown until the first bytes tell */
+	uint8_t npeek;            /* first bytes held while they do not tell yet */
+	uint8_t peek[4];
 };
 
 struct wreq {
@@ -181,6 +184,9 @@ struct store_server {
 	bool closing;
 	int port;
 	char addr[80];
+	char *ts_prefix;          /* TCPStore clients' namespace; NULL: they are refused */
+	size_t ts_prefix_len;
+	char *ts_refusal;         /* why they are refused (log line); NULL: a default */
 };
 
 /* ---- server_data.c: the key table, key writes and the TTL heap ---- */
@@ -230,6 +236,17 @@ bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id);
 bool srv_auth_in_scope(struct conn *c, const struct wire_req *r);
 void srv_auth_conn_free(struct conn *c);
 void srv_auth_guard_free(struct store_server *s);
+
+/* ---- server_tcpstore.c: PyTorch TCPStore clients ---- */
+
+/**
+ * Bytes of a connection not yet known to speak crun's frames: tell its protocol and serve
+ * TCPStore requests. Returns the bytes taken; 0 with c->proto set to TS_PROTO_CRUN when the
+ * connection speaks crun's frames (the caller runs c->peek, then @p, as frames).
+ */
+size_t srv_ts_consume(struct conn *c, const uint8_t *p, size_t n);
+/** server_wait.c: a TCPStore connection's wait was answered (@ok), or failed for @why. */
+void srv_ts_wait_done(struct conn *c, bool ok, const char *why);
 
 /* ---- server_ops.c: one handler per request ---- */
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "rendezvous/store/server_tcpstore.h"
 #include "src/common/log.h"
 
 static void link_unlink(struct link *l)
@@ -71,9 +72,13 @@ static void wait_reply(struct store_server *s, struct wait *w, uint32_t index)
 	struct conn *c = w->c;
 	size_t off;
 
-	off = wire_frame_begin(&c->out, WIRE_OP_WAIT, WIRE_FLAG_REPLY, WIRE_OK, w->id);
-	wire_put_u32(&c->out, index);
-	wire_frame_end(&c->out, off);
+	if (c->proto == TS_PROTO_CRUN) {
+		off = wire_frame_begin(&c->out, WIRE_OP_WAIT, WIRE_FLAG_REPLY, WIRE_OK, w->id);
+		wire_put_u32(&c->out, index);
+		wire_frame_end(&c->out, off);
+	} else {
+		srv_ts_wait_done(c, true, NULL); /* a PyTorch TCPStore client */
+	}
 	flush_later(c);
 	srv_wait_destroy(s, w);
 }
@@ -82,6 +87,11 @@ void srv_wait_fail(struct store_server *s, struct wait *w, uint16_t status, cons
 {
 	struct conn *c = w->c;
 
+	if (c->proto != TS_PROTO_CRUN) {
+		srv_wait_destroy(s, w);
+		srv_ts_wait_done(c, false, msg); /* no error replies in TCPStore: dropped */
+		return;
+	}
 	wire_put_error(&c->out, WIRE_OP_WAIT, w->id, status, msg);
 	flush_later(c);
 	srv_wait_destroy(s, w);

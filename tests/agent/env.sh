@@ -31,7 +31,7 @@ for n in 1 4 16; do
 		expect_eq "$(value "$T/out" $r TORCHELASTIC_RESTART_COUNT)" 0 "rank $r restart count"
 		expect_eq "$(value "$T/out" $r TORCHELASTIC_MAX_RESTARTS)" 3 "rank $r max restarts"
 		expect_eq "$(value "$T/out" $r TORCHELASTIC_RUN_ID)" "$runid" "rank $r run id"
-		expect_eq "$(value "$T/out" $r TORCHELASTIC_USE_AGENT_STORE)" False "rank $r agent store"
+		expect_eq "$(value "$T/out" $r TORCHELASTIC_USE_AGENT_STORE)" True "rank $r agent store"
 		expect_eq "$(value "$T/out" $r TORCH_NCCL_ASYNC_ERROR_HANDLING)" 1 "rank $r NCCL async"
 		if [ $n -gt 1 ]; then
 			expect_eq "$(value "$T/out" $r OMP_NUM_THREADS)" 1 "rank $r OMP_NUM_THREADS"

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/* agent/agent_store.c: does a store serve PyTorch TCPStore clients? (the agent store) */
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <crun/error.h>
+#include <crun/store.h>
+
+#include "agent/agent_store.h"
+#include "src/common/clock.h"
+#include "src/common/log.h"
+#include "src/common/net.h"
+
+#define PROBE_MAGIC 0x3c85f7ceu /* PyTorch 2.x TCPStore's VALIDATE */
+#define PROBE_VALIDATE 0u
+#define PROBE_PING 13u
+#define PROBE_NONCE 0x6372756eu	      /* "crun" */
+#define NODE0_KEY "crun/static/node0" /* "host NAME" of the static node rank 0 agent */
+#define NODE0_TIMEOUT_MS 2000
+
+static void le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+/* One connection to @ai, probed; 1: served, 0: not, <0: could not tell. */
+static int probe_one(const struct addrinfo *ai, int timeout_ms)
+{
+	uint8_t req[10], ans[4];
+	int64_t until = crun_now_ms() + timeout_ms;
+	struct pollfd pfd;
+	size_t got = 0;
+	ssize_t n;
+	int fd, rc = -ETIMEDOUT;
+
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+	if (fd < 0) {
+		return -errno;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	req[0] = PROBE_VALIDATE;
+	le32(req + 1, PROBE_MAGIC);
+	req[5] = PROBE_PING;
+	le32(req + 6, PROBE_NONCE);
+	if (send(fd, req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req)) {
+		close(fd);
+		return -EIO;
+	}
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	while (got < sizeof(ans)) {
+		int left = (int)(until - crun_now_ms());
+
+		if (left <= 0 || poll(&pfd, 1, left) <= 0) {
+			break;
+		}
+		n = recv(fd, ans + got, sizeof(ans) - got, 0);
+		if (n <= 0) {
+			rc = 0; /* closed on us: a store that refuses TCPStore clients */
+			break;
+		}
+		got += (size_t)n;
+	}
+	if (got == sizeof(ans)) {
+		le32(req, PROBE_NONCE);
+		rc = memcmp(ans, req, 4) == 0 ? 1 : 0;
+	}
+	close(fd);
+	return rc;
+}
+
+int agent_store_probe(const char *host, int port, int timeout_ms)
+{
+	struct addrinfo hints = {0}, *res = NULL, *ai;
+	char ps[16];
+	int rc = -EHOSTUNREACH;
+
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(ps, sizeof(ps), "%d", port);
+	if (getaddrinfo(host, ps, &hints, &res) != 0) {
+		return -EHOSTUNREACH;
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		rc = probe_one(ai, timeout_ms);
+		if (rc >= 0) {
+			break;
+		}
+	}
+	freeaddrinfo(res);
+	return rc;
+}
+
+/* A client of the store at @endpoint, quick to give up; NULL when none answers. */
+static struct crun_store *quick_client(const char *endpoint, const char *token)
+{
+	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
+	struct crun_store *st = NULL;
+
+	so.endpoint = endpoint;
+	so.token = token;
+	so.connect_timeout_ms = NODE0_TIMEOUT_MS;
+	so.timeout_ms = NODE0_TIMEOUT_MS;
+	return crun_store_open(&so, &st, NULL, 0) == 0 ? st : NULL;
+}
+
+void agent_store_claim_node0(const char *endpoint, const char *token, const char *hostname)
+{
+	struct crun_store *st = quick_client(endpoint, token);
+	char who[300];
+
+	if (st != NULL) {
+		snprintf(who, sizeof(who), "host %s", hostname);
+		crun_store_set(st, NODE0_KEY, who, strlen(who));
+		crun_store_close(st);
+	}
+}
+
+int agent_store_port_taken(const char *host, int port, const char *token, int rc, const char *msg,
+			   struct crun_diag *d)
+{
+	struct crun_store *st;
+	char ep[300], holder[256] = "";
+	void *val = NULL;
+	size_t len = 0;
+
+	if (rc != -EADDRINUSE) { /* libuv's UV_EADDRINUSE is -EADDRINUSE on Unix */
+		return diag_set(d, rc, "%s", msg);
+	}
+	net_join_hostport(ep, sizeof(ep), host, port);
+	st = quick_client(ep, token);
+	if (st == NULL) {
+		return diag_set(d, rc, "--master-port %d: %s is in use by another program", port,
+				ep);
+	}
+	if (crun_store_get(st, NODE0_KEY, &val, &len) == 0 && len > 0) {
+		snprintf(holder, sizeof(holder), "%.*s", (int)(len < 255 ? len : 255),
+			 (const char *)val);
+	}
+	free(val);
+	crun_store_close(st);
+	return diag_set(d, CRUN_ECONFIG,
+			"node rank 0 is already taken by %s (its crun serves %s); every node needs "
+			"its own --node-rank",
+			holder[0] != '\0' ? holder : "another crun agent", ep);
+}
+
+bool agent_store_serves(const char *host, int port)
+{
+	int rc = agent_store_probe(host, port, AGENT_STORE_PROBE_MS);
+
+	if (rc != 1) {
+		log_info("the store at %s:%d does not serve PyTorch's TCPStore clients%s: rank 0 "
+			 "hosts their TCPStore (TORCHELASTIC_USE_AGENT_STORE=False)",
+			 host, port, rc < 0 ? " (no answer)" : "");
+	}
+	return rc == 1;
+}

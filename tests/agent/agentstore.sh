@@ -1,0 +1,218 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/agent/agentstore.sh: the agent store (docs/agent.md). A PyTorch gloo DDP job of 2
+# nodes x 2 workers meets through crun's store on the master port alone (the next port is held
+# by someone else) and ends with the parameters torchrun's run of the same script gives;
+# --no-agent-store gives rank 0's TCPStore back; a duplicate static node rank is named.
+# Skipped (77) when torch is not importable.
+. "$(dirname "$0")/lib.sh"
+
+export PYTHON_EXEC=/usr/bin/python3
+if ! "$PYTHON_EXEC" -c 'import torch' 2>/dev/null; then
+	echo "torch is not importable by $PYTHON_EXEC: skipping"
+	exit 77
+fi
+export GLOO_SOCKET_IFNAME=lo
+TORCHRUN=${CRUN_TORCHRUN:-/work/shared/peers/torchrun}
+
+value_of() {
+	grep -a "^\[rank[0-9]*\]:$2=" "$1" | sed "s/^\[rank[0-9]*\]:$2=//" | tr '\n' ' ' |
+		sed 's/ $//'
+}
+
+# free_pair: a port P with P+1 free too.
+free_pair() {
+	python3 -c 'import socket
+for _ in range(200):
+    a = socket.socket(); b = socket.socket()
+    try:
+        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+        if p < 65535:
+            b.bind(("127.0.0.1", p + 1)); print(p); break
+    except Exception: pass
+    finally: a.close(); b.close()'
+}
+
+# digest DIR: one line for the parameters of all four ranks.
+digest() {
+	cat "$1"/params.0 "$1"/params.1 "$1"/params.2 "$1"/params.3 | sha256sum | cut -d' ' -f1
+}
+
+note "static, 2 nodes x 2 workers, gloo DDP: the master port alone, the next one taken"
+port=$(free_pair)
+[ -n "$port" ] || fail "no free pair of ports"
+# Someone else holds master port + 1 (as on a cluster that opens only the master port).
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]) + 1)); s.listen(1); time.sleep(300)' \
+	"$port" &
+track $!
+mkdir -p "$T/crun" "$T/torchrun"
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 2 --node-rank $i --master-addr 127.0.0.1 \
+		--master-port "$port" "$SRC/tests/agent/ddp_train.py" "$T/crun" \
+		>"$T/as.$i.out" 2>"$T/as.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 240 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/as.*.out "$T"/as.*.err >&2; fail "node $i exited $RC"; }
+done
+expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_PORT=$port, TORCHELASTIC_USE_AGENT_STORE=True" \
+	"$T/as.0.err" "node 0 hosts the agent store on the master port"
+expect_grep "hosting the rendezvous store at 127.0.0.1:$port" "$T/as.0.err" "store port"
+if grep -q "master 127.0.0.1:" "$T/as.0.err"; then
+	fail "the round line still names the round's own master in static mode"
+fi
+expect_eq "$(cat "$T"/crun/params.* | sort -u | wc -l)" 1 "distinct parameter sets under crun"
+
+note "the same job under torchrun: the same parameters"
+if [ -x "$TORCHRUN" ]; then
+	tport=$(free_pair)
+	pids=()
+	for i in 0 1; do
+		"$PYTHON_EXEC" "$TORCHRUN" --nnodes 2 --nproc_per_node 2 --node_rank $i \
+			--master_addr 127.0.0.1 --master_port "$tport" \
+			"$SRC/tests/agent/ddp_train.py" "$T/torchrun" \
+			>"$T/tr.$i.out" 2>"$T/tr.$i.err" &
+		pids+=($!)
+		track $!
+	done
+	for i in 0 1; do
+		wait_pid 240 ${pids[$i]}
+		[ $RC -eq 0 ] || { cat "$T"/tr.*.err >&2; fail "torchrun node $i exited $RC"; }
+	done
+	expect_eq "$(digest "$T/crun")" "$(digest "$T/torchrun")" "crun's digest vs torchrun's"
+else
+	echo "no torchrun at $TORCHRUN: digest comparison skipped"
+fi
+
+note "c10d through crun-rdzvd --tcpstore-run: the same job meets through the daemon"
+"$RDZVD" --listen 127.0.0.1:0 -q --tcpstore-run asrun >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+track $!
+wait_for 20 test -s "$T/rdzvd.out"
+ENDPOINT=$(head -n1 "$T/rdzvd.out")
+mkdir -p "$T/c10d"
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
+		--rdzv-id asrun --local-addr 127.0.0.$((i + 2)) "$SRC/tests/agent/ddp_train.py" \
+		"$T/c10d" >"$T/c.$i.out" 2>"$T/c.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 240 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/c.*.err >&2; fail "c10d node $i exited $RC"; }
+done
+expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_PORT=${ENDPOINT##*:}" \
+	"$T/c.1.err" "c10d agent store"
+expect_eq "$(digest "$T/c10d")" "$(digest "$T/crun")" "c10d digest vs static"
+
+note "c10d hosted by an agent: the other node asks it and meets through it too"
+port=$(free_pair)
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+		--rdzv-id hosted --local-addr 127.0.0.$((i + 2)) "$W" env \
+		>"$T/h.$i.out" 2>"$T/h.$i.err" &
+	pids+=($!)
+	track $!
+	[ $i -eq 0 ] && wait_for 20 grep -q "hosting the rendezvous store" "$T/h.0.err"
+done
+for i in 0 1; do
+	wait_pid 60 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/h.*.err >&2; fail "c10d node $i exited $RC"; }
+done
+expect_grep "joining it as a client" "$T/h.1.err" "node 1 joins the agent's store"
+expect_eq "$(value_of "$T/h.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE (client)"
+expect_eq "$(value_of "$T/h.0.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE (host)"
+expect_eq "$(value_of "$T/h.1.out" MASTER_PORT)" "$port" "MASTER_PORT (client)"
+expect_eq "$(value_of "$T/h.0.out" MASTER_PORT)" "$port" "MASTER_PORT (host)"
+
+note "c10d through a crun-rdzvd without --tcpstore-run: rank 0's TCPStore, as before"
+start_rdzvd
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
+		--rdzv-id plain --local-addr 127.0.0.$((i + 2)) "$W" env \
+		>"$T/p.$i.out" 2>"$T/p.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 60 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/p.*.err >&2; fail "c10d node $i exited $RC"; }
+done
+expect_eq "$(value_of "$T/p.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGENT_STORE"
+expect_grep "does not serve PyTorch's TCPStore clients" "$T/p.1.err" "the probe's answer"
+
+note "--no-agent-store: rank 0's TCPStore on the master port, crun's store one up"
+port=$(free_pair)
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank $i --master-addr 127.0.0.1 \
+		--master-port "$port" --no-agent-store "$W" env >"$T/na.$i.out" 2>"$T/na.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 60 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/na.*.err >&2; fail "--no-agent-store node $i exited $RC"; }
+done
+expect_eq "$(value_of "$T/na.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGENT_STORE"
+expect_eq "$(value_of "$T/na.1.out" MASTER_PORT)" "$port" "MASTER_PORT"
+expect_grep "hosting the rendezvous store at 127.0.0.1:$((port + 1))" "$T/na.0.err" "store port"
+
+note "agent store on: workers get True and the master port"
+port=$(free_pair)
+pids=()
+for i in 0 1; do
+	"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank $i --master-addr 127.0.0.1 \
+		--master-port "$port" "$W" env >"$T/on.$i.out" 2>"$T/on.$i.err" &
+	pids+=($!)
+	track $!
+done
+for i in 0 1; do
+	wait_pid 60 ${pids[$i]}
+	[ $RC -eq 0 ] || { cat "$T"/on.*.err >&2; fail "node $i exited $RC"; }
+done
+expect_eq "$(value_of "$T/on.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE"
+expect_eq "$(value_of "$T/on.0.out" MASTER_PORT)" "$port" "MASTER_PORT"
+
+note "a duplicate node rank 0 is named, not 'Address already in use'"
+port=$(free_pair)
+"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
+	--master-port "$port" --rdzv-conf join_timeout=30 "$W" env >"$T/d0.out" 2>"$T/d0.err" &
+first=$!
+track $first
+wait_for 20 grep -q "hosting the rendezvous store" "$T/d0.err"
+run_crun 30 "$T/d1.out" "$T/d1.err" --nnodes 2 --nproc-per-node 1 --node-rank 0 \
+	--master-addr 127.0.0.1 --master-port "$port" "$W" env
+[ $RC -ne 0 ] || fail "a second node rank 0 was accepted"
+expect_grep "node rank 0 is already taken by host $(hostname)" "$T/d1.err" "duplicate rank 0"
+if grep -q "already in use" "$T/d1.err"; then
+	fail "the duplicate still reads 'already in use'"
+fi
+
+kill -9 $first 2>/dev/null
+wait $first 2>/dev/null
+
+note "a duplicate node rank 1 is named (nodes 0 and 1 of 3 wait for node 2)"
+port=$(free_pair)
+"$CRUN" --nnodes 3 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
+	--master-port "$port" --rdzv-conf join_timeout=30 "$W" env >"$T/e0.out" 2>"$T/e0.err" &
+track $!
+"$CRUN" --nnodes 3 --nproc-per-node 1 --node-rank 1 --local-addr 127.0.0.2 \
+	--master-addr 127.0.0.1 --master-port "$port" --rdzv-conf join_timeout=30 "$W" env \
+	>"$T/e1.out" 2>"$T/e1.err" &
+track $!
+wait_for 20 grep -q "hosting the rendezvous store" "$T/e0.err"
+sleep 2
+# (From another address: one machine's identical records would read as the same node.)
+run_crun 30 "$T/e2.out" "$T/e2.err" --nnodes 3 --nproc-per-node 1 --node-rank 1 \
+	--local-addr 127.0.0.3 --master-addr 127.0.0.1 --master-port "$port" "$W" env
+[ $RC -ne 0 ] || fail "a second node rank 1 was accepted"
+expect_grep "node rank 1 is already taken by host" "$T/e2.err" "duplicate rank 1"
+echo "agentstore: ok"

@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: MIT
+# tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
+# against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
+# alive, idle, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
+import datetime
+import multiprocessing
+import socket
+import struct
+import sys
+import time
+
+PORT = int(sys.argv[1])
+T5 = datetime.timedelta(seconds=5)
+
+
+def client(timeout=T5):
+    import torch.distributed as dist  # only where needed: the raw-socket modes start faster
+
+    return dist.TCPStore("127.0.0.1", PORT, None, False, timeout)
+
+
+def ops():
+    st = client()
+    st.set("k", "v1")
+    assert st.get("k") == b"v1"
+    assert st.add("n", 5) == 5 and st.add("n", -2) == 3
+    st.wait(["k", "n"])
+    assert st.compare_set("k", "v1", "v2") == b"v2"
+    assert st.compare_set("k", "nope", "v3") == b"v2"
+    assert st.compare_set("fresh", "", "x") == b"x"
+    assert st.compare_set("absent", "e", "x") == b"e"
+    assert st.num_keys() == 3, st.num_keys()  # k, n, fresh: only this namespace's
+    assert st.delete_key("k") is True and st.delete_key("k") is False
+    st.set("bin", bytes([0, 1, 2, 255]))
+    assert st.get("bin") == bytes([0, 1, 2, 255])
+    try:
+        st.wait(["never"], datetime.timedelta(milliseconds=300))
+        raise AssertionError("wait for a missing key returned")
+    except RuntimeError as e:
+        assert "Timeout" in str(e), e
+    assert st.get("n") == b"3"  # the connection still works after a client-side timeout
+    # A wait answered by another client's write.
+    other = client()
+    p = multiprocessing.Process(target=lambda: (time.sleep(0.3), client().set("late", "1")))
+    p.start()
+    other.wait(["late"])
+    p.join()
+    assert other.get("late") == b"1"
+    print("ops: ok")
+
+
+def alive():
+    st = client()
+    st.set("alive", "yes")
+    assert st.get("alive") == b"yes"
+    print("alive: ok")
+
+
+def idle():
+    st = client()
+    st.set("before", "1")
+    time.sleep(2.5)  # past the daemon's --idle-timeout 1
+    assert st.get("before") == b"1"
+    print("idle: ok")
+
+
+def barrier_member(i, n, q):
+    st = client(datetime.timedelta(seconds=30))
+    if st.add("arrived", 1) == n:
+        st.set("go", "1")
+    st.wait(["go"])
+    q.put(i)
+
+
+def barrier(n):
+    q = multiprocessing.Queue()
+    ps = [multiprocessing.Process(target=barrier_member, args=(i, n, q)) for i in range(n)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(60)
+        assert p.exitcode == 0, p.exitcode
+    assert sorted(q.get() for _ in range(n)) == list(range(n))
+    print("barrier %d: ok" % n)
+
+
+def ns():
+    # The crun side (crun-store) set rdzv/r1/secret and r1/other: neither is visible here.
+    st = client()
+    for key in ("rdzv/r1/secret", "r1/other", "/rdzv/r1/secret"):
+        try:
+            st.wait([key], datetime.timedelta(milliseconds=200))
+            raise AssertionError("%s is visible to a TCPStore client" % key)
+        except RuntimeError:
+            pass
+    st.set("mine", "m")
+    print("ns: ok")
+
+
+# ---- the 2.x protocol, encoded as PyTorch 2.x's client does (TCPStore.cpp, SendBuffer) ----
+
+Q = dict(VALIDATE=0, SET=1, COMPARE_SET=2, GET=3, ADD=4, CHECK=5, WAIT=6, GETNUMKEYS=7,
+         DELETE_KEY=8, APPEND=9, MULTI_GET=10, MULTI_SET=11, CANCEL_WAIT=12, PING=13,
+         QUEUE_PUSH=14, QUEUE_POP=15, QUEUE_LEN=16)
+
+
+def s(b):
+    b = b.encode() if isinstance(b, str) else b
+    return struct.pack("<Q", len(b)) + b
+
+
+def recv(sock, n):
+    out = b""
+    while len(out) < n:
+        d = sock.recv(n - len(out))
+        assert d, "connection closed"
+        out += d
+    return out
+
+
+def vec(sock):
+    return recv(sock, struct.unpack("<Q", recv(sock, 8))[0])
+
+
+def i64(sock):
+    return struct.unpack("<q", recv(sock, 8))[0]
+
+
+def v2():
+    c = socket.create_connection(("127.0.0.1", PORT))
+    q = lambda name, *args: c.sendall(bytes([Q[name]]) + b"".join(args))
+    q("VALIDATE", struct.pack("<I", 0x3C85F7CE))
+    q("PING", struct.pack("<I", 0xABCD1234))
+    assert struct.unpack("<I", recv(c, 4))[0] == 0xABCD1234
+    q("SET", s("/k"), s("v"))
+    q("WAIT", struct.pack("<Q", 1), s("/k"))
+    assert recv(c, 1) == b"\x00"  # STOP_WAITING
+    q("GET", s("/k"))
+    assert vec(c) == b"v"
+    q("ADD", s("/v2n"), struct.pack("<q", 7))
+    assert i64(c) == 7
+    q("CHECK", struct.pack("<Q", 2), s("/k"), s("/v2n"))
+    assert recv(c, 1) == b"\x00"  # READY
+    q("CHECK", struct.pack("<Q", 1), s("/none"))
+    assert recv(c, 1) == b"\x01"  # NOT_READY
+    q("COMPARE_SET", s("/k"), s("v"), s("w"))
+    assert vec(c) == b"w"
+    q("APPEND", s("/k"), s("x"))
+    q("GET", s("/k"))
+    assert vec(c) == b"wx"
+    q("MULTI_SET", struct.pack("<q", 2), s("/a"), s("1"), s("/b"), s("2"))
+    q("MULTI_GET", struct.pack("<Q", 2), s("/a"), s("/b"))
+    assert vec(c) == b"1" and vec(c) == b"2"
+    q("WAIT", struct.pack("<Q", 1), s("/never"))
+    time.sleep(0.2)
+    q("CANCEL_WAIT")
+    assert recv(c, 1) == b"\x01"  # WAIT_CANCELED
+    q("QUEUE_PUSH", s("/q"), s("one"))
+    q("QUEUE_PUSH", s("/q"), s("two"))
+    q("QUEUE_LEN", s("/q"))
+    assert i64(c) == 2
+    q("QUEUE_POP", s("/q"))
+    assert vec(c) == b"one"
+    q("QUEUE_POP", s("/q"))
+    assert vec(c) == b"two"
+    q("QUEUE_LEN", s("/q"))
+    assert i64(c) == 0
+    q("GETNUMKEYS")
+    n = i64(c)
+    q("DELETE_KEY", s("/k"))
+    assert i64(c) == 1
+    q("GETNUMKEYS")
+    assert i64(c) == n - 1
+    # A wait answered by a 1.x client's write: both versions share the namespace.
+    q("WAIT", struct.pack("<Q", 1), s("/from-v1"))
+    client().set("from-v1", "1")
+    assert recv(c, 1) == b"\x00"
+    print("v2: ok")
+
+
+def hostile(kind):
+    c = socket.create_connection(("127.0.0.1", PORT))
+    if kind == "unknown":
+        c.sendall(bytes([6]))  # 1.x GETNUMKEYS, then query 9, which 1.x does not have
+        i64(c)
+        c.sendall(bytes([9]))
+    elif kind == "oversized":
+        c.sendall(bytes([0]) + struct.pack("<Q", 5000))
+    elif kind == "truncated":
+        c.sendall(bytes([0]) + s("/half") + struct.pack("<Q", 100) + b"only some")
+        c.close()
+        return
+    elif kind == "watch":
+        c.sendall(bytes([7]) + s("/k"))
+    c.settimeout(5)
+    assert c.recv(1) == b"", "the server did not close"
+    print("hostile %s: closed" % kind)
+
+
+def refused():
+    c = socket.create_connection(("127.0.0.1", PORT))
+    c.sendall(bytes([6]))
+    c.settimeout(5)
+    assert c.recv(1) == b"", "not refused"
+    print("refused: ok")
+
+
+if __name__ == "__main__":
+    mode = sys.argv[2]
+    if mode == "ops":
+        ops()
+    elif mode == "barrier":
+        barrier(int(sys.argv[3]))
+    elif mode == "idle":
+        idle()
+    elif mode == "alive":
+        alive()
+    elif mode == "ns":
+        ns()
+    elif mode == "v2":
+        v2()
+    elif mode == "hostile":
+        hostile(sys.argv[3])
+    elif mode == "refused":
+        refused()
