@@ -36,6 +36,7 @@ void srv_server_unref(struct store_server *s)
 	free(s->rbuf);
 	free(s->token);
 	srv_auth_guard_free(s);
+	srv_tls_finish(s);
 	free(s);
 }
 
@@ -145,6 +146,17 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	}
 	if (s->keys.buckets == NULL || s->peers.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
+	}
+	rc = srv_tls_init(s, opts, d);
+	if (rc < 0) {
+		close(fd);
+		htab_finish(&s->keys);
+		htab_finish(&s->peers);
+		free(s->rbuf);
+		free(s->token);
+		srv_tls_finish(s);
+		free(s);
+		return rc;
 	}
 	s->loop = loop;
 	s->seed = (uint64_t)crun_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;

@@ -42,6 +42,11 @@ struct store_server_opts {
 	int max_untimed_waits;     /* waits without a deadline held by the whole server */
 	int64_t max_wait_ms;       /* the longest a wait is held (0: no maximum): the deadline
 				    * of a wait that gave none, and the cap of longer ones */
+	/* TLS (docs/security.md): PEM files; none named: plain TCP. With tls_ca, every client
+	 * must present a certificate signed by it (mutual TLS). */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
 };
 
 /**
