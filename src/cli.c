@@ -438,7 +438,7 @@ int cli_parse_diag(int argc, char **argv, struct job_spec *spec, struct crun_dia
 		return rc;
 	}
 	spec->local_rank_arg = yes;
-	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_token(&p)) != 0 ||
+	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_token(&p)) != 0 || (rc = cli_do_tls(&p)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_REDIRECTS, spec->redirects)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(&p)) != 0) {
 		return rc;
