@@ -39,7 +39,7 @@ static const char usage_text[] =
 	"      --scope RUN    confine the connection to run RUN's keys\n"
 	"      --insecure     send no credential (for a store started with --insecure)\n"
 	"      --tls-ca F     TLS: verify the store's certificate against the CA in F\n"
-	"                     (default: $CRUN_STORE_TLS_CA; any --tls-* turns TLS on)\n"
+	"                     (default: $CRUN_STORE_TLS_CA; any TLS option turns TLS on)\n"
 	"      --tls-cert F   mutual TLS: our PEM certificate ($CRUN_STORE_TLS_CERT) ...\n"
 	"      --tls-key F    ... and key, mode 0600 ($CRUN_STORE_TLS_KEY)\n"
 	"      --tls-server-name NAME\n"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/fs.h: directories and durable files: mkdir -p, rm -rf, write-temp-fsync-rename. */
+/* src/common/fs.h: directories, durable files (write-temp-fsync-rename), private-file checks. */
 #ifndef CRUN_SRC_COMMON_FS_H
 #define CRUN_SRC_COMMON_FS_H
 
