@@ -121,7 +121,8 @@ bool tls_files_any(const struct tls_files *f)
 {
 	return f != NULL && ((f->cert != NULL && f->cert[0] != '\0') ||
 			     (f->key != NULL && f->key[0] != '\0') ||
-			     (f->ca != NULL && f->ca[0] != '\0'));
+			     (f->ca != NULL && f->ca[0] != '\0') ||
+			     (f->server_name != NULL && f->server_name[0] != '\0'));
 }
 
 void tls_errors(char *buf, size_t len)
@@ -289,8 +290,11 @@ static int ctx_create(const struct tls_files *f, bool server, SSL_CTX **out,
 		return file_fail(d, "context", "", "cannot create");
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-	/* No session tickets to hand out: every connection is authenticated afresh. */
-	SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION);
+	/* No session tickets to hand out: every connection is authenticated afresh. A close
+	 * without close_notify is a lost connection (-ECONNRESET, retried), not a TLS error:
+	 * the store's frames carry their own lengths, so a cut cannot pass for a whole reply. */
+	SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION |
+					 SSL_OP_IGNORE_UNEXPECTED_EOF);
 	if (server) {
 		SSL_CTX_set_num_tickets(ctx, 0);
 	}
@@ -462,6 +466,10 @@ int tls_describe(SSL *ssl, int ret, const char *who, char *buf, size_t len)
 	}
 	reason = first_ssl_reason();
 	switch (reason) {
+	case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+		snprintf(buf, len, "%s closed the connection", who);
+		ERR_clear_error();
+		return -ECONNRESET;
 	case SSL_R_WRONG_VERSION_NUMBER:
 	case SSL_R_PACKET_LENGTH_TOO_LONG:
 	case SSL_R_UNKNOWN_PROTOCOL:

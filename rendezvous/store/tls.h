@@ -28,7 +28,7 @@ struct tls_files {
 				  * the endpoint's host) */
 };
 
-/** Whether any TLS file is named (then the connection uses TLS). NULL: no. */
+/** Whether any TLS file (or a server name) is named: then the connection uses TLS. */
 bool tls_files_any(const struct tls_files *f);
 
 /**

@@ -23,6 +23,7 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
+#include "rendezvous/store/backend.h"
 #include "src/common/clock.h"
 #include "tests/lib/cmocka_skip.h"
 #include "tests/store/helpers.h"
@@ -185,6 +186,53 @@ static void wait_keeps_its_deadline(void **state)
 	crun_store_close(st);
 }
 
+/* The store drops an idle connection, or dies, without close_notify: a lost connection,
+ * reconnected, never a TLS error that would end the client for good. */
+static void a_dropped_connection_is_reconnected(void **state)
+{
+	const char *args[] = {"--token-file", tok, "--tls-cert", scert, "--tls-key", skey,
+			      "--tls-ca", ca, "--idle-timeout", "1", NULL};
+	const char *keys[] = {"never"};
+	struct crun_store *st = NULL;
+	struct daemon idle;
+	char err[512];
+	int64_t r = 0;
+	pid_t killer;
+	int rc;
+
+	(void)state;
+	if (!have_pki) {
+		test_skip();
+	}
+	assert_int_equal(daemon_start(&idle, args), 0);
+	if (open_tls(idle.addr, 10000, &st, err, sizeof(err)) != 0) {
+		fail_msg("open: %s", err);
+	}
+	assert_int_equal(crun_store_add(st, "c", 1, &r), 0);
+	usleep(2500 * 1000); /* the sweep drops it after 1 s idle */
+	rc = crun_store_add(st, "c", 1, &r);
+	if (rc != 0) {
+		assert_int_equal(rc, -ECONNRESET);
+		assert_int_equal(crun_store_add(st, "c", 1, &r), 0);
+	}
+	assert_int_equal(r, 2);
+	/* The store dies while we wait (its socket closes with a FIN, no close_notify): the
+	 * connection is lost, which is not an authentication failure. */
+	killer = fork();
+	assert_true(killer >= 0);
+	if (killer == 0) {
+		usleep(300 * 1000);
+		kill(idle.pid, SIGKILL);
+		_exit(0);
+	}
+	rc = crun_store_wait(st, keys, 1, 10000);
+	assert_int_equal(rc, -ECONNRESET);
+	assert_null(strstr(store_last_error(st), "TLS error"));
+	waitpid(killer, NULL, 0);
+	daemon_stop(&idle, SIGKILL);
+	crun_store_close(st);
+}
+
 /* A listener that never accepts: TCP connects, TLS never answers. */
 static void tls_handshake_keeps_the_connect_deadline(void **state)
 {
@@ -252,6 +300,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(large_values_cross_many_records),
 		cmocka_unit_test(many_small_requests_and_a_clone),
 		cmocka_unit_test(wait_keeps_its_deadline),
+		cmocka_unit_test(a_dropped_connection_is_reconnected),
 		cmocka_unit_test(tls_handshake_keeps_the_connect_deadline),
 		cmocka_unit_test(garbage_records_are_dropped_and_others_served),
 	};
