@@ -66,8 +66,9 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
  * connection (rendezvous/store/tls.h), the token handshake then running inside it.
  */
 int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
-		   const struct tls_files *tls, int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
-		   struct crun_diag *d);
+		       const struct tls_files *tls, int connect_timeout_ms,
+		       struct store_backend **out, const struct store_ops **ops,
+		       struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);
 /*

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/tls.h: the one bridge to OpenSSL's TLS: contexts from files, peer names, errors. */
+/* rendezvous/store/tls.h: the one bridge to OpenSSL TLS: contexts from files, peer names, errors */
 #ifndef CRUN_RENDEZVOUS_STORE_TLS_H
 #define CRUN_RENDEZVOUS_STORE_TLS_H
 
