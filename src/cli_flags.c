@@ -816,14 +816,12 @@ int cli_do_tls(struct cli_parser *p)
 		return rc;
 	}
 	if ((s->tls_cert != NULL) != (s->tls_key != NULL)) {
-		return cli_fail(p, s->tls_cert != NULL ? O_TLS_KEY : O_TLS_CERT,
-				"is required with --%s (the two go together)",
-				s->tls_cert != NULL ? "tls-cert" : "tls-key");
+		return cli_fail(p, O_COUNT, "--tls-cert and --tls-key go together (give both)");
 	}
 	if ((s->tls_cert != NULL || s->tls_server_name != NULL) && s->tls_ca == NULL) {
-		return cli_fail(p, O_TLS_CA,
-				"is required with --tls-cert or --tls-server-name (it verifies the "
-				"store's certificate)");
+		return cli_fail(p, O_COUNT,
+				"--tls-ca is required with --tls-cert or --tls-server-name (it "
+				"verifies the store's certificate)");
 	}
 	return 0;
 }

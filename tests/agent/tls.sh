@@ -102,6 +102,22 @@ if [ -x "$HELPER" ]; then "$HELPER" barrier 2; else echo "rank \$RANK passed 2 b
 EOW
 chmod +x "$T/w.sh"
 
+note "crun's TLS flags are checked before anything starts"
+run_crun 20 "$T/out" "$T/err" --standalone --tls-cert "$P/server.pem" "$W" env
+[ $RC -ne 0 ] || fail "crun took --tls-cert without --tls-key"
+expect_grep "tls-cert and --tls-key go together" "$T/err" "crun names the missing key"
+run_crun 20 "$T/out" "$T/err" --standalone --tls-cert "$P/server.pem" --tls-key "$P/server.key" \
+	"$W" env
+[ $RC -ne 0 ] || fail "crun took --tls-cert without --tls-ca"
+expect_grep "tls-ca is required" "$T/err" "crun asks for the CA"
+run_crun 20 "$T/out" "$T/err" --standalone --tls-ca "$T/missing.pem" "$W" env
+[ $RC -ne 0 ] || fail "crun took a missing --tls-ca file"
+expect_grep "missing.pem: No such file" "$T/err" "crun names the missing file"
+run_crun 20 "$T/out" "$T/err" --standalone --tls-ca "$P/ca.pem" --tls-cert "$P/server.pem" \
+	--tls-key "$T/loose.key" "$W" env
+[ $RC -ne 0 ] || fail "crun took a key file others can read"
+expect_grep "loose.key: refused: mode 0644" "$T/err" "crun names the loose key"
+
 note "crun --standalone --tls-*: its own store serves mutual TLS to the agent and workers"
 run_crun 90 "$T/out" "$T/err" --standalone --nproc-per-node 2 --tls-ca "$P/ca.pem" \
 	--tls-cert "$P/server.pem" --tls-key "$P/server.key" "$T/w.sh"
