@@ -42,6 +42,12 @@
 #define PROGRESS_FIRST_MS 2000
 #define PROGRESS_EVERY_MS 5000
 
+/* The transport (client_tcp_io.c) under the names this file has always used. */
+static void disconnect(struct store_backend *b)
+{
+	tcp_io_disconnect(b);
+}
+
 static int fail(struct store_backend *b, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -79,21 +85,21 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 	}
 	rc = tcp_io_send(b, b->out.p, b->out.len, deadline);
 	if (rc < 0) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return fail(b, rc, "send: %s", tcp_io_strerror(b, rc));
 	}
 	rc = tcp_io_fill(b, WIRE_HDR_LEN, deadline);
 	if (rc == 0) {
 		rc = wire_hdr_decode(b->rb + b->rb_off, WIRE_MAX_FRAME, &b->rh);
 		if (rc < 0) {
-			tcp_io_disconnect(b);
+			disconnect(b);
 			return fail(b, -EPROTO, "reply: bad frame length %u", b->rh.len);
 		}
 		plen = b->rh.len - 8;
 		rc = tcp_io_fill(b, WIRE_HDR_LEN + plen, deadline);
 	}
 	if (rc < 0) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		if (rc == -ETIMEDOUT) {
 			return fail(b, rc, "no reply in time");
 		}
@@ -106,7 +112,7 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 		b->rb_off = 0; /* b->in stays valid: nothing is read before it is parsed */
 	}
 	if (!(b->rh.flags & WIRE_FLAG_REPLY) || (b->rh.id != id && b->rh.id != 0)) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return fail(b, -EPROTO, "reply: unexpected frame (id %u, expected %u)", b->rh.id,
 			    id);
 	}
@@ -119,7 +125,7 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 		/* The server closes the connection after these (docs/protocol.md). */
 		if (b->rh.id != id || rc == -EPROTO || rc == -EOPNOTSUPP || rc == CRUN_EMAGIC ||
 		    rc == CRUN_EVERSION || rc == CRUN_EAUTH || rc == -ESHUTDOWN) {
-			tcp_io_disconnect(b);
+			disconnect(b);
 		}
 		return rc;
 	}
@@ -169,7 +175,7 @@ static void put_key(struct store_backend *b, const char *key)
 
 static int bad_reply(struct store_backend *b)
 {
-	tcp_io_disconnect(b);
+	disconnect(b);
 	return fail(b, -EPROTO, "%s: malformed reply", wire_op_name(b->rh.op));
 }
 
@@ -231,7 +237,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 
 		snprintf(m, sizeof(m), "%s", own_msg(b));
 		fail(b, rc, "handshake: %s", m);
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return rc;
 	}
 	cur_init(b, &c);
@@ -248,7 +254,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 		return 0;
 	}
 	if (auth == WIRE_AUTH_NONE) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return fail(b, CRUN_EAUTH,
 			    "handshake: the store runs without authentication (--insecure) but we "
 			    "have a token (fingerprint %s from %s): refusing to use it",
@@ -258,14 +264,14 @@ static int handshake(struct store_backend *b, int64_t deadline)
 		return bad_reply(b);
 	}
 	if (!b->cred.set) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return fail(b, CRUN_EAUTH,
 			    "handshake: the store requires a token and we have none (give a token "
 			    "file: --token-file, CRUN_STORE_TOKEN_FILE)");
 	}
 	memcpy(sn, nonce.p, sizeof(sn));
 	if (token_proof(b->cred.key, sn, cn, TOKEN_ROLE_CLIENT, proof) < 0) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return fail(b, -EIO, "handshake: HMAC failed");
 	}
 	off = begin(b, WIRE_OP_AUTH);
@@ -274,7 +280,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	rc = roundtrip(b, deadline);
 	if (rc < 0) {
 		rc = auth_refused(b, rc);
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return rc;
 	}
 	cur_init(b, &c);
@@ -284,7 +290,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	}
 	if (token_proof(b->cred.key, sn, cn, TOKEN_ROLE_SERVER, proof) < 0 ||
 	    !token_equal(proof, theirs.p, sizeof(proof))) {
-		tcp_io_disconnect(b);
+		disconnect(b);
 		return fail(b, CRUN_EAUTH,
 			    "handshake: the store's proof is wrong: it does not hold our token "
 			    "(fingerprint %s from %s)",
@@ -373,7 +379,7 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 			if (rc == 0 && (rc = tcp_io_tls_start(b, deadline)) < 0) {
 				/* "TLS handshake: the store's certificate has expired (...)" */
 				fail(b, rc, "TLS handshake: %s", tcp_io_strerror(b, rc));
-				tcp_io_disconnect(b);
+				disconnect(b);
 				if (rc != -ECONNRESET && rc != -EPIPE) {
 					return rc;
 				}
@@ -750,7 +756,7 @@ static void tcp_close(struct store_backend *b)
 	if (b == NULL) {
 		return;
 	}
-	tcp_io_disconnect(b);
+	disconnect(b);
 	wire_buf_finish(&b->out);
 	free(b->rb);
 	free(b->host);
