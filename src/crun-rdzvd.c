@@ -365,7 +365,9 @@ int main(int argc, char **argv)
 		log_error("%s", diag.msg);
 		uv_loop_close(&d.loop);
 		free(token);
-		return rc == -EINVAL || rc == CRUN_ECONFIG || rc == -EACCES ? EXIT_USAGE : 1;
+		return rc == -EINVAL || rc == CRUN_ECONFIG || rc == -EACCES || rc == -ENOENT
+			       ? EXIT_USAGE
+			       : 1;
 	}
 	uv_signal_init(&d.loop, &d.sigterm);
 	uv_signal_init(&d.loop, &d.sigint);

@@ -149,14 +149,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	}
 	rc = srv_tls_init(s, opts, d);
 	if (rc < 0) {
-		close(fd);
-		htab_finish(&s->keys);
-		htab_finish(&s->peers);
-		free(s->rbuf);
-		free(s->token);
-		srv_tls_finish(s);
-		free(s);
-		return rc;
+		goto err;
 	}
 	s->loop = loop;
 	s->seed = (uint64_t)crun_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
@@ -194,13 +187,16 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	*out = s;
 	return 0;
 oom:
+	rc = diag_set(d, -ENOMEM, "store: out of memory");
+err:
 	close(fd);
 	htab_finish(&s->keys);
 	htab_finish(&s->peers);
 	free(s->rbuf);
 	free(s->token);
+	srv_tls_finish(s);
 	free(s);
-	return diag_set(d, -ENOMEM, "store: out of memory");
+	return rc;
 }
 
 const char *store_server_address(const struct store_server *s)

@@ -528,11 +528,12 @@ void srv_on_connection(uv_stream_t *server, int status)
 		srv_conn_close(c);
 		return;
 	}
-	/* Over the total or the per-address cap: an error reply, then closed (and logged once
-	 * per interval); the listener keeps accepting. */
+	/* With TLS, the connection starts in the TLS handshake (server_tls.c). */
 	if (!srv_tls_conn_start(c)) {
 		return;
 	}
+	/* Over the total or the per-address cap: an error reply, then closed (and logged once
+	 * per interval); the listener keeps accepting. */
 	srv_peer_attach(c);
 	if (!c->closing) {
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
