@@ -123,11 +123,17 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	so.listen = listen;
 	so.token = a->token;
 	if (a->spec->no_agent_store) {
-		so.tcpstore_refusal = "the job runs with --no-agent-store";
+		so.tcpstore_refusal = a->spec->tls_ca != NULL || a->spec->tls_cert != NULL
+					      ? "the store requires TLS, which TCPStore clients "
+						"cannot speak"
+					      : "the job runs with --no-agent-store";
 	} else if (snprintf(prefix, sizeof(prefix), "%s" AGENT_STORE_SUFFIX,
 			    a->spec->rdzv_id) < (int)sizeof(prefix)) {
 		so.tcpstore_prefix = prefix;
 	}
+	so.tls_cert = a->spec->tls_cert;
+	so.tls_key = a->spec->tls_key;
+	so.tls_ca = a->spec->tls_ca;
 	rc = store_server_thread_start(&so, &a->srv, d);
 	if (rc < 0) {
 		return rc;
@@ -741,6 +747,36 @@ static int agent_token(struct agent *a, struct crun_diag *d)
 	return 0;
 }
 
+/*
+ * The workers' TLS files, by path (docs/security.md, "TLS"): the variables hold paths only,
+ * never a key. Set (or cleared, so a stale one cannot turn TLS on) before any thread starts:
+ * setenv() is not thread-safe. Workers inherit them with the rest of the environment.
+ */
+static int agent_tls_env(const struct job_spec *spec, struct crun_diag *d)
+{
+	const struct {
+		const char *name;
+		const char *val;
+	} vars[] = {
+		{"CRUN_STORE_TLS_CA", spec->tls_ca},
+		{"CRUN_STORE_TLS_CERT", spec->tls_cert},
+		{"CRUN_STORE_TLS_KEY", spec->tls_key},
+		{"CRUN_STORE_TLS_SERVER_NAME", spec->tls_server_name},
+	};
+	size_t i;
+	int rc;
+
+	for (i = 0; i < ARRAY_SIZE(vars); i++) {
+		rc = vars[i].val != NULL ? setenv(vars[i].name, vars[i].val, 1)
+					 : unsetenv(vars[i].name);
+		if (rc != 0) {
+			return diag_set(d, -errno, "agent: setenv %s: %s", vars[i].name,
+					strerror(errno));
+		}
+	}
+	return 0;
+}
+
 /* Write the workers' credential into the private temp dir: the key for this run only. */
 static int worker_token_write(struct agent *a, struct crun_diag *d)
 {
@@ -802,6 +838,10 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		agent_etcd_prefix(spec, a->prefix, sizeof(a->prefix));
 	}
 	rc = agent_token(a, d);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = agent_tls_env(spec, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -875,6 +915,10 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	so.token = a->token;
 	/* Named by its file when it has one, so that a mismatch names the file. */
 	so.token_file = a->token_path[0] != '\0' ? a->token_path : NULL;
+	so.tls_ca = spec->tls_ca;
+	so.tls_cert = spec->tls_cert;
+	so.tls_key = spec->tls_key;
+	so.tls_server_name = spec->tls_server_name;
 	/* The agent needs only its run's keys: confine its connections to them. */
 	so.scope = a->token != NULL && token_scope_valid(spec->rdzv_id) ? spec->rdzv_id : NULL;
 	so.timeout_ms = (int)(conf.read_timeout_ms > 0 ? conf.read_timeout_ms : 60000);

@@ -83,6 +83,10 @@ void jobspec_finish(struct job_spec *spec)
 	free(spec->python_path);
 	free(spec->log_dir);
 	free(spec->token_file);
+	free(spec->tls_ca);
+	free(spec->tls_cert);
+	free(spec->tls_key);
+	free(spec->tls_server_name);
 	free(spec->ranks_filter);
 	free(spec->log_prefix);
 	memset(spec, 0, sizeof(*spec));

@@ -100,6 +100,10 @@ struct job_spec {
 	char *log_dir;              /* --log-dir; NULL: none */
 	char *token_file;           /* --token-file; NULL: the default (docs/security.md) */
 	bool insecure;              /* --insecure: no store authentication */
+	char *tls_ca;               /* --tls-ca etc.: absolute paths; NULL: no TLS (docs/security.md) */
+	char *tls_cert;
+	char *tls_key;
+	char *tls_server_name;
 	enum std_mask redirects[1024 + 1]; /* per local rank; index 1024 holds the default */
 	enum std_mask tee[1024 + 1];
 	bool *ranks_filter;         /* --local-ranks-filter: NULL = all; else nproc bools */

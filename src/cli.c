@@ -502,9 +502,15 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 		return rc;
 	}
 	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_token(&p)) != 0 ||
+	    (rc = cli_do_tls(&p)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_REDIRECTS, spec->redirects)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(&p)) != 0) {
 		return rc;
+	}
+	/* PyTorch's TCPStore client cannot speak TLS: with TLS the workers keep rank 0's own
+	 * TCPStore, as with --no-agent-store (docs/security.md). */
+	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
+		spec->no_agent_store = true;
 	}
 	if ((rc = cli_do_stdio(&p)) != 0) {
 		return rc;

@@ -721,6 +721,56 @@ int cli_do_token(struct cli_parser *p)
 	return cli_text_value(p, O_TOKEN_FILE, PATH_MAX - 1, &p->spec->token_file);
 }
 
+/* One --tls-* file: made absolute (workers get it by path), and it must exist. */
+static int tls_path(struct cli_parser *p, enum cli_opt_id id, char **out)
+{
+	char *given = NULL, *abs;
+	int rc;
+
+	if (!p->v[id].set) {
+		return 0;
+	}
+	rc = cli_text_value(p, id, PATH_MAX - 1, &given);
+	if (rc != 0) {
+		return rc;
+	}
+	abs = realpath(given, NULL);
+	if (abs == NULL) {
+		rc = cli_fail(p, id, "%s: %s", given, strerror(errno));
+		free(given);
+		return rc;
+	}
+	free(given);
+	free(*out);
+	*out = abs;
+	return 0;
+}
+
+int cli_do_tls(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	int rc;
+
+	if ((rc = tls_path(p, O_TLS_CA, &s->tls_ca)) != 0 ||
+	    (rc = tls_path(p, O_TLS_CERT, &s->tls_cert)) != 0 ||
+	    (rc = tls_path(p, O_TLS_KEY, &s->tls_key)) != 0) {
+		return rc;
+	}
+	if (p->v[O_TLS_SERVER_NAME].set &&
+	    (rc = cli_text_value(p, O_TLS_SERVER_NAME, 255, &s->tls_server_name)) != 0) {
+		return rc;
+	}
+	if ((s->tls_cert != NULL) != (s->tls_key != NULL)) {
+		return cli_fail(p, O_COUNT, "--tls-cert and --tls-key go together (give both)");
+	}
+	if ((s->tls_cert != NULL || s->tls_server_name != NULL) && s->tls_ca == NULL) {
+		return cli_fail(p, O_COUNT,
+				"--tls-ca is required with --tls-cert or --tls-server-name (it "
+				"verifies the store's certificate)");
+	}
+	return 0;
+}
+
 int cli_do_local_addr(struct cli_parser *p)
 {
 	struct job_spec *s = p->spec;

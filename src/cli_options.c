@@ -123,6 +123,18 @@ const struct cli_opt cli_opts[O_COUNT] = {
 	[O_INSECURE] = {"insecure", 0, false, false, NULL,
 			"no store authentication: anyone who reaches the store can change the "
 			"job (a warning is printed)", NULL},
+	[O_TLS_CA] = {"tls-ca", 0, true, false, "FILE",
+		      "TLS to the store: the CA its certificate is verified against; the store "
+		      "this node hosts then requires client certificates from it (mutual TLS)",
+		      NULL},
+	[O_TLS_CERT] = {"tls-cert", 0, true, false, "FILE",
+			"TLS: this node's PEM certificate: served by the store it hosts, and "
+			"presented to the store as a client", NULL},
+	[O_TLS_KEY] = {"tls-key", 0, true, false, "FILE",
+		       "TLS: the certificate's PEM key, a file only you can read", NULL},
+	[O_TLS_SERVER_NAME] = {"tls-server-name", 0, true, false, "NAME",
+			       "TLS: the name the store's certificate carries (default: the "
+			       "endpoint's host)", NULL},
 	[O_CONFIG] = {"config", 0, true, false, "FILE.yaml",
 		       "read the job from a YAML job file (see crun.yaml(5)); the command line "
 		       "and PET_ variables override it", "Job file"},

@@ -56,6 +56,10 @@ enum cli_opt_id {
 	O_TTY,
 	O_TOKEN_FILE,
 	O_INSECURE,
+	O_TLS_CA,
+	O_TLS_CERT,
+	O_TLS_KEY,
+	O_TLS_SERVER_NAME,
 	O_CONFIG,
 	O_HELP,
 	O_VERSION,
@@ -136,6 +140,8 @@ int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out);
 int cli_text_value(struct cli_parser *p, enum cli_opt_id id, size_t maxlen, char **out);
 /* --token-file and --insecure (src/cli_flags.c). */
 int cli_do_token(struct cli_parser *p);
+/* --tls-ca, --tls-cert, --tls-key, --tls-server-name: absolute paths (src/cli_flags.c). */
+int cli_do_tls(struct cli_parser *p);
 /* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
 bool cli_valid_host(const char *h);
 /* A fresh version 4 UUID, malloc'd in *@out (caller frees). 0, -EIO or -ENOMEM. */

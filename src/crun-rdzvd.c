@@ -47,6 +47,10 @@ static void print_usage(void)
 	"                             ($CRUN_STORE_TOKEN) are visible to others)\n"
 	"      --insecure             no authentication: anyone who reaches the address may\n"
 	"                             read and write every key (a warning is logged)\n"
+	"      --tls-cert FILE        serve TLS 1.2+ with this PEM certificate (chain) ...\n"
+	"      --tls-key FILE         ... and this PEM key (mode 0600, ours; else refused)\n"
+	"      --tls-ca FILE          mutual TLS: every client must present a certificate\n"
+	"                             signed by a CA in FILE (docs/security.md, \"TLS\")\n"
 	"  -i, --idle-timeout SEC     close connections idle SEC seconds with no wait pending\n"
 	"                             (default 0: never)\n"
 	"      --max-pending N        pending waits per connection (default %d)\n"
@@ -136,6 +140,9 @@ int main(int argc, char **argv)
 		OPT_UNTIMED_TOTAL,
 		OPT_MAX_WAIT,
 		OPT_TCPSTORE_RUN,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA,
 	};
 	static const struct option longopts[] = {
 		{"listen", required_argument, NULL, 'l'},
@@ -153,6 +160,9 @@ int main(int argc, char **argv)
 		{"max-untimed-waits-total", required_argument, NULL, OPT_UNTIMED_TOTAL},
 		{"max-wait", required_argument, NULL, OPT_MAX_WAIT},
 		{"tcpstore-run", required_argument, NULL, OPT_TCPSTORE_RUN},
+		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
+		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -277,6 +287,17 @@ int main(int argc, char **argv)
 			}
 			o.tcpstore_prefix = tsprefix;
 			break;
+		case OPT_TLS_CERT:
+		case OPT_TLS_KEY:
+		case OPT_TLS_CA:
+			if (optarg[0] == '\0') {
+				free(token);
+				return bad_usage("%s: expected a file", argv[optind - 1]);
+			}
+			*(opt == OPT_TLS_CERT  ? &o.tls_cert
+			  : opt == OPT_TLS_KEY ? &o.tls_key
+					       : &o.tls_ca) = optarg;
+			break;
 		case 'v':
 			log_set_level(LOG_DEBUG);
 			break;
@@ -306,6 +327,16 @@ int main(int argc, char **argv)
 	if (o.listen == NULL) {
 		free(token);
 		return bad_usage("%s", "--listen ADDR:PORT is required");
+	}
+	if ((o.tls_cert != NULL) != (o.tls_key != NULL) || (o.tls_ca != NULL && o.tls_cert == NULL)) {
+		free(token);
+		return bad_usage("%s", "--tls-cert and --tls-key go together, and --tls-ca needs "
+				       "them");
+	}
+	if (o.tls_cert != NULL && o.tcpstore_prefix != NULL) {
+		free(token);
+		return bad_usage("%s", "--tcpstore-run: PyTorch's TCPStore clients cannot speak TLS, "
+				       "and this store is given --tls-cert");
 	}
 	if (insecure && token != NULL) {
 		free(token);
@@ -357,7 +388,9 @@ int main(int argc, char **argv)
 		log_error("%s", diag.msg);
 		uv_loop_close(&d.loop);
 		free(token);
-		return rc == -EINVAL ? EXIT_USAGE : 1;
+		return rc == -EINVAL || rc == CRUN_ECONFIG || rc == -EACCES || rc == -ENOENT
+			       ? EXIT_USAGE
+			       : 1;
 	}
 	uv_signal_init(&d.loop, &d.sigterm);
 	uv_signal_init(&d.loop, &d.sigint);
@@ -367,8 +400,9 @@ int main(int argc, char **argv)
 
 	printf("%s\n", store_server_address(d.srv));
 	fflush(stdout);
-	log_info("listening on %s%s", store_server_address(d.srv),
-		 token != NULL ? " (token required)" : " (no authentication)");
+	log_info("listening on %s%s%s", store_server_address(d.srv),
+		 token != NULL ? " (token required)" : " (no authentication)",
+		 o.tls_ca != NULL ? " over mutual TLS" : o.tls_cert != NULL ? " over TLS" : "");
 
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&d.loop);

@@ -38,6 +38,13 @@ static const char usage_text[] =
 	"  -T, --token T      the token itself (less safe: argv is visible to others)\n"
 	"      --scope RUN    confine the connection to run RUN's keys\n"
 	"      --insecure     send no credential (for a store started with --insecure)\n"
+	"      --tls-ca F     TLS: verify the store's certificate against the CA in F\n"
+	"                     (default: $CRUN_STORE_TLS_CA; any TLS option turns TLS on)\n"
+	"      --tls-cert F   mutual TLS: our PEM certificate ($CRUN_STORE_TLS_CERT) ...\n"
+	"      --tls-key F    ... and key, mode 0600 ($CRUN_STORE_TLS_KEY)\n"
+	"      --tls-server-name NAME\n"
+	"                     the name the store's certificate carries (default: the\n"
+	"                     endpoint's host; $CRUN_STORE_TLS_SERVER_NAME)\n"
 	"  -h, --help         show this help and exit\n"
 	"  -V, --version      show the version and exit\n"
 	"\n"
@@ -314,7 +321,15 @@ static bool tcp_endpoint(const char *ep)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_TOKEN_FILE = 256, OPT_SCOPE, OPT_INSECURE };
+	enum {
+		OPT_TOKEN_FILE = 256,
+		OPT_SCOPE,
+		OPT_INSECURE,
+		OPT_TLS_CA,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_SERVER_NAME,
+	};
 	static const struct option longopts[] = {
 		{"endpoint", required_argument, NULL, 'e'},
 		{"prefix", required_argument, NULL, 'p'},
@@ -323,6 +338,10 @@ int main(int argc, char **argv)
 		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
 		{"scope", required_argument, NULL, OPT_SCOPE},
 		{"insecure", no_argument, NULL, OPT_INSECURE},
+		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
+		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
+		{"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -340,6 +359,11 @@ int main(int argc, char **argv)
 	o.struct_size = sizeof(o);
 	o.endpoint = getenv("CRUN_STORE_ENDPOINT");
 	o.prefix = getenv("CRUN_STORE_PREFIX");
+	/* Paths only: what crun gives its workers (docs/security.md, "TLS"). */
+	o.tls_ca = getenv("CRUN_STORE_TLS_CA");
+	o.tls_cert = getenv("CRUN_STORE_TLS_CERT");
+	o.tls_key = getenv("CRUN_STORE_TLS_KEY");
+	o.tls_server_name = getenv("CRUN_STORE_TLS_SERVER_NAME");
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+e:p:t:T:hV", longopts, NULL)) != -1) {
 		switch (c) {
@@ -366,6 +390,18 @@ int main(int argc, char **argv)
 			break;
 		case OPT_INSECURE:
 			insecure = true;
+			break;
+		case OPT_TLS_CA:
+			o.tls_ca = optarg;
+			break;
+		case OPT_TLS_CERT:
+			o.tls_cert = optarg;
+			break;
+		case OPT_TLS_KEY:
+			o.tls_key = optarg;
+			break;
+		case OPT_TLS_SERVER_NAME:
+			o.tls_server_name = optarg;
 			break;
 		case 'h':
 			fputs(usage_text, stdout);

@@ -92,6 +92,10 @@ static void env_free(struct worker_env *e)
 	free(e->store_prefix);
 	free(e->store_token);
 	free(e->store_token_file);
+	free(e->store_tls_ca);
+	free(e->store_tls_cert);
+	free(e->store_tls_key);
+	free(e->store_tls_server_name);
 	free(e->error_file);
 	free(e->single_dir);
 	memset(e, 0, sizeof(*e));
@@ -213,7 +217,11 @@ CRUN_EXPORT int crun_init(const struct crun_init_opts *opts, char *err, size_t e
 		goto out;
 	}
 	if (env_str("CRUN_STORE_TOKEN", NULL, &e.store_token) < 0 ||
-	    env_str("CRUN_STORE_TOKEN_FILE", NULL, &e.store_token_file) < 0) {
+	    env_str("CRUN_STORE_TOKEN_FILE", NULL, &e.store_token_file) < 0 ||
+	    env_str("CRUN_STORE_TLS_CA", NULL, &e.store_tls_ca) < 0 ||
+	    env_str("CRUN_STORE_TLS_CERT", NULL, &e.store_tls_cert) < 0 ||
+	    env_str("CRUN_STORE_TLS_KEY", NULL, &e.store_tls_key) < 0 ||
+	    env_str("CRUN_STORE_TLS_SERVER_NAME", NULL, &e.store_tls_server_name) < 0) {
 		env_free(&e);
 		rc = fail(err, errlen, -ENOMEM, "libcrun-worker: environment: out of memory");
 		goto out;

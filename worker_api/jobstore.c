@@ -45,6 +45,10 @@ CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_
 	o.prefix = e->store_prefix;
 	o.token = e->store_token;
 	o.token_file = e->store_token_file; /* wins over the token */
+	o.tls_ca = e->store_tls_ca;
+	o.tls_cert = e->store_tls_cert;
+	o.tls_key = e->store_tls_key;
+	o.tls_server_name = e->store_tls_server_name;
 	o.connect_timeout_ms = 30000;
 	o.timeout_ms = e->store_timeout_ms;
 	return crun_store_open(&o, out, err, errlen);

@@ -23,6 +23,10 @@ struct worker_env {
 	char *store_prefix;
 	char *store_token;      /* CRUN_STORE_TOKEN: compatibility; crun never sets it */
 	char *store_token_file; /* CRUN_STORE_TOKEN_FILE: what crun gives its workers */
+	char *store_tls_ca;     /* CRUN_STORE_TLS_*: paths of the TLS files crun was given */
+	char *store_tls_cert;
+	char *store_tls_key;
+	char *store_tls_server_name;
 	char *error_file;
 	char *single_dir; /* single mode: the private temp dir, removed by crun_finish() */
 	int store_timeout_ms;

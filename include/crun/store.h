@@ -46,6 +46,13 @@ struct crun_store_opts {
 				   gives workers (CRUN_STORE_TOKEN_FILE); wins over token */
 	const char *scope;      /* a run id: confine the connection to that run's keys; NULL
 				   for none */
+	/* TLS to a crun store (tcp:// endpoints; docs/security.md): any file named turns it
+	   on. Paths to PEM files; NULL for none. */
+	const char *tls_ca;     /* the CA the store's certificate is verified against */
+	const char *tls_cert;   /* our certificate, for mutual TLS (with tls_key) */
+	const char *tls_key;    /* our private key, a file only we can read */
+	const char *tls_server_name; /* the name the store's certificate carries; NULL: the
+					endpoint's host */
 };
 
 #ifdef __cplusplus
@@ -53,7 +60,8 @@ struct crun_store_opts {
  * C++ before C++20 has no designated initialisers: every field, in order. The api tests
  * compile this with -Wextra -Werror, so a field added above without a value here fails them.
  */
-#define CRUN_STORE_OPTS_INIT { sizeof(struct crun_store_opts), NULL, NULL, NULL, 0, 0, NULL, NULL }
+#define CRUN_STORE_OPTS_INIT                                                                   \
+	{ sizeof(struct crun_store_opts), NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL }
 #else
 #define CRUN_STORE_OPTS_INIT { .struct_size = sizeof(struct crun_store_opts) }
 #endif

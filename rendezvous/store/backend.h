@@ -56,10 +56,19 @@ struct store_ops {
  * says why, "store <where>: <what>: <why>" (an allocation failure leaves it as it was).
  */
 struct token_cred;
+struct tls_files;
 /* @cred (borrowed, copied; NULL or cred->set false: none) is what the handshake proves. */
 int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
 		   struct crun_diag *d);
+/*
+ * store_tcp_open() with @tls (borrowed; NULL or no file named: plain TCP): TLS on the
+ * connection (rendezvous/store/tls.h), the token handshake then running inside it.
+ */
+int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
+		       const struct tls_files *tls, int connect_timeout_ms,
+		       struct store_backend **out, const struct store_ops **ops,
+		       struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);
 /*

@@ -1,17 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* rendezvous/store/client_tcp.c: the blocking TCP store client (docs/protocol.md). */
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +15,8 @@
 
 #include "src/common/log.h"
 #include "rendezvous/store/backend.h"
+#include "rendezvous/store/client_tcp_internal.h"
+#include "rendezvous/store/tls.h"
 #include "src/common/util.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
@@ -45,29 +42,11 @@
 #define PROGRESS_FIRST_MS 2000
 #define PROGRESS_EVERY_MS 5000
 
-struct store_backend {
-	int fd;                /* -1 when disconnected: the next operation reconnects */
-	char *host;
-	int port;
-	struct token_cred cred; /* cred.set false: no credential (an --insecure client) */
-	int connect_timeout_ms;
-	bool was_up;           /* a handshake has succeeded on this handle */
-	int64_t down_since;    /* when the connection was lost (or first tried); 0: up */
-	uint32_t next_id;
-	struct wire_buf out;   /* the request being sent; reused */
-	uint8_t *rb;           /* received bytes: [rb_off, rb_off + rb_len) not yet consumed */
-	size_t rb_cap;
-	size_t rb_off;
-	size_t rb_len;
-	const uint8_t *in;     /* the last reply's payload, inside rb until the next read */
-	struct wire_hdr rh;    /* the reply header */
-	uint32_t max_value_len;
-	int rcvtimeo_ms;       /* SO_RCVTIMEO now set on fd; 0: not set yet (blocks forever) */
-	char where[300];       /* "store HOST:PORT" */
-	uint8_t junk[64];      /* the first bytes of a reply that was no frame (the handshake's) */
-	size_t junk_len;
-	struct crun_diag diag; /* the last error: "store H:P: what" (server's message, or ours) */
-};
+/* The transport (client_tcp_io.c) under the names this file has always used. */
+static void disconnect(struct store_backend *b)
+{
+	tcp_io_disconnect(b);
+}
 
 static int fail(struct store_backend *b, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -80,141 +59,6 @@ static int fail(struct store_backend *b, int code, const char *fmt, ...)
 	diag_setv(&b->diag, code, fmt, ap);
 	va_end(ap);
 	return diag_prefix(&b->diag, "%s", b->where);
-}
-
-static void disconnect(struct store_backend *b)
-{
-	if (b->fd >= 0) {
-		close(b->fd);
-		b->fd = -1;
-	}
-	b->rcvtimeo_ms = 0;
-	b->rb_off = b->rb_len = 0;
-}
-
-/* Wait for @events on the socket until @deadline. Returns 0, -ETIMEDOUT or -errno. */
-static int wait_fd(int fd, short events, int64_t deadline)
-{
-	struct pollfd p = {fd, events, 0};
-	int rc;
-
-	for (;;) {
-		rc = poll(&p, 1, crun_ms_until(deadline));
-		if (rc > 0) {
-			return 0;
-		}
-		if (rc == 0) {
-			return -ETIMEDOUT;
-		}
-		if (errno != EINTR) {
-			return -errno;
-		}
-	}
-}
-
-static int send_all(struct store_backend *b, const uint8_t *p, size_t n, int64_t deadline)
-{
-	ssize_t k;
-	int rc;
-
-	while (n > 0) {
-		k = send(b->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (k > 0) {
-			p += k;
-			n -= (size_t)k;
-			continue;
-		}
-		if (k < 0 && errno == EINTR) {
-			continue;
-		}
-		if (k < 0 && errno != EAGAIN) {
-			return -errno;
-		}
-		rc = wait_fd(b->fd, POLLOUT, deadline);
-		if (rc < 0) {
-			return rc;
-		}
-	}
-	return 0;
-}
-
-/*
- * One blocking recv into @p that returns no later than @deadline: the socket is blocking
- * (sends use MSG_DONTWAIT) and SO_RCVTIMEO bounds each recv. The timeout is set only when the
- * cached one would outlast the deadline or is far shorter than it, so a run of operations
- * with the same timeout costs one recv per reply instead of poll + recv. A recv that times
- * out early just loops: crun_ms_until() alone decides when the deadline has passed.
- * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
- */
-static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t deadline)
-{
-	struct timeval tv;
-	ssize_t k;
-	int left;
-
-	for (;;) {
-		left = crun_ms_until(deadline);
-		if (left == 0) {
-			return -ETIMEDOUT;
-		}
-		if (b->rcvtimeo_ms == 0 || b->rcvtimeo_ms > left || b->rcvtimeo_ms < left / 2) {
-			tv.tv_sec = left / 1000;
-			tv.tv_usec = (left % 1000) * 1000;
-			if (setsockopt(b->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
-				return -errno;
-			}
-			b->rcvtimeo_ms = left;
-		}
-		k = recv(b->fd, p, n, 0);
-		if (k > 0) {
-			return k;
-		}
-		if (k == 0) {
-			return -ECONNRESET;
-		}
-		if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
-			return -errno;
-		}
-	}
-}
-
-/*
- * Make @need bytes available at b->rb + b->rb_off, reading as much as the socket has (one
- * recv per reply in the common case). Returns 0, -ETIMEDOUT or -errno.
- */
-static int fill(struct store_backend *b, size_t need, int64_t deadline)
-{
-	size_t cap;
-	uint8_t *p;
-	ssize_t k;
-
-	while (b->rb_len < need) {
-		if (b->rb_off + need > b->rb_cap) {
-			if (b->rb_off > 0) {
-				memmove(b->rb, b->rb + b->rb_off, b->rb_len);
-				b->rb_off = 0;
-			}
-			if (need > b->rb_cap) {
-				cap = b->rb_cap ? b->rb_cap : 4096;
-				while (cap < need) {
-					cap *= 2;
-				}
-				p = realloc(b->rb, cap);
-				if (p == NULL) {
-					return -ENOMEM;
-				}
-				b->rb = p;
-				b->rb_cap = cap;
-			}
-		}
-		k = recv_deadline(b, b->rb + b->rb_off + b->rb_len,
-				  b->rb_cap - b->rb_off - b->rb_len, deadline);
-		if (k < 0) {
-			return (int)k;
-		}
-		b->rb_len += (size_t)k;
-	}
-	return 0;
 }
 
 /*
@@ -239,12 +83,12 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 		return fail(b, -EMSGSIZE, "%s: request of %zu bytes exceeds the frame limit %u",
 			    wire_op_name(b->out.p[4]), b->out.len - 4, (unsigned)WIRE_MAX_FRAME);
 	}
-	rc = send_all(b, b->out.p, b->out.len, deadline);
+	rc = tcp_io_send(b, b->out.p, b->out.len, deadline);
 	if (rc < 0) {
 		disconnect(b);
-		return fail(b, rc, "send: %s", crun_strerror(rc));
+		return fail(b, rc, "send: %s", tcp_io_strerror(b, rc));
 	}
-	rc = fill(b, WIRE_HDR_LEN, deadline);
+	rc = tcp_io_fill(b, WIRE_HDR_LEN, deadline);
 	if (rc == 0) {
 		rc = wire_hdr_decode(b->rb + b->rb_off, WIRE_MAX_FRAME, &b->rh);
 		if (rc < 0) {
@@ -254,14 +98,14 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 			return fail(b, -EPROTO, "reply: bad frame length %u", b->rh.len);
 		}
 		plen = b->rh.len - 8;
-		rc = fill(b, WIRE_HDR_LEN + plen, deadline);
+		rc = tcp_io_fill(b, WIRE_HDR_LEN + plen, deadline);
 	}
 	if (rc < 0) {
 		disconnect(b);
 		if (rc == -ETIMEDOUT) {
 			return fail(b, rc, "no reply in time");
 		}
-		return fail(b, rc, "receive: %s", crun_strerror(rc));
+		return fail(b, rc, "receive: %s", tcp_io_strerror(b, rc));
 	}
 	b->in = b->rb + b->rb_off + WIRE_HDR_LEN;
 	b->rb_off += WIRE_HDR_LEN + plen;
@@ -501,45 +345,6 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	return 0;
 }
 
-static int connect_once(struct store_backend *b, const struct addrinfo *ai, int64_t deadline)
-{
-	int fd, rc, one = 1, soerr = 0;
-	socklen_t sl = sizeof(soerr);
-
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		return -errno;
-	}
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		if (errno != EINPROGRESS) {
-			rc = -errno;
-			close(fd);
-			return rc;
-		}
-		rc = wait_fd(fd, POLLOUT, deadline);
-		if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
-		    soerr != 0) {
-			rc = -soerr;
-		}
-		if (rc < 0) {
-			close(fd);
-			return rc;
-		}
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	/* Blocking from here on: recv_deadline() bounds reads with SO_RCVTIMEO, and sends
-	 * pass MSG_DONTWAIT. */
-	rc = fcntl(fd, F_GETFL);
-	if (rc < 0 || fcntl(fd, F_SETFL, rc & ~O_NONBLOCK) < 0) {
-		rc = -errno;
-		close(fd);
-		return rc;
-	}
-	b->fd = fd;
-	b->rcvtimeo_ms = 0;
-	return 0;
-}
-
 static unsigned jitter_seed(void)
 {
 	return (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
@@ -610,14 +415,21 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 		gai = getaddrinfo(b->host, port_s, &hints, &res);
 		if (gai == 0) {
 			for (ai = res; ai != NULL; ai = ai->ai_next) {
-				rc = connect_once(b, ai, deadline);
+				rc = tcp_io_connect(b, ai, deadline);
 				if (rc == 0) {
 					break;
 				}
 			}
 			freeaddrinfo(res);
 			res = NULL;
-			if (rc == 0) {
+			if (rc == 0 && (rc = tcp_io_tls_start(b, deadline)) < 0) {
+				/* "TLS handshake: the store's certificate has expired (...)" */
+				fail(b, rc, "TLS handshake: %s", tcp_io_strerror(b, rc));
+				disconnect(b);
+				if (rc != -ECONNRESET && rc != -EPIPE) {
+					return rc;
+				}
+			} else if (rc == 0) {
 				rc = handshake(b, deadline);
 				if (rc == 0) {
 					b->was_up = true;
@@ -994,6 +806,8 @@ static void tcp_close(struct store_backend *b)
 	wire_buf_finish(&b->out);
 	free(b->rb);
 	free(b->host);
+	free(b->tls_name);
+	SSL_CTX_free(b->tls_ctx);
 	memset(&b->cred, 0, sizeof(b->cred));
 	free(b);
 }
@@ -1025,6 +839,14 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
 		   struct crun_diag *d)
 {
+	return store_tcp_open_tls(host, port, cred, NULL, connect_timeout_ms, out, ops, d);
+}
+
+int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
+		       const struct tls_files *tls, int connect_timeout_ms,
+		       struct store_backend **out, const struct store_ops **ops,
+		       struct crun_diag *d)
+{
 	struct store_backend *b;
 	int rc;
 
@@ -1048,6 +870,21 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 	}
 	snprintf(b->where, sizeof(b->where), "store ");
 	net_join_hostport(b->where + 6, sizeof(b->where) - 6, host, port);
+	if (tls_files_any(tls)) {
+		rc = tls_client_ctx(tls, &b->tls_ctx, d);
+		b->tls_name = strdup(tls->server_name != NULL && tls->server_name[0] != '\0'
+					     ? tls->server_name
+					     : host);
+		if (rc < 0 || b->tls_name == NULL) {
+			if (rc == 0) {
+				rc = -ENOMEM;
+			} else {
+				diag_prefix(d, "%s", b->where);
+			}
+			tcp_close(b);
+			return rc;
+		}
+	}
 	rc = reconnect(b, 0);
 	if (rc < 0) {
 		diag_set(d, rc, "%s", b->diag.msg);

@@ -38,6 +38,7 @@ void srv_server_unref(struct store_server *s)
 	free(s->ts_prefix);
 	free(s->ts_refusal);
 	srv_auth_guard_free(s);
+	srv_tls_finish(s);
 	free(s);
 }
 
@@ -165,6 +166,10 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	if (s->keys.buckets == NULL || s->peers.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
 	}
+	rc = srv_tls_init(s, opts, d);
+	if (rc < 0) {
+		goto err;
+	}
 	s->loop = loop;
 	s->seed = (uint64_t)crun_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
 	srv_limits_init(s, opts);
@@ -201,6 +206,8 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	*out = s;
 	return 0;
 oom:
+	rc = diag_set(d, -ENOMEM, "store: out of memory");
+err:
 	close(fd);
 	htab_finish(&s->keys);
 	htab_finish(&s->peers);
@@ -208,8 +215,9 @@ oom:
 	free(s->token);
 	free(s->ts_prefix);
 	free(s->ts_refusal);
+	srv_tls_finish(s);
 	free(s);
-	return diag_set(d, -ENOMEM, "store: out of memory");
+	return rc;
 }
 
 const char *store_server_address(const struct store_server *s)

@@ -48,6 +48,11 @@ struct store_server_opts {
 	 * with a log line ending in tcpstore_refusal when given. */
 	const char *tcpstore_prefix;
 	const char *tcpstore_refusal;
+	/* TLS (docs/security.md): PEM files; none named: plain TCP. With tls_ca, every client
+	 * must present a certificate signed by it (mutual TLS). */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
 };
 
 /**

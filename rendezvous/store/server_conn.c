@@ -32,6 +32,7 @@ static void conn_unref(struct conn *c)
 	free(c->backlog);
 	wire_buf_finish(&c->out);
 	srv_auth_conn_free(c);
+	srv_tls_conn_free(c);
 	free(c);
 	srv_server_unref(s);
 }
@@ -103,6 +104,9 @@ void srv_flush(struct conn *c)
 	uv_buf_t b;
 	int n;
 
+	if (c->ssl != NULL && !c->closing) {
+		srv_tls_seal(c);
+	}
 	if (c->closing || c->out.len == 0) {
 		return;
 	}
@@ -407,7 +411,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	struct conn *c = stream->data;
 	struct store_server *s = c->s;
 	char msg[96];
-	size_t n;
 
 	(void)buf; /* the server's read buffer */
 	if (nread == 0 || c->closing) {
@@ -434,22 +437,32 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		return; /* draining after an error reply */
 	}
 	c->last_active = (int64_t)uv_now(s->loop);
-	n = consume(c, s->rbuf, (size_t)nread);
-	if (n < (size_t)nread && !c->failing && !c->closing) {
-		/* Paused with input left: at most one read buffer, kept until the peer reads. */
-		if (srv_mem_charge(c, (size_t)nread - n)) {
-			c->backlog_charged = (uint32_t)((size_t)nread - n);
-			c->backlog = malloc((size_t)nread - n);
-			if (c->backlog == NULL) {
-				srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
-			} else {
-				memcpy(c->backlog, s->rbuf + n, (size_t)nread - n);
-				c->backlog_len = (uint32_t)((size_t)nread - n);
-			}
-		}
+	if (c->ssl != NULL) {
+		srv_tls_read(c, s->rbuf, (size_t)nread);
+	} else {
+		srv_conn_input(c, s->rbuf, (size_t)nread);
 	}
 	srv_flush(c);
 	srv_flush_all(s);
+}
+
+void srv_conn_input(struct conn *c, const uint8_t *p, size_t len)
+{
+	size_t n = consume(c, p, len);
+
+	if (n < len && !c->failing && !c->closing) {
+		/* Paused with input left: at most one read buffer, kept until the peer reads. */
+		if (srv_mem_charge(c, len - n)) {
+			c->backlog_charged = (uint32_t)(len - n);
+			c->backlog = malloc(len - n);
+			if (c->backlog == NULL) {
+				srv_conn_fail(c, 0, 0, WIRE_E_NO_MEMORY, "out of memory");
+			} else {
+				memcpy(c->backlog, p + n, len - n);
+				c->backlog_len = (uint32_t)(len - n);
+			}
+		}
+	}
 }
 
 /* The peer reads again: process what was held back, then read more. */
@@ -469,6 +482,16 @@ static void conn_resume(struct conn *c)
 			return; /* paused again; on_written resumes */
 		}
 		backlog_free(c);
+		srv_flush(c);
+		srv_flush_all(c->s);
+		if (c->closing || c->paused) {
+			return;
+		}
+	}
+	if (c->ssl != NULL && !c->failing) {
+		/* Records OpenSSL holds already decrypted or buffered: no new bytes will come
+		 * for them. */
+		srv_tls_read(c, NULL, 0);
 		srv_flush(c);
 		srv_flush_all(c->s);
 		if (c->closing || c->paused) {
@@ -514,6 +537,10 @@ void srv_on_connection(uv_stream_t *server, int status)
 	uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
 	if (s->closing) {
 		srv_conn_close(c);
+		return;
+	}
+	/* With TLS, the connection starts in the TLS handshake (server_tls.c). */
+	if (!srv_tls_conn_start(c)) {
 		return;
 	}
 	/* Over the total or the per-address cap: an error reply, then closed (and logged once

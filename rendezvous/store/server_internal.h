@@ -40,6 +40,8 @@ struct heap {
 
 struct wait;
 struct conn;
+struct ssl_st;     /* OpenSSL's SSL: only server_tls.c looks inside */
+struct ssl_ctx_st; /* SSL_CTX */
 
 /* ---- limits (server_limits.c) ---- */
 
@@ -125,6 +127,8 @@ struct conn {
 	int64_t drain_until;
 	unsigned refs;            /* 1 for the tcp handle + in-flight writes and shutdown */
 	struct srv_auth_conn *auth; /* from HELLO on: nonces, key, scope (server_auth.c) */
+	struct ssl_st *ssl;       /* the TLS session when the server has TLS (server_tls.c) */
+	bool tls_seen;            /* the first byte came, and it started TLS */
 	bool hello;               /* the handshake is complete (HELLO, and AUTH when required) */
 	bool in_flush;
 	bool failing;             /* error reply sent: discard input until EOF, then close */
@@ -164,6 +168,8 @@ struct store_server {
 	char *token;
 	size_t token_len;
 	struct srv_guard *guard;  /* failed handshakes per source (server_auth.c); NULL: none yet */
+	struct ssl_ctx_st *tls_ctx; /* NULL: plain TCP (server_tls.c) */
+	uint8_t *tls_plain;       /* decrypted input, READ_BUF_LEN bytes, for one read at a time */
 	int max_connections;
 	int idle_timeout_ms;
 	uint32_t max_pending;
@@ -254,7 +260,24 @@ void srv_ts_wait_done(struct conn *c, bool ok, const char *why);
 void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *payload,
 		  size_t plen);
 
+/* ---- server_tls.c: TLS over memory BIOs (rendezvous/store/tls.h has the OpenSSL bridge) ---- */
+
+/** The server's TLS context from @o's files (none named: plain TCP). 0 or a negative code. */
+int srv_tls_init(struct store_server *s, const struct store_server_opts *o,
+		 struct crun_diag *d);
+void srv_tls_finish(struct store_server *s);
+/** A new connection starts in the TLS handshake when the server has TLS. False: closed. */
+bool srv_tls_conn_start(struct conn *c);
+void srv_tls_conn_free(struct conn *c);
+/** Bytes from the socket: the handshake, then the plaintext to srv_conn_input(). */
+void srv_tls_read(struct conn *c, const uint8_t *p, size_t n);
+/** Encrypt the replies in c->out, and put what TLS has to send in c->out instead. */
+void srv_tls_seal(struct conn *c);
+
 /* ---- server_conn.c: connections ---- */
+
+/** Frames from the peer (decrypted, with TLS): run them, keeping what backpressure holds. */
+void srv_conn_input(struct conn *c, const uint8_t *p, size_t n);
 
 /** Idempotent: drop every wait, close the socket, free in the close callback. */
 void srv_conn_close(struct conn *c);

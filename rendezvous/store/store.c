@@ -11,6 +11,7 @@
 #include "config.h"
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/tls.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
@@ -25,6 +26,7 @@ struct crun_store {
 	struct store_backend *b;
 	char *endpoint;   /* as given, for clone and messages */
 	struct token_cred cred; /* the handshake's credential; cred.set false: none */
+	struct tls_files tls;   /* malloc'd paths (NULL: none), for clones */
 	char *prefix;     /* never NULL; "" for none */
 	size_t prefix_len;
 	int connect_timeout_ms;
@@ -39,7 +41,7 @@ struct crun_store {
  * Anything else is -EINVAL with a message that names the endpoint.
  */
 static int open_backend(const char *endpoint, const struct token_cred *cred,
-			int connect_timeout_ms,
+			const struct tls_files *tls, int connect_timeout_ms,
 			struct store_backend **b, const struct store_ops **ops, struct crun_diag *d)
 {
 	char host[256];
@@ -100,12 +102,42 @@ static int open_backend(const char *endpoint, const struct token_cred *cred,
 				"or file:///PATH with a port in 1..65535",
 				endpoint);
 	}
-	return store_tcp_open(host, port, cred, connect_timeout_ms, b, ops, d);
+	return store_tcp_open_tls(host, port, cred, tls, connect_timeout_ms, b, ops, d);
 }
 
-static int handle_create(const char *endpoint, const struct token_cred *cred, const char *prefix1,
-			 const char *prefix2, int connect_timeout_ms, int timeout_ms,
-			 struct crun_store **out, struct crun_diag *d)
+static void tls_files_free(struct tls_files *t)
+{
+	free((char *)t->cert);
+	free((char *)t->key);
+	free((char *)t->ca);
+	free((char *)t->server_name);
+	memset(t, 0, sizeof(*t));
+}
+
+/* A copy of @in's paths into @t (NULL stays NULL). 0 or -ENOMEM. */
+static int tls_files_copy(struct tls_files *t, const struct tls_files *in)
+{
+	memset(t, 0, sizeof(*t));
+	if (in == NULL) {
+		return 0;
+	}
+	t->cert = in->cert != NULL ? crun_strdup(in->cert) : NULL;
+	t->key = in->key != NULL ? crun_strdup(in->key) : NULL;
+	t->ca = in->ca != NULL ? crun_strdup(in->ca) : NULL;
+	t->server_name = in->server_name != NULL ? crun_strdup(in->server_name) : NULL;
+	if ((in->cert != NULL && t->cert == NULL) || (in->key != NULL && t->key == NULL) ||
+	    (in->ca != NULL && t->ca == NULL) ||
+	    (in->server_name != NULL && t->server_name == NULL)) {
+		tls_files_free(t);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int handle_create(const char *endpoint, const struct token_cred *cred,
+			 const struct tls_files *tls, const char *prefix1, const char *prefix2,
+			 int connect_timeout_ms, int timeout_ms, struct crun_store **out,
+			 struct crun_diag *d)
 {
 	struct crun_store *st;
 	size_t l1, l2;
@@ -134,7 +166,7 @@ static int handle_create(const char *endpoint, const struct token_cred *cred, co
 		st->cred = *cred;
 	}
 	st->prefix = malloc(l1 + l2 + 1);
-	if (st->endpoint == NULL || st->prefix == NULL) {
+	if (st->endpoint == NULL || st->prefix == NULL || tls_files_copy(&st->tls, tls) < 0) {
 		rc = diag_set(d, -ENOMEM, "store: out of memory");
 		goto err;
 	}
@@ -146,7 +178,8 @@ static int handle_create(const char *endpoint, const struct token_cred *cred, co
 	}
 	st->prefix[l1 + l2] = '\0';
 	st->prefix_len = l1 + l2;
-	rc = open_backend(endpoint, &st->cred, st->connect_timeout_ms, &st->b, &st->ops, d);
+	rc = open_backend(endpoint, &st->cred, &st->tls, st->connect_timeout_ms, &st->b, &st->ops,
+			  d);
 	if (rc < 0) {
 		goto err;
 	}
@@ -154,6 +187,7 @@ static int handle_create(const char *endpoint, const struct token_cred *cred, co
 	return 0;
 err:
 	free(st->prefix);
+	tls_files_free(&st->tls);
 	memset(&st->cred, 0, sizeof(st->cred));
 	free(st->endpoint);
 	free(st);
@@ -192,7 +226,9 @@ CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_
 		rc = diag_set(&d, -EINVAL, "store: open: options: bad struct_size %zu",
 			      opts->struct_size);
 	} else if ((rc = open_cred(&o, &cred, &d)) == 0) {
-		rc = handle_create(o.endpoint, &cred, o.prefix, NULL, o.connect_timeout_ms,
+		struct tls_files tls = {o.tls_cert, o.tls_key, o.tls_ca, o.tls_server_name};
+
+		rc = handle_create(o.endpoint, &cred, &tls, o.prefix, NULL, o.connect_timeout_ms,
 				   o.timeout_ms, out, &d);
 		memset(&cred, 0, sizeof(cred));
 	}
@@ -210,6 +246,7 @@ CRUN_EXPORT void crun_store_close(struct crun_store *st)
 	}
 	free(st->key);
 	free(st->prefix);
+	tls_files_free(&st->tls);
 	memset(&st->cred, 0, sizeof(st->cred));
 	free(st->endpoint);
 	free(st);
@@ -222,7 +259,7 @@ CRUN_EXPORT int crun_store_clone(struct crun_store *st, const char *subprefix,
 		return -EINVAL;
 	}
 	*out = NULL;
-	return handle_create(st->endpoint, &st->cred, st->prefix, subprefix,
+	return handle_create(st->endpoint, &st->cred, &st->tls, st->prefix, subprefix,
 			     st->connect_timeout_ms, st->timeout_ms, out, NULL);
 }
 

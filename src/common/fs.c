@@ -12,6 +12,28 @@
 #include "src/common/fs.h"
 #include "src/common/io.h"
 
+int fs_check_private(int fd, const char *what, const char *path, struct crun_diag *d)
+{
+	struct stat sb;
+	int rc;
+
+	if (fstat(fd, &sb) < 0) {
+		rc = -errno;
+		return diag_set(d, rc, "%s %s: %s", what, path, strerror(-rc));
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		return diag_set(d, -EACCES, "%s %s: not a regular file", what, path);
+	}
+	if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
+		return diag_set(d, -EACCES,
+				"%s %s: refused: mode %04o, owner uid %u; it must be owned by uid "
+				"%u and not readable or writable by group or others (chmod 600 %s)",
+				what, path, (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid,
+				(unsigned)geteuid(), path);
+	}
+	return 0;
+}
+
 int fs_mkdir_p(const char *path, mode_t mode)
 {
 	char tmp[PATH_MAX];

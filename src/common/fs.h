@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/fs.h: directories and durable files: mkdir -p, rm -rf, write-temp-fsync-rename. */
+/* src/common/fs.h: directories, durable files (write-temp-fsync-rename), private-file checks. */
 #ifndef CRUN_SRC_COMMON_FS_H
 #define CRUN_SRC_COMMON_FS_H
 
 #include <stddef.h>
 #include <sys/types.h>
+
+#include "src/common/diag.h"
 
 /** Create @path and its missing parents with @mode (existing ones are fine). 0 or -errno. */
 int fs_mkdir_p(const char *path, mode_t mode);
@@ -17,6 +19,14 @@ int fs_rm_rf(const char *path);
 int fs_count_files(const char *path);
 /** fsync(2) the directory @dir, so a rename or create inside it is durable. 0 or -errno. */
 int fs_fsync_dir(const char *dir);
+
+/**
+ * The check every secret file passes before it is read (token files, TLS keys): @fd (open on
+ * @path) must be a regular file owned by this user and neither readable nor writable by group
+ * or others. Returns 0, or -EACCES (or -errno) with @d saying "@what @path: refused: mode
+ * 0644, owner uid U; ... (chmod 600 @path)".
+ */
+int fs_check_private(int fd, const char *what, const char *path, struct crun_diag *d);
 
 /* One piece of a file written by fs_write_atomic(). */
 struct fs_chunk {

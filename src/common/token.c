@@ -136,7 +136,6 @@ int token_cred_from_token(struct token_cred *c, const char *tok, const char *sco
 /* The first line of @path (at most TOKEN_MAX_LEN + 1 bytes read) after the permission check. */
 static int read_private(const char *path, char *buf, size_t cap, struct crun_diag *d)
 {
-	struct stat sb;
 	ssize_t n;
 	int fd, rc;
 	char *nl;
@@ -146,23 +145,10 @@ static int read_private(const char *path, char *buf, size_t cap, struct crun_dia
 		rc = -errno;
 		return diag_set(d, rc, "token file %s: %s", path, strerror(-rc));
 	}
-	if (fstat(fd, &sb) < 0) {
-		rc = -errno;
+	rc = fs_check_private(fd, "token file", path, d);
+	if (rc < 0) {
 		close(fd);
-		return diag_set(d, rc, "token file %s: %s", path, strerror(-rc));
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return diag_set(d, -EACCES, "token file %s: not a regular file", path);
-	}
-	if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
-		close(fd);
-		return diag_set(d, -EACCES,
-				"token file %s: refused: mode %04o, owner uid %u; it must be owned "
-				"by uid %u and not readable or writable by group or others "
-				"(chmod 600 %s)",
-				path, (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid,
-				(unsigned)geteuid(), path);
+		return rc;
 	}
 	n = io_read_full(fd, buf, cap - 1);
 	rc = n < 0 ? (int)n : 0;

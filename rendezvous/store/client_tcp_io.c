@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/* rendezvous/store/client_tcp_io.c: the TCP client's transport: plain sockets, or TLS over them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+
+#include <crun/error.h>
+
+#include "rendezvous/store/client_tcp_internal.h"
+#include "rendezvous/store/tls.h"
+#include "src/common/clock.h"
+
+void tcp_io_disconnect(struct store_backend *b)
+{
+	if (b->ssl != NULL) {
+		/* No close_notify: the peer learns of the close from the socket, and a dead peer
+		 * cannot hold us here. */
+		SSL_free(b->ssl);
+		b->ssl = NULL;
+	}
+	if (b->fd >= 0) {
+		close(b->fd);
+		b->fd = -1;
+	}
+	b->rcvtimeo_ms = 0;
+	b->rb_off = b->rb_len = 0;
+}
+
+/* Wait for @events on the socket until @deadline. Returns 0, -ETIMEDOUT or -errno. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd p = {fd, events, 0};
+	int rc;
+
+	for (;;) {
+		rc = poll(&p, 1, crun_ms_until(deadline));
+		if (rc > 0) {
+			return 0;
+		}
+		if (rc == 0) {
+			return -ETIMEDOUT;
+		}
+		if (errno != EINTR) {
+			return -errno;
+		}
+	}
+}
+
+/*
+ * One TLS call's outcome @ret: > 0 done; 0 when it wants the socket (waited for, until
+ * @deadline: call again); < 0 a failure, its words in b->io_msg.
+ */
+static int tls_step(struct store_backend *b, int ret, int64_t deadline)
+{
+	int e;
+
+	if (ret > 0) {
+		return ret;
+	}
+	e = SSL_get_error(b->ssl, ret);
+	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+		ERR_clear_error();
+		e = wait_fd(b->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+		if (e == -ETIMEDOUT) {
+			snprintf(b->io_msg, sizeof(b->io_msg), "%s",
+				 SSL_is_init_finished(b->ssl) ? "timed out"
+							      : "no TLS handshake in time");
+		}
+		return e;
+	}
+	return tls_describe(b->ssl, ret, "the store", b->io_msg, sizeof(b->io_msg));
+}
+
+int tcp_io_tls_start(struct store_backend *b, int64_t deadline)
+{
+	int rc;
+
+	b->io_msg[0] = '\0';
+	if (b->tls_ctx == NULL) {
+		return 0;
+	}
+	b->ssl = tls_new(b->tls_ctx, b->tls_name);
+	if (b->ssl == NULL || tls_set_socket(b->ssl, b->fd) < 0) {
+		snprintf(b->io_msg, sizeof(b->io_msg), "out of memory");
+		return -ENOMEM;
+	}
+	/* TLS needs the socket non-blocking: every wait is a poll() bounded by the deadline. */
+	rc = fcntl(b->fd, F_GETFL);
+	if (rc < 0 || fcntl(b->fd, F_SETFL, rc | O_NONBLOCK) < 0) {
+		return -errno;
+	}
+	do {
+		ERR_clear_error();
+		rc = tls_step(b, SSL_connect(b->ssl), deadline);
+	} while (rc == 0);
+	return rc < 0 ? rc : 0;
+}
+
+int tcp_io_send(struct store_backend *b, const uint8_t *p, size_t n, int64_t deadline)
+{
+	ssize_t k;
+	int rc;
+
+	b->io_msg[0] = '\0';
+	while (n > 0) {
+		if (b->ssl != NULL) {
+			ERR_clear_error();
+			rc = tls_step(b, SSL_write(b->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n),
+				      deadline);
+			if (rc < 0) {
+				return rc;
+			}
+			p += rc;
+			n -= (size_t)rc;
+			continue;
+		}
+		k = send(b->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			p += k;
+			n -= (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR) {
+			continue;
+		}
+		if (k < 0 && errno != EAGAIN) {
+			return -errno;
+		}
+		rc = wait_fd(b->fd, POLLOUT, deadline);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* One TLS read into @p before @deadline. Returns the bytes read (> 0) or a negative code. */
+static ssize_t tls_recv(struct store_backend *b, void *p, size_t n, int64_t deadline)
+{
+	int rc;
+
+	do {
+		if (crun_ms_until(deadline) == 0) {
+			return -ETIMEDOUT;
+		}
+		ERR_clear_error();
+		rc = tls_step(b, SSL_read(b->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n),
+			      deadline);
+	} while (rc == 0);
+	return rc;
+}
+
+/*
+ * One blocking recv into @p that returns no later than @deadline: the socket is blocking
+ * (sends use MSG_DONTWAIT) and SO_RCVTIMEO bounds each recv. The timeout is set only when the
+ * cached one would outlast the deadline or is far shorter than it, so a run of operations
+ * with the same timeout costs one recv per reply instead of poll + recv. A recv that times
+ * out early just loops: crun_ms_until() alone decides when the deadline has passed.
+ * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
+ */
+static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t deadline)
+{
+	struct timeval tv;
+	ssize_t k;
+	int left;
+
+	if (b->ssl != NULL) {
+		return tls_recv(b, p, n, deadline);
+	}
+	for (;;) {
+		left = crun_ms_until(deadline);
+		if (left == 0) {
+			return -ETIMEDOUT;
+		}
+		if (b->rcvtimeo_ms == 0 || b->rcvtimeo_ms > left || b->rcvtimeo_ms < left / 2) {
+			tv.tv_sec = left / 1000;
+			tv.tv_usec = (left % 1000) * 1000;
+			if (setsockopt(b->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+				return -errno;
+			}
+			b->rcvtimeo_ms = left;
+		}
+		k = recv(b->fd, p, n, 0);
+		if (k > 0) {
+			return k;
+		}
+		if (k == 0) {
+			return -ECONNRESET;
+		}
+		if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+			return -errno;
+		}
+	}
+}
+
+int tcp_io_fill(struct store_backend *b, size_t need, int64_t deadline)
+{
+	size_t cap;
+	uint8_t *p;
+	ssize_t k;
+
+	b->io_msg[0] = '\0';
+	while (b->rb_len < need) {
+		if (b->rb_off + need > b->rb_cap) {
+			if (b->rb_off > 0) {
+				memmove(b->rb, b->rb + b->rb_off, b->rb_len);
+				b->rb_off = 0;
+			}
+			if (need > b->rb_cap) {
+				cap = b->rb_cap ? b->rb_cap : 4096;
+				while (cap < need) {
+					cap *= 2;
+				}
+				p = realloc(b->rb, cap);
+				if (p == NULL) {
+					return -ENOMEM;
+				}
+				b->rb = p;
+				b->rb_cap = cap;
+			}
+		}
+		k = recv_deadline(b, b->rb + b->rb_off + b->rb_len,
+				  b->rb_cap - b->rb_off - b->rb_len, deadline);
+		if (k < 0) {
+			return (int)k;
+		}
+		b->rb_len += (size_t)k;
+	}
+	return 0;
+}
+
+const char *tcp_io_strerror(const struct store_backend *b, int rc)
+{
+	return b->io_msg[0] != '\0' ? b->io_msg : crun_strerror(rc);
+}
+
+int tcp_io_connect(struct store_backend *b, const struct addrinfo *ai, int64_t deadline)
+{
+	int fd, rc, one = 1, soerr = 0;
+	socklen_t sl = sizeof(soerr);
+
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		return -errno;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		if (errno != EINPROGRESS) {
+			rc = -errno;
+			close(fd);
+			return rc;
+		}
+		rc = wait_fd(fd, POLLOUT, deadline);
+		if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+		    soerr != 0) {
+			rc = -soerr;
+		}
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Blocking from here on: recv_deadline() bounds reads with SO_RCVTIMEO, and sends
+	 * pass MSG_DONTWAIT. (TLS makes it non-blocking again: tcp_io_tls_start().) */
+	rc = fcntl(fd, F_GETFL);
+	if (rc < 0 || fcntl(fd, F_SETFL, rc & ~O_NONBLOCK) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	b->fd = fd;
+	b->rcvtimeo_ms = 0;
+	return 0;
+}
