@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/log.h: one-line log messages to stderr. */
+/* src/common/log.h: one-line log messages to stderr (terminal, journal or file: log.c). */
 #ifndef CRUN_SRC_COMMON_LOG_H
 #define CRUN_SRC_COMMON_LOG_H
+
+#include <stdbool.h>
 
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
@@ -10,6 +12,12 @@ void log_set_level(enum log_level lvl);
 enum log_level log_get_level(void);
 /** Program name shown in each line ("crun", "crun-rdzvd"). Borrowed; keep it alive. */
 void log_set_ident(const char *ident);
+
+/**
+ * Whether stderr is systemd's journal ($JOURNAL_STREAM names it): lines then start with a
+ * syslog priority ("<3>" error ... "<7>" debug) instead of a time stamp. Decided once.
+ */
+bool log_to_journal(void);
 
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
