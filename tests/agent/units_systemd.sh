@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# tests/agent/units.sh: the systemd units in examples/systemd: `systemd-analyze verify` passes on
+# tests/agent/units_systemd.sh: the systemd units in examples/systemd: `systemd-analyze verify` passes on
 # every one with no message at all, `meson install` puts them where systemd looks with this
 # prefix's paths, their settings are the documented ones (Type=notify, watchdog, KillMode,
 # token file, never --insecure), and the agent unit's command line, on two nodes of a loopback
