@@ -951,6 +951,9 @@ out:
 		exit_code = 1;
 	}
 	notify_status_end(a->ns, exit_code);
+	/* The last record goes out now: before the store stops or etcd forgets the job. */
+	notify_status_destroy(a->ns);
+	a->ns = NULL;
 	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
 	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
 		/*
@@ -966,8 +969,6 @@ out:
 					  AGENT_FORGET_TIMEOUT_MS);
 		}
 	}
-	notify_status_destroy(a->ns); /* while the store it publishes to is still up */
-	a->ns = NULL;
 	notify_finish();
 	agent_finish(a, keep_tmp);
 	spawn_guard_stop();

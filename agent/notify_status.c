@@ -153,6 +153,13 @@ static void *publisher_main(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
+		if (s->stop && s->st == NULL && s->published != 0) {
+			/*
+			 * The store was not reachable at the last try: an agent that is leaving
+			 * does not wait a connect timeout more for it.
+			 */
+			break;
+		}
 		if (due || s->version != s->published) {
 			r = s->rec;
 			v = s->version;
