@@ -314,8 +314,10 @@ static void judge(struct job_view *v)
 	bool live = false, failed = false;
 	int i;
 
-	qsort(v->nodes, (size_t)v->n, sizeof(*v->nodes), cmp_nodes);
-	v->cur = v->n > 0 ? &v->nodes[0] : NULL;
+	if (v->n > 0) {
+		qsort(v->nodes, (size_t)v->n, sizeof(*v->nodes), cmp_nodes);
+		v->cur = &v->nodes[0];
+	}
 	for (i = 0; i < v->n; i++) {
 		const struct node_record *r = &v->nodes[i];
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/log.c: one-line log messages to stderr, written with a single write(2). */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,11 +102,6 @@ enum log_level log_get_level(void)
 void log_set_ident(const char *id)
 {
 	ident = id;
-}
-
-bool log_to_journal(void)
-{
-	return log_dest() == DEST_JOURNAL;
 }
 
 /* The line's head, by destination; returns its length or -1. */

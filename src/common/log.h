@@ -3,8 +3,6 @@
 #ifndef CRUN_SRC_COMMON_LOG_H
 #define CRUN_SRC_COMMON_LOG_H
 
-#include <stdbool.h>
-
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
 /** Messages above @lvl are dropped. Default LOG_INFO; CRUN_LOG_LEVEL=debug|info|warn|error. */
@@ -14,11 +12,11 @@ enum log_level log_get_level(void);
 void log_set_ident(const char *ident);
 
 /**
- * Whether stderr is systemd's journal ($JOURNAL_STREAM names it): lines then start with a
- * syslog priority ("<3>" error ... "<7>" debug) instead of a time stamp. Decided once.
+ * One line to stderr, shaped by where stderr goes (decided at the first line): a terminal
+ * "crun 08:04:41.123 info: text"; the journal ($JOURNAL_STREAM names stderr) "<6>text", the
+ * syslog priority (3 error, 4 warning, 6 info, 7 debug) and no time; anything else
+ * "crun 2026-11-24T08:04:41.123+01:00 HOST info: text". Never colour codes.
  */
-bool log_to_journal(void);
-
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
