@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/log.c: one-line log messages to stderr, written with a single write(2). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ static enum log_level level = LOG_INFO;
 static int level_from_env = 0;
 static const char *ident = "crun";
 static enum log_dest dest = DEST_UNKNOWN;
+static pthread_once_t dest_once = PTHREAD_ONCE_INIT;
 static char host[256];
 
 static void init_from_env(void)
@@ -68,12 +70,8 @@ static bool stderr_is_journal(void)
 	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
-static enum log_dest log_dest(void)
+static void dest_init(void)
 {
-	/* Decided once: stderr does not move under a running program. */
-	if (dest != DEST_UNKNOWN) {
-		return dest;
-	}
 	if (isatty(STDERR_FILENO)) {
 		dest = DEST_TERMINAL;
 	} else if (stderr_is_journal()) {
@@ -84,6 +82,12 @@ static enum log_dest log_dest(void)
 			snprintf(host, sizeof(host), "localhost");
 		}
 	}
+}
+
+/* Decided once (the agent's threads log too): stderr does not move under a running program. */
+static enum log_dest log_dest(void)
+{
+	pthread_once(&dest_once, dest_init);
 	return dest;
 }
 
