@@ -861,6 +861,7 @@ int agent_run(const struct job_spec *spec)
 		switch (oc) {
 		case OUT_SUCCESS:
 			fs_rm_rf(errdir);
+			notify_status_set(a->ns, NODE_WAITING, &as);
 			rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
 			if (rc == CRUN_EPEERFAIL) {
 				/* Another node failed after ours finished: the job runs again. */

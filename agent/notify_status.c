@@ -22,7 +22,7 @@
 #define PUBLISH_TIMEOUT_MS 3000
 
 static const char *const state_names[NODE_STATE_COUNT] = {
-	"joining", "running", "restarting", "stopping", "finished", "failed",
+	"joining", "running", "restarting", "waiting", "stopping", "finished", "failed",
 };
 
 const char *node_state_name(enum node_state s)
@@ -287,6 +287,10 @@ static void tell_systemd(struct notify_status *s)
 	case NODE_JOINING:
 		snprintf(what, sizeof(what), "joining: waiting for a rendezvous round (restarts %d of %d)",
 			 r->restarts, r->max_restarts);
+		break;
+	case NODE_WAITING:
+		snprintf(what, sizeof(what), "waiting: this node's workers finished; waiting for "
+					     "the other nodes (round %d)", r->round);
 		break;
 	case NODE_RESTARTING:
 		snprintf(what, sizeof(what), "restarting: restarts %d of %d; last failure: %s",

@@ -25,6 +25,7 @@ enum node_state {
 	NODE_JOINING = 0, /* waiting for a rendezvous round */
 	NODE_RUNNING,     /* workers running */
 	NODE_RESTARTING,  /* workers failed or stopped; the next round comes */
+	NODE_WAITING,     /* this node's workers succeeded; waiting for the other nodes */
 	NODE_STOPPING,    /* a signal stops this node */
 	NODE_FINISHED,    /* the job succeeded (for this node) */
 	NODE_FAILED,      /* the job failed for this node and it exits */

@@ -31,7 +31,7 @@ msgs() {
 	grep -v '^BOUND$' "$T/$1.msgs" | grep -v ' WATCHDOG=1$' | cut -d' ' -f2-
 }
 
-note "a one-node job: joining, READY=1 with the round once workers run, STOPPING=1 at the end"
+note "a one-node job: joining, READY=1 with the round once workers run, waiting, STOPPING=1"
 listen ok
 NOTIFY_SOCKET=$SOCK WATCHDOG_USEC=400000 run_crun 60 "$T/ok.out" "$T/ok.err" --standalone \
 	--nproc-per-node 2 --no-python /bin/sh -c 'env > "$TMPDIR/env.$RANK"; sleep 1.2'
@@ -39,6 +39,7 @@ stop_listen
 expect_eq $RC 0 "exit status"
 expect_eq "$(msgs ok)" "STATUS=joining: waiting for a rendezvous round (restarts 0 of 0)
 READY=1|STATUS=running: round 0, node rank 0 of 1, world size 2, restarts 0 of 0
+STATUS=waiting: this node's workers finished; waiting for the other nodes (round 0)
 STOPPING=1|STATUS=finished" "the notify sequence"
 pings=$(grep -c ' WATCHDOG=1$' "$T/ok.msgs")
 # 1.2 s of workers at one ping every 200 ms: at least 4 however loaded the machine is.

@@ -85,6 +85,16 @@ assert d["state"] == "failed" and f["rank"] == 3 and f["exit_code"] == 7, d
 assert "disk on fire" in f["message"], d
 PY
 
+note "a node whose workers finished waits for the other: waiting; the job is still running"
+job wt "$W" exit-if-env:GROUP_RANK:0:0 wait-file:"$T/wt.go"
+wait_for 60 eval 'status --rdzv-id wt; [ $RC -eq 0 ] && grep -q "^0 .* waiting " "$T/st"'
+expect_grep '^1 .* running ' "$T/st" "node 1 still running"
+touch "$T/wt.go"
+wait_pid 60 $J0
+wait_pid 60 $J1
+status --rdzv-id wt
+expect_eq $RC 3 "exit status once both finished"
+
 note "unknown run id: exit 4"
 status --rdzv-id never-ran
 expect_eq $RC 4 "exit status for an unknown run"
