@@ -94,7 +94,7 @@ stop_listen
 expect_eq $RC 143 "exit status after SIGTERM"
 expect_eq "$(msgs term | tail -n1)" "STOPPING=1|STATUS=stopping" "the last message"
 # Workers that ignore SIGTERM are killed 1 s later; the agent exits soon after (TimeoutStopSec
-# must cover --shutdown-timeout and the store's linger: docs/operations.md).
+# must exceed --shutdown-timeout: docs/operations.md).
 [ $ms -lt 10000 ] || fail "SIGTERM took $ms ms with --shutdown-timeout 1"
 note "SIGTERM to exit: $ms ms"
 
