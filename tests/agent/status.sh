@@ -51,7 +51,7 @@ timeout -s KILL 60 "$CRUN" status --rdzv-endpoint "$ENDPOINT" --rdzv-id ok --wat
 	>"$T/watch" 2>&1 &
 WP=$!
 track $WP
-sleep 0.5
+wait_for 30 grep -q '^job ok: running' "$T/watch"
 touch "$T/ok.go"
 wait_pid 60 $J0
 expect_eq $RC 0 "node 0's exit status"
