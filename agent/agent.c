@@ -916,21 +916,23 @@ int agent_run(const struct job_spec *spec)
 			fs_rm_rf(errdir);
 			sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
 			if (sig > 0) {
+				notify_status_set(a->ns, NODE_STOPPING, NULL);
 				exit_code = 128 + sig;
 				goto out;
 			}
 			continue;
 		case OUT_EVENT:
 			fs_rm_rf(errdir);
-			notify_status_set(a->ns, NODE_RESTARTING, &as);
 			if (a->stop_ev == RDZV_EV_STORE_LOST) {
 				log_error("rendezvous: the store stopped answering: %s", a->stop_detail);
 				exit_code = 1;
 				goto out;
 			}
+			notify_status_set(a->ns, NODE_RESTARTING, &as);
 			if (a->stop_ev == RDZV_EV_PEER_FAILED) {
 				sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
 				if (sig > 0) {
+					notify_status_set(a->ns, NODE_STOPPING, NULL);
 					exit_code = 128 + sig;
 					goto out;
 				}

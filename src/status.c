@@ -88,7 +88,8 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 	o->timeout_ms = 10000;
 	opterr = 0;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+	/* "+": no permutation, so "--watch 5" can take the operand after it. */
+	while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case O_EP:
 			o->endpoint = optarg;

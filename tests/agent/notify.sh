@@ -98,6 +98,19 @@ expect_eq "$(msgs term | tail -n1)" "STOPPING=1|STATUS=stopping" "the last messa
 [ $ms -lt 10000 ] || fail "SIGTERM took $ms ms with --shutdown-timeout 1"
 note "SIGTERM to exit: $ms ms"
 
+note "SIGTERM while waiting to restart: STOPPING=1 and stopping, not failed"
+listen back
+NOTIFY_SOCKET=$SOCK "$CRUN" --standalone --max-restarts 1 --restart-backoff 60 "$W" exit:3 \
+	>"$T/back.out" 2>"$T/back.err" &
+JOB=$!
+track $JOB
+wait_for 30 grep -q 'STATUS=restarting' "$T/back.msgs"
+kill -TERM $JOB
+wait_pid 30 $JOB
+stop_listen
+expect_eq $RC 143 "exit status after SIGTERM in the backoff"
+expect_eq "$(msgs back | tail -n1)" "STOPPING=1|STATUS=stopping" "the last message"
+
 note "crun-rdzvd: READY=1 once listening, WATCHDOG=1 from its loop, STOPPING=1 on SIGTERM"
 listen rdzvd
 NOTIFY_SOCKET=$SOCK WATCHDOG_USEC=200000 "$RDZVD" --listen 127.0.0.1:0 >"$T/d.out" \
