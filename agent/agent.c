@@ -25,6 +25,8 @@
 #include "agent/etcd.h"
 #include "agent/group.h"
 #include "agent/logroute.h"
+#include "agent/notify.h"
+#include "agent/notify_status.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
@@ -64,6 +66,7 @@ struct agent {
 	int64_t stop_wall_ms;
 
 	struct rdzv *r;
+	struct notify_status *ns; /* this node's state for systemd and `crun status` */
 	struct store_server_thread *srv;
 	char self_exe[PATH_MAX];
 	char hostname[256];
@@ -315,6 +318,7 @@ static void on_signal(uv_signal_t *h, int signum)
 		return;
 	}
 	a->got_signal = signum;
+	notify_status_set(a->ns, NODE_STOPPING, NULL);
 	log_warn("received %s: forwarding it to the workers (SIGKILL after %lld ms)",
 		 signal_name(signum, name, sizeof(name)),
 		 (long long)a->spec->shutdown_timeout_ms);
@@ -541,6 +545,7 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		return OUT_ERROR;
 	}
 	log_debug("attempt %d: workers spawned", a->attempt);
+	notify_status_set(a->ns, NODE_RUNNING, as);
 	rc = rdzv_watch_start(a->r, on_rdzv_event, a);
 	if (rc < 0) {
 		log_error("rendezvous: watching the job: %s", crun_strerror(rc));
@@ -583,6 +588,7 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 			failure_heading(a, as, heading, sizeof(heading));
 			errfile_report(STDERR_FILENO, heading, f, n);
 			errfile_summary(&f[0], summary, sumlen);
+			notify_status_fail(a->ns, f[0].rank, *exit_code, summary);
 		}
 		if (f != &one) {
 			free(f);
@@ -925,7 +931,12 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	so.connect_timeout_ms = (int)(conf.join_timeout_ms > 0 && conf.join_timeout_ms < 600000
 					      ? conf.join_timeout_ms
 					      : 600000);
-	return rdzv_create(&so, &conf, &a->r, d);
+	rc = rdzv_create(&so, &conf, &a->r, d);
+	if (rc == 0 && notify_status_create(&so, spec->rdzv_id, a->hostname, spec->max_restarts,
+					    &a->ns) < 0) {
+		log_warn("status: cannot publish this node's state: out of memory");
+	}
+	return rc;
 }
 
 static void agent_finish(struct agent *a, bool keep_tmp)
@@ -970,6 +981,8 @@ int agent_run(const struct job_spec *spec)
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
 		log_warn("prctl(PR_SET_CHILD_SUBREAPER): %s", strerror(errno));
 	}
+	/* Before any thread: it takes systemd's variables out of the workers' environment. */
+	notify_init();
 	rc = agent_init(a, spec, &d);
 	if (rc == 0) {
 		/* Before any thread exists: the guard is a fork of this process. */
@@ -985,6 +998,7 @@ int agent_run(const struct job_spec *spec)
 		log_error("%s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 		goto out;
 	}
+	notify_watchdog_start();
 	backoff_init(&bo, spec->restart_backoff_ms, spec->restart_backoff_max_ms);
 	for (;;) {
 		struct rdzv_assignment as;
@@ -995,6 +1009,7 @@ int agent_run(const struct job_spec *spec)
 		int sig;
 
 		memset(&as, 0, sizeof(as));
+		notify_status_set(a->ns, NODE_JOINING, NULL);
 		rc = rdzv_next_round(a->r, &as, &d);
 		if (rc < 0) {
 			exit_code = 1;
@@ -1026,6 +1041,7 @@ int agent_run(const struct job_spec *spec)
 		switch (oc) {
 		case OUT_SUCCESS:
 			fs_rm_rf(errdir);
+			notify_status_set(a->ns, NODE_WAITING, &as);
 			rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
 			if (rc == CRUN_EPEERFAIL) {
 				/* Another node failed after ours finished: the job runs again. */
@@ -1078,9 +1094,11 @@ int agent_run(const struct job_spec *spec)
 				goto out;
 			}
 			log_warn("restarting the workers (failure reported above)");
+			notify_status_set(a->ns, NODE_RESTARTING, &as);
 			fs_rm_rf(errdir);
 			sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
 			if (sig > 0) {
+				notify_status_set(a->ns, NODE_STOPPING, NULL);
 				exit_code = 128 + sig;
 				goto out;
 			}
@@ -1092,9 +1110,11 @@ int agent_run(const struct job_spec *spec)
 				exit_code = 1;
 				goto out;
 			}
+			notify_status_set(a->ns, NODE_RESTARTING, &as);
 			if (a->stop_ev == RDZV_EV_PEER_FAILED) {
 				sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
 				if (sig > 0) {
+					notify_status_set(a->ns, NODE_STOPPING, NULL);
 					exit_code = 128 + sig;
 					goto out;
 				}
@@ -1115,6 +1135,10 @@ out:
 		log_error("the job finished, but its logs are incomplete: %s", a->log_err);
 		exit_code = 1;
 	}
+	notify_status_end(a->ns, exit_code);
+	/* The last record goes out now: before the store stops or etcd forgets the job. */
+	notify_status_destroy(a->ns);
+	a->ns = NULL;
 	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
 	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
 		/*
@@ -1130,6 +1154,7 @@ out:
 					  AGENT_FORGET_TIMEOUT_MS);
 		}
 	}
+	notify_finish();
 	agent_finish(a, keep_tmp);
 	spawn_guard_stop();
 	free(a);

@@ -17,6 +17,7 @@
 #include <crun/store.h>
 
 #include "config.h"
+#include "agent/notify.h"
 #include "src/common/log.h"
 #include "rendezvous/store/server.h"
 #include "src/common/util.h"
@@ -86,14 +87,26 @@ struct daemon {
 	uv_loop_t loop;
 	uv_signal_t sigterm;
 	uv_signal_t sigint;
+	uv_timer_t watchdog; /* WATCHDOG=1 from the loop itself: a stuck loop stops the pings */
+	bool watchdog_on;
 	struct store_server *srv;
 };
+
+static void on_watchdog(uv_timer_t *t)
+{
+	notify_send("WATCHDOG=1");
+}
 
 static void on_signal(uv_signal_t *h, int signum)
 {
 	struct daemon *d = h->data;
 
 	log_info("%s: shutting down", strsignal(signum));
+	notify_send("STOPPING=1\nSTATUS=shutting down (%s)", strsignal(signum));
+	if (d->watchdog_on) {
+		uv_close((uv_handle_t *)&d->watchdog, NULL);
+		d->watchdog_on = false;
+	}
 	store_server_close(d->srv);
 	d->srv = NULL;
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -171,7 +184,7 @@ int main(int argc, char **argv)
 	};
 	struct store_server_opts o = {0};
 	struct crun_diag diag = {0};
-	struct daemon d;
+	struct daemon d = {0};
 	char *token = NULL;
 	static char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
 	bool insecure = false;
@@ -181,6 +194,7 @@ int main(int argc, char **argv)
 	int opt, rc;
 
 	log_set_ident("crun-rdzvd");
+	notify_init(); /* before any thread; keeps $NOTIFY_SOCKET from anything we start */
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":l:c:t:i:vqhV", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -403,9 +417,19 @@ int main(int argc, char **argv)
 	log_info("listening on %s%s%s", store_server_address(d.srv),
 		 token != NULL ? " (token required)" : " (no authentication)",
 		 o.tls_ca != NULL ? " over mutual TLS" : o.tls_cert != NULL ? " over TLS" : "");
+	notify_send("READY=1\nSTATUS=listening on %s%s", store_server_address(d.srv),
+		    token != NULL ? " (token required)" : " (no authentication)");
+	if (notify_watchdog_usec() > 0) {
+		uint64_t half_ms = notify_watchdog_usec() / 2000;
+
+		uv_timer_init(&d.loop, &d.watchdog);
+		uv_timer_start(&d.watchdog, on_watchdog, 0, half_ms > 0 ? half_ms : 1);
+		d.watchdog_on = true;
+	}
 
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&d.loop);
+	notify_finish();
 	free(token);
 	if (rc != 0) {
 		log_error("shutdown: %s", uv_strerror(rc));

@@ -1,18 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/log.c: one-line log messages to stderr, written with a single write(2). */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "src/common/log.h"
 
+/*
+ * Where stderr goes decides the line's shape (log_msg()):
+ *   terminal  "crun 08:04:41.123 info: text"                    (a person watches it)
+ *   journal   "<6>text"         (journald adds time, host and name; the prefix is the priority)
+ *   elsewhere "crun 2026-11-24T08:04:41.123+01:00 node7 info: text"  (a file or a pipe that
+ *             outlives the day, gets copied to another host, or is merged with other nodes')
+ * No line carries colour codes.
+ */
+enum log_dest { DEST_UNKNOWN = 0, DEST_TERMINAL, DEST_JOURNAL, DEST_PLAIN };
+
 static enum log_level level = LOG_INFO;
 static int level_from_env = 0;
 static const char *ident = "crun";
+static enum log_dest dest = DEST_UNKNOWN;
+static pthread_once_t dest_once = PTHREAD_ONCE_INIT;
+static char host[256];
 
 static void init_from_env(void)
 {
@@ -37,6 +53,44 @@ static void init_from_env(void)
 	}
 }
 
+/* systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream it connected stdout/stderr to. */
+static bool stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	int end = 0;
+
+	if (e == NULL || sscanf(e, "%llu:%llu%n", &dev, &ino, &end) != 2 || e[end] != '\0') {
+		return false;
+	}
+	if (fstat(STDERR_FILENO, &st) != 0) {
+		return false;
+	}
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+static void dest_init(void)
+{
+	if (isatty(STDERR_FILENO)) {
+		dest = DEST_TERMINAL;
+	} else if (stderr_is_journal()) {
+		dest = DEST_JOURNAL;
+	} else {
+		dest = DEST_PLAIN;
+		if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+			snprintf(host, sizeof(host), "localhost");
+		}
+	}
+}
+
+/* Decided once (the agent's threads log too): stderr does not move under a running program. */
+static enum log_dest log_dest(void)
+{
+	pthread_once(&dest_once, dest_init);
+	return dest;
+}
+
 void log_set_level(enum log_level lvl)
 {
 	level_from_env = 1;
@@ -54,12 +108,36 @@ void log_set_ident(const char *id)
 	ident = id;
 }
 
-void log_msg(enum log_level lvl, const char *fmt, ...)
+/* The line's head, by destination; returns its length or -1. */
+static int head(char *line, size_t len, enum log_level lvl)
 {
 	static const char *const names[] = {"error", "warning", "info", "debug"};
-	char line[2048];
+	static const int prio[] = {3, 4, 6, 7}; /* syslog's LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
 	struct timespec ts;
 	struct tm tm;
+	long off;
+
+	if (log_dest() == DEST_JOURNAL) {
+		return snprintf(line, len, "<%d>", prio[lvl]);
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	if (dest == DEST_TERMINAL) {
+		return snprintf(line, len, "%s %02d:%02d:%02d.%03ld %s: ", ident, tm.tm_hour,
+				tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[lvl]);
+	}
+	/* ISO 8601 with the offset in its extended form (+01:00), as RFC 3339 writes it. */
+	off = tm.tm_gmtoff / 60;
+	return snprintf(line, len, "%s %04d-%02d-%02dT%02d:%02d:%02d.%03ld%c%02ld:%02ld %s %s: ",
+			ident, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+			tm.tm_sec, ts.tv_nsec / 1000000, off < 0 ? '-' : '+',
+			(off < 0 ? -off : off) / 60, (off < 0 ? -off : off) % 60, host,
+			names[lvl]);
+}
+
+void log_msg(enum log_level lvl, const char *fmt, ...)
+{
+	char line[2048];
 	va_list ap;
 	int n, m;
 
@@ -67,11 +145,8 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	if (lvl > level) {
 		return;
 	}
-	clock_gettime(CLOCK_REALTIME, &ts);
-	localtime_r(&ts.tv_sec, &tm);
-	n = snprintf(line, sizeof(line), "%s %02d:%02d:%02d.%03ld %s: ", ident, tm.tm_hour,
-		     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[lvl]);
-	if (n < 0) {
+	n = head(line, sizeof(line), lvl);
+	if (n < 0 || (size_t)n >= sizeof(line) - 2) {
 		return;
 	}
 	va_start(ap, fmt);

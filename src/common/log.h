@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/log.h: one-line log messages to stderr. */
+/* src/common/log.h: one-line log messages to stderr (terminal, journal or file: log.c). */
 #ifndef CRUN_SRC_COMMON_LOG_H
 #define CRUN_SRC_COMMON_LOG_H
 
@@ -11,6 +11,12 @@ enum log_level log_get_level(void);
 /** Program name shown in each line ("crun", "crun-rdzvd"). Borrowed; keep it alive. */
 void log_set_ident(const char *ident);
 
+/**
+ * One line to stderr, shaped by where stderr goes (decided at the first line): a terminal
+ * "crun 08:04:41.123 info: text"; the journal ($JOURNAL_STREAM names stderr) "<6>text", the
+ * syslog priority (3 error, 4 warning, 6 info, 7 debug) and no time; anything else
+ * "crun 2026-11-24T08:04:41.123+01:00 HOST info: text". Never colour codes.
+ */
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
