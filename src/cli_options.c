@@ -208,6 +208,7 @@ void cli_usage(FILE *out)
 	int k;
 
 	fprintf(out, "Usage: crun [OPTIONS] PROGRAM [ARGS...]\n"
+		     "       crun status --rdzv-endpoint EP --rdzv-id ID [--json] [--watch [SEC]]\n"
 		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
 		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
 		     "under python3 -u ($PYTHON_EXEC, --python); ARGS pass through unchanged except\n"

@@ -18,6 +18,7 @@
 #include "src/common/clock.h"
 #include "src/common/parse.h"
 #include "src/common/token.h"
+#include "src/jobfile.h"
 #include "src/status.h"
 
 /* At most this many agents are listed (a record is one store key). */
@@ -27,6 +28,9 @@
 
 struct status_opts {
 	const char *endpoint, *run_id, *backend, *token_file;
+	const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
+	const char *config;   /* --config FILE.yaml: what the options above leave unset */
+	struct jobfile jf;    /* its values, which the pointers above may borrow */
 	bool insecure, json, watch;
 	double watch_s;
 	int timeout_ms;
@@ -56,6 +60,10 @@ static void usage(FILE *f)
 		"  --token-file FILE    the store's token (default: $CRUN_TOKEN_FILE, then\n"
 		"                       ~/.config/crun/token; $CRUN_STORE_TOKEN also works)\n"
 		"  --insecure           connect without a token\n"
+		"  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME\n"
+		"                       TLS to the store, as crun's own flags\n"
+		"  --config FILE.yaml   take the options above from the job's file (crun.yaml(5));\n"
+		"                       options given here win\n"
 		"  --json               one JSON object instead of the table\n"
 		"  --watch [SEC]        redraw every SEC seconds (default 2) until the job ends\n"
 		"  --timeout SEC        how long to try to reach the store (default 10)\n"
@@ -65,25 +73,66 @@ static void usage(FILE *f)
 		"every agent lost), 5 the store could not be reached or read.\n");
 }
 
+/* What the command line left unset, from the job file (the same keys crun reads). */
+static int from_jobfile(struct status_opts *o)
+{
+	static const struct {
+		enum cli_opt_id id;
+		size_t off;
+	} keys[] = {
+		{O_RDZV_ENDPOINT, offsetof(struct status_opts, endpoint)},
+		{O_RDZV_ID, offsetof(struct status_opts, run_id)},
+		{O_RDZV_BACKEND, offsetof(struct status_opts, backend)},
+		{O_TOKEN_FILE, offsetof(struct status_opts, token_file)},
+		{O_TLS_CA, offsetof(struct status_opts, tls_ca)},
+		{O_TLS_CERT, offsetof(struct status_opts, tls_cert)},
+		{O_TLS_KEY, offsetof(struct status_opts, tls_key)},
+		{O_TLS_SERVER_NAME, offsetof(struct status_opts, tls_server_name)},
+	};
+	struct crun_diag d = {0};
+	const char **dst;
+	size_t i;
+
+	if (jobfile_load(&o->jf, o->config, &d) < 0) {
+		fprintf(stderr, "crun status: %s\n", d.msg);
+		return -EINVAL;
+	}
+	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		dst = (const char **)((char *)o + keys[i].off);
+		if (*dst == NULL && o->jf.vals[keys[i].id] != NULL) {
+			*dst = o->jf.vals[keys[i].id];
+		}
+	}
+	if (!o->insecure && o->jf.vals[O_INSECURE] != NULL) {
+		o->insecure = strcmp(o->jf.vals[O_INSECURE], "1") == 0;
+	}
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, struct status_opts *o)
 {
-	enum { O_EP = 256, O_ID, O_BACKEND, O_TOKEN, O_INSECURE, O_JSON, O_WATCH, O_TIMEOUT };
+	enum { S_EP = 256, S_ID, S_BACKEND, S_TOKEN, S_INSECURE, S_JSON, S_WATCH, S_TIMEOUT,
+	       S_TLS_CA, S_TLS_CERT, S_TLS_KEY, S_TLS_NAME, S_CONFIG };
 	static const struct option longopts[] = {
-		{"rdzv-endpoint", required_argument, NULL, O_EP},
-		{"rdzv-id", required_argument, NULL, O_ID},
-		{"rdzv-backend", required_argument, NULL, O_BACKEND},
-		{"token-file", required_argument, NULL, O_TOKEN},
-		{"insecure", no_argument, NULL, O_INSECURE},
-		{"json", no_argument, NULL, O_JSON},
-		{"watch", optional_argument, NULL, O_WATCH},
-		{"timeout", required_argument, NULL, O_TIMEOUT},
+		{"rdzv-endpoint", required_argument, NULL, S_EP},
+		{"rdzv-id", required_argument, NULL, S_ID},
+		{"rdzv-backend", required_argument, NULL, S_BACKEND},
+		{"token-file", required_argument, NULL, S_TOKEN},
+		{"insecure", no_argument, NULL, S_INSECURE},
+		{"json", no_argument, NULL, S_JSON},
+		{"watch", optional_argument, NULL, S_WATCH},
+		{"timeout", required_argument, NULL, S_TIMEOUT},
+		{"tls-ca", required_argument, NULL, S_TLS_CA},
+		{"tls-cert", required_argument, NULL, S_TLS_CERT},
+		{"tls-key", required_argument, NULL, S_TLS_KEY},
+		{"tls-server-name", required_argument, NULL, S_TLS_NAME},
+		{"config", required_argument, NULL, S_CONFIG},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	int64_t ms;
 	int opt;
 
-	o->backend = "c10d";
 	o->watch_s = 2.0;
 	o->timeout_ms = 10000;
 	opterr = 0;
@@ -91,25 +140,40 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 	/* "+": no permutation, so "--watch 5" can take the operand after it. */
 	while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case O_EP:
+		case S_EP:
 			o->endpoint = optarg;
 			break;
-		case O_ID:
+		case S_ID:
 			o->run_id = optarg;
 			break;
-		case O_BACKEND:
+		case S_BACKEND:
 			o->backend = optarg;
 			break;
-		case O_TOKEN:
+		case S_TOKEN:
 			o->token_file = optarg;
 			break;
-		case O_INSECURE:
+		case S_INSECURE:
 			o->insecure = true;
 			break;
-		case O_JSON:
+		case S_TLS_CA:
+			o->tls_ca = optarg;
+			break;
+		case S_TLS_CERT:
+			o->tls_cert = optarg;
+			break;
+		case S_TLS_KEY:
+			o->tls_key = optarg;
+			break;
+		case S_TLS_NAME:
+			o->tls_server_name = optarg;
+			break;
+		case S_CONFIG:
+			o->config = optarg;
+			break;
+		case S_JSON:
 			o->json = true;
 			break;
-		case O_WATCH:
+		case S_WATCH:
 			o->watch = true;
 			/* "--watch 5" as well as "--watch=5": status takes no operands. */
 			if (optarg == NULL && optind < argc && argv[optind][0] != '-') {
@@ -124,7 +188,7 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 				o->watch_s = (double)ms / 1000.0;
 			}
 			break;
-		case O_TIMEOUT:
+		case S_TIMEOUT:
 			if (parse_seconds_ms(optarg, 3600, &ms) < 0 || ms < 1) {
 				fprintf(stderr, "crun status: --timeout: expected seconds, got \"%s\"\n",
 					optarg);
@@ -148,6 +212,12 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 	if (optind < argc) {
 		fprintf(stderr, "crun status: unexpected argument \"%s\"\n", argv[optind]);
 		return -EINVAL;
+	}
+	if (o->config != NULL && from_jobfile(o) < 0) {
+		return -EINVAL;
+	}
+	if (o->backend == NULL) {
+		o->backend = "c10d";
 	}
 	if (o->endpoint == NULL || o->run_id == NULL || o->run_id[0] == '\0') {
 		fprintf(stderr, "crun status: --rdzv-endpoint and --rdzv-id are required (see crun "
@@ -198,6 +268,10 @@ static int store_connect(const struct status_opts *o, struct crun_store **st)
 		so.scope = token_scope_valid(o->run_id) ? o->run_id : NULL;
 	}
 	so.connect_timeout_ms = o->timeout_ms;
+	so.tls_ca = o->tls_ca;
+	so.tls_cert = o->tls_cert;
+	so.tls_key = o->tls_key;
+	so.tls_server_name = o->tls_server_name;
 	so.timeout_ms = o->timeout_ms;
 	rc = crun_store_open(&so, st, err, sizeof(err));
 	if (rc < 0) {
@@ -500,58 +574,68 @@ static void on_int(int sig)
 	interrupted = sig;
 }
 
+static int status_run(int argc, char **argv, struct status_opts *op);
+
 int status_main(int argc, char **argv)
 {
 	struct status_opts o = {0};
+	int code = status_run(argc, argv, &o);
+
+	jobfile_finish(&o.jf);
+	return code;
+}
+
+static int status_run(int argc, char **argv, struct status_opts *op)
+{
 	struct crun_store *st = NULL;
 	struct job_view v;
 	struct timespec ts;
 	bool tty = isatty(STDOUT_FILENO);
 	int rc, code;
 
-	rc = parse_args(argc, argv, &o);
+	rc = parse_args(argc, argv, op);
 	if (rc != 0) {
 		return rc > 0 ? 0 : STATUS_EXIT_USAGE;
 	}
-	if (store_connect(&o, &st) < 0) {
+	if (store_connect(op, &st) < 0) {
 		return STATUS_EXIT_STORE;
 	}
-	if (o.watch) {
+	if (op->watch) {
 		signal(SIGINT, on_int);
 		signal(SIGTERM, on_int);
 	}
 	for (;;) {
 		memset(&v, 0, sizeof(v));
-		rc = read_job(st, o.run_id, &v);
+		rc = read_job(st, op->run_id, &v);
 		if (rc < 0) {
-			fprintf(stderr, "crun status: reading run %s from %s: %s\n", o.run_id,
-				o.endpoint, crun_strerror(rc));
+			fprintf(stderr, "crun status: reading run %s from %s: %s\n", op->run_id,
+				op->endpoint, crun_strerror(rc));
 			free(v.nodes);
 			code = STATUS_EXIT_STORE;
 			break;
 		}
 		v.now = crun_wall_ms();
 		judge(&v);
-		if (o.watch && tty && !o.json) {
+		if (op->watch && tty && !op->json) {
 			fputs("\033[H\033[2J", stdout); /* a terminal: redraw in place, as watch(1) */
 		}
-		if (o.json) {
-			print_json(&o, &v);
+		if (op->json) {
+			print_json(op, &v);
 		} else {
-			print_table(&o, &v);
+			print_table(op, &v);
 		}
 		fflush(stdout);
 		code = v.exit;
 		free(v.nodes);
 		/* --watch ends with the job: finished, failed, or never known. */
-		if (!o.watch || code != STATUS_EXIT_RUNNING || interrupted) {
+		if (!op->watch || code != STATUS_EXIT_RUNNING || interrupted) {
 			break;
 		}
-		if (!o.json && !tty) {
+		if (!op->json && !tty) {
 			printf("\n");
 		}
-		ts.tv_sec = (time_t)o.watch_s;
-		ts.tv_nsec = (long)((o.watch_s - (double)ts.tv_sec) * 1e9);
+		ts.tv_sec = (time_t)op->watch_s;
+		ts.tv_nsec = (long)((op->watch_s - (double)ts.tv_sec) * 1e9);
 		nanosleep(&ts, NULL);
 		if (interrupted) {
 			break;

@@ -45,6 +45,19 @@ assert sorted(a["node_rank"] for a in d["agents"]) == [0, 1], d
 assert all(a["state"] == "running" and a["heartbeat_age_s"] < 30 for a in d["agents"]), d
 assert d["last_failure"] is None, d
 PY
+note "--config: endpoint and run id from the job's file; options given win"
+printf 'rdzv_backend: c10d\nrdzv_endpoint: "%s"\nrdzv_id: nosuchrun\nnproc_per_node: 2\n' \
+	"$ENDPOINT" >"$T/job.yaml"
+timeout -s KILL 60 "$CRUN" status --config "$T/job.yaml" --rdzv-id ok >"$T/st" 2>"$T/st.err"
+RC=$?
+expect_eq $RC 0 "crun status --config exit status while running"
+expect_grep '^job ok: running (round 0, 2 nodes, world size 4)$' "$T/st" "the job line (--config)"
+timeout -s KILL 60 "$CRUN" status --config "$T/job.yaml" >"$T/st" 2>"$T/st.err"
+expect_eq $? 4 "the file's run id (nosuchrun) is unknown"
+printf 'rdzv_endpoint: [1, 2]\n' >"$T/bad.yaml"
+timeout -s KILL 60 "$CRUN" status --config "$T/bad.yaml" >"$T/st" 2>"$T/st.err"
+expect_eq $? 2 "a bad job file is a usage error"
+expect_grep "bad.yaml:1:16: rdzv_endpoint: expected a string" "$T/st.err" "the file's place"
 
 note "--watch follows the job to its end and exits with its state (3: finished)"
 timeout -s KILL 60 "$CRUN" status --rdzv-endpoint "$ENDPOINT" --rdzv-id ok --watch 0.2 \
