@@ -19,6 +19,7 @@
 #include "agent/pty.h"
 #include "agent/spawn.h"
 #include "agent/watchdog.h"
+#include "src/common/io.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/clock.h"
@@ -646,22 +647,8 @@ static int setup_routes(struct group *g, struct worker *w, const struct group_op
 	return 0;
 }
 
-/*
- * A close-on-exec pipe whose ends are not 0, 1 or 2 (the agent may have been started with a
- * closed stdio): the child dup2()s the write end onto 1 or 2, which must clear close-on-exec.
- */
-static int lift_fd(int fd)
-{
-	int nfd;
-
-	if (fd > STDERR_FILENO) {
-		return fd;
-	}
-	nfd = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-	close(fd);
-	return nfd < 0 ? -errno : nfd;
-}
-
+/* A close-on-exec pipe whose ends are above 2 (io_lift_fd()): the child dup2()s the write end
+ * onto 1 or 2, which clears close-on-exec. */
 static int make_pipe(int p[2])
 {
 	int rc;
@@ -669,8 +656,8 @@ static int make_pipe(int p[2])
 	if (pipe2(p, O_CLOEXEC) != 0) {
 		return -errno;
 	}
-	p[0] = lift_fd(p[0]);
-	p[1] = lift_fd(p[1]);
+	p[0] = io_lift_fd(p[0]);
+	p[1] = io_lift_fd(p[1]);
 	if (p[0] < 0 || p[1] < 0) {
 		rc = p[0] < 0 ? p[0] : p[1];
 		if (p[0] >= 0) {
@@ -880,7 +867,7 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		return diag_set(d, -ENOMEM, "workers: out of memory");
 	}
 	i = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	g->devnull = i < 0 ? -errno : lift_fd(i);
+	g->devnull = i < 0 ? -errno : io_lift_fd(i);
 	if (g->devnull < 0) {
 		int rc = g->devnull;
 

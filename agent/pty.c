@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "agent/pty.h"
+#include "src/common/io.h"
 
 bool pty_wanted(enum tty_mode mode, int console_fd, bool has_file)
 {
@@ -37,19 +38,6 @@ void pty_resize(int master, int console_fd, size_t prefix_len)
 	(void)ioctl(master, TIOCSWINSZ, &ws);
 }
 
-/* Move @fd above 2 (the agent may run with closed stdio), close-on-exec. */
-static int lift(int fd)
-{
-	int nfd;
-
-	if (fd > STDERR_FILENO) {
-		return fd;
-	}
-	nfd = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-	close(fd);
-	return nfd < 0 ? -errno : nfd;
-}
-
 int pty_open(int console_fd, size_t prefix_len, int *master, int *slave)
 {
 	struct termios t;
@@ -60,7 +48,7 @@ int pty_open(int console_fd, size_t prefix_len, int *master, int *slave)
 	if (m < 0) {
 		return -errno;
 	}
-	m = lift(m);
+	m = io_lift_fd(m);
 	if (m < 0) {
 		return m;
 	}
@@ -79,7 +67,7 @@ int pty_open(int console_fd, size_t prefix_len, int *master, int *slave)
 		rc = -errno;
 		goto fail;
 	}
-	s = lift(s);
+	s = io_lift_fd(s);
 	if (s < 0) {
 		rc = s;
 		s = -1;

@@ -161,6 +161,40 @@ int srv_key_store(struct store_server *s, struct entry *e, const uint8_t *v, uin
 	return 0;
 }
 
+int srv_key_append(struct store_server *s, struct entry *e, const uint8_t *head, uint32_t hlen,
+		   const uint8_t *v, uint32_t vlen, uint64_t *newlen)
+{
+	uint32_t old = e->present ? e->vlen : 0;
+	uint64_t n = (uint64_t)old + hlen + vlen;
+	uint8_t *p;
+
+	*newlen = n;
+	if (n > s->lim.max_value_len) {
+		return -EMSGSIZE;
+	}
+	if (n > e->vcap) {
+		p = realloc(e->val, n ? n : 1);
+		if (p == NULL) {
+			return -ENOMEM;
+		}
+		e->val = p;
+		e->vcap = (uint32_t)(n ? n : 1);
+	}
+	if (hlen > 0) {
+		memcpy(e->val + old, head, hlen);
+	}
+	if (vlen > 0) {
+		memcpy(e->val + old + hlen, v, vlen);
+	}
+	e->vlen = (uint32_t)n;
+	if (!e->present) {
+		e->present = true;
+		s->nkeys++;
+	}
+	key_clear_ttl(s, e);
+	return 0;
+}
+
 void srv_key_delete(struct store_server *s, struct entry *e)
 {
 	if (!e->present) {

@@ -207,6 +207,13 @@ struct entry *srv_entry_get(struct store_server *s, struct wire_str k);
 void srv_entry_unhash(struct store_server *s, struct entry *e);
 /** Give @e the value @v (@n bytes) and no TTL. 0 or -ENOMEM. */
 int srv_key_store(struct store_server *s, struct entry *e, const uint8_t *v, uint32_t n);
+/**
+ * Append @hlen bytes of @head then @vlen of @v to @e's value (created empty when absent), and
+ * clear its TTL; the caller wakes its waiters (srv_key_written()). 0, -EMSGSIZE (the value would
+ * pass max_value_len: *@newlen says how long), or -ENOMEM; on failure @e is unchanged.
+ */
+int srv_key_append(struct store_server *s, struct entry *e, const uint8_t *head, uint32_t hlen,
+		   const uint8_t *v, uint32_t vlen, uint64_t *newlen);
 /** Make @e absent (freeing it when nobody waits on it). */
 void srv_key_delete(struct store_server *s, struct entry *e);
 /** (Re)start timer @t for the earliest deadline in @h, or stop it. */

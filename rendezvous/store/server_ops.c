@@ -164,43 +164,26 @@ static void op_append(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
 	struct entry *e = srv_entry_get(s, r->key);
-	uint32_t old = 0;
 	uint64_t n;
-	uint8_t *p;
 	char msg[96];
+	int rc;
 
 	if (e == NULL) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "APPEND: out of memory");
 		return;
 	}
-	old = e->present ? e->vlen : 0;
-	n = (uint64_t)old + r->val.len;
-	if (n > s->lim.max_value_len) {
-		snprintf(msg, sizeof(msg), "APPEND: value length %" PRIu64 " exceeds limit %u", n,
-			 s->lim.max_value_len);
+	rc = srv_key_append(s, e, NULL, 0, r->val.p, r->val.len, &n);
+	if (rc < 0) {
 		entry_maybe_free(s, e);
-		reply_error(c, r, WIRE_E_TOO_BIG, msg);
+		if (rc == -EMSGSIZE) {
+			snprintf(msg, sizeof(msg), "APPEND: value length %" PRIu64 " exceeds limit %u",
+				 n, s->lim.max_value_len);
+			reply_error(c, r, WIRE_E_TOO_BIG, msg);
+		} else {
+			reply_error(c, r, WIRE_E_NO_MEMORY, "APPEND: out of memory");
+		}
 		return;
 	}
-	if (n > e->vcap) {
-		p = realloc(e->val, n ? n : 1);
-		if (p == NULL) {
-			entry_maybe_free(s, e);
-			reply_error(c, r, WIRE_E_NO_MEMORY, "APPEND: out of memory");
-			return;
-		}
-		e->val = p;
-		e->vcap = (uint32_t)(n ? n : 1);
-	}
-	if (r->val.len > 0) {
-		memcpy(e->val + old, r->val.p, r->val.len);
-	}
-	e->vlen = (uint32_t)n;
-	if (!e->present) {
-		e->present = true;
-		s->nkeys++;
-	}
-	key_clear_ttl(s, e);
 	srv_key_written(s, e);
 	reply_empty(c, r);
 }

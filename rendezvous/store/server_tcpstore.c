@@ -329,49 +329,31 @@ static void op_multi_set(struct conn *c, const struct ts_req *r)
 static void op_append(struct conn *c, const struct ts_req *r, bool framed)
 {
 	struct store_server *s = c->s;
-	uint8_t buf[TS_KEY_BUF], *p;
+	const char *op = framed ? "QUEUE_PUSH" : "APPEND";
+	uint8_t buf[TS_KEY_BUF], head[4];
 	struct entry *e = srv_entry_get(s, pkey(s, r->key, buf));
-	uint64_t old, n;
+	uint64_t n;
+	int rc;
 
 	if (e == NULL) {
-		ts_drop(c, "%s: out of memory", framed ? "QUEUE_PUSH" : "APPEND");
+		ts_drop(c, "%s: out of memory", op);
 		return;
 	}
-	old = e->present ? e->vlen : 0;
-	n = old + (framed ? 4 : 0) + r->a.len;
-	if (n > s->lim.max_value_len) {
+	head[0] = (uint8_t)(r->a.len >> 24);
+	head[1] = (uint8_t)(r->a.len >> 16);
+	head[2] = (uint8_t)(r->a.len >> 8);
+	head[3] = (uint8_t)r->a.len;
+	rc = srv_key_append(s, e, head, framed ? 4 : 0, r->a.p, r->a.len, &n);
+	if (rc < 0) {
 		entry_maybe_free(s, e);
-		ts_drop(c, "%s: value length %" PRIu64 " exceeds limit %u",
-			framed ? "QUEUE_PUSH" : "APPEND", n, s->lim.max_value_len);
+		if (rc == -EMSGSIZE) {
+			ts_drop(c, "%s: value length %" PRIu64 " exceeds limit %u", op, n,
+				s->lim.max_value_len);
+		} else {
+			ts_drop(c, "%s: out of memory", op);
+		}
 		return;
 	}
-	if (n > e->vcap) {
-		p = realloc(e->val, n);
-		if (p == NULL) {
-			entry_maybe_free(s, e);
-			ts_drop(c, "APPEND: out of memory");
-			return;
-		}
-		e->val = p;
-		e->vcap = (uint32_t)n;
-	}
-	p = e->val + old;
-	if (framed) {
-		p[0] = (uint8_t)(r->a.len >> 24);
-		p[1] = (uint8_t)(r->a.len >> 16);
-		p[2] = (uint8_t)(r->a.len >> 8);
-		p[3] = (uint8_t)r->a.len;
-		p += 4;
-	}
-	if (r->a.len > 0) {
-		memcpy(p, r->a.p, r->a.len);
-	}
-	e->vlen = (uint32_t)n;
-	if (!e->present) {
-		e->present = true;
-		s->nkeys++;
-	}
-	key_clear_ttl(s, e);
 	srv_key_written(s, e);
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/io.c: whole-buffer reads and writes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <unistd.h>
@@ -94,4 +95,16 @@ int io_write_full_stall(int fd, const void *buf, size_t len, int stall_ms)
 		}
 	}
 	return 0;
+}
+
+int io_lift_fd(int fd)
+{
+	int nfd;
+
+	if (fd > STDERR_FILENO) {
+		return fd;
+	}
+	nfd = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+	close(fd);
+	return nfd < 0 ? -errno : nfd;
 }

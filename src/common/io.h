@@ -23,5 +23,12 @@ ssize_t io_pread_full(int fd, void *buf, size_t len, off_t off);
  * Returns 0, -ETIMEDOUT (stalled; part may have been written) or -errno.
  */
 int io_write_full_stall(int fd, const void *buf, size_t len, int stall_ms);
+/**
+ * Move @fd (owned) above 0, 1 and 2, close-on-exec: a process started with a closed stdio
+ * gets those numbers for its first new descriptors, and a child's dup2() onto them would
+ * then close them under the parent. Returns the descriptor (@fd itself when already above
+ * 2) or -errno (@fd is closed either way on failure).
+ */
+int io_lift_fd(int fd);
 
 #endif
