@@ -7,30 +7,12 @@
 # Skipped (77) when torch is not importable.
 . "$(dirname "$0")/lib.sh"
 
-export PYTHON_EXEC=/usr/bin/python3
-if ! "$PYTHON_EXEC" -c 'import torch' 2>/dev/null; then
-	echo "torch is not importable by $PYTHON_EXEC: skipping"
-	exit 77
-fi
-export GLOO_SOCKET_IFNAME=lo
+need_torch
 TORCHRUN=${CRUN_TORCHRUN:-/work/shared/peers/torchrun}
 
 value_of() {
 	grep -a "^\[rank[0-9]*\]:$2=" "$1" | sed "s/^\[rank[0-9]*\]:$2=//" | tr '\n' ' ' |
 		sed 's/ $//'
-}
-
-# free_pair: a port P with P+1 free too.
-free_pair() {
-	python3 -c 'import socket
-for _ in range(200):
-    a = socket.socket(); b = socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        if p < 65535:
-            b.bind(("127.0.0.1", p + 1)); print(p); break
-    except Exception: pass
-    finally: a.close(); b.close()'
 }
 
 # digest DIR: one line for the parameters of all four ranks.
@@ -39,7 +21,7 @@ digest() {
 }
 
 note "static, 2 nodes x 2 workers, gloo DDP: the master port alone, the next one taken"
-port=$(free_pair)
+port=$(free_port_pair)
 [ -n "$port" ] || fail "no free pair of ports"
 # Someone else holds master port + 1 (as on a cluster that opens only the master port).
 python3 -c 'import socket, sys, time
@@ -69,7 +51,7 @@ expect_eq "$(cat "$T"/crun/params.* | sort -u | wc -l)" 1 "distinct parameter se
 
 note "the same job under torchrun: the same parameters"
 if [ -x "$TORCHRUN" ]; then
-	tport=$(free_pair)
+	tport=$(free_port_pair)
 	pids=()
 	for i in 0 1; do
 		"$PYTHON_EXEC" "$TORCHRUN" --nnodes 2 --nproc_per_node 2 --node_rank $i \
@@ -111,7 +93,7 @@ expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_
 expect_eq "$(digest "$T/c10d")" "$(digest "$T/crun")" "c10d digest vs static"
 
 note "c10d hosted by an agent: the other node asks it and meets through it too"
-port=$(free_pair)
+port=$(free_port_pair)
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
@@ -149,7 +131,7 @@ expect_eq "$(value_of "$T/p.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGE
 expect_grep "does not serve PyTorch's TCPStore clients" "$T/p.1.err" "the probe's answer"
 
 note "--no-agent-store: rank 0's TCPStore on the master port, crun's store one up"
-port=$(free_pair)
+port=$(free_port_pair)
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank $i --master-addr 127.0.0.1 \
@@ -166,7 +148,7 @@ expect_eq "$(value_of "$T/na.1.out" MASTER_PORT)" "$port" "MASTER_PORT"
 expect_grep "hosting the rendezvous store at 127.0.0.1:$((port + 1))" "$T/na.0.err" "store port"
 
 note "agent store on: workers get True and the master port"
-port=$(free_pair)
+port=$(free_port_pair)
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank $i --master-addr 127.0.0.1 \
@@ -182,7 +164,7 @@ expect_eq "$(value_of "$T/on.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGE
 expect_eq "$(value_of "$T/on.0.out" MASTER_PORT)" "$port" "MASTER_PORT"
 
 note "a duplicate node rank 0 is named, not 'Address already in use'"
-port=$(free_pair)
+port=$(free_port_pair)
 "$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
 	--master-port "$port" --rdzv-conf join_timeout=30 "$W" env >"$T/d0.out" 2>"$T/d0.err" &
 first=$!
@@ -200,7 +182,7 @@ kill -9 $first 2>/dev/null
 wait $first 2>/dev/null
 
 note "a duplicate node rank 1 is named (nodes 0 and 1 of 3 wait for node 2)"
-port=$(free_pair)
+port=$(free_port_pair)
 "$CRUN" --nnodes 3 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
 	--master-port "$port" --rdzv-conf join_timeout=30 "$W" env >"$T/e0.out" 2>"$T/e0.err" &
 track $!

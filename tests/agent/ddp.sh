@@ -4,12 +4,7 @@
 # replica ends with identical parameters. Skipped (77) when torch is not importable.
 . "$(dirname "$0")/lib.sh"
 
-export PYTHON_EXEC=/usr/bin/python3
-if ! "$PYTHON_EXEC" -c 'import torch' 2>/dev/null; then
-	echo "torch is not importable by $PYTHON_EXEC: skipping"
-	exit 77
-fi
-export GLOO_SOCKET_IFNAME=lo
+need_torch
 start_rdzvd
 pids=()
 for i in 0 1; do

@@ -59,16 +59,8 @@ wait_pid 60 $ps
 expect_eq $RC 0 "standalone job"
 
 note "a static master whose peer never comes ends at its join timeout, naming who is missing"
-# The static store sits on --master-port + 1: both must be free.
-port=$(python3 -c 'import socket
-for _ in range(200):
-    a = socket.socket(); b = socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        if p < 65535:
-            b.bind(("127.0.0.1", p + 1)); print(p); break
-    except Exception: pass
-    finally: a.close(); b.close()')
+# The master port and the next one free (--no-agent-store would use both).
+port=$(free_port_pair)
 [ -n "$port" ] || fail "no free pair of ports for the static test"
 start=$(now_ms)
 run_crun 60 "$T/out" "$T/err" --nnodes 2 --nproc-per-node 1 --node-rank 0 \

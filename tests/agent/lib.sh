@@ -65,3 +65,28 @@ expect_eq() {
 expect_grep() {
 	grep -q -- "$1" "$2" || { cat "$2" >&2; fail "$3: '$1' not found in $2"; }
 }
+
+# need_torch: PYTHON_EXEC is Debian's python3 with torch (the real PyTorch client), gloo on
+# loopback; otherwise the test is skipped (exit 77).
+need_torch() {
+	export PYTHON_EXEC=/usr/bin/python3
+	if ! "$PYTHON_EXEC" -c 'import torch' 2>/dev/null; then
+		echo "torch is not importable by $PYTHON_EXEC: skipping"
+		exit 77
+	fi
+	export GLOO_SOCKET_IFNAME=lo
+}
+
+# free_port_pair: print a port P of 127.0.0.1 with P+1 free too (static mode with
+# --no-agent-store uses both); nothing when none was found.
+free_port_pair() {
+	python3 -c 'import socket
+for _ in range(200):
+    a = socket.socket(); b = socket.socket()
+    try:
+        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+        if p < 65535:
+            b.bind(("127.0.0.1", p + 1)); print(p); break
+    except Exception: pass
+    finally: a.close(); b.close()'
+}

@@ -100,15 +100,7 @@ expect_eq "$RCS" " 5 5" "exit codes after the fail-fast stop"
 grep -q '^\[rank1\]:up$' "$T"/jff.*.out || fail "rank 1 did not outlive SIGTERM (grace not tested)"
 
 note "static backend: --node-rank/--master-addr/--master-port; workers get the master as given"
-port=$(python3 -c 'import socket
-for _ in range(200):
-    a = socket.socket(); b = socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        if p < 65535:
-            b.bind(("127.0.0.1", p + 1)); print(p); break
-    except Exception: pass
-    finally: a.close(); b.close()')
+port=$(free_port_pair)
 [ -n "$port" ] || fail "no free pair of ports for the static test"
 pids=()
 for i in 1 0; do
