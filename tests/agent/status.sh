@@ -100,7 +100,9 @@ PY
 
 note "a node whose workers finished waits for the other: waiting; the job is still running"
 job wt "$W" exit-if-env:GROUP_RANK:0:0 wait-file:"$T/wt.go"
-wait_for 60 eval 'status --rdzv-id wt; [ $RC -eq 0 ] && grep -q "^0 .* waiting " "$T/st"'
+# Each agent publishes on its own thread: wait until both records say so, not just node 0's.
+wait_for 60 eval 'status --rdzv-id wt; [ $RC -eq 0 ] && grep -q "^0 .* waiting " "$T/st" &&
+	grep -q "^1 .* running " "$T/st"'
 expect_grep '^1 .* running ' "$T/st" "node 1 still running"
 touch "$T/wt.go"
 wait_pid 60 $J0

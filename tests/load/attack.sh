@@ -25,14 +25,14 @@ rss_kib() {
 	awk '/^VmRSS:/ { print $2 }' "/proc/$RDZVD_PID/status"
 }
 
-# rss_settle: wait (10 s at most) until the daemon has given an attack's memory back, as its
+# rss_settle: wait (30 s at most: a loaded CI box is slow to run the sweep) until the daemon has given an attack's memory back, as its
 # 500 ms sweep does: within MARGIN_KIB of the baseline. Under ASan freed memory stays in the
 # quarantine, so there is nothing to wait for (the figures are only printed).
 rss_within_margin() {
 	[ "$(rss_kib)" -le $((rss_base + MARGIN_KIB)) ]
 }
 rss_settle() {
-	[ "$asan" -eq 1 ] || wait_for 10 rss_within_margin
+	[ "$asan" -eq 1 ] || wait_for 30 rss_within_margin
 }
 
 # job ID: 2 agents x 2 workers of examples/train through the daemon; sets JOB_MS and DIGEST.
