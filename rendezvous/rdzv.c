@@ -20,6 +20,7 @@
 #include "rendezvous/store/backend.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
+#include "src/common/token.h"
 
 /* Joining lives in rdzv_join.c and rdzv_assign.c, heartbeats and the watch in rdzv_watch.c. */
 
@@ -238,6 +239,17 @@ int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *con
 	for (char *p = r->host; p != NULL && *p != '\0'; p++) {
 		if (*p == ' ' || *p == '\t' || *p == '\n') {
 			*p = '_';
+		}
+	}
+	{
+		uint8_t raw[RDZV_INSTANCE_HEX / 2];
+
+		if (token_random(raw, sizeof(raw)) < 0) {
+			rc = diag_set(d, -EIO, "rendezvous: no random bytes for the instance tag");
+			goto err;
+		}
+		for (size_t i = 0; i < sizeof(raw); i++) {
+			snprintf(r->instance + 2 * i, 3, "%02x", raw[i]);
 		}
 	}
 	r->run_id = strdup(conf->run_id);

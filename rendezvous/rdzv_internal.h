@@ -21,7 +21,8 @@
  *   r/<R>/min            written by the joiner that brought the round to min_nodes
  *   r/<R>/closed         "<count> <world_size> <restart_count>", first compare_set wins;
  *                        count 0 marks a round that timed out before it formed
- *   r/<R>/node/<g>       node record: "<nproc> <cum> <port> <addr> <host>"
+ *   r/<R>/node/<g>       node record: "<nproc> <cum> <port> <addr> <host>", and in static
+ *                        mode " <instance>" (readers take the first five fields)
  *   r/<R>/hb/<g>         heartbeat (TTL heartbeat_timeout), refreshed every keep_alive_interval
  *   r/<R>/failed         "<kind> <group_rank> <host> <text>", first compare_set wins
  *   r/<R>/fin/<g>        node g's workers all exited 0
@@ -36,6 +37,7 @@
 
 #define KEY_MAX 160
 #define REC_MAX 600
+#define RDZV_INSTANCE_HEX 16
 #define PACK_POS(v) ((int64_t)(v) >> 32)
 #define PACK_CUM(v) ((int64_t)((int64_t)(v) & (int64_t)0xffffffff))
 
@@ -50,6 +52,10 @@ struct rdzv {
 	struct crun_store *st; /* the caller's thread only */
 	struct rdzv_conf conf; /* strings point at the copies below */
 	char *run_id, *addr, *host;
+	/* This agent's instance, random: a static node record carries it, so that a second
+	 * agent claiming the same --node-rank from the same host and address is still told
+	 * apart from the owner (their records would otherwise be byte for byte equal). */
+	char instance[RDZV_INSTANCE_HEX + 1];
 	char *worker_base; /* opts prefix, "" for none */
 
 	/* The round this node is in (valid while in_round). */

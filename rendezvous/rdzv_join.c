@@ -350,7 +350,8 @@ static int join_static(struct join *j, struct crun_diag *d)
 			return rc;
 		}
 	}
-	snprintf(rec, sizeof(rec), "%d 0 %d %s %s", c->local_world_size, j->port, r->addr, r->host);
+	snprintf(rec, sizeof(rec), "%d 0 %d %s %s %s", c->local_world_size, j->port, r->addr,
+		 r->host, r->instance);
 	rdzv_rkey(key, j->R, "node/%d", j->g);
 	rc = rdzv_cas_str(r->st, key, rec, cur, sizeof(cur), &won);
 	if (rc < 0) {
@@ -370,6 +371,13 @@ static int join_static(struct join *j, struct crun_diag *d)
 			return join_late(j, c->max_nodes, d);
 		}
 		sscanf(cur, "%*u %*u %*u %255s %255s", oa, oh);
+		if (strcmp(oa, r->addr) == 0 && strcmp(oh, r->host) == 0) {
+			return diag_set(d, CRUN_ECONFIG,
+					"rendezvous %s round %d: node rank %d is already taken by "
+					"another crun on this host (%s, address %s); every node needs "
+					"its own --node-rank",
+					r->run_id, j->R, j->g, oh, oa);
+		}
 		return diag_set(d, CRUN_ECONFIG,
 				"rendezvous %s round %d: node rank %d is already taken by host "
 				"%s (%s); every node needs its own --node-rank",

@@ -192,9 +192,14 @@ track $!
 track $!
 wait_for 20 grep -q "hosting the rendezvous store" "$T/e0.err"
 sleep 2
-# (From another address: one machine's identical records would read as the same node.)
 run_crun 30 "$T/e2.out" "$T/e2.err" --nnodes 3 --nproc-per-node 1 --node-rank 1 \
 	--local-addr 127.0.0.3 --master-addr 127.0.0.1 --master-port "$port" "$W" env
 [ $RC -ne 0 ] || fail "a second node rank 1 was accepted"
 expect_grep "node rank 1 is already taken by host" "$T/e2.err" "duplicate rank 1"
+# From the same host and address: the two agents' records differ only in their instance.
+run_crun 30 "$T/e3.out" "$T/e3.err" --nnodes 3 --nproc-per-node 1 --node-rank 1 \
+	--local-addr 127.0.0.2 --master-addr 127.0.0.1 --master-port "$port" "$W" env
+[ $RC -ne 0 ] || fail "a second node rank 1 from the same address was accepted"
+expect_grep "node rank 1 is already taken by another crun on this host" "$T/e3.err" \
+	"duplicate rank 1, same address"
 echo "agentstore: ok"

@@ -416,6 +416,35 @@ static void duplicate_static_rank_is_refused(void **state)
 	}
 }
 
+/* Two agents of one host and address claiming one rank write records that differ only in
+ * their instance tag: the second is still refused, naming this host. */
+static void duplicate_static_rank_from_one_host_is_refused(void **state)
+{
+	struct node nodes[2];
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		node_init(&nodes[i], 0, 3, 3, 1); /* both 127.0.0.1, "node0" */
+		nodes[i].conf.node_rank = 1;
+		nodes[i].conf.join_timeout_ms = 1500;
+		node_open(&nodes[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		join_async(&nodes[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		join_wait(&nodes[i]);
+	}
+	/* Exactly one is refused by name (the other times out waiting for ranks 0 and 2). */
+	assert_true((nodes[0].rc == CRUN_ECONFIG) != (nodes[1].rc == CRUN_ECONFIG));
+	assert_non_null(strstr(nodes[nodes[0].rc == CRUN_ECONFIG ? 0 : 1].d.msg,
+			       "already taken by another crun on this host (node0, "
+			       "address 127.0.0.1)"));
+	for (int i = 0; i < 2; i++) {
+		node_close(&nodes[i]);
+	}
+}
+
 /* A node refused for a duplicate --node-rank must not use up a place of the round. */
 static void duplicate_static_rank_does_not_take_a_place(void **state)
 {
@@ -493,6 +522,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup(static_ranks_survive_a_restart, per_test),
 		cmocka_unit_test_setup(static_rank_above_the_key_limit_gets_its_offset, per_test),
 		cmocka_unit_test_setup(duplicate_static_rank_is_refused, per_test),
+		cmocka_unit_test_setup(duplicate_static_rank_from_one_host_is_refused, per_test),
 		cmocka_unit_test_setup(duplicate_static_rank_does_not_take_a_place, per_test),
 		cmocka_unit_test_setup(bad_configuration_is_refused_with_a_message, per_test),
 	};
