@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* agent/group.c: spawn the workers, watch them event-driven, stop them, route their output. */
+/* agent/group.c: spawn the workers, watch them event-driven, stop them (output: group_output.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,72 +14,14 @@
 #include <crun/error.h>
 
 #include "agent/group.h"
+#include "agent/group_internal.h"
 #include "agent/logroute.h"
-#include "agent/pty.h"
 #include "agent/spawn.h"
 #include "agent/watchdog.h"
 #include "src/common/io.h"
-#include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/clock.h"
 
-#define GROUP_READ_BUF (64u * 1024u)
-#define GROUP_STACK_MAX (64u * 1024u) /* a traceback read from an error file, its end kept */
-
-struct worker {
-	struct group *g;
-	uv_poll_t exitw;    /* readable pidfd: the worker exited; exitw.data == this */
-	int pidfd;          /* -1 when none */
-	uv_pipe_t out, err;
-	/*
-	 * A stream on a pseudo-terminal (--tty) is read through pty[k] on the master pty_fd[k]
-	 * (its pipe handle stays unopened): libuv's pipe reads take a short read plus a hang-up
-	 * for the end, and a pty master hands out its buffer in pieces, so the tail was lost.
-	 */
-	uv_poll_t pty[2];
-	int pty_fd[2];
-	bool is_pty[2], pty_polling[2];
-	struct logroute_stream lout, lerr;
-	int local_rank, rank;
-	int pid;            /* 0: never started */
-	bool started, exited, pipes_open[2];
-	int64_t exit_status;
-	int term_signal;
-	int64_t exit_wall_ms;
-	bool failed;        /* counted as a failure (not a casualty of the stop) */
-	char errfile[PATH_MAX];
-	char message[ERRFILE_MAX_MESSAGE];
-	char detail[ERRFILE_MAX_DETAIL];  /* the last lines of its traceback or stderr */
-	const char *detail_what;
-	struct errfile_tail tail;         /* the end of its stderr, for a failure report */
-	struct watchdog_beat beat; /* --worker-timeout only */
-};
-
-struct group {
-	uv_loop_t *loop;
-	const struct job_spec *spec;
-	char *hostname;
-	struct worker *w;
-	int n;
-	int running;        /* started workers not yet exited */
-	int pipes;          /* pipes not yet closed */
-	int handles;        /* every handle not yet closed */
-	uv_timer_t grace;   /* SIGTERM -> SIGKILL */
-	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
-	uv_timer_t watch;   /* the hang watchdog (--worker-timeout), stopped when off */
-	uv_timer_t partial; /* live partial lines: runs while one waits (LOGROUTE_PARTIAL_MS) */
-	uv_signal_t winch;  /* crun's terminal was resized: so are the workers' ptys */
-	bool stopping, failed, stopped_outside, finishing, reaped;
-	int stop_signal;
-	int nfail;
-	int devnull;        /* the stdin of workers --stdin does not name */
-	struct worker **fail; /* failures in the order seen */
-	char spawn_err[CRUN_DIAG_MSG_MAX];
-	group_done_cb done;
-	void (*first_failure)(struct group *g, void *arg);
-	void *arg;
-	char rbuf[GROUP_READ_BUF];
-};
 
 static void on_closed(uv_handle_t *h);
 
@@ -182,7 +123,8 @@ static void on_closed(uv_handle_t *h)
 	}
 }
 
-static void close_pipe(struct worker *w, int which)
+/* Close stream @which of @w (its pipe, and its pty poll when it has one), once. */
+void group_close_stream(struct worker *w, int which)
 {
 	uv_pipe_t *p = which == 0 ? &w->out : &w->err;
 
@@ -206,8 +148,8 @@ static void on_drain(uv_timer_t *t)
 	log_warn("workers: output pipes still open %d ms after the last worker exited; closing them",
 		 GROUP_DRAIN_MS);
 	for (i = 0; i < g->n; i++) {
-		close_pipe(&g->w[i], 0);
-		close_pipe(&g->w[i], 1);
+		group_close_stream(&g->w[i], 0);
+		group_close_stream(&g->w[i], 1);
 	}
 }
 
@@ -390,314 +332,6 @@ static void on_exit_cb(uv_poll_t *h, int status, int events)
 	}
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-	struct worker *w = h->data;
-
-	(void)suggested;
-	*buf = uv_buf_init(w->g->rbuf, sizeof(w->g->rbuf));
-}
-
-/*
- * Show every partial line that has waited LOGROUTE_PARTIAL_MS, unless more of its stream is
- * waiting to be read (a loaded agent late to its pipe must not cut a line that is arriving).
- * The timer stops when no partial line waits.
- */
-static void on_partial(uv_timer_t *t)
-{
-	struct group *g = t->data;
-	int64_t now = crun_now_ms();
-	bool waiting = false;
-	int i, k;
-
-	for (i = 0; i < g->n; i++) {
-		struct worker *w = &g->w[i];
-
-		for (k = 0; k < 2; k++) {
-			struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
-			uv_os_fd_t fd;
-			struct pollfd pfd;
-			int64_t due;
-
-			if (!w->pipes_open[k] || (due = logroute_partial_due(ls)) < 0) {
-				continue;
-			}
-			pfd.events = POLLIN;
-			pfd.revents = 0;
-			if (w->is_pty[k]) {
-				fd = w->pty_fd[k];
-			} else if (uv_fileno((uv_handle_t *)(k == 0 ? &w->out : &w->err),
-					     &fd) != 0) {
-				fd = -1;
-			}
-			if (due > now || (fd >= 0 && (pfd.fd = fd, poll(&pfd, 1, 0) > 0))) {
-				waiting = true;
-				continue;
-			}
-			logroute_forward_partial(ls);
-		}
-	}
-	if (!waiting) {
-		uv_timer_stop(t);
-	}
-}
-
-/*
- * SIGWINCH: give every worker pty the new size and tell its worker (the pty is not its
- * controlling terminal, so the kernel does not).
- */
-static void on_winch(uv_signal_t *h, int signum)
-{
-	struct group *g = h->data;
-	int i, k;
-
-	(void)signum;
-	for (i = 0; i < g->n; i++) {
-		struct worker *w = &g->w[i];
-		bool any = false;
-
-		for (k = 0; k < 2; k++) {
-			const struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
-
-			if (w->pty_polling[k]) {
-				pty_resize(w->pty_fd[k], ls->console_fd, ls->prefix_len);
-				any = true;
-			}
-		}
-		if (any && w->pid > 0 && !w->exited) {
-			kill(-w->pid, SIGWINCH);
-		}
-	}
-}
-
-/* Route @n bytes of stream @which of @w; a partial line left over starts the timer. */
-static void got_output(struct worker *w, int which, const char *p, size_t n)
-{
-	struct logroute_stream *ls = which == 0 ? &w->lout : &w->lerr;
-
-	if (which == 1) {
-		errfile_tail_feed(&w->tail, p, n);
-	}
-	logroute_feed(ls, p, n);
-	if (logroute_partial_due(ls) >= 0 && !uv_is_active((uv_handle_t *)&w->g->partial)) {
-		uv_timer_start(&w->g->partial, on_partial, LOGROUTE_PARTIAL_MS / 2,
-			       LOGROUTE_PARTIAL_MS / 2);
-	}
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-	struct worker *w = s->data;
-	int which = s == (uv_stream_t *)&w->out ? 0 : 1;
-
-	if (nread == 0) {
-		return;
-	}
-	if (nread < 0) {
-		close_pipe(w, which);
-		return;
-	}
-	got_output(w, which, buf->base, (size_t)nread);
-}
-
-/*
- * A pty master is readable (or hung up): read until it would block, a few times at most per
- * call so one worker cannot starve the loop. The end is EIO, which Linux reports only once
- * everything the worker wrote has been read.
- */
-static void on_pty(uv_poll_t *h, int status, int events)
-{
-	struct worker *w = h->data;
-	int which = h == &w->pty[0] ? 0 : 1;
-	int i;
-
-	(void)events;
-	for (i = 0; status == 0 && i < 16; i++) {
-		ssize_t n = read(w->pty_fd[which], w->g->rbuf, sizeof(w->g->rbuf));
-
-		if (n > 0) {
-			got_output(w, which, w->g->rbuf, (size_t)n);
-			continue;
-		}
-		if (n < 0 && errno == EINTR) {
-			continue;
-		}
-		if (n < 0 && errno == EAGAIN) {
-			return;
-		}
-		break;
-	}
-	if (i < 16) {
-		close_pipe(w, which);
-	}
-}
-
-/* Start reading the agent's end @fd (owned) of stream @which of @w, a pipe or a pty master. */
-static void open_stream(struct worker *w, int which, int fd)
-{
-	uv_pipe_t *p = which == 0 ? &w->out : &w->err;
-
-	if (w->is_pty[which]) {
-		if (uv_poll_init(w->g->loop, &w->pty[which], fd) < 0) {
-			close(fd);
-			close_pipe(w, which);
-			return;
-		}
-		w->pty[which].data = w;
-		w->pty_fd[which] = fd;
-		w->pty_polling[which] = true;
-		w->g->handles++;
-		uv_poll_start(&w->pty[which], UV_READABLE | UV_DISCONNECT, on_pty);
-		return;
-	}
-	if (uv_pipe_open(p, fd) < 0) {
-		close(fd);
-		close_pipe(w, which);
-		return;
-	}
-	uv_read_start((uv_stream_t *)p, on_alloc, on_read);
-}
-
-static int open_log(const char *dir, const char *name, int *fd, struct crun_diag *d)
-{
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	*fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-	if (*fd < 0) {
-		return diag_set(d, -errno, "log file %s: open: %s", path, strerror(errno));
-	}
-	return 0;
-}
-
-/* Set up the output routes of one worker (console, files) as the spec asks. */
-static int setup_routes(struct group *g, struct worker *w, const struct group_opts *o,
-			struct crun_diag *d)
-{
-	const struct job_spec *spec = g->spec;
-	int lr = w->local_rank;
-	enum std_mask redir, tee;
-	int fds[2] = {-1, -1}, rc, i;
-	char *prefix;
-	bool shown = spec->ranks_filter == NULL || spec->ranks_filter[lr];
-
-	redir = lr < 1024 && spec->redirects[lr] != STD_NONE ? spec->redirects[lr]
-							     : spec->redirects[1024];
-	tee = lr < 1024 && spec->tee[lr] != STD_NONE ? spec->tee[lr] : spec->tee[1024];
-	if (o->logdir != NULL) {
-		char dir[PATH_MAX];
-
-		snprintf(dir, sizeof(dir), "%s/%d", o->logdir, w->rank);
-		rc = fs_mkdir_p(dir, 0755);
-		if (rc < 0) {
-			return diag_set(d, rc, "--log-dir: mkdir %s: %s", dir, strerror(-rc));
-		}
-		rc = open_log(dir, "stdout.log", &fds[0], d);
-		if (rc == 0) {
-			rc = open_log(dir, "stderr.log", &fds[1], d);
-		}
-		if (rc < 0) {
-			if (fds[0] >= 0) {
-				close(fds[0]);
-			}
-			return rc;
-		}
-	}
-	prefix = logroute_format_prefix(spec->log_prefix != NULL ? spec->log_prefix
-								  : "[rank{rank}]:",
-					w->rank, w->local_rank, g->hostname,
-					spec->role != NULL ? spec->role : "default");
-	if (prefix == NULL) {
-		for (i = 0; i < 2; i++) {
-			if (fds[i] >= 0) {
-				close(fds[i]);
-			}
-		}
-		return diag_set(d, -ENOMEM, "workers: out of memory");
-	}
-	for (i = 0; i < 2; i++) {
-		int bit = i == 0 ? STD_OUT : STD_ERR;
-		int console = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
-
-		if ((redir & bit) && !(tee & bit)) {
-			console = -1;
-		}
-		if (!shown) {
-			console = -1;
-		}
-		/* logroute_init owns fds[i] from here, on success and on failure alike. */
-		rc = logroute_init(i == 0 ? &w->lout : &w->lerr, prefix, console, fds[i]);
-		if (rc == 0 && fds[i] >= 0) {
-			char path[PATH_MAX];
-
-			snprintf(path, sizeof(path), "%s/%d/%s", o->logdir, w->rank,
-				 i == 0 ? "stdout.log" : "stderr.log");
-			rc = logroute_set_file_path(i == 0 ? &w->lout : &w->lerr, path);
-		}
-		fds[i] = -1;
-		if (rc < 0) {
-			free(prefix);
-			if (fds[1] >= 0) {
-				close(fds[1]);
-			}
-			return diag_set(d, rc, "workers: out of memory");
-		}
-	}
-	free(prefix);
-	return 0;
-}
-
-/* A close-on-exec pipe whose ends are above 2 (io_lift_fd()): the child dup2()s the write end
- * onto 1 or 2, which clears close-on-exec. */
-static int make_pipe(int p[2])
-{
-	int rc;
-
-	if (pipe2(p, O_CLOEXEC) != 0) {
-		return -errno;
-	}
-	p[0] = io_lift_fd(p[0]);
-	p[1] = io_lift_fd(p[1]);
-	if (p[0] < 0 || p[1] < 0) {
-		rc = p[0] < 0 ? p[0] : p[1];
-		if (p[0] >= 0) {
-			close(p[0]);
-		}
-		if (p[1] >= 0) {
-			close(p[1]);
-		}
-		return rc;
-	}
-	return 0;
-}
-
-/*
- * The pipe or, when --tty asks for one (pty.h), the pseudo-terminal that carries stream @k
- * (0 stdout, 1 stderr) of @w to the agent: p[0] the agent's end, p[1] the worker's.
- */
-static int make_stream(struct group *g, struct worker *w, int k, int p[2])
-{
-	const struct logroute_stream *ls = k == 0 ? &w->lout : &w->lerr;
-
-	static bool warned;
-	int rc;
-
-	w->is_pty[k] = pty_wanted(g->spec->tty, ls->console_fd, ls->file_fd >= 0);
-	if (w->is_pty[k]) {
-		rc = pty_open(ls->console_fd, ls->prefix_len, &p[0], &p[1]);
-		if (rc == 0) {
-			return 0;
-		}
-		/* No /dev/ptmx in a container, or out of ptys: the worker still runs, on a pipe. */
-		if (!warned) {
-			log_warn("workers: no pseudo-terminal (%s): using pipes", strerror(-rc));
-			warned = true;
-		}
-		w->is_pty[k] = false;
-	}
-	return make_pipe(p);
-}
-
 /*
  * The worker's stdin: the agent's own for the rank --stdin names (rank 0 by default, so after
  * a restart the new rank 0 has it again), /dev/null for the others and when the agent has none.
@@ -739,7 +373,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	int rc, po[2], pe[2], pidfd = -1;
 	pid_t pid = 0;
 
-	rc = setup_routes(g, w, o, d);
+	rc = group_output_routes(g, w, o, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -776,9 +410,9 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	g->pipes += 2;
 	w->pipes_open[0] = w->pipes_open[1] = true;
 
-	rc = make_stream(g, w, 0, po);
+	rc = group_output_stream(g, w, 0, po);
 	if (rc == 0) {
-		rc = make_stream(g, w, 1, pe);
+		rc = group_output_stream(g, w, 1, pe);
 		if (rc < 0) {
 			close(po[0]);
 			close(po[1]);
@@ -804,8 +438,8 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	spawn_argv_free(argv);
 	spawn_env_finish(&env);
 	if (rc < 0) {
-		close_pipe(w, 0);
-		close_pipe(w, 1);
+		group_close_stream(w, 0);
+		group_close_stream(w, 1);
 		return diag_set(d, rc, "worker rank %d: spawn %s: %s", w->rank, spec->program,
 				strerror(-rc));
 	}
@@ -819,8 +453,8 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 		close(pidfd);
 		close(po[0]);
 		close(pe[0]);
-		close_pipe(w, 0);
-		close_pipe(w, 1);
+		group_close_stream(w, 0);
+		group_close_stream(w, 1);
 		return diag_set(d, rc, "worker rank %d: watching pid %d: %s", w->rank, (int)pid,
 				uv_strerror(rc));
 	}
@@ -833,8 +467,8 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 	w->exitw.data = w;
 	g->handles++;
 	uv_poll_start(&w->exitw, UV_READABLE, on_exit_cb);
-	open_stream(w, 0, po[0]);
-	open_stream(w, 1, pe[0]);
+	group_output_open(w, 0, po[0]);
+	group_output_open(w, 1, pe[0]);
 	return 0;
 }
 
@@ -912,7 +546,7 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	*out = g;
 	for (i = 0; i < g->n && !g->stopping; i++) {
 		if (g->w[i].pty_polling[0] || g->w[i].pty_polling[1]) {
-			uv_signal_start(&g->winch, on_winch, SIGWINCH);
+			uv_signal_start(&g->winch, group_output_on_winch, SIGWINCH);
 			break;
 		}
 	}
