@@ -121,8 +121,17 @@ fo_expand_hosts() {
 	fo_expand_item "$cur"
 }
 
-# fo_read_hostfile FILE: DeepSpeed/MPI hostfile lines "HOST [slots=N]", '#' comments, blank
-# lines; fills FO_HOSTS and FO_SLOTS.
+# fo_hostport HOST PORT: "HOST:PORT", or "[HOST]:PORT" for an IPv6 address (crun's syntax).
+fo_hostport() {
+	if [[ $1 == *:* ]]; then
+		echo "[$1]:$2"
+	else
+		echo "$1:$2"
+	fi
+}
+
+# fo_read_hostfile FILE: DeepSpeed/Open MPI hostfile lines "HOST [slots=N]" or MPICH's
+# "HOST:N", '#' comments, blank lines; fills FO_HOSTS and FO_SLOTS.
 fo_read_hostfile() {
 	local file=$1 line n=0 host slots word h
 	local -a words
@@ -134,6 +143,13 @@ fo_read_hostfile() {
 		[ ${#words[@]} -gt 0 ] || continue
 		host=${words[0]}
 		slots=""
+		# MPICH (Hydra): "host:N". One colon only, so an IPv6 address is never split.
+		if [[ $host =~ ^([^:]+):([0-9]+)$ ]]; then
+			host=${BASH_REMATCH[1]}
+			slots=${BASH_REMATCH[2]}
+			[ ${#words[@]} -eq 1 ] ||
+				fo_usage_error "$file:$n: '${words[1]}': nothing may follow MPICH's HOST:N"
+		fi
 		for word in "${words[@]:1}"; do
 			case $word in
 			slots=*) slots=${word#slots=} ;;
@@ -145,6 +161,9 @@ fo_read_hostfile() {
 			fo_usage_error "$file:$n: slots: expected a positive integer, got '$slots'"
 		[[ $host =~ ^[A-Za-z0-9._@%:-]+$ ]] ||
 			fo_usage_error "$file:$n: '$host' is not a host name"
+		# Colons left: an IPv6 address, or MPICH's HOST:N:IFNAME, which is not read.
+		[[ $host != *:* || $host =~ ^[0-9A-Fa-f:.]+(%[A-Za-z0-9]+)?$ ]] ||
+			fo_usage_error "$file:$n: '$host': expected HOST:N (MPICH) or an IPv6 address"
 		for h in "${FO_HOSTS[@]}"; do
 			[ "$h" != "$host" ] || fo_usage_error "$file:$n: host $host is listed twice"
 		done
@@ -322,14 +341,14 @@ fo_crun_has() {
 
 FO_USAGE_COMMON="Hosts:
   -w, --hosts LIST          hosts in pdsh syntax: node[01-16],gpu[1,3-4]
-      --hostfile FILE       DeepSpeed/MPI hostfile: 'HOST slots=N' lines, '#' comments;
+      --hostfile FILE       MPI/DeepSpeed hostfile: 'HOST slots=N' or 'HOST:N' lines, '#' comments;
                             slots sets --nproc-per-node unless crun's arguments give it
       --include HOST@HOST   only these hosts of the list (DeepSpeed syntax; whole hosts)
       --exclude HOST@HOST   all hosts of the list but these
 Job:
       --rdzv-id ID          the run id on every host (default: generated, printed)
       --rdzv-endpoint HOST[:PORT]
-                            the store (default: the first host)
+                            the store (default: the first host; [IPv6]:PORT)
       --port PORT           the store's port (default: a free one on the first host)
       --token-file FILE     the token (default: crun's: \$CRUN_TOKEN_FILE,
                             \$XDG_CONFIG_HOME/crun/token or ~/.config/crun/token, created)
@@ -450,10 +469,23 @@ fo_settle() {
 		fo_usage_error "--rdzv-id '$FO_RUN_ID': use 1 to 128 of A-Z a-z 0-9 . _ -"
 	FO_EP_HOST=${FO_HOSTS[0]}
 	if [ -n "$FO_ENDPOINT" ]; then
-		FO_EP_HOST=${FO_ENDPOINT%:*}
-		if [[ $FO_ENDPOINT == *:* ]]; then
+		local ep_port=""
+		if [[ $FO_ENDPOINT =~ ^\[([^]]+)\](:(.*))?$ ]]; then
+			FO_EP_HOST=${BASH_REMATCH[1]} # [IPv6]:PORT, as crun writes it
+			ep_port=${BASH_REMATCH[3]}
+		elif [[ $FO_ENDPOINT == *:*:* ]]; then
+			FO_EP_HOST=$FO_ENDPOINT # a bare IPv6 address: no port
+		elif [[ $FO_ENDPOINT == *:* ]]; then
+			FO_EP_HOST=${FO_ENDPOINT%:*}
+			ep_port=${FO_ENDPOINT##*:}
+		else
+			FO_EP_HOST=$FO_ENDPOINT
+		fi
+		[[ $FO_ENDPOINT != *: ]] ||
+			fo_usage_error "--rdzv-endpoint '$FO_ENDPOINT': expected a port after the colon"
+		if [ -n "$ep_port" ]; then
 			[ -z "$FO_PORT" ] || fo_usage_error "--port and a port in --rdzv-endpoint"
-			FO_PORT=${FO_ENDPOINT##*:}
+			FO_PORT=$ep_port
 		fi
 	fi
 	[ -n "$FO_PORT" ] || FO_PORT=auto
@@ -606,7 +638,7 @@ fo_start_args() {
 	local i=0 a is
 	FO_START=("$1" ${FO_ENV[@]+"${FO_ENV[@]}"} -- --nnodes ${#FO_HOSTS[@]})
 	[ -z "$FO_NPROC" ] || FO_START+=(--nproc-per-node "$FO_NPROC")
-	FO_START+=(--rdzv-backend c10d --rdzv-endpoint "$FO_EP_HOST:$FO_PORT" --rdzv-id "$FO_RUN_ID")
+	FO_START+=(--rdzv-backend c10d --rdzv-endpoint "$(fo_hostport "$FO_EP_HOST" "$FO_PORT")" --rdzv-id "$FO_RUN_ID")
 	if [ $# -ge 2 ] && [ -z "$FO_ENDPOINT" ]; then
 		is=is_host=$([ "$2" -eq 0 ] && echo 1 || echo 0)
 		# crun keeps the last --rdzv-conf: add to the user's, unless it says is_host itself.
@@ -735,7 +767,7 @@ fo_main() {
 	if [ $FO_DRY_RUN -eq 1 ]; then
 		echo "run id: $FO_RUN_ID"
 		echo "hosts (${#FO_HOSTS[@]}): ${FO_HOSTS[*]}"
-		echo "endpoint: $FO_EP_HOST:$FO_PORT"
+		echo "endpoint: $(fo_hostport "$FO_EP_HOST" "$FO_PORT")"
 		echo "nproc per node: ${FO_NPROC:-"as crun's arguments say"}"
 		echo "token file: $FO_TOKEN_FILE (fingerprint $FO_FPR, $FO_TOKEN_MODE)"
 		for i in ${FO_ENV[@]+"${FO_ENV[@]}"}; do
@@ -752,7 +784,7 @@ fo_main() {
 	trap fo_cleanup EXIT
 	fo_transport_check
 	fo_report_check
-	fo_err "run $FO_RUN_ID: ${#FO_HOSTS[@]} hosts, store at $FO_EP_HOST:$FO_PORT"
+	fo_err "run $FO_RUN_ID: ${#FO_HOSTS[@]} hosts, store at $(fo_hostport "$FO_EP_HOST" "$FO_PORT")"
 	trap 'fo_on_signal 2' INT
 	trap 'fo_on_signal 15' TERM
 	trap 'fo_on_signal 1' HUP

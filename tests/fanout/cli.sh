@@ -68,6 +68,31 @@ refused "$T/hf3:2: 'slot=2': expected slots=N" "$SSH_TOOL" --hostfile "$T/hf3" -
 printf 'n1\nn1\n' >"$T/hf4"
 refused "$T/hf4:2: host n1 is listed twice" "$PDSH_TOOL" --hostfile "$T/hf4" -- x
 
+note "MPICH hostfiles (HOST:N) and IPv6 endpoints"
+printf 'n1:4\n  n2:4   # second\n' >"$T/hf5"
+dry "$SSH_TOOL" --hostfile "$T/hf5" -- train
+[ $RC -eq 0 ] || { cat "$T/dry.err" >&2; fail "MPICH hostfile: dry run exited $RC"; }
+expect_eq "$(line "hosts (2)")" "n1 n2" "MPICH hostfile hosts"
+expect_eq "$(line "nproc per node")" 4 "HOST:N sets --nproc-per-node"
+expect_eq "$(line endpoint)" "n1:auto" "the endpoint of an MPICH hostfile"
+printf 'n1:4 slots=2\n' >"$T/hf6"
+refused "$T/hf6:1: 'slots=2': nothing may follow MPICH's HOST:N" "$SSH_TOOL" --hostfile "$T/hf6" -- x
+printf 'n1:4\nn2:4:ib0\n' >"$T/hf7"
+refused "$T/hf7:2: 'n2:4:ib0': expected HOST:N (MPICH) or an IPv6 address" \
+	"$PDSH_TOOL" --hostfile "$T/hf7" -- x
+printf 'fd00::1 slots=2\nfd00::2 slots=2\n' >"$T/hf8"
+dry "$SSH_TOOL" --hostfile "$T/hf8" -- train
+expect_eq "$(line "hosts (2)")" "fd00::1 fd00::2" "IPv6 hosts"
+expect_eq "$(line endpoint)" "[fd00::1]:auto" "an IPv6 first host is bracketed"
+dry "$SSH_TOOL" -w a,b --rdzv-endpoint '[fd00::9]:29500' -- train
+expect_eq "$(line endpoint)" "[fd00::9]:29500" "--rdzv-endpoint [IPv6]:PORT"
+# (%q quoting: a backslash before each bracket)
+expect_grep "^start: .*--rdzv-endpoint .\[fd00::9.\]:29500 " "$T/dry.out" "crun gets [IPv6]:PORT"
+dry "$SSH_TOOL" -w a,b --rdzv-endpoint fd00::9 -- train
+expect_eq "$(line endpoint)" "[fd00::9]:auto" "--rdzv-endpoint with a bare IPv6 address"
+refused "--rdzv-endpoint 'store:': expected a port after the colon" \
+	"$SSH_TOOL" -w a,b --rdzv-endpoint store: -- x
+
 note "bad command lines"
 refused "slot lists (n1:0,1) are not supported" "$SSH_TOOL" --hostfile "$T/hf" --include n1:0,1 -- x
 refused "host n9 is not in the host list" "$SSH_TOOL" --hostfile "$T/hf" --exclude n9 -- x
