@@ -18,14 +18,11 @@ agent() {
 	track $!
 }
 
-ready_count() { ls "$T"/ready.* 2>/dev/null | wc -l; }
-ready_at_least() { [ "$(ready_count)" -ge "$1" ]; }
-
 note "three nodes run; one is SIGKILLed; the other two re-form and finish"
 for i in 0 1 2; do
 	agent ek $i "$W" touch:"$T/ready.%r" exit-if-env:GROUP_WORLD_SIZE:2:0 sleep:120000
 done
-wait_for 60 ready_at_least 6
+wait_for 60 files_at_least 6 "$T/ready."
 kill -9 $PID_1
 wait $PID_1 2>/dev/null
 wait_pid 90 $PID_0
@@ -40,7 +37,7 @@ rm -f "$T"/ready.*
 for i in 0 1; do
 	agent es $i "$W" touch:"$T/ready.%r" env exit-if-env:GROUP_WORLD_SIZE:3:0 sleep:120000
 done
-wait_for 60 ready_at_least 4
+wait_for 60 files_at_least 4 "$T/ready."
 agent es 2 "$W" touch:"$T/ready.%r" env exit-if-env:GROUP_WORLD_SIZE:3:0 sleep:120000
 for i in 0 1 2; do
 	eval "p=\$PID_$i"
@@ -56,7 +53,7 @@ rm -f "$T"/ready.*
 for i in 0 1 2; do
 	agent ec $i "$W" touch:"$T/ready.%r" exit-if-env:GROUP_WORLD_SIZE:2:0 sleep:120000
 done
-wait_for 60 ready_at_least 6
+wait_for 60 files_at_least 6 "$T/ready."
 kill -STOP $PID_2
 wait_pid 90 $PID_0
 rc0=$RC

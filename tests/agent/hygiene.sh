@@ -11,11 +11,6 @@ value() { # FILE RANK KEY
 	sed -n "s/^\[rank$2\]:$3=//p" "$1" | head -n1
 }
 
-free_port() {
-	python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 note "workers hold stdin, stdout and stderr only: no store socket, pipe or inherited fd"
 run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 2 "$W" fds
 [ $RC -eq 0 ] || { cat "$T/err" >&2; fail "exit $RC"; }

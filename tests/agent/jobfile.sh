@@ -11,23 +11,14 @@ JOBS=$SRC/examples/jobs
 ln -s "$BUILD/examples" "$T/examples"
 cd "$T" || fail "cd $T"
 
-# digests_agree FILE N: N "params sha256" lines in FILE, all the same.
-digests_agree() {
-	local n u
-	n=$(grep -ac 'params sha256 ' "$1")
-	u=$(grep -ao 'params sha256 [0-9a-f]*' "$1" | sort -u | wc -l)
-	[ "$n" -eq "$2" ] || { cat "$1" >&2; fail "$n digest lines, expected $2"; }
-	[ "$u" -eq 1 ] || { grep -a 'params sha256' "$1" >&2; fail "the ranks' digests differ"; }
-}
-
 note "single_node_train.yaml: two workers train to equal digests"
 run_crun 120 "$T/one.out" "$T/one.err" --config "$JOBS/single_node_train.yaml"
 [ "$RC" -eq 0 ] || { cat "$T/one.err" >&2; fail "exit code $RC"; }
-digests_agree "$T/one.out" 2
+expect_digests 2 "$T/one.out"
 
 note "two_nodes_loopback.yaml: agents on 127.0.0.8 and .9, the store on 127.0.0.7"
 # A free port on 127.0.0.7 for this run: the command line overrides the file's endpoint.
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.7", 0)); print(s.getsockname()[1])')
+PORT=$(free_port 127.0.0.7)
 pids=()
 for i in 8 9; do
 	"$CRUN" --config "$JOBS/two_nodes_loopback.yaml" --rdzv-endpoint "127.0.0.7:$PORT" \
@@ -42,7 +33,7 @@ for p in "${pids[@]}"; do
 done
 [ "$RCS" = " 0 0" ] || { cat "$T"/two.*.err >&2; fail "exit codes$RCS, expected 0 0"; }
 cat "$T"/two.*.out >"$T/two.out"
-digests_agree "$T/two.out" 4
+expect_digests 4 "$T/two.out"
 cat "$T"/two.*.err >"$T/two.err"
 expect_eq "$(grep -c "hosting the rendezvous store at 127.0.0.7:$PORT" "$T/two.err")" 1 \
 	"agents hosting the store"

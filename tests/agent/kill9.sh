@@ -3,12 +3,6 @@
 # tests/agent/kill9.sh: SIGKILL the agent; no worker and no worker's child survives 1 s later.
 . "$(dirname "$0")/lib.sh"
 
-alive() {
-	local st
-	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-	[ -n "$st" ] && [ "$st" != Z ]
-}
-
 n=4
 "$CRUN" --standalone --nproc-per-node $n "$W" grandchild:"$T" sleep:120000 >"$T/out" 2>"$T/err" &
 agent=$!

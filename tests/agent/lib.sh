@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/agent/lib.sh: helpers for the agent tests (sourced). Every wait is bounded, every
 # process started here is killed by PID on exit, and the temp dir is removed.
+# shellcheck disable=SC2034 # the variables set here are for the test scripts and tests/lib
 set -u
 
 BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
@@ -16,13 +17,7 @@ unset CRUN_STORE_TOKEN CRUN_STORE_TOKEN_FILE
 PIDS=""
 
 cleanup() {
-	local p
-	for p in $PIDS; do
-		kill -9 "$p" 2>/dev/null
-	done
-	for p in $PIDS; do
-		wait "$p" 2>/dev/null
-	done
+	kill_tracked
 	rm -rf "$T"
 }
 trap cleanup EXIT
@@ -32,7 +27,9 @@ fail() {
 	exit 1
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, start_rdzvd...
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_eq, expect_grep, expect_digests
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # free_port
 
 # run_crun SECONDS OUT ERR ARGS...: run crun in the foreground with a time limit; sets RC.
 run_crun() {
@@ -44,26 +41,6 @@ run_crun() {
 		cat "$err" >&2
 		fail "crun $* did not finish in ${limit}s"
 	fi
-}
-
-# start_rdzvd: a store daemon on 127.0.0.1, port 0; sets ENDPOINT and RDZVD_PID.
-start_rdzvd() {
-	# The child truncates rdzvd.out itself, maybe after we would have read the last daemon's
-	# endpoint from it: remove it first, and wait for a whole HOST:PORT line.
-	rm -f "$T/rdzvd.out"
-	"$RDZVD" --listen 127.0.0.1:0 -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
-	RDZVD_PID=$!
-	track $RDZVD_PID
-	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
-	ENDPOINT=$(head -n1 "$T/rdzvd.out")
-}
-
-expect_eq() {
-	[ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"
-}
-
-expect_grep() {
-	grep -q -- "$1" "$2" || { cat "$2" >&2; fail "$3: '$1' not found in $2"; }
 }
 
 # need_torch: PYTHON_EXEC is Debian's python3 with torch (the real PyTorch client), gloo on

@@ -5,7 +5,7 @@
 # and says so, the other says which store it joined (before: nobody hosted it, a silent hang).
 . "$(dirname "$0")/lib.sh"
 
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.7", 0)); print(s.getsockname()[1])')
+PORT=$(free_port 127.0.0.7)
 pids=()
 for i in 8 9; do
 	"$CRUN" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.7:$PORT" \

@@ -17,11 +17,6 @@ export GLOO_SOCKET_IFNAME=lo
 # torch 1.13's Std.from_str() turns the default "0" into None on Python 3.11 (an enum change)
 # and its launchers then fail; a map naming an absent local rank means the same: no files.
 TORCH_STD="--redirects 7:1 --tee 7:1"
-# free_port: a TCP port nobody listens on now, for torch's own launchers.
-free_port() {
-	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
 
 note "NCCL_ASYNC_ERROR_HANDLING is set beside TORCH_NCCL_ASYNC_ERROR_HANDLING; user values win"
 cat >"$T/env.py" <<'PY'

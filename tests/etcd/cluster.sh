@@ -58,9 +58,7 @@ wait_for 60 all_healthy
 leader_first
 rm -f "$T"/ready.* "$T/go"
 etcd_agents jw 2 2 "$W" env touch:"$T/ready.%r" wait-file:"$T/go" print:finished
-ready_count() { ls "$T"/ready.* 2>/dev/null | wc -l; }
-ready_at_least() { [ "$(ready_count)" -ge "$1" ]; }
-wait_for 90 ready_at_least 4
+wait_for 90 files_at_least 4 "$T/ready."
 kill_member "$L"
 note "killed member $L (the leader, listed first) while 4 workers run"
 # Longer than heartbeat_timeout: the heartbeats must have gone through another member.
@@ -78,7 +76,7 @@ wait_for 60 all_healthy
 leader_first
 rm -f "$T"/ready.*
 etcd_agents jq 2 2 "$W" touch:"$T/ready.%r" sleep:120000
-wait_for 90 ready_at_least 4
+wait_for 90 files_at_least 4 "$T/ready."
 kill_two() { # the leader and one other member
 	local i
 	for ((i = 0; i < MEMBERS; i++)); do

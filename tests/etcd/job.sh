@@ -13,7 +13,7 @@ etcd_agents jt 2 2 "$TRAIN" --epochs 4 --lr 0.1
 wait_agents 240
 cat "$T"/jt.*.out >"$T/jt.out"
 [ "$RCS" = "0 0" ] || { cat "$T"/jt.*.err "$T/jt.out" >&2; fail "exit codes $RCS, expected 0 0"; }
-digests_agree "$T/jt.out" 4
+expect_digests 4 "$T/jt.out"
 expect_grep "rendezvous through etcd at etcd://$ETCD_EP" "$T/jt.0.err" "the agent's store"
 grep -aq "hosting the rendezvous store" "$T"/jt.*.err && fail "an etcd job hosted a crun store"
 expect_eq "$(job_keys jt)" 0 "keys of job jt left in etcd"
@@ -28,11 +28,9 @@ expect_eq "$(job_keys jenv)" 0 "keys of job jenv left in etcd"
 
 note "elastic 2:3: three nodes run, one is SIGKILLed, the other two re-form and finish"
 CONF=last_call_timeout=1,heartbeat_timeout=3,keep_alive_interval=1
-ready_count() { ls "$T"/ready.* 2>/dev/null | wc -l; }
-ready_at_least() { [ "$(ready_count)" -ge "$1" ]; }
 etcd_agents ek 3 2 --nnodes 2:3 "$W" touch:"$T/ready.%r" \
 	exit-if-env:GROUP_WORLD_SIZE:2:0 sleep:120000
-wait_for 90 ready_at_least 6
+wait_for 90 files_at_least 6 "$T/ready."
 t0=$(now_ms)
 kill -9 "${APIDS[1]}"
 wait "${APIDS[1]}" 2>/dev/null

@@ -162,12 +162,3 @@ wait_agents() {
 
 # job_keys ID: how many keys job ID has in etcd now.
 job_keys() { $PROBE "$(live_url)" keys "/crun/$1/"; }
-
-# digests_agree FILE N: N "params sha256" lines in FILE, all the same.
-digests_agree() {
-	local n u
-	n=$(grep -ac 'params sha256 ' "$1")
-	u=$(grep -ao 'params sha256 [0-9a-f]*' "$1" | sort -u | wc -l)
-	[ "$n" -eq "$2" ] || { cat "$1" >&2; fail "$n digest lines, expected $2"; }
-	[ "$u" -eq 1 ] || { grep -a 'params sha256' "$1" >&2; fail "the ranks' digests differ"; }
-}

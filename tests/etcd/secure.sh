@@ -38,7 +38,7 @@ CRUN_STORE_TOKEN=not-for-etcd etcd_agents tls 2 1 "$TRAIN" --epochs 2
 wait_agents 240
 cat "$T"/tls.*.out >"$T/tls.out"
 [ "$RCS" = "0 0" ] || { cat "$T"/tls.*.err >&2; fail "exit codes $RCS over TLS"; }
-digests_agree "$T/tls.out" 2
+expect_digests 2 "$T/tls.out"
 expect_grep "rendezvous through etcd at etcd+https://" "$T/tls.0.err" "the agent's endpoint"
 expect_grep "CRUN_STORE_TOKEN is not used with etcd" "$T/tls.0.err" "a warning for the token"
 expect_eq "$(job_keys tls)" 0 "keys of job tls left in etcd"
@@ -92,7 +92,7 @@ etcd_agents ja 2 1 "$TRAIN" --epochs 2
 wait_agents 240
 cat "$T"/ja.*.out >"$T/ja.out"
 [ "$RCS" = "0 0" ] || { cat "$T"/ja.*.err >&2; fail "exit codes $RCS with a user"; }
-digests_agree "$T/ja.out" 2
+expect_digests 2 "$T/ja.out"
 expect_eq "$(job_keys ja)" 0 "keys of job ja left in etcd"
 note "another run id is outside the user's prefix: refused at once"
 etcd_agents jb 1 1 /bin/true

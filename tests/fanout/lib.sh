@@ -41,22 +41,8 @@ cleanup() {
 			rm -f "$f" "${f%.pid*}.token"
 		done
 	done
-	for p in $PIDS; do
-		kill -9 "$p" 2>/dev/null
-	done
-	for p in $PIDS; do
-		wait "$p" 2>/dev/null
-	done
-	for p in $NETNS; do
-		# A process left inside a namespace would keep it alive: kill them by PID first.
-		for q in $(ip netns pids "$p" 2>/dev/null); do
-			kill -9 "$q" 2>/dev/null
-		done
-		ip netns del "$p" 2>/dev/null
-	done
-	for p in $LINKS; do
-		ip link del "$p" 2>/dev/null
-	done
+	kill_tracked
+	netns_teardown "$NETNS" "$LINKS"
 	if [ -n "${FANOUT_KEEP-}" ]; then
 		echo "--- kept $T" >&2
 	else
@@ -77,32 +63,9 @@ skip() {
 	exit 77
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
-
-expect_eq() {
-	[ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"
-}
-
-expect_grep() {
-	grep -aq -- "$1" "$2" || { tail -n 30 "$2" >&2; fail "$3: '$1' not in $(basename "$2")"; }
-}
-
-# expect_digests N FILE...: N ranks printed their "params sha256" digest and all agree.
-expect_digests() {
-	local n=$1 dig ndig
-	shift
-	dig=$(cat "$@" | sed -n 's/.*rank [0-9]* params sha256 \([0-9a-f]*\).*/\1/p' | sort -u)
-	ndig=$(cat "$@" | grep -ac 'rank [0-9]* params sha256 ')
-	[ "$ndig" -eq "$n" ] || { tail -n 20 "$@" >&2; fail "$ndig of $n ranks printed a digest"; }
-	[ "$(echo "$dig" | wc -l)" -eq 1 ] || fail "the ranks' digests differ: $dig"
-}
-
-# alive PID: the process exists and is not a zombie.
-alive() {
-	local st
-	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-	[ -n "$st" ] && [ "$st" != Z ]
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, wait_pid...
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_eq, expect_grep, expect_digests
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # free_port, netns_teardown
 
 # run_id_pids ID: processes whose command line holds ID (a read-only look at /proc).
 run_id_pids() {

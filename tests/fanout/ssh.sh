@@ -23,14 +23,6 @@ ssh-keygen -q -t ed25519 -N '' -C crun-fanout-test-user -f "$K/id" || fail "ssh-
 cp "$K/id.pub" "$K/authorized_keys"
 echo "crun-fanout-test $(cut -d' ' -f1,2 "$K/host_key.pub")" >"$K/known_hosts"
 
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 40000))
-		[ -n "$(ss -Htan "sport = :$p" 2>/dev/null)" ] || { echo $p; return; }
-	done
-}
-
 # An sshd of our own: a port nothing listens on, retried if another process takes it first.
 for try in 1 2 3 4 5; do
 	PORT=$(free_port)

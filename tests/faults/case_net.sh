@@ -59,18 +59,13 @@ node() {
 	track $!
 }
 
-# exited PID: the process is gone or a zombie (its status not yet collected).
-exited() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1")" = Z ]; }
-
-pids_written() { [ "$(ls "$T"/pid.* 2>/dev/null | wc -l)" -ge "$1" ]; }
-
 link_cut() {
 	local secs=$1 t0 ms ms1
 	export FAULT=none FAULT_PIDDIR=$T
 	net_up
 	node 0 "$NS_A" 10.231.0.1
 	node 1 "$NS_B" 10.231.0.2
-	wait_for 60 pids_written 4
+	wait_for 60 files_at_least 4 "$T/pid."
 	wait_for 30 eval 'cat "$T"/n?.out | grep -aq "^\[rank0\]:epoch 2 "'
 	link_down
 	t0=$(now_ms)

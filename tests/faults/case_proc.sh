@@ -68,8 +68,6 @@ two_nodes() {
 	done
 }
 
-pids_written() { [ "$(ls "$T"/pid.* 2>/dev/null | wc -l)" -ge "$1" ]; }
-
 # training N: wait until the world's rank 0 printed epoch N, and check that no rank finished
 # yet (the fault must land while the ranks train).
 training() {
@@ -83,7 +81,7 @@ agent_kill9() {
 	export FAULT=none FAULT_PIDDIR=$T
 	start_rdzvd
 	two_nodes ak 1:2 --max-restarts 2 --restart-backoff 0.2
-	wait_for 60 pids_written 4
+	wait_for 60 files_at_least 4 "$T/pid."
 	training 2
 	victims=$(cat "$T"/pid.1.* | tr "\n" " ")
 	for p in $victims; do
@@ -119,7 +117,7 @@ store_kill9() {
 	EPOCHS=5000
 	start_rdzvd
 	two_nodes sk 2 --max-restarts 2
-	wait_for 60 pids_written 4
+	wait_for 60 files_at_least 4 "$T/pid."
 	training 2
 	kill -9 "$RDZVD_PID"
 	t0=$(now_ms)
@@ -150,7 +148,7 @@ FAKETIME_DONT_FAKE_MONOTONIC=1 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verif
 	EPOCHS=300
 	t0=$(now_ms)
 	two_nodes cl 2 --max-restarts 0
-	wait_for 60 pids_written 4
+	wait_for 60 files_at_least 4 "$T/pid."
 	training 2
 	echo "$2" >"$T/faketime"
 	note "node 1's clock jumped from $1 to $2 at epoch $(cat "$T"/n?.out | grep -ac '^\[rank0\]:epoch ')"

@@ -27,25 +27,11 @@ RESULT_FILE=${FAULTS_RESULT:-/dev/null}
 cleanup() {
 	local p
 	trap - EXIT TERM INT
-	for p in $PIDS; do
-		kill -9 "$p" 2>/dev/null
-	done
-	for p in $PIDS; do
-		wait "$p" 2>/dev/null
-	done
+	kill_tracked
 	for p in $MOUNTS; do
 		umount -l "$p" 2>/dev/null
 	done
-	for p in $LINKS; do
-		ip link del "$p" 2>/dev/null
-	done
-	for p in $NETNS; do
-		# A process left inside a namespace would keep it alive: kill them by PID first.
-		for q in $(ip netns pids "$p" 2>/dev/null); do
-			kill -9 "$q" 2>/dev/null
-		done
-		ip netns del "$p" 2>/dev/null
-	done
+	netns_teardown "$NETNS" "$LINKS"
 	if [ -n "${FAULTS_KEEP-}" ]; then
 		echo "--- kept $T" >&2
 	else
@@ -73,50 +59,9 @@ skip() {
 	exit 77
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
-
-# alive PID: the process exists and is not a zombie.
-alive() {
-	local st
-	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-	[ -n "$st" ] && [ "$st" != Z ]
-}
-
-# start_rdzvd [ADDR] [NETNS]: a store daemon on ADDR:0; sets ENDPOINT and RDZVD_PID.
-start_rdzvd() {
-	local addr=${1:-127.0.0.1} ns=${2:-}
-	rm -f "$T/rdzvd.out" # the child truncates it; a second daemon must not read the first's
-	if [ -n "$ns" ]; then
-		ip netns exec "$ns" "$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
-	else
-		"$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
-	fi
-	RDZVD_PID=$!
-	track $RDZVD_PID
-	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
-	ENDPOINT=$(head -n1 "$T/rdzvd.out")
-}
-
-expect_grep() {
-	grep -aq -- "$1" "$2" || { tail -n 30 "$2" >&2; fail "$3: '$1' not in $(basename "$2")"; }
-}
-
-# digests FILE...: the distinct "params sha256" digests printed in FILEs, and how many ranks
-# printed one: sets NDIG (lines) and DIG (the distinct digests, space separated).
-digests() {
-	DIG=$(cat "$@" | sed -n 's/.*rank [0-9]* params sha256 \([0-9a-f]*\).*/\1/p' | sort -u | tr '\n' ' ')
-	DIG=${DIG% }
-	NDIG=$(cat "$@" | grep -ac 'rank [0-9]* params sha256 ')
-}
-
-# expect_digests N FILE...: N ranks printed their digest and all agree.
-expect_digests() {
-	local n=$1
-	shift
-	digests "$@"
-	[ "$NDIG" -eq "$n" ] || { tail -n 20 "$@" >&2; fail "$NDIG of $n ranks printed a digest"; }
-	[ "$(echo "$DIG" | wc -w)" -eq 1 ] || fail "the ranks' digests differ: $DIG"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, start_rdzvd...
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_grep, digests, expect_digests
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # netns_teardown
 
 # expect_within MS LIMIT_S WHAT: fail when MS is over LIMIT_S seconds.
 expect_within() {

@@ -8,6 +8,7 @@ set -u
 DIR=$(cd "$(dirname "$0")" && pwd)
 : "${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}"
 : "${CRUN_SOURCE_DIR:?}"
+. "$DIR/../lib/net.sh" # netns_teardown
 
 # name | script | limit (s) | injected fault | expected
 CASES=(
@@ -46,16 +47,9 @@ CUR=""
 # Whatever a case killed by its time limit left behind: its processes (by PID: the case's
 # process group), namespaces and links (by the case's tag), mounts (under ROOT).
 sweep() {
-	local tag=$1 m n
-	for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$tag"); do
-		for m in $(ip netns pids "$n" 2>/dev/null); do
-			kill -9 "$m" 2>/dev/null
-		done
-		ip netns del "$n" 2>/dev/null
-	done
-	for n in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$tag"); do
-		ip link del "$n" 2>/dev/null
-	done
+	local tag=$1 m
+	netns_teardown "$(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$tag")" \
+		"$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$tag")"
 	for m in $(awk '{print $2}' /proc/mounts | grep "^$ROOT/" | sort -r); do
 		umount -l "$m" 2>/dev/null
 	done

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
-# tests/lib/proc.sh: shell helpers the script tests share (sourced by tests/agent/lib.sh and
-# tests/faults/lib.sh): progress notes, tracked processes, bounded waits. The sourcing script
-# defines fail() (how a failure is recorded differs) and kills $PIDS in its EXIT trap.
+# shellcheck shell=bash
+# tests/lib/proc.sh: shell helpers the script tests share (sourced by tests/agent/lib.sh,
+# tests/faults/lib.sh, tests/fanout/lib.sh and tests/slurm/slurm.sh): progress notes, tracked
+# processes, bounded waits, a crun-rdzvd of the test's own. The sourcing script defines fail()
+# (how a failure is recorded differs) and kills $PIDS in its EXIT trap (kill_tracked).
 
 note() {
 	echo "--- $*" >&2
@@ -10,6 +12,44 @@ note() {
 # track PID: remember a background process so cleanup kills it.
 track() {
 	PIDS="$PIDS $1"
+}
+
+# kill_tracked: SIGKILL every tracked process, then reap those that are this shell's children.
+kill_tracked() {
+	local p
+	for p in $PIDS; do
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in $PIDS; do
+		wait "$p" 2>/dev/null
+	done
+}
+
+# alive PID: the process exists and is not a zombie (its status not yet collected). Reads
+# /proc/PID/stat: the state follows the command name, which is in parentheses and may hold
+# spaces and parentheses itself.
+alive() {
+	local st
+	case $1 in '' | *[!0-9]*) return 1 ;; esac
+	read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+	st=${st##*) }
+	st=${st%% *}
+	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# exited PID: not alive (gone, or a zombie).
+exited() {
+	! alive "$1"
+}
+
+# files_at_least N PREFIX: at least N files are named PREFIX* (e.g. "$T/ready." for the files
+# the workers touch once running).
+files_at_least() {
+	local f n=0
+	for f in "$2"*; do
+		[ -e "$f" ] && n=$((n + 1))
+	done
+	[ $n -ge "$1" ]
 }
 
 # now_ms: the wall clock in milliseconds (bash's EPOCHREALTIME: no process started).
@@ -33,7 +73,27 @@ wait_for() {
 # wait_pid SECONDS PID: wait for a tracked child to exit; sets RC to its status.
 wait_pid() {
 	local limit=$1 pid=$2
-	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null || [ \"\$(ps -o stat= -p $pid)\" = Z ]"
+	wait_for "$limit" exited "$pid"
 	wait "$pid"
+	# shellcheck disable=SC2034 # for the caller
 	RC=$?
+}
+
+# start_rdzvd [ADDR] [NETNS]: a store daemon (RDZVD) listening on ADDR (127.0.0.1), port 0,
+# inside network namespace NETNS when one is given; sets ENDPOINT and RDZVD_PID.
+start_rdzvd() {
+	local addr=${1:-127.0.0.1} ns=${2:-}
+	# The child truncates rdzvd.out itself, maybe after we would have read the last daemon's
+	# endpoint from it: remove it first, and wait for a whole HOST:PORT line.
+	rm -f "$T/rdzvd.out"
+	if [ -n "$ns" ]; then
+		ip netns exec "$ns" "$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	else
+		"$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	fi
+	RDZVD_PID=$!
+	track $RDZVD_PID
+	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
+	# shellcheck disable=SC2034 # for the caller
+	ENDPOINT=$(head -n1 "$T/rdzvd.out")
 }

@@ -43,7 +43,8 @@ fail() {
 	exit 1
 }
 
-. "$(dirname "$0")/../lib/proc.sh" # note, track, now_ms, wait_for, wait_pid
+. "$(dirname "$0")/../lib/proc.sh"   # note, track, alive, now_ms, wait_for
+. "$(dirname "$0")/../lib/expect.sh" # expect_digests
 
 cleanup() {
 	local p i jobs
@@ -158,14 +159,6 @@ job_done() {
 	*) return 0 ;;
 	esac
 }
-# digests_agree FILE N: N "params sha256" lines in FILE, all the same.
-digests_agree() {
-	local n u
-	n=$(grep -ac 'params sha256' "$1")
-	u=$(grep -a 'params sha256' "$1" | awk '{print $NF}' | sort -u | wc -l)
-	[ "$n" -eq "$2" ] || { cat "$1" >&2; fail "$n digest lines in $1, expected $2"; }
-	[ "$u" -eq 1 ] || { grep -a 'params sha256' "$1" >&2; fail "the ranks' digests differ"; }
-}
 
 # ---- crun's hostlist expansion against Slurm's own ----
 
@@ -186,7 +179,7 @@ id=$(sbatch --parsable -o "$T/batch.out" -e "$T/batch.err" \
 wait_for 300 job_done "$id"
 state=$(job_state "$id")
 [ "$state" = COMPLETED ] || { cat "$T/batch.out" "$T/batch.err" >&2; fail "batch job $id ended $state"; }
-digests_agree "$T/batch.out" 2
+expect_digests 2 "$T/batch.out"
 # One worker per node (SLURM_CPUS_ON_NODE=1): ranks 0 and 1 only if both nodes formed one job.
 for r in 0 1; do
 	grep -aq "^\[rank$r\]:rank $r params sha256" "$T/batch.out" || fail "no digest from rank $r"
@@ -203,7 +196,7 @@ timeout -s KILL 300 srun -N2 --ntasks-per-node=1 "$CRUN" --nproc-per-node 2 \
 	"$TRAIN" --epochs 2 --lr 0.1 >"$T/srun.out" 2>"$T/srun.err"
 rc=$?
 [ $rc -eq 0 ] || { cat "$T/srun.err" >&2; fail "srun crun exited $rc"; }
-digests_agree "$T/srun.out" 4
+expect_digests 4 "$T/srun.out"
 [ "$(grep -ac 'rendezvous from Slurm (detected: SLURM_JOB_ID and SLURM_STEP_ID are set)' "$T/srun.err")" = 2 ] ||
 	{ cat "$T/srun.err" >&2; fail "not detected on both nodes"; }
 for r in 0 1 2 3; do
@@ -239,7 +232,7 @@ scancel "$id" || fail "scancel $id failed"
 all_gone() {
 	local p
 	for p in $pids $agents; do
-		kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p")" != Z ] && return 1
+		alive "$p" && return 1
 	done
 	return 0
 }
