@@ -754,8 +754,21 @@ fo_on_timer() {
 	fo_transport_stop term quiet
 }
 
+# fo_cleanup: stop the timer and wait (bounded) until it is gone: it is a fork of this script,
+# with the run id on its command line, and nothing of the run may outlive the launcher.
 fo_cleanup() {
-	[ ! -s "$FO_TMP/timer.pid" ] || kill -TERM "$(cat "$FO_TMP/timer.pid")" 2>/dev/null
+	local t n=0
+	if [ -n "$FO_TMP" ] && [ -s "$FO_TMP/timer.pid" ]; then
+		t=$(cat "$FO_TMP/timer.pid")
+		kill -TERM "$t" 2>/dev/null
+		wait "$t" 2>/dev/null # reaped here when it is this shell's child
+		# else a subshell's orphan: its new parent reaps it
+		while [ $n -lt 250 ] && [ -e "/proc/$t" ] &&
+			[ "$(sed 's/.*) \(.\).*/\1/' "/proc/$t/stat" 2>/dev/null)" != Z ]; do
+			sleep 0.02
+			n=$((n + 1))
+		done
+	fi
 	[ -z "$FO_TMP" ] || rm -rf -- "$FO_TMP"
 }
 
