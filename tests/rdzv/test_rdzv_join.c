@@ -390,13 +390,15 @@ static void static_ranks_survive_a_restart(void **state)
 	}
 }
 
-static void duplicate_static_rank_is_refused(void **state)
+/*
+ * Two nodes of a 3-node static job both claim node rank 1 (from hosts 0 and 1, or both from
+ * host 0 when @one_host); returns the index of the one refused by name (the other times out
+ * waiting for ranks 0 and 2), its message in nodes[that].d.msg. The caller closes them.
+ */
+static int two_claim_rank_1(struct node nodes[2], bool one_host)
 {
-	struct node nodes[2];
-
-	(void)state;
 	for (int i = 0; i < 2; i++) {
-		node_init(&nodes[i], i, 3, 3, 1);
+		node_init(&nodes[i], one_host ? 0 : i, 3, 3, 1);
 		nodes[i].conf.node_rank = 1;
 		nodes[i].conf.join_timeout_ms = 1500;
 		node_open(&nodes[i]);
@@ -407,10 +409,18 @@ static void duplicate_static_rank_is_refused(void **state)
 	for (int i = 0; i < 2; i++) {
 		join_wait(&nodes[i]);
 	}
-	/* One of them is refused by name; the other times out waiting. */
-	assert_true(nodes[0].rc == CRUN_ECONFIG || nodes[1].rc == CRUN_ECONFIG);
-	assert_true(strstr(nodes[0].d.msg, "already taken") != NULL ||
-		    strstr(nodes[1].d.msg, "already taken") != NULL);
+	assert_true((nodes[0].rc == CRUN_ECONFIG) != (nodes[1].rc == CRUN_ECONFIG));
+	return nodes[0].rc == CRUN_ECONFIG ? 0 : 1;
+}
+
+static void duplicate_static_rank_is_refused(void **state)
+{
+	struct node nodes[2];
+	int refused;
+
+	(void)state;
+	refused = two_claim_rank_1(nodes, false);
+	assert_non_null(strstr(nodes[refused].d.msg, "node rank 1 is already taken by host"));
 	for (int i = 0; i < 2; i++) {
 		node_close(&nodes[i]);
 	}
@@ -421,25 +431,12 @@ static void duplicate_static_rank_is_refused(void **state)
 static void duplicate_static_rank_from_one_host_is_refused(void **state)
 {
 	struct node nodes[2];
+	int refused;
 
 	(void)state;
-	for (int i = 0; i < 2; i++) {
-		node_init(&nodes[i], 0, 3, 3, 1); /* both 127.0.0.1, "node0" */
-		nodes[i].conf.node_rank = 1;
-		nodes[i].conf.join_timeout_ms = 1500;
-		node_open(&nodes[i]);
-	}
-	for (int i = 0; i < 2; i++) {
-		join_async(&nodes[i]);
-	}
-	for (int i = 0; i < 2; i++) {
-		join_wait(&nodes[i]);
-	}
-	/* Exactly one is refused by name (the other times out waiting for ranks 0 and 2). */
-	assert_true((nodes[0].rc == CRUN_ECONFIG) != (nodes[1].rc == CRUN_ECONFIG));
-	assert_non_null(strstr(nodes[nodes[0].rc == CRUN_ECONFIG ? 0 : 1].d.msg,
-			       "already taken by another crun on this host (node0, "
-			       "address 127.0.0.1)"));
+	refused = two_claim_rank_1(nodes, true); /* both 127.0.0.1, "node0" */
+	assert_non_null(strstr(nodes[refused].d.msg, "already taken by another crun on this host "
+						     "(node0, address 127.0.0.1)"));
 	for (int i = 0; i < 2; i++) {
 		node_close(&nodes[i]);
 	}
