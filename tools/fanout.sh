@@ -734,9 +734,11 @@ fo_on_signal() {
 }
 
 # fo_failed: a host failed: arm the timer that stops the others (SIGUSR1 to this script).
-# Called from the main shell or from one of its subshells ($$ is the script in both).
+# Called from the main shell or from its subshells ($$ is the script in all), two of which
+# (crun-pdsh's output and error filters) can see one failure at once: the first to create the
+# lock file arms the one timer, which fo_cleanup stops.
 fo_failed() {
-	[ ! -e "$FO_TMP/timer.pid" ] || return 0
+	(set -C && : >"$FO_TMP/timer.lock") 2>/dev/null || return 0
 	(
 		trap 'kill "$s" 2>/dev/null; exit 0' TERM
 		sleep "$FO_FAIL_GRACE" &

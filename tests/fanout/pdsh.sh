@@ -151,6 +151,10 @@ for p in $AGENTS $WORKERS; do
 	! alive "$p" || fail "pid $p (agent or worker) is still alive after Ctrl-C"
 done
 expect_grep "stopping run ctrlc-$R on 3 hosts" "$T/ctrlc.err" "the stop announced"
-[ -z "$(run_id_pids "ctrlc-$R")" ] || fail "processes of run ctrlc: $(run_id_pids "ctrlc-$R")"
+left=$(run_id_pids "ctrlc-$R")
+for p in $left; do
+	echo "left: pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" >&2
+done
+[ -z "$left" ] || fail "processes of run ctrlc: $left"
 [ -z "$(ls -A "$XDG_RUNTIME_DIR/crun-fanout")" ] || fail "left in the runtime dir: $(ls "$XDG_RUNTIME_DIR/crun-fanout")"
 echo "fanout-pdsh: ok"
