@@ -112,8 +112,8 @@ n = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if os.environ["RANK"] == "0":
     line = sys.stdin.readline().strip()
     print("attempt %d read %s" % (n, line or "EOF"))
-if n == 0:
-    sys.exit(3)
+    if n == 0:
+        sys.exit(3)  # only after the line is read: rank 1 failing first could stop rank 0 before
 ''')
 r = Crun(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
           "--restart-backoff", "0", again])
