@@ -16,6 +16,7 @@
 #include <crun/error.h>
 
 #include "agent/agent_internal.h"
+#include "agent/spawn.h"
 #include "agent/agent_store.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
@@ -264,27 +265,14 @@ int agent_token(struct agent *a, struct crun_diag *d)
  */
 int agent_tls_env(const struct job_spec *spec, struct crun_diag *d)
 {
-	const struct {
-		const char *name;
-		const char *val;
-	} vars[] = {
+	const struct spawn_inherit vars[] = {
 		{"CRUN_STORE_TLS_CA", spec->tls_ca},
 		{"CRUN_STORE_TLS_CERT", spec->tls_cert},
 		{"CRUN_STORE_TLS_KEY", spec->tls_key},
 		{"CRUN_STORE_TLS_SERVER_NAME", spec->tls_server_name},
 	};
-	size_t i;
-	int rc;
 
-	for (i = 0; i < ARRAY_SIZE(vars); i++) {
-		rc = vars[i].val != NULL ? setenv(vars[i].name, vars[i].val, 1)
-					 : unsetenv(vars[i].name);
-		if (rc != 0) {
-			return diag_set(d, -errno, "agent: setenv %s: %s", vars[i].name,
-					strerror(errno));
-		}
-	}
-	return 0;
+	return spawn_inherit_env(vars, ARRAY_SIZE(vars), true, d);
 }
 
 /* Write the workers' credential into the private temp dir: the key for this run only. */

@@ -9,15 +9,13 @@
 #include <crun/store.h>
 
 #include "agent/etcd.h"
+#include "agent/spawn.h"
 #include "rendezvous/store/backend.h"
 #include "src/common/log.h"
 
 int agent_etcd_env(const struct job_spec *spec, struct crun_diag *d)
 {
-	const struct {
-		const char *name;
-		const char *val;
-	} vars[] = {
+	const struct spawn_inherit vars[] = {
 		{"CRUN_ETCD_CACERT", spec->etcd_cacert},
 		{"CRUN_ETCD_CERT", spec->etcd_cert},
 		{"CRUN_ETCD_KEY", spec->etcd_key},
@@ -25,17 +23,16 @@ int agent_etcd_env(const struct job_spec *spec, struct crun_diag *d)
 		{"CRUN_ETCD_PASSWORD_FILE", spec->etcd_password_file},
 	};
 	const char *tok = getenv("CRUN_STORE_TOKEN");
-	size_t i;
+	int rc;
 
 	if (spec->etcd_v2_name) {
 		log_info("--rdzv-backend etcd-v2: crun speaks etcd's v3 API (etcd 3.4 and later), "
 			 "the same as --rdzv-backend etcd");
 	}
-	for (i = 0; i < ARRAY_SIZE(vars); i++) {
-		if (vars[i].val != NULL && setenv(vars[i].name, vars[i].val, 1) != 0) {
-			return diag_set(d, -ENOMEM, "agent: setenv %s: %s", vars[i].name,
-					strerror(errno));
-		}
+	/* Values the user exported stay: workers read them when crun was given none. */
+	rc = spawn_inherit_env(vars, ARRAY_SIZE(vars), false, d);
+	if (rc < 0) {
+		return rc;
 	}
 	if (tok != NULL) {
 		if (tok[0] != '\0') {

@@ -126,6 +126,22 @@ int spawn_env_setf(struct spawn_env *e, const char *key, const char *fmt, ...)
 	return spawn_env_set(e, key, buf);
 }
 
+int spawn_inherit_env(const struct spawn_inherit *v, size_t n, bool clear, struct crun_diag *d)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (v[i].val == NULL && !clear) {
+			continue;
+		}
+		if ((v[i].val != NULL ? setenv(v[i].name, v[i].val, 1) : unsetenv(v[i].name)) != 0) {
+			return diag_set(d, -errno, "agent: setenv %s: %s", v[i].name,
+					strerror(errno));
+		}
+	}
+	return 0;
+}
+
 void spawn_env_finish(struct spawn_env *e)
 {
 	int i;

@@ -7,12 +7,27 @@
 #include <sys/types.h>
 
 #include "agent/jobspec.h"
+#include "src/common/diag.h"
 
 /* A growable, NULL-terminated "KEY=VALUE" vector. Every string is owned. */
 struct spawn_env {
 	char **v;
 	int n, cap;
 };
+
+/* A variable of the agent's own environment that every worker inherits: a path or a name. */
+struct spawn_inherit {
+	const char *name;
+	const char *val; /* NULL: not given */
+};
+
+/**
+ * Put @n variables into the agent's environment for the workers to inherit: those with a
+ * value are set; those without are cleared when @clear (so that a stale one cannot take
+ * effect), else left as they are. Call before any thread starts: setenv() is not
+ * thread-safe. Returns 0 or a negative errno with @d filled.
+ */
+int spawn_inherit_env(const struct spawn_inherit *v, size_t n, bool clear, struct crun_diag *d);
 
 /** Copy @envp (borrowed, NULL-terminated; may be NULL) into @e. Returns 0 or -ENOMEM. */
 int spawn_env_init(struct spawn_env *e, char *const *envp);

@@ -242,15 +242,13 @@ int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *con
 		}
 	}
 	{
-		uint8_t raw[RDZV_INSTANCE_HEX / 2];
+		char hex[TOKEN_GEN_HEX + 1];
 
-		if (token_random(raw, sizeof(raw)) < 0) {
+		if (token_generate(hex) < 0) {
 			rc = diag_set(d, -EIO, "rendezvous: no random bytes for the instance tag");
 			goto err;
 		}
-		for (size_t i = 0; i < sizeof(raw); i++) {
-			snprintf(r->instance + 2 * i, 3, "%02x", raw[i]);
-		}
+		snprintf(r->instance, sizeof(r->instance), "%.*s", RDZV_INSTANCE_HEX, hex);
 	}
 	r->run_id = strdup(conf->run_id);
 	r->addr = crun_strdup(conf->advertise_addr != NULL && conf->advertise_addr[0] != '\0'
