@@ -876,6 +876,11 @@ void etcd_backend_free(struct store_backend *b)
 	free(b);
 }
 
+static void etcd_forget_hint(const char *prefix, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "etcdctl del --prefix %s%s", ETCD_ROOT, prefix);
+}
+
 const struct store_ops etcd_store_ops = {
 	.name = "etcd",
 	.set = etcd_set,
@@ -891,6 +896,7 @@ const struct store_ops etcd_store_ops = {
 	.multi_set = etcd_multi_set,
 	.ping = etcd_ping,
 	.del_prefix = etcd_del_prefix,
+	.forget_hint = etcd_forget_hint,
 	.last_error = store_etcd_last_error,
 	.close = etcd_backend_free,
 };

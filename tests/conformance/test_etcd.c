@@ -35,6 +35,7 @@
 
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
 #include "tests/conformance/etcd_fixture.h"
@@ -59,6 +60,25 @@ static int group_teardown(void **state)
 	etcd_proc_stop(&g_etcd);
 	fs_rm_rf(g_tmp);
 	return 0;
+}
+
+/* The etcd backend alone, configured as a worker's would be: from CRUN_ETCD_* (the backend
+ * itself never reads the environment). */
+static int backend_open(const char *endpoint, int connect_ms, struct store_backend **b,
+			const struct store_ops **ops, struct crun_diag *d)
+{
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct store_conf c;
+	int rc;
+
+	o.endpoint = endpoint;
+	o.connect_timeout_ms = connect_ms;
+	if (store_conf_from_opts(&c, &o) < 0) {
+		return -ENOMEM;
+	}
+	rc = store_etcd_open(&c, b, ops, d);
+	store_conf_finish(&c);
+	return rc;
 }
 
 static int open_ep(const char *endpoint, const char *prefix, int connect_ms, int timeout_ms,
@@ -182,8 +202,8 @@ static void dead_etcd_is_reported_within_deadline(void **state)
 	(void)state;
 	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
 	snprintf(name, sizeof(name), "127.0.0.1:%d", e.port);
-	assert_int_equal(store_etcd_open(e.endpoint, 1000, &b, &ops, &d), 0);
-	assert_int_equal(store_etcd_open(e.endpoint, 1000, &b2, &ops2, &d), 0);
+	assert_int_equal(backend_open(e.endpoint, 1000, &b, &ops, &d), 0);
+	assert_int_equal(backend_open(e.endpoint, 1000, &b2, &ops2, &d), 0);
 	assert_int_equal(ops->set(b, "dead/k", "v", 1, 0, 5000), 0);
 	w.b = b2;
 	w.ops = ops2;
@@ -329,7 +349,7 @@ static void txn_size_limits(void **state)
 	crun_store_close(st);
 
 	/* The message names etcd's limit. */
-	assert_int_equal(store_etcd_open(g_etcd.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(backend_open(g_etcd.endpoint, 5000, &b, &ops, &d), 0);
 	assert_int_equal(ops->multi_set(b, keys, N, vals, lens, 5000), -EMSGSIZE);
 	assert_non_null(strstr(store_etcd_last_error(b), "too many operations"));
 	ops->close(b);
@@ -572,7 +592,7 @@ static void value_over_etcd_limit_is_emsgsize(void **state)
 	memset(big, 'v', n);
 	/* The fixture's own flag comes first; a later one wins in etcd's flag parsing. */
 	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
-	assert_int_equal(store_etcd_open(e.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(backend_open(e.endpoint, 5000, &b, &ops, &d), 0);
 	assert_int_equal(ops->set(b, "big", big, n, 0, 5000), -EMSGSIZE);
 	/* gRPC's own limit (--max-request-bytes + 512 KiB), or etcd's "request is too large" */
 	assert_true(strstr(store_etcd_last_error(b), "etcd said: grpc: received message larger "
