@@ -245,6 +245,11 @@ int agent_store_conf(struct agent *a, struct crun_diag *d)
 			 "change this job's rendezvous and stop it");
 	}
 	rc = store_conf_init(&a->sc, &s, policy, d);
+	if (rc == 0 && a->sc.env_token_dropped && spec->rdzv_kind == RDZV_KIND_ETCD) {
+		log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own users and "
+			 "TLS: --rdzv-conf user=,password_file=,cacert=,cert=,key=); workers do "
+			 "not get it");
+	}
 	if (rc == 0 && a->sc.token_created) {
 		log_info("created the token file %s (0600): give every node the same file",
 			 a->sc.token_file);

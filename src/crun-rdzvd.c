@@ -23,6 +23,7 @@
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
 
 #define EXIT_USAGE 2
@@ -185,10 +186,11 @@ int main(int argc, char **argv)
 	struct store_server_opts o = {0};
 	struct crun_diag diag = {0};
 	struct daemon d = {0};
+	struct store_settings ss = {0};
+	struct store_conf sc;
 	char *token = NULL;
 	static char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
 	bool insecure = false;
-	const char *env;
 	int64_t ms;
 	long v;
 	int opt, rc;
@@ -356,27 +358,32 @@ int main(int argc, char **argv)
 		free(token);
 		return bad_usage("%s", "--insecure: cannot be combined with --token or --token-file");
 	}
-	env = getenv("CRUN_STORE_TOKEN");
-	if (token == NULL && !insecure && env != NULL && *env != '\0') {
-		token = strdup(env);
-	}
 	if (insecure) {
 		log_warn("--insecure: any client that reaches this address may read and write "
 			 "every key (no authentication)");
-	} else if (token == NULL) {
-		/* Authentication is on by default: the per-user token file, made on first use. */
-		char path[PATH_MAX];
-		bool created = false;
-
-		if (token_default_path(path, sizeof(path), &diag) < 0 ||
-		    token_file_ensure(path, &token, &created, &diag) < 0) {
-			fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
-					"without authentication)\n", diag.msg);
-			return EXIT_USAGE;
-		}
-		log_info("token from %s%s", path, created ? " (created now, mode 0600)" : "");
 	}
-	o.token = token;
+	/* The one token policy, as a store's host: --token(-file), $CRUN_STORE_TOKEN, else the
+	 * per-user token file, made on first use: authentication is on by default. */
+	ss.insecure = insecure;
+	ss.token = token;
+	rc = store_conf_init(&sc, &ss,
+			     STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE |
+				     STORE_TOKEN_READ,
+			     &diag);
+	token_wipe(token);
+	token = NULL;
+	ss.token = NULL;
+	if (rc < 0) {
+		fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
+				"without authentication)\n", diag.msg);
+		store_conf_finish(&sc);
+		return EXIT_USAGE;
+	}
+	if (sc.token_file != NULL) { /* the default file: --token-file was read as it was parsed */
+		log_info("token from %s%s", sc.token_file,
+			 sc.token_created ? " (created now, mode 0600)" : "");
+	}
+	o.token = sc.token;
 	if (o.tcpstore_prefix == NULL) {
 		o.tcpstore_refusal = "crun-rdzvd serves them only with --tcpstore-run RUN";
 	}
@@ -394,14 +401,14 @@ int main(int argc, char **argv)
 	rc = uv_loop_init(&d.loop);
 	if (rc < 0) {
 		log_error("event loop: %s", uv_strerror(rc));
-		free(token);
+		store_conf_finish(&sc);
 		return 1;
 	}
 	rc = store_server_create(&d.loop, &o, &d.srv, &diag);
 	if (rc < 0) {
 		log_error("%s", diag.msg);
 		uv_loop_close(&d.loop);
-		free(token);
+		store_conf_finish(&sc);
 		return rc == -EINVAL || rc == CRUN_ECONFIG || rc == -EACCES || rc == -ENOENT
 			       ? EXIT_USAGE
 			       : 1;
@@ -415,10 +422,10 @@ int main(int argc, char **argv)
 	printf("%s\n", store_server_address(d.srv));
 	fflush(stdout);
 	log_info("listening on %s%s%s", store_server_address(d.srv),
-		 token != NULL ? " (token required)" : " (no authentication)",
+		 sc.token != NULL ? " (token required)" : " (no authentication)",
 		 o.tls_ca != NULL ? " over mutual TLS" : o.tls_cert != NULL ? " over TLS" : "");
 	notify_send("READY=1\nSTATUS=listening on %s%s", store_server_address(d.srv),
-		    token != NULL ? " (token required)" : " (no authentication)");
+		    sc.token != NULL ? " (token required)" : " (no authentication)");
 	if (notify_watchdog_usec() > 0) {
 		uint64_t half_ms = notify_watchdog_usec() / 2000;
 
@@ -430,7 +437,7 @@ int main(int argc, char **argv)
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&d.loop);
 	notify_finish();
-	free(token);
+	store_conf_finish(&sc);
 	if (rc != 0) {
 		log_error("shutdown: %s", uv_strerror(rc));
 		return 1;

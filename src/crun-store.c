@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "src/common/parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
 
 /* Exit status, as grep: found / not found / trouble. */
@@ -319,6 +320,55 @@ static bool tcp_endpoint(const char *ep)
 	return strstr(ep, "://") == NULL || strncmp(ep, "tcp://", 6) == 0;
 }
 
+/*
+ * The store @o's flags and environment name, opened through the one configuration value:
+ * the token by the one policy (--token-file, --token, then what crun gives its workers,
+ * $CRUN_STORE_TOKEN_FILE or $CRUN_STORE_TOKEN, then for a TCP store the per-user default file,
+ * created on first use as crun and crun-rdzvd do).
+ */
+static int open_store(const struct crun_store_opts *o, const char *token, const char *token_file,
+		      bool insecure, int timeout_ms, struct crun_store **st)
+{
+	struct store_settings s = {
+		.endpoint = o->endpoint,
+		.prefix = o->prefix,
+		.scope = o->scope,
+		.insecure = insecure,
+		.token_file = token_file,
+		.token = token,
+		.tls_ca = o->tls_ca,
+		.tls_cert = o->tls_cert,
+		.tls_key = o->tls_key,
+		.tls_server_name = o->tls_server_name,
+	};
+	unsigned policy = STORE_TOKEN_ENV;
+	struct crun_diag d = {0};
+	struct store_conf c;
+	int rc;
+
+	if (token_file == NULL && token == NULL) {
+		s.token_file = getenv("CRUN_STORE_TOKEN_FILE"); /* a worker's credential */
+	}
+	if (tcp_endpoint(o->endpoint)) {
+		policy |= STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE;
+	}
+	store_settings_etcd_env(&s);
+	if (timeout_ms >= 0) {
+		/* One deadline for everything; 0 still allows one attempt. */
+		s.connect_timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+		s.timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+	}
+	rc = store_conf_init(&c, &s, policy, &d);
+	if (rc == 0) {
+		rc = store_open_conf(&c, st, &d);
+	}
+	store_conf_finish(&c);
+	if (rc < 0) {
+		fprintf(stderr, "crun-store: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	enum {
@@ -349,12 +399,8 @@ int main(int argc, char **argv)
 	struct crun_store_opts o = {0};
 	struct crun_store *st = NULL;
 	int timeout_ms = -1, c, rc;
-	char err[512];
 	const char *cmd, *token = NULL, *token_file = NULL;
-	char path[4096];
-	bool insecure = false, created;
-	struct crun_diag d = {0};
-	char *tok;
+	bool insecure = false;
 
 	o.struct_size = sizeof(o);
 	o.endpoint = getenv("CRUN_STORE_ENDPOINT");
@@ -431,33 +477,8 @@ int main(int argc, char **argv)
 	if (insecure && (token != NULL || token_file != NULL)) {
 		return usage_error("--insecure cannot be combined with --token or --token-file");
 	}
-	if (token_file == NULL && token == NULL && !insecure) {
-		token_file = getenv("CRUN_STORE_TOKEN_FILE");
-		token = getenv("CRUN_STORE_TOKEN");
-		if ((token_file == NULL || token_file[0] == '\0') &&
-		    (token == NULL || token[0] == '\0') && tcp_endpoint(o.endpoint)) {
-			/* The per-user default, as crun and crun-rdzvd use it. */
-			if (token_default_path(path, sizeof(path), &d) < 0 ||
-			    token_file_ensure(path, &tok, &created, &d) < 0) {
-				fprintf(stderr, "crun-store: %s\n", d.msg);
-				return EXIT_TROUBLE;
-			}
-			token_wipe(tok);
-			token_file = path;
-		}
-	}
-	if (!insecure) {
-		o.token = token;
-		o.token_file = token_file;
-	}
-	if (timeout_ms >= 0) {
-		/* One deadline for everything; 0 still allows one attempt. */
-		o.connect_timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
-		o.timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
-	}
-	rc = crun_store_open(&o, &st, err, sizeof(err));
+	rc = open_store(&o, token, token_file, insecure, timeout_ms, &st);
 	if (rc < 0) {
-		fprintf(stderr, "crun-store: %s\n", err[0] ? err : crun_strerror(rc));
 		return EXIT_TROUBLE;
 	}
 	rc = run(st, cmd, argc - optind - 1, argv + optind + 1,

@@ -17,6 +17,7 @@
 #include "agent/notify_status.h"
 #include "src/common/clock.h"
 #include "src/common/parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
 #include "src/jobfile.h"
 #include "src/status.h"
@@ -236,10 +237,23 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 
 static int store_connect(const struct status_opts *o, struct crun_store **st)
 {
-	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
-	char ep[1024], prefix[300], path[4096], err[512];
+	char ep[1024], prefix[300];
 	bool etcd = strncmp(o->backend, "etcd", 4) == 0, tcp = !etcd && o->backend[0] != 'f';
+	struct store_settings s = {
+		.endpoint = ep,
+		.insecure = o->insecure,
+		.token_file = tcp ? o->token_file : NULL,
+		/* Read only what this run's agents may: its scope, when the run id is one. */
+		.scope = tcp && !o->insecure && token_scope_valid(o->run_id) ? o->run_id : NULL,
+		.tls_ca = o->tls_ca,
+		.tls_cert = o->tls_cert,
+		.tls_key = o->tls_key,
+		.tls_server_name = o->tls_server_name,
+		.connect_timeout_ms = o->timeout_ms,
+		.timeout_ms = o->timeout_ms,
+	};
 	struct crun_diag d = {0};
+	struct store_conf c;
 	int rc;
 
 	if (etcd && strstr(o->endpoint, "://") == NULL) {
@@ -249,33 +263,21 @@ static int store_connect(const struct status_opts *o, struct crun_store **st)
 	} else {
 		snprintf(ep, sizeof(ep), "%s", o->endpoint);
 	}
-	so.endpoint = ep;
 	if (etcd) {
-		snprintf(prefix, sizeof(prefix), "%s/", o->run_id); /* as agent_etcd_prefix() */
-		so.prefix = prefix;
+		snprintf(prefix, sizeof(prefix), "%s/", o->run_id); /* as the agent's */
+		s.prefix = prefix;
+		store_settings_etcd_env(&s);
 	}
-	if (tcp && !o->insecure) {
-		/* As the agent finds its token: --token-file, $CRUN_STORE_TOKEN, the default file. */
-		so.token = getenv("CRUN_STORE_TOKEN");
-		if (o->token_file != NULL) {
-			so.token_file = o->token_file;
-		} else if ((so.token == NULL || so.token[0] == '\0') &&
-			   token_default_path(path, sizeof(path), &d) == 0 &&
-			   access(path, F_OK) == 0) {
-			so.token_file = path;
-		}
-		/* Read only what this run's agents may: its scope, when the run id is one. */
-		so.scope = token_scope_valid(o->run_id) ? o->run_id : NULL;
+	/* The one token policy, as a client: --token-file, $CRUN_STORE_TOKEN, the default file
+	 * when it exists (never created). */
+	rc = store_conf_init(&c, &s,
+			     tcp ? STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT : STORE_TOKEN_FLAGS, &d);
+	if (rc == 0) {
+		rc = store_open_conf(&c, st, &d);
 	}
-	so.connect_timeout_ms = o->timeout_ms;
-	so.tls_ca = o->tls_ca;
-	so.tls_cert = o->tls_cert;
-	so.tls_key = o->tls_key;
-	so.tls_server_name = o->tls_server_name;
-	so.timeout_ms = o->timeout_ms;
-	rc = crun_store_open(&so, st, err, sizeof(err));
+	store_conf_finish(&c);
 	if (rc < 0) {
-		fprintf(stderr, "crun status: %s\n", err[0] != '\0' ? err : crun_strerror(rc));
+		fprintf(stderr, "crun status: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 	}
 	return rc;
 }

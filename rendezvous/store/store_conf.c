@@ -9,7 +9,6 @@
 
 #include <crun/error.h>
 
-#include "rendezvous/store/client_etcd_parse.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/log.h"
 #include "src/common/token.h"
@@ -155,12 +154,7 @@ int store_conf_init(struct store_conf *c, const struct store_settings *s, unsign
 		}
 	}
 	rc = resolve(c, s, &from_env, policy, d);
-	if (from_env != NULL && (policy & STORE_TOKEN_ENV) == 0 && c->endpoint != NULL &&
-	    etcd_is_endpoint(c->endpoint)) {
-		log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own users and "
-			 "TLS: --rdzv-conf user=,password_file=,cacert=,cert=,key=); workers do "
-			 "not get it");
-	}
+	c->env_token_dropped = from_env != NULL; /* read, and a flag or the policy left it */
 	token_wipe(from_env);
 	if (rc < 0) {
 		return diag_prefix(d, "store token");

@@ -63,6 +63,7 @@ struct store_conf {
 	char *token_file;         /* the file it is in (a token or a scoped credential); NULL */
 	char token_src[PATH_MAX + 32]; /* where it came from, for messages; "" for none */
 	bool token_created;       /* the default file was created by this resolution */
+	bool env_token_dropped;   /* $CRUN_STORE_TOKEN held a token that was not used */
 	char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 	char *etcd_user, *etcd_password_file, *etcd_cacert, *etcd_cert, *etcd_key;
 	int connect_timeout_ms, timeout_ms;
@@ -72,7 +73,7 @@ struct store_conf {
  * Build @c from @s (copied) and resolve its credential by the token policy, @policy a mask
  * of enum store_token_policy. With STORE_TOKEN_ENV or STORE_TOKEN_DROP_ENV, $CRUN_STORE_TOKEN
  * is taken out of the environment (call before any thread starts: unsetenv() is not
- * thread-safe); dropped unused on an etcd store, a warning says so. Returns 0 or a negative
+ * thread-safe); c->env_token_dropped says whether it held a token left unused. Returns 0 or a negative
  * code with @d saying which source failed. @c: store_conf_finish(), even after a failure.
  */
 int store_conf_init(struct store_conf *c, const struct store_settings *s, unsigned policy,
