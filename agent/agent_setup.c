@@ -175,7 +175,7 @@ int agent_setup_store(struct agent *a, struct crun_diag *d)
 	case RDZV_KIND_ETCD:
 		/* etcd is the store, replicated: no agent hosts one. */
 		snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
-		log_info("rendezvous through etcd at %s, keys under /crun/%s", a->endpoint,
+		log_info("rendezvous through etcd at %s, keys under the prefix %s", a->endpoint,
 			 a->prefix);
 		return 0;
 	default:

@@ -59,9 +59,10 @@ struct notify_status;
 /**
  * Start publishing this node's state for run @run_id, through a store connection of its own
  * made from the agent's store configuration @sc (borrowed; copied, with short timeouts: TLS
- * files, credential and scope as the agent's own connection) on a thread of its own, so a slow or lost store
- * never delays the agent. Store errors are logged at debug level and retried at the next
- * heartbeat: the job never depends on them. Returns 0 or -ENOMEM; *out: notify_status_destroy().
+ * files, credential and scope as the agent's own connection) on a thread of its own, so a
+ * slow or lost store never delays the agent. Store errors are logged at debug level and
+ * retried at the next heartbeat: the job never depends on them. Returns 0 or -ENOMEM; *out:
+ * notify_status_destroy().
  */
 struct store_conf;
 int notify_status_create(const struct store_conf *sc, const char *run_id, const char *host,

@@ -168,9 +168,13 @@ int store_conf_init(struct store_conf *c, const struct store_settings *s, unsign
 
 void store_conf_finish(struct store_conf *c)
 {
-	char **s[] = {&c->endpoint, &c->prefix, &c->scope, &c->token_file, &c->tls_ca,
-		      &c->tls_cert, &c->tls_key, &c->tls_server_name, &c->etcd_user,
-		      &c->etcd_password_file, &c->etcd_cacert, &c->etcd_cert, &c->etcd_key};
+	char **s[] = {&c->endpoint,    &c->prefix,
+		      &c->scope,       &c->token_file,
+		      &c->tls_ca,      &c->tls_cert,
+		      &c->tls_key,     &c->tls_server_name,
+		      &c->etcd_user,   &c->etcd_password_file,
+		      &c->etcd_cacert, &c->etcd_cert,
+		      &c->etcd_key};
 	size_t i;
 
 	token_wipe(c->token);
@@ -185,7 +189,7 @@ int store_conf_derive(struct store_conf *out, const struct store_conf *base,
 {
 	const struct store_settings s = {
 		.endpoint = v != NULL && v->endpoint != NULL ? v->endpoint : base->endpoint,
-		.prefix = v != NULL && v->no_prefix	     ? NULL
+		.prefix = v != NULL && v->no_prefix	   ? NULL
 			  : v != NULL && v->prefix != NULL ? v->prefix
 							   : base->prefix,
 		.scope = v != NULL && v->scope != NULL ? v->scope : base->scope,
@@ -199,8 +203,9 @@ int store_conf_derive(struct store_conf *out, const struct store_conf *base,
 		.etcd_cacert = base->etcd_cacert,
 		.etcd_cert = base->etcd_cert,
 		.etcd_key = base->etcd_key,
-		.connect_timeout_ms = v != NULL && v->connect_timeout_ms > 0 ? v->connect_timeout_ms
-									  : base->connect_timeout_ms,
+		.connect_timeout_ms = v != NULL && v->connect_timeout_ms > 0
+					      ? v->connect_timeout_ms
+					      : base->connect_timeout_ms,
 		.timeout_ms = v != NULL && v->timeout_ms > 0 ? v->timeout_ms : base->timeout_ms,
 	};
 

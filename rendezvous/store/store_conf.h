@@ -25,14 +25,14 @@
 struct store_settings {
 	const char *endpoint;
 	const char *prefix;
-	const char *scope;        /* confine the connection to this run's keys */
-	bool insecure;            /* --insecure: no credential at all */
-	const char *token_file;   /* --token-file */
-	const char *token;        /* --token (crun-rdzvd, crun-store): less safe than a file */
+	const char *scope;	/* confine the connection to this run's keys */
+	bool insecure;		/* --insecure: no credential at all */
+	const char *token_file; /* --token-file */
+	const char *token;	/* --token (crun-rdzvd, crun-store): less safe than a file */
 	const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 	const char *etcd_user, *etcd_password_file, *etcd_cacert, *etcd_cert, *etcd_key;
-	int connect_timeout_ms;   /* <= 0: the default (30 s) */
-	int timeout_ms;           /* <= 0: the default (300 s) */
+	int connect_timeout_ms; /* <= 0: the default (30 s) */
+	int timeout_ms;		/* <= 0: the default (300 s) */
 };
 
 /*
@@ -40,30 +40,30 @@ struct store_settings {
  * --token-file, --token. Then, in this order, the sources the caller allows:
  */
 enum store_token_policy {
-	STORE_TOKEN_FLAGS = 0,         /* only what the flags say */
-	STORE_TOKEN_ENV = 1u << 0,     /* $CRUN_STORE_TOKEN (always taken out of the environment,
-					  so that workers never inherit it) */
-	STORE_TOKEN_FRESH = 1u << 1,   /* a fresh random token: a store only this process uses */
-	STORE_TOKEN_DEFAULT = 1u << 2, /* the per-user default token file, when it exists */
-	STORE_TOKEN_CREATE = 1u << 3,  /* ... created on first use (with STORE_TOKEN_DEFAULT) */
-	STORE_TOKEN_READ = 1u << 4,    /* read a token file's bytes now: a store's host (agent,
-					  crun-rdzvd) needs them; a client lets open read it */
+	STORE_TOKEN_FLAGS = 0,		/* only what the flags say */
+	STORE_TOKEN_ENV = 1u << 0,	/* $CRUN_STORE_TOKEN (always taken out of the environment,
+					   so that workers never inherit it) */
+	STORE_TOKEN_FRESH = 1u << 1,	/* a fresh random token: a store only this process uses */
+	STORE_TOKEN_DEFAULT = 1u << 2,	/* the per-user default token file, when it exists */
+	STORE_TOKEN_CREATE = 1u << 3,	/* ... created on first use (with STORE_TOKEN_DEFAULT) */
+	STORE_TOKEN_READ = 1u << 4,	/* read a token file's bytes now: a store's host (agent,
+					   crun-rdzvd) needs them; a client lets open read it */
 	STORE_TOKEN_DROP_ENV = 1u << 5, /* take $CRUN_STORE_TOKEN out of the environment unused
 					   (a store with its own access control: file, etcd) */
 };
 
 struct store_conf {
 	char *endpoint;
-	char *prefix;             /* NULL: none */
-	char *scope;              /* NULL: unscoped */
+	char *prefix; /* NULL: none */
+	char *scope;  /* NULL: unscoped */
 	bool insecure;
 	/* The credential, resolved once: */
-	char *token;              /* the token's bytes (wiped when freed); NULL: none, or a file
-				     that open reads (token_file) */
-	char *token_file;         /* the file it is in (a token or a scoped credential); NULL */
+	char *token;	  /* the token's bytes (wiped when freed); NULL: none, or a file
+			     that open reads (token_file) */
+	char *token_file; /* the file it is in (a token or a scoped credential); NULL */
 	char token_src[PATH_MAX + 32]; /* where it came from, for messages; "" for none */
-	bool token_created;       /* the default file was created by this resolution */
-	bool env_token_dropped;   /* $CRUN_STORE_TOKEN held a token that was not used */
+	bool token_created;	       /* the default file was created by this resolution */
+	bool env_token_dropped;	       /* $CRUN_STORE_TOKEN held a token that was not used */
 	char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 	char *etcd_user, *etcd_password_file, *etcd_cacert, *etcd_cert, *etcd_key;
 	int connect_timeout_ms, timeout_ms;
@@ -73,8 +73,9 @@ struct store_conf {
  * Build @c from @s (copied) and resolve its credential by the token policy, @policy a mask
  * of enum store_token_policy. With STORE_TOKEN_ENV or STORE_TOKEN_DROP_ENV, $CRUN_STORE_TOKEN
  * is taken out of the environment (call before any thread starts: unsetenv() is not
- * thread-safe); c->env_token_dropped says whether it held a token left unused. Returns 0 or a negative
- * code with @d saying which source failed. @c: store_conf_finish(), even after a failure.
+ * thread-safe); c->env_token_dropped says whether it held a token left unused. Returns 0 or
+ * a negative code with @d saying which source failed. @c: store_conf_finish(), even after a
+ * failure.
  */
 int store_conf_init(struct store_conf *c, const struct store_settings *s, unsigned policy,
 		    struct crun_diag *d);
@@ -86,7 +87,7 @@ void store_conf_finish(struct store_conf *c);
 struct store_conf_variant {
 	const char *endpoint;
 	const char *prefix;
-	bool no_prefix;           /* drop the base's prefix */
+	bool no_prefix; /* drop the base's prefix */
 	const char *scope;
 	int connect_timeout_ms, timeout_ms;
 };

@@ -22,8 +22,7 @@
 static char dir[] = "/tmp/crun-unit-store-conf-XXXXXX";
 static char flag_file[256], default_file[256];
 
-#define HOST_POLICY                                                                      \
-	(STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE | STORE_TOKEN_READ)
+#define HOST_POLICY (STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE | STORE_TOKEN_READ)
 
 static void write_token(const char *path, const char *tok, mode_t mode)
 {
@@ -222,12 +221,21 @@ static void a_bad_source_is_named(void **state)
 static void derive_keeps_tls_and_credential(void **state)
 {
 	struct store_settings s = {
-		.endpoint = "h:1", .prefix = "p/", .token = "tok", .tls_ca = "/ca.pem",
-		.tls_cert = "/c.pem", .tls_key = "/c.key", .tls_server_name = "store",
-		.etcd_user = "u", .connect_timeout_ms = 1000, .timeout_ms = 2000,
+		.endpoint = "h:1",
+		.prefix = "p/",
+		.token = "tok",
+		.tls_ca = "/ca.pem",
+		.tls_cert = "/c.pem",
+		.tls_key = "/c.key",
+		.tls_server_name = "store",
+		.etcd_user = "u",
+		.connect_timeout_ms = 1000,
+		.timeout_ms = 2000,
 	};
 	const struct store_conf_variant v = {
-		.endpoint = "other:2", .no_prefix = true, .timeout_ms = 300,
+		.endpoint = "other:2",
+		.no_prefix = true,
+		.timeout_ms = 300,
 	};
 	struct store_conf c, q;
 	struct crun_store_opts o;
