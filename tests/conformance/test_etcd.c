@@ -576,6 +576,52 @@ static void delete_prefix_removes_a_job(void **state)
 	crun_store_close(job);
 }
 
+/*
+ * The end-of-job clean-up behind the store interface (store_forget_job()): each member counts
+ * itself out, the last deletes the job's prefix; one whose wait failed deletes at once. A file
+ * store keeps its keys (the user's file) and writes nothing.
+ */
+static void forget_job_last_member_deletes(void **state)
+{
+	struct crun_store *a, *b, *root, *f;
+	struct crun_diag d = {0};
+	char err[512], ep[512];
+	int64_t n;
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "fj/job/", 5000, 5000, &a, err, sizeof(err)),
+			 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, "fj/job/", 5000, 5000, &b, err, sizeof(err)),
+			 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, NULL, 5000, 5000, &root, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(a, "rdzv/x", "1", 1), 0);
+	assert_int_equal(crun_store_set(root, "fj/other", "2", 1), 0);
+	assert_int_equal(store_forget_job(a, 2, 0, &d), 0); /* one of two: the keys stay */
+	assert_true(present(a, "rdzv/x"));
+	assert_int_equal(store_forget_job(b, 2, 0, &d), 1); /* the last: all of them go */
+	assert_false(present(a, "rdzv/x"));
+	assert_false(present(a, "left"));
+	want(root, "fj/other", "2");
+	assert_int_equal(crun_store_set(a, "rdzv/y", "1", 1), 0);
+	assert_int_equal(store_forget_job(a, 2, -ETIMEDOUT, &d), 1); /* a wait failed: at once */
+	assert_false(present(a, "rdzv/y"));
+	assert_int_equal(store_forget_job(root, 1, 0, &d), -EINVAL); /* never the whole store */
+	assert_int_equal(crun_store_delete(root, "fj/other"), 0);
+
+	snprintf(ep, sizeof(ep), "file://%s/forget.store", g_tmp);
+	assert_int_equal(open_ep(ep, "fj/job/", 5000, 5000, &f, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(f, "rdzv/x", "1", 1), 0);
+	assert_int_equal(store_forget_job(f, 1, 0, &d), 0);
+	assert_true(present(f, "rdzv/x"));
+	assert_false(present(f, "left"));
+	assert_int_equal(crun_store_num_keys(f, &n), 0);
+	assert_int_equal(n, 1);
+	crun_store_close(f);
+	crun_store_close(root);
+	crun_store_close(b);
+	crun_store_close(a);
+}
+
 /* A value over etcd's --max-request-bytes: -EMSGSIZE, with etcd's reason in the message. */
 static void value_over_etcd_limit_is_emsgsize(void **state)
 {
@@ -992,6 +1038,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(value_over_etcd_limit_is_emsgsize),
 		cmocka_unit_test(lost_answers_are_not_applied_twice),
 		cmocka_unit_test(delete_prefix_removes_a_job),
+		cmocka_unit_test(forget_job_last_member_deletes),
 		cmocka_unit_test(contended_adds_land_once_with_few_transactions),
 		cmocka_unit_test(wait_watches_each_key),
 		cmocka_unit_test(password_file_must_be_private),
