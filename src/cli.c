@@ -18,23 +18,6 @@
 
 #define RESTARTS_MAX 1000000
 
-/* Copy at most 48 bytes of @s into @buf for an error line, non-printables as '?'. */
-const char *cli_show(char *buf, size_t len, const char *s)
-{
-	size_t i, n = 0;
-
-	for (i = 0; s[i] != '\0' && n + 4 < len && i < 48; i++) {
-		buf[n++] = isprint((unsigned char)s[i]) ? s[i] : '?';
-	}
-	if (s[i] != '\0' && n + 4 < len) {
-		buf[n++] = '.';
-		buf[n++] = '.';
-		buf[n++] = '.';
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
 int cli_fail(struct cli_parser *p, enum cli_opt_id id, const char *fmt, ...)
 {
 	char what[200];
@@ -71,165 +54,27 @@ int cli_set_str(char **dst, const char *src)
 
 /* ---- command line and environment ---- */
 
-static void set_val(struct cli_parser *p, enum cli_opt_id id, const char *origin, size_t olen,
-		    const char *val)
-{
-	struct cli_optval *v = &p->v[id];
-
-	if (olen >= sizeof(v->origin)) {
-		olen = sizeof(v->origin) - 1;
-	}
-	memcpy(v->origin, origin, olen);
-	v->origin[olen] = '\0';
-	v->val = val;
-	v->set = true;
-}
-
 /* torchrun reads every flag from PET_<NAME> too (PET_NPROC_PER_NODE); the command line wins. */
-static void read_env(struct cli_parser *p)
-{
-	char name[80];
-	const char *val;
-	size_t i, n;
-	int k;
-
-	for (k = 0; k < O_COUNT; k++) {
-		if (!cli_opts[k].env) {
-			continue;
-		}
-		n = (size_t)snprintf(name, sizeof(name), "PET_");
-		for (i = 0; cli_opts[k].name[i] != '\0' && n + 1 < sizeof(name); i++) {
-			name[n++] = cli_opts[k].name[i] == '-' ? '_'
-							       : (char)toupper(cli_opts[k].name[i]);
-		}
-		name[n] = '\0';
-		val = getenv(name);
-		if (val != NULL) {
-			set_val(p, (enum cli_opt_id)k, name, n, val);
-		}
-	}
-}
-
-static int print_version(void)
-{
-	printf("crun %s\n", CRUN_VERSION);
-	fflush(stdout);
-	return CLI_EXIT;
-}
-
-static int print_help(void)
-{
-	cli_usage(stdout);
-	fflush(stdout);
-	return CLI_EXIT;
-}
-
-/* A value that is missing: the end of argv, or what is clearly the next long option. */
-static bool missing(const char *next)
-{
-	return next == NULL || (next[0] == '-' && next[1] == '-' && next[2] != '\0');
-}
-
 static int read_argv(struct cli_parser *p, int argc, char **argv)
 {
-	const struct cli_opt *o;
-	enum cli_opt_id id = O_COUNT;
-	const char *a, *eq, *val;
-	char b[64];
-	size_t nlen;
-	int i;
+	int first, rc;
 
-	for (i = 1; i < argc; i++) {
-		a = argv[i];
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (a[0] != '-' || a[1] == '\0') {
-			break; /* the program: everything from here on is its own */
-		}
-		if (a[1] == '-') {
-			eq = strchr(a + 2, '=');
-			nlen = eq ? (size_t)(eq - a) : strlen(a);
-			o = cli_opt_find_long(a + 2, nlen - 2, &id);
-			if (o == NULL) {
-				char shown[72];
-
-				snprintf(shown, sizeof(shown), "%.*s", (int)(nlen > 60 ? 60 : nlen), a);
-				return cli_fail(p, O_COUNT, "%s: unknown option (see crun --help)",
-						cli_show(b, sizeof(b), shown));
-			}
-			if (id == O_HELP) {
-				return print_help();
-			}
-			if (id == O_VERSION) {
-				return print_version();
-			}
-			if (!o->arg) {
-				if (eq != NULL && o->optval) {
-					set_val(p, id, a, nlen, eq + 1);
-					continue;
-				}
-				if (eq != NULL) {
-					set_val(p, id, a, nlen, "1");
-					return cli_fail(p, id, "takes no value");
-				}
-				set_val(p, id, a, nlen, "1");
-				continue;
-			}
-			if (eq != NULL) {
-				val = eq + 1;
-			} else {
-				val = i + 1 < argc ? argv[i + 1] : NULL;
-				if (missing(val)) {
-					set_val(p, id, a, nlen, "");
-					return cli_fail(p, id, "missing value (%s)", o->metavar);
-				}
-				i++;
-			}
-			set_val(p, id, a, nlen, val);
-			continue;
-		}
-		/* -h, -m, -r VALUE, -rVALUE, -t VALUE, -tVALUE */
-		o = cli_opt_find_short(a[1], &id);
-		if (o == NULL) {
-			return cli_fail(p, O_COUNT, "%s: unknown option (see crun --help)",
-					cli_show(b, sizeof(b), a));
-		}
-		if (id == O_HELP && a[2] == '\0') {
-			return print_help();
-		}
-		if (!o->arg) {
-			set_val(p, id, a, 2, "1");
-			if (a[2] != '\0') {
-				return cli_fail(p, id, "takes no value (got \"%s\")",
-						cli_show(b, sizeof(b), a));
-			}
-			continue;
-		}
-		if (a[2] != '\0') {
-			val = a[2] == '=' ? a + 3 : a + 2;
-		} else {
-			val = i + 1 < argc ? argv[i + 1] : NULL;
-			if (missing(val)) {
-				set_val(p, id, a, 2, "");
-				return cli_fail(p, id, "missing value (%s)", o->metavar);
-			}
-			i++;
-		}
-		set_val(p, id, a, 2, val);
+	opt_read_env(&cli_table, p->v);
+	rc = opt_read_argv(&cli_table, p->v, argc, argv, &first, p->d);
+	if (rc != OPT_OK) {
+		return rc;
 	}
-	if (i >= argc && p->v[O_CONFIG].set) {
+	if (first >= argc && p->v[O_CONFIG].set) {
 		return CLI_OK; /* the job file may name the program */
 	}
-	if (i >= argc) {
+	if (first >= argc) {
 		return cli_fail(p, O_COUNT,
 				"missing PROGRAM to run (usage: crun [OPTIONS] PROGRAM "
 				"[ARGS...]; see crun --help)");
 	}
-	p->program = argv[i];
-	p->args = argv + i + 1;
-	p->nargs = argc - i - 1;
+	p->program = argv[first];
+	p->args = argv + first + 1;
+	p->nargs = argc - first - 1;
 	return CLI_OK;
 }
 
@@ -259,8 +104,7 @@ static int apply_jobfile(struct cli_parser *p, struct jobfile *jf)
 	p->jf = jf;
 	for (k = 0; k < O_COUNT; k++) {
 		if (jf->vals[k] != NULL && !p->v[k].set) {
-			set_val(p, (enum cli_opt_id)k, jf->origins[k], strlen(jf->origins[k]),
-				jf->vals[k]);
+			opt_set(&p->v[k], jf->origins[k], strlen(jf->origins[k]), jf->vals[k]);
 		}
 	}
 	if (p->program == NULL && jf->program != NULL) {
@@ -272,7 +116,7 @@ static int apply_jobfile(struct cli_parser *p, struct jobfile *jf)
 		return cli_fail(p, O_COUNT,
 				"missing PROGRAM: neither the command line nor %s names one "
 				"(program: in the job file)",
-				cli_show(b, sizeof(b), p->v[O_CONFIG].val));
+				opt_show(b, sizeof(b), p->v[O_CONFIG].val));
 	}
 	for (i = 0; i < jf->nenv; i++) {
 		if (setenv(jf->env[i].key, jf->env[i].val, 1) < 0) {
@@ -373,7 +217,6 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	if (jobspec_defaults(spec) < 0) {
 		return cli_oom(&p);
 	}
-	read_env(&p);
 	rc = read_argv(&p, argc, argv);
 	if (rc != CLI_OK) {
 		return rc;
@@ -424,7 +267,7 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 		if (!cli_valid_host(spec->master_addr)) {
 			return cli_fail(&p, O_MASTER_ADDR,
 					"expected a host name or IP address, got \"%s\"",
-					cli_show(b, sizeof(b), spec->master_addr));
+					opt_show(b, sizeof(b), spec->master_addr));
 		}
 	}
 	if (p.v[O_MASTER_PORT].set) {
@@ -477,7 +320,7 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	    strcmp(p.v[O_START_METHOD].val, "forkserver") != 0) {
 		return cli_fail(&p, O_START_METHOD,
 				"expected spawn, fork or forkserver, got \"%s\"",
-				cli_show(b, sizeof(b), p.v[O_START_METHOD].val));
+				opt_show(b, sizeof(b), p.v[O_START_METHOD].val));
 	}
 	if (p.v[O_LOGS_SPECS].set && strcmp(p.v[O_LOGS_SPECS].val, "default") != 0) {
 		return cli_fail(&p, O_LOGS_SPECS,
@@ -501,8 +344,7 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	if ((rc = cli_do_local_rank_arg(&p)) != 0 || (rc = cli_do_exit_code(&p)) != 0) {
 		return rc;
 	}
-	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_token(&p)) != 0 ||
-	    (rc = cli_do_tls(&p)) != 0 ||
+	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_store(&p)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_REDIRECTS, spec->redirects)) != 0 ||
 	    (rc = cli_do_std_map(&p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(&p)) != 0) {
 		return rc;
