@@ -316,7 +316,7 @@ static void print_wrapped(FILE *out, const char *left, const char *help)
 void opt_print_options(FILE *out, const struct opt_table *t)
 {
 	const struct opt *o;
-	char left[96], sh[8];
+	char left[160], names[96], sh[8];
 	int k;
 
 	for (k = 0; k < t->n; k++) {
@@ -325,11 +325,13 @@ void opt_print_options(FILE *out, const struct opt_table *t)
 			fprintf(out, "\n%s:\n", o->section);
 		}
 		snprintf(sh, sizeof(sh), o->shrt != 0 ? "-%c, " : "    ", o->shrt);
+		snprintf(names, sizeof(names), "--%s%s%s", o->name, o->alias != NULL ? ", --" : "",
+			 o->alias != NULL ? o->alias : "");
 		if (o->optval || o->optnext) {
-			snprintf(left, sizeof(left), "%s--%s%s%s%s", sh, o->name,
+			snprintf(left, sizeof(left), "%s%s%s%s%s", sh, names,
 				 o->optnext ? " [" : "[=", o->metavar, "]");
 		} else {
-			snprintf(left, sizeof(left), "%s--%s%s%s", sh, o->name, o->arg ? " " : "",
+			snprintf(left, sizeof(left), "%s%s%s%s", sh, names, o->arg ? " " : "",
 				 o->arg ? o->metavar : "");
 		}
 		if (strlen(left) > 28) {
