@@ -64,6 +64,7 @@ static int read_argv(struct cli_parser *p, int argc, char **argv)
 	if (rc != OPT_OK) {
 		return rc;
 	}
+	opt_log_level(&p->v[O_VERBOSE], &p->v[O_QUIET]);
 	if (first >= argc && p->v[O_CONFIG].set) {
 		return CLI_OK; /* the job file may name the program */
 	}

@@ -139,7 +139,10 @@ const struct opt cli_opts[O_COUNT] = {
 	[O_CONFIG] = OPT_STORE_CONFIG("Job file",
 				      "read the job from a YAML job file (see crun.yaml(5)); the "
 				      "command line and PET_ variables override it"),
-	[O_HELP] = OPT_HELP_ENTRY("Other"),
+	[O_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log crun's own messages at debug level (as "
+						 "CRUN_LOG_LEVEL=debug)"),
+	[O_QUIET] = OPT_QUIET_ENTRY,
+	[O_HELP] = OPT_HELP_ENTRY(NULL),
 	[O_VERSION] = OPT_VERSION_ENTRY,
 };
 

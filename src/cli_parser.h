@@ -62,6 +62,8 @@ enum cli_opt_id {
 	O_TLS_KEY,
 	O_TLS_SERVER_NAME,
 	O_CONFIG,
+	O_VERBOSE,
+	O_QUIET,
 	O_HELP,
 	O_VERSION,
 	O_COUNT

@@ -114,10 +114,9 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 			    "serve PyTorch TCPStore clients (torch.distributed.TCPStore, 1.x and "
 			    "2.x) on the same port, confined to the keys under RUN/tcpstore/ (they "
 			    "cannot authenticate); default: refused", "PyTorch"},
-	[R_VERBOSE] = {"verbose", 'v', false, false, NULL,
-		       "log at debug level (dropped connections are logged at info level either "
-		       "way)", "Other"},
-	[R_QUIET] = {"quiet", 'q', false, false, NULL, "log only warnings and errors", NULL},
+	[R_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log at debug level (dropped connections are "
+						 "logged at info level either way)"),
+	[R_QUIET] = OPT_QUIET_ENTRY,
 	[R_HELP] = OPT_HELP_ENTRY(NULL),
 	[R_VERSION] = OPT_VERSION_ENTRY,
 };
@@ -328,9 +327,7 @@ static int parse(int argc, char **argv, struct config *c)
 	if (rc != OPT_OK) {
 		return opt_exit_status(&rdzvd_table, rc, &d);
 	}
-	if (v[R_VERBOSE].set || v[R_QUIET].set) { /* the later one wins */
-		log_set_level(v[R_VERBOSE].at > v[R_QUIET].at ? LOG_DEBUG : LOG_WARN);
-	}
+	opt_log_level(&v[R_VERBOSE], &v[R_QUIET]);
 	return OPT_OK;
 }
 

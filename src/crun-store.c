@@ -32,6 +32,8 @@ enum store_cli_opt {
 	S_TLS_CERT,
 	S_TLS_KEY,
 	S_TLS_SERVER_NAME,
+	S_VERBOSE,
+	S_QUIET,
 	S_HELP,
 	S_VERSION,
 	S_COUNT
@@ -69,6 +71,9 @@ static const struct opt store_opts[S_COUNT] = {
 		NULL, "CRUN_STORE_TLS_SERVER_NAME",
 		"the name the store's certificate carries (default: the endpoint's host; "
 		"$CRUN_STORE_TLS_SERVER_NAME)"),
+	[S_VERBOSE] = OPT_VERBOSE_ENTRY(NULL, "log the client's reconnects and retries at debug "
+					      "level"),
+	[S_QUIET] = OPT_QUIET_ENTRY,
 	[S_HELP] = OPT_HELP_ENTRY(NULL),
 	[S_VERSION] = OPT_VERSION_ENTRY,
 };
@@ -402,6 +407,7 @@ static int parse(int argc, char **argv, struct crun_store_opts *o, const char **
 		opt_exit_status(&store_table, rc, &d);
 		return rc;
 	}
+	opt_log_level(&v[S_VERBOSE], &v[S_QUIET]);
 	o->endpoint = f.endpoint;
 	o->prefix = v[S_PREFIX].set ? v[S_PREFIX].val : NULL;
 	o->scope = v[S_SCOPE].set ? v[S_SCOPE].val : NULL;

@@ -11,6 +11,7 @@
 
 #include <crun/error.h>
 
+#include "src/common/log.h"
 #include "src/opt.h"
 
 const char *opt_show(char *buf, size_t len, const char *s)
@@ -339,6 +340,14 @@ void opt_print_options(FILE *out, const struct opt_table *t)
 			left[0] = '\0';
 		}
 		print_wrapped(out, left, o->help);
+	}
+}
+
+void opt_log_level(const struct opt_val *verbose, const struct opt_val *quiet)
+{
+	if (verbose->set || quiet->set) {
+		log_set_level(verbose->set && (!quiet->set || verbose->at > quiet->at) ? LOG_DEBUG
+										      : LOG_WARN);
 	}
 }
 

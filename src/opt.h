@@ -52,6 +52,18 @@ struct opt {
 	enum opt_role role;
 };
 
+/* The conventions' entries, for every program's table: -h, -V, and -v/-q where a program
+ * logs (opt_log_level() applies them). */
+#define OPT_HELP_ENTRY(sect)                                                                  \
+	{"help", 'h', false, false, NULL, "print this help and exit", sect, false, false, NULL, \
+	 NULL, OPT_HELP}
+#define OPT_VERSION_ENTRY                                                                     \
+	{"version", 'V', false, false, NULL, "print the version and exit", NULL, false, false,  \
+	 NULL, NULL, OPT_VERSION}
+#define OPT_VERBOSE_ENTRY(sect, help) {"verbose", 'v', false, false, NULL, help, sect}
+#define OPT_QUIET_ENTRY                                                                       \
+	{"quiet", 'q', false, false, NULL, "log only warnings and errors", NULL}
+
 /* Where a value came from: the spelling the user typed, for error lines. */
 struct opt_val {
 	const char *val; /* borrowed from argv, the environment or a job file */
@@ -103,6 +115,10 @@ int opt_parse_bool(const char *s, bool *out);
 
 /* The option list of --help: each entry (section headings before them), wrapped at 80. */
 void opt_print_options(FILE *out, const struct opt_table *t);
+
+/* -v/--verbose (debug) or -q/--quiet (warnings and errors), the later one winning over the
+ * other and over $CRUN_LOG_LEVEL; neither given: the level stays. */
+void opt_log_level(const struct opt_val *verbose, const struct opt_val *quiet);
 
 /*
  * The common end of a program's parse: on OPT_USAGE print "PROG: MSG" on stderr. Returns the

@@ -55,14 +55,6 @@ enum opt_store_id {
 	 OPT_VALUE}
 #define OPT_STORE_CONFIG(sect, help) {"config", 0, true, false, "FILE.yaml", help, sect}
 
-/* The conventions' entries, for every program's table. */
-#define OPT_HELP_ENTRY(sect)                                                                  \
-	{"help", 'h', false, false, NULL, "print this help and exit", sect, false, false, NULL, \
-	 NULL, OPT_HELP}
-#define OPT_VERSION_ENTRY                                                                     \
-	{"version", 'V', false, false, NULL, "print the version and exit", NULL, false, false,  \
-	 NULL, NULL, OPT_VERSION}
-
 /* The store flags as given (borrowed from argv, the environment or a job file). */
 struct opt_store_flags {
 	const char *endpoint;   /* NULL when not given */

@@ -63,6 +63,8 @@ enum status_opt {
 	ST_JSON,
 	ST_WATCH,
 	ST_TIMEOUT,
+	ST_VERBOSE,
+	ST_QUIET,
 	ST_HELP,
 	ST_VERSION,
 	ST_COUNT
@@ -94,7 +96,9 @@ static const struct opt status_opts_table[ST_COUNT] = {
 		      "redraw every SEC seconds (default 2) until the job ends", NULL, false, true},
 	[ST_TIMEOUT] = {"timeout", 0, true, false, "SEC",
 			"how long to try to reach the store (default 10)", NULL},
-	[ST_HELP] = OPT_HELP_ENTRY("Other"),
+	[ST_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log the store client's retries at debug level"),
+	[ST_QUIET] = OPT_QUIET_ENTRY,
+	[ST_HELP] = OPT_HELP_ENTRY(NULL),
 	[ST_VERSION] = OPT_VERSION_ENTRY,
 };
 
@@ -190,6 +194,7 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 		rc = opt_store_take(v, ids, &f, &d);
 	}
 	if (rc == OPT_OK) {
+		opt_log_level(&v[ST_VERBOSE], &v[ST_QUIET]);
 		o->endpoint = f.endpoint;
 		o->token_file = f.token_file;
 		o->insecure = f.insecure;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # tests/agent/cli/conventions.sh: the command-line conventions every program shares (src/opt.h),
 # checked on the real crun, crun-rdzvd, crun-store and crun status: -h/--help (exit 0, "Usage:"
-# first), -V/--version, an unknown option or a missing value (exit 2, one line naming it),
+# first), -V/--version, -v/-q, an unknown option or a missing value (exit 2, one line naming it),
 # --x=v and --x v alike, dashes and underscores alike, the store's option group (one handler:
 # --insecure with --token-file, a credential file others can read is a usage error, exit 2).
 . "$(dirname "$0")/../lib.sh"
@@ -59,6 +59,11 @@ for name in crun crun-rdzvd crun-store "crun status"; do
 	one_line "$name" "--tls-ca: missing value (FILE)"
 	try 2 "$name" --token-file --insecure
 	one_line "$name" "--token-file: missing value (FILE)"
+	# -v/-q (log level) exist in every program, and a flag takes no value.
+	try 2 "$name" --quiet=yes
+	one_line "$name" "--quiet: takes no value"
+	try 2 "$name" -vq
+	one_line "$name" '-v: takes no value (got "-vq")'
 
 	# The store group: one handler, the same checks and words in every program.
 	try 2 "$name" --insecure --token-file "$T/good.tok"
