@@ -12,7 +12,8 @@
 #include "src/opt.h"
 
 /*
- * Private to src/cli*.c and src/program.c. cli.c reads argv and PET_* and checks the flags in
+ * Private to src/cli*.c and src/program.c (and src/status.c, which looks its options up in crun's
+ * table to read a job file's keys). cli.c reads argv and PET_* and checks the flags in
  * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value;
  * cli_rdzv_conf.c the --rdzv-conf keys.
  */
