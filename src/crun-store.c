@@ -235,135 +235,148 @@ static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms
 	return rc < 0 ? store_error("wait", NULL, rc) : EXIT_FOUND;
 }
 
-static int run(struct crun_store *st, const char *cmd, int argc, char **argv, int timeout_ms)
+static int cmd_set(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_set(st, argv[0], argv[1], strlen(argv[1]));
+
+	return rc < 0 ? store_error("set", argv[0], rc) : EXIT_FOUND;
+}
+
+static int cmd_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
 	void *v = NULL;
 	size_t len = 0;
+	int rc;
+
+	rc = crun_store_get(st, argv[0], &v, &len);
+	if (rc == -ENOENT) {
+		return EXIT_NOTFOUND;
+	}
+	if (rc < 0) {
+		return store_error("get", argv[0], rc);
+	}
+	print_value(v, len);
+	free(v);
+	return EXIT_FOUND;
+}
+
+static int cmd_add(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
 	int64_t n;
+	int rc;
+
+	if (parse_i64(argv[1], &n) < 0) {
+		return usage_error("add: N: expected a 64-bit integer, got \"%s\"", argv[1]);
+	}
+	rc = crun_store_add(st, argv[0], n, &n);
+	if (rc == -EINVAL || rc == -ERANGE) {
+		fprintf(stderr, "crun-store: add %s: %s\n", argv[0],
+			rc == -EINVAL ? "the value stored is not a decimal integer"
+				      : "the sum overflows a 64-bit integer");
+		return EXIT_TROUBLE;
+	}
+	if (rc < 0) {
+		return store_error("add", argv[0], rc);
+	}
+	printf("%" PRId64 "\n", n);
+	return EXIT_FOUND;
+}
+
+static int cmd_cas(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	void *v = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = crun_store_compare_set(st, argv[0], argv[1], strlen(argv[1]), argv[2],
+				    strlen(argv[2]), &v, &len);
+	if (rc < 0) {
+		return store_error("cas", argv[0], rc);
+	}
+	print_value(v, len);
+	rc = len == strlen(argv[2]) && memcmp(v, argv[2], len) == 0 ? EXIT_FOUND : EXIT_NOTFOUND;
+	free(v);
+	return rc;
+}
+
+static int cmd_del(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_delete(st, argv[0]);
+
+	if (rc == -ENOENT) {
+		return EXIT_NOTFOUND;
+	}
+	return rc < 0 ? store_error("del", argv[0], rc) : EXIT_FOUND;
+}
+
+static int cmd_check(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
 	bool all;
 	int rc;
 
-	if (strcmp(cmd, "set") == 0) {
-		if (want_args(cmd, argc, 2, 2, "KEY VALUE")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_set(st, argv[0], argv[1], strlen(argv[1]));
-		return rc < 0 ? store_error("set", argv[0], rc) : EXIT_FOUND;
+	rc = crun_store_check(st, (const char *const *)argv, (size_t)argc, &all);
+	if (rc < 0) {
+		return store_error("check", NULL, rc);
 	}
-	if (strcmp(cmd, "get") == 0) {
-		if (want_args(cmd, argc, 1, 1, "KEY")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_get(st, argv[0], &v, &len);
-		if (rc == -ENOENT) {
-			return EXIT_NOTFOUND;
-		}
-		if (rc < 0) {
-			return store_error("get", argv[0], rc);
-		}
-		print_value(v, len);
-		free(v);
-		return EXIT_FOUND;
-	}
-	if (strcmp(cmd, "add") == 0) {
-		if (want_args(cmd, argc, 2, 2, "KEY N")) {
-			return EXIT_TROUBLE;
-		}
-		if (parse_i64(argv[1], &n) < 0) {
-			return usage_error("add: N: expected a 64-bit integer, got \"%s\"",
-					   argv[1]);
-		}
-		rc = crun_store_add(st, argv[0], n, &n);
-		if (rc == -EINVAL || rc == -ERANGE) {
-			fprintf(stderr, "crun-store: add %s: %s\n", argv[0],
-				rc == -EINVAL ? "the value stored is not a decimal integer"
-					      : "the sum overflows a 64-bit integer");
-			return EXIT_TROUBLE;
-		}
-		if (rc < 0) {
-			return store_error("add", argv[0], rc);
-		}
-		printf("%" PRId64 "\n", n);
-		return EXIT_FOUND;
-	}
-	if (strcmp(cmd, "wait") == 0) {
-		return cmd_wait(st, argc, argv, timeout_ms);
-	}
-	if (strcmp(cmd, "cas") == 0) {
-		if (want_args(cmd, argc, 3, 3, "KEY EXPECTED DESIRED")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_compare_set(st, argv[0], argv[1], strlen(argv[1]), argv[2],
-					    strlen(argv[2]), &v, &len);
-		if (rc < 0) {
-			return store_error("cas", argv[0], rc);
-		}
-		print_value(v, len);
-		rc = len == strlen(argv[2]) && memcmp(v, argv[2], len) == 0 ? EXIT_FOUND
-									   : EXIT_NOTFOUND;
-		free(v);
-		return rc;
-	}
-	if (strcmp(cmd, "del") == 0) {
-		if (want_args(cmd, argc, 1, 1, "KEY")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_delete(st, argv[0]);
-		if (rc == -ENOENT) {
-			return EXIT_NOTFOUND;
-		}
-		return rc < 0 ? store_error("del", argv[0], rc) : EXIT_FOUND;
-	}
-	if (strcmp(cmd, "check") == 0) {
-		if (want_args(cmd, argc, 1, -1, "KEY...")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_check(st, (const char *const *)argv, (size_t)argc, &all);
-		if (rc < 0) {
-			return store_error("check", NULL, rc);
-		}
-		return all ? EXIT_FOUND : EXIT_NOTFOUND;
-	}
-	if (strcmp(cmd, "keys") == 0) {
-		if (want_args(cmd, argc, 0, 0, "no arguments")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_num_keys(st, &n);
-		if (rc < 0) {
-			return store_error("keys", NULL, rc);
-		}
-		printf("%" PRId64 "\n", n);
-		return EXIT_FOUND;
-	}
-	if (strcmp(cmd, "append") == 0) {
-		if (want_args(cmd, argc, 2, 2, "KEY VALUE")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_append(st, argv[0], argv[1], strlen(argv[1]));
-		return rc < 0 ? store_error("append", argv[0], rc) : EXIT_FOUND;
-	}
-	if (strcmp(cmd, "ping") == 0) {
-		if (want_args(cmd, argc, 0, 0, "no arguments")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_ping(st);
-		return rc < 0 ? store_error("ping", NULL, rc) : EXIT_FOUND;
-	}
-	return usage_error("unknown command \"%s\"", cmd);
+	return all ? EXIT_FOUND : EXIT_NOTFOUND;
 }
 
-static bool known_command(const char *cmd)
+static int cmd_keys(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
-	static const char *const cmds[] = {"set", "get",   "add",  "wait",   "cas",
-					   "del", "check", "keys", "append", "ping"};
+	int64_t n;
+	int rc;
+
+	rc = crun_store_num_keys(st, &n);
+	if (rc < 0) {
+		return store_error("keys", NULL, rc);
+	}
+	printf("%" PRId64 "\n", n);
+	return EXIT_FOUND;
+}
+
+static int cmd_append(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_append(st, argv[0], argv[1], strlen(argv[1]));
+
+	return rc < 0 ? store_error("append", argv[0], rc) : EXIT_FOUND;
+}
+
+static int cmd_ping(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_ping(st);
+
+	return rc < 0 ? store_error("ping", NULL, rc) : EXIT_FOUND;
+}
+
+/* The commands: name, how many arguments (max -1: any), their shape for errors, the code. */
+static const struct command {
+	const char *name;
+	int min, max;
+	const char *shape;
+	int (*run)(struct crun_store *st, int argc, char **argv, int timeout_ms);
+} commands[] = {
+	{"set", 2, 2, "KEY VALUE", cmd_set},
+	{"get", 1, 1, "KEY", cmd_get},
+	{"add", 2, 2, "KEY N", cmd_add},
+	{"wait", 0, -1, "KEY... [--timeout SEC]", cmd_wait}, /* counts its own arguments */
+	{"cas", 3, 3, "KEY EXPECTED DESIRED", cmd_cas},
+	{"del", 1, 1, "KEY", cmd_del},
+	{"check", 1, -1, "KEY...", cmd_check},
+	{"keys", 0, 0, "no arguments", cmd_keys},
+	{"append", 2, 2, "KEY VALUE", cmd_append},
+	{"ping", 0, 0, "no arguments", cmd_ping},
+};
+
+static const struct command *find_command(const char *name)
+{
 	size_t i;
 
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (strcmp(cmd, cmds[i]) == 0) {
-			return true;
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(name, commands[i].name) == 0) {
+			return &commands[i];
 		}
 	}
-	return false;
+	return NULL;
 }
 
 /* A TCP store: the only kind the token is for (file and etcd stores have their own). */
@@ -427,7 +440,8 @@ int main(int argc, char **argv)
 	struct crun_store *st = NULL;
 	int timeout_ms = -1, first, rc;
 	char err[512];
-	const char *cmd, *token = NULL, *token_file;
+	const struct command *cmd;
+	const char *token = NULL, *token_file;
 	char path[4096];
 	bool insecure = false, created;
 	struct crun_diag d = {0};
@@ -441,9 +455,12 @@ int main(int argc, char **argv)
 	if (first >= argc) {
 		return usage_error("no command given");
 	}
-	cmd = argv[first];
-	if (!known_command(cmd)) {
-		return usage_error("unknown command \"%s\"", cmd);
+	cmd = find_command(argv[first]);
+	if (cmd == NULL) {
+		return usage_error("unknown command \"%s\"", argv[first]);
+	}
+	if (want_args(cmd->name, argc - first - 1, cmd->min, cmd->max, cmd->shape) != 0) {
+		return EXIT_TROUBLE;
 	}
 	if (o.endpoint == NULL || *o.endpoint == '\0') {
 		return usage_error("no endpoint: pass --endpoint or set CRUN_STORE_ENDPOINT");
@@ -480,7 +497,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "crun-store: %s\n", err[0] ? err : crun_strerror(rc));
 		return EXIT_TROUBLE;
 	}
-	rc = run(st, cmd, argc - first - 1, argv + first + 1, timeout_ms >= 0 ? timeout_ms : -1);
+	rc = cmd->run(st, argc - first - 1, argv + first + 1, timeout_ms);
 	crun_store_close(st);
 	if (fflush(stdout) != 0) {
 		fprintf(stderr, "crun-store: writing output: %s\n", strerror(errno));
