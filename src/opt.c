@@ -91,7 +91,8 @@ int opt_find_long(const struct opt_table *t, const char *name, size_t len)
 		return -1;
 	}
 	for (k = 0; k < t->n; k++) {
-		if (same_name(name, len, t->opts[k].name) || same_name(name, len, t->opts[k].alias)) {
+		if (same_name(name, len, t->opts[k].name) ||
+		    same_name(name, len, t->opts[k].alias)) {
 			return k;
 		}
 	}
@@ -259,8 +260,8 @@ static int read_short(const struct opt_table *t, struct opt_val *v, int argc, ch
 	return OPT_OK;
 }
 
-int opt_read_argv(const struct opt_table *t, struct opt_val *v, int argc, char **argv,
-		  int *first, struct crun_diag *d)
+int opt_read_argv(const struct opt_table *t, struct opt_val *v, int argc, char **argv, int *first,
+		  struct crun_diag *d)
 {
 	const char *a;
 	char b[64];
@@ -347,7 +348,7 @@ void opt_log_level(const struct opt_val *verbose, const struct opt_val *quiet)
 {
 	if (verbose->set || quiet->set) {
 		log_set_level(verbose->set && (!quiet->set || verbose->at > quiet->at) ? LOG_DEBUG
-										      : LOG_WARN);
+										       : LOG_WARN);
 	}
 }
 

@@ -68,7 +68,8 @@ int opt_store_take(const struct opt_val *v, const int ids[OS_COUNT], struct opt_
 
 	memset(f, 0, sizeof(*f));
 	if (ins != NULL && opt_parse_bool(ins->val, &f->insecure) < 0) {
-		return opt_fail(ins, d, "expected 0 or 1, got \"%s\"", opt_show(b, sizeof(b), ins->val));
+		return opt_fail(ins, d, "expected 0 or 1, got \"%s\"",
+				opt_show(b, sizeof(b), ins->val));
 	}
 	if (tok != NULL && f->insecure) {
 		return opt_fail(tok, d, "cannot be combined with --insecure");

@@ -17,8 +17,22 @@
 #include "src/opt_store.h"
 #include "tests/lib/cmocka_skip.h"
 
-enum { T_COUNT_, T_NAME, T_FLAG, T_STYLE, T_WATCH, T_ENDPOINT, T_TOKEN_FILE, T_INSECURE,
-       T_TLS_CA, T_TLS_CERT, T_TLS_KEY, T_HELP, T_VERSION, T_N };
+enum {
+	T_COUNT_,
+	T_NAME,
+	T_FLAG,
+	T_STYLE,
+	T_WATCH,
+	T_ENDPOINT,
+	T_TOKEN_FILE,
+	T_INSECURE,
+	T_TLS_CA,
+	T_TLS_CERT,
+	T_TLS_KEY,
+	T_HELP,
+	T_VERSION,
+	T_N
+};
 
 static int usage_calls;
 
@@ -46,8 +60,9 @@ static const struct opt opts[T_N] = {
 };
 
 static const int ids[OS_COUNT] = {
-	[OS_ENDPOINT] = T_ENDPOINT, [OS_TOKEN_FILE] = T_TOKEN_FILE, [OS_INSECURE] = T_INSECURE,
-	[OS_TLS_CA] = T_TLS_CA,	    [OS_TLS_CERT] = T_TLS_CERT,	    [OS_TLS_KEY] = T_TLS_KEY,
+	[OS_ENDPOINT] = T_ENDPOINT, [OS_TOKEN_FILE] = T_TOKEN_FILE,
+	[OS_INSECURE] = T_INSECURE, [OS_TLS_CA] = T_TLS_CA,
+	[OS_TLS_CERT] = T_TLS_CERT, [OS_TLS_KEY] = T_TLS_KEY,
 	[OS_TLS_SERVER_NAME] = -1,  [OS_CONFIG] = -1,
 };
 
@@ -225,7 +240,9 @@ static void store_group_checks_flags_and_credential_files(void **state)
 	assert_non_null(strstr(d.msg, "--tls_key: TLS key file "));
 	assert_non_null(strstr(d.msg, ": refused: mode 0640"));
 	chmod(tok, 0604);
-	assert_int_equal(PARSE("--token-file=" "/nonexistent/tok"), OPT_OK);
+	assert_int_equal(PARSE("--token-file="
+			       "/nonexistent/tok"),
+			 OPT_OK);
 	assert_int_equal(opt_store_take(v, ids, &f, &d), OPT_USAGE);
 	assert_string_equal(d.msg, "--token-file: /nonexistent/tok: No such file or directory");
 	assert_int_equal(PARSE("--token-file", tok), OPT_OK);
