@@ -35,9 +35,11 @@ enum opt_store_id {
 };
 
 /*
- * The entries. @sect: the heading printed before it (or NULL); @env: also read from the
- * table's env_prefix (PET_TLS_CA); @help: the program's line for --help, as it means the
- * option in its own role (a daemon serves the certificate that a client presents).
+ * The entries. @sect: the heading printed before it (or NULL); @env: the endpoint is also read
+ * from the table's env_prefix (PET_RDZV_ENDPOINT); @envvar: a variable read for it instead
+ * (CRUN_STORE_TLS_CA), or NULL; @metavar: how the endpoint is shown; @help: the program's
+ * line for --help, as it means the option in its own role (a daemon serves the certificate
+ * that a client presents). Names, letters, aliases and value kinds are the group's.
  */
 #define OPT_STORE_ENDPOINT(sect, env, envvar, metavar, help)                                \
 	{"rdzv-endpoint", 'e', true, env, metavar, help, sect, false, false, "endpoint", envvar, \
