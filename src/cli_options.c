@@ -163,8 +163,9 @@ void cli_usage(FILE *out)
 		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
 		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
 		     "under python3 -u ($PYTHON_EXEC, --python); ARGS pass through unchanged except\n"
-		     "${local_rank}. Every option also reads PET_<OPTION> (PET_NPROC_PER_NODE=4);\n"
-		     "the command line wins. Dashes and underscores are alike (--nproc_per_node).\n");
+		     "${local_rank}. The options before Security also read PET_<OPTION>\n"
+		     "(PET_NPROC_PER_NODE=4); the command line wins. Dashes and underscores are alike\n"
+		     "(--nproc_per_node).\n");
 	opt_print_options(out, &cli_table);
 	fprintf(out, "\nExit status: 0 on success; the first failed worker's exit code (128+N for\n"
 		     "signal N); 1 when rendezvous or the agent itself failed; 2 for a bad command\n"
