@@ -93,7 +93,7 @@ int cli_etcd_endpoint(struct cli_parser *p, const char *v)
 			rc = cli_fail(p, O_RDZV_ENDPOINT,
 				      "%s: expected http://, https://, etcd:// or no scheme "
 				      "for etcd",
-				      cli_show(b, sizeof(b), item));
+				      opt_show(b, sizeof(b), item));
 			goto out;
 		}
 		if (tls > 0 && p->etcd_tls_endpoint > 0 && tls != p->etcd_tls_endpoint) {
@@ -114,7 +114,7 @@ int cli_etcd_endpoint(struct cli_parser *p, const char *v)
 		    port == 0) {
 			rc = cli_fail(p, O_RDZV_ENDPOINT,
 				      "expected HOST[:PORT][,HOST[:PORT]...] for etcd, got \"%s\"",
-				      cli_show(b, sizeof(b), item));
+				      opt_show(b, sizeof(b), item));
 			goto out;
 		}
 		if (++n > ETCD_MEMBERS_MAX) {
@@ -139,7 +139,7 @@ int cli_etcd_endpoint(struct cli_parser *p, const char *v)
 	}
 	if (n == 0) {
 		rc = cli_fail(p, O_RDZV_ENDPOINT, "no etcd member in \"%s\"",
-			      cli_show(b, sizeof(b), v));
+			      opt_show(b, sizeof(b), v));
 		goto out;
 	}
 	if (cli_set_str(&s->rdzv_endpoint, list) < 0) {
@@ -181,7 +181,7 @@ int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val)
 		} else {
 			return cli_fail(p, O_RDZV_CONF,
 					"protocol: expected http or https, got \"%s\"",
-					cli_show(b, sizeof(b), val));
+					opt_show(b, sizeof(b), val));
 		}
 		return 0;
 	}
@@ -197,7 +197,7 @@ int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val)
 	}
 	/* Checked here, so a typo is a usage error rather than a failure in every worker. */
 	if (realpath(val, abs) == NULL) {
-		return cli_fail(p, O_RDZV_CONF, "%s: %s: %s", key, cli_show(b, sizeof(b), val),
+		return cli_fail(p, O_RDZV_CONF, "%s: %s: %s", key, opt_show(b, sizeof(b), val),
 				strerror(errno));
 	}
 	return cli_set_str(dst, abs) < 0 ? cli_oom(p) : 0;
