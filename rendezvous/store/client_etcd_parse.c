@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/client_etcd_parse.c: etcd endpoint lists and base64 (pure code). */
+/* rendezvous/store/client_etcd_parse.c: etcd endpoint lists (pure code). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,91 +130,5 @@ int etcd_parse_endpoints(const char *endpoint, struct etcd_ep **eps, size_t *n,
 	}
 	*eps = arr;
 	*n = i;
-	return 0;
-}
-
-static const char b64_chars[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t etcd_b64_len(size_t n)
-{
-	return (n + 2) / 3 * 4 + 1;
-}
-
-void etcd_b64_encode(const void *src, size_t n, char *dst)
-{
-	const unsigned char *s = src;
-	size_t i;
-	unsigned v;
-
-	for (i = 0; i + 2 < n; i += 3) {
-		v = (unsigned)s[i] << 16 | (unsigned)s[i + 1] << 8 | s[i + 2];
-		*dst++ = b64_chars[v >> 18];
-		*dst++ = b64_chars[(v >> 12) & 63];
-		*dst++ = b64_chars[(v >> 6) & 63];
-		*dst++ = b64_chars[v & 63];
-	}
-	if (i < n) {
-		v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0);
-		*dst++ = b64_chars[v >> 18];
-		*dst++ = b64_chars[(v >> 12) & 63];
-		*dst++ = i + 1 < n ? b64_chars[(v >> 6) & 63] : '=';
-		*dst++ = '=';
-	}
-	*dst = '\0';
-}
-
-static int b64_value(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z') {
-		return c - 'A';
-	}
-	if (c >= 'a' && c <= 'z') {
-		return c - 'a' + 26;
-	}
-	if (c >= '0' && c <= '9') {
-		return c - '0' + 52;
-	}
-	if (c == '+') {
-		return 62;
-	}
-	if (c == '/') {
-		return 63;
-	}
-	return -1;
-}
-
-int etcd_b64_decode(const char *src, size_t n, void *dst, size_t *outlen)
-{
-	unsigned char *o = dst;
-	unsigned acc = 0;
-	size_t i, bits = 0, pad = 0;
-	int v;
-
-	for (i = 0; i < n; i++) {
-		if (src[i] == '=') {
-			pad++;
-			continue;
-		}
-		if (pad > 0) {
-			return -EINVAL; /* data after padding */
-		}
-		v = b64_value((unsigned char)src[i]);
-		if (v < 0) {
-			return -EINVAL;
-		}
-		acc = (acc << 6) | (unsigned)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			*o++ = (unsigned char)(acc >> bits);
-			acc &= (1u << bits) - 1;
-		}
-	}
-	/* Leftover bits must be padding zeros: 0 bits, or 2 or 4 (one or two chars short). */
-	if (pad > 2 || bits >= 6 || acc != 0 || (pad > 0 && (n % 4) != 0)) {
-		return -EINVAL;
-	}
-	*outlen = (size_t)(o - (unsigned char *)dst);
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/client_etcd_parse.h: etcd endpoint lists and base64 (pure code, private). */
+/* rendezvous/store/client_etcd_parse.h: etcd endpoint lists (pure code, private). */
 #ifndef CRUN_RENDEZVOUS_STORE_CLIENT_ETCD_PARSE_H
 #define CRUN_RENDEZVOUS_STORE_CLIENT_ETCD_PARSE_H
 
@@ -30,14 +30,5 @@ int etcd_parse_endpoints(const char *endpoint, struct etcd_ep **eps, size_t *n,
 			 struct crun_diag *d);
 /** Whether @endpoint has one of the schemes etcd_parse_endpoints() takes. */
 bool etcd_is_endpoint(const char *endpoint);
-/** Bytes etcd_b64_encode() writes for @n input bytes, NUL included. */
-size_t etcd_b64_len(size_t n);
-/** Standard base64 with padding, NUL-terminated, into @dst of etcd_b64_len(@n) bytes. */
-void etcd_b64_encode(const void *src, size_t n, char *dst);
-/**
- * Decode standard base64 (padding optional) of @n chars into @dst, which holds at least
- * n / 4 * 3 + 3 bytes; *@outlen = bytes written. Returns 0 or -EINVAL.
- */
-int etcd_b64_decode(const char *src, size_t n, void *dst, size_t *outlen);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/unit/test_etcd_parse.c: etcd endpoint lists and base64 (rendezvous/store/client_etcd_parse.c). */
+/* tests/unit/test_etcd_parse.c: etcd endpoint lists (rendezvous/store/client_etcd_parse.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,56 +76,11 @@ static void bad_endpoint_lists_name_the_endpoint(void **state)
 	assert_non_null(strstr(d.msg, "more than 64"));
 }
 
-static void roundtrip(const void *p, size_t n, const char *want)
-{
-	char enc[64], dec[64];
-	size_t got = 0;
-
-	assert_int_equal(etcd_b64_len(n), strlen(want) + 1);
-	etcd_b64_encode(p, n, enc);
-	assert_string_equal(enc, want);
-	assert_int_equal(etcd_b64_decode(enc, strlen(enc), dec, &got), 0);
-	assert_int_equal(got, n);
-	assert_memory_equal(dec, p, n);
-}
-
-static void base64_roundtrips(void **state)
-{
-	const unsigned char bin[] = {0, 0xff, 0x10, 0x80, 0x7f};
-
-	(void)state;
-	roundtrip("", 0, "");
-	roundtrip("f", 1, "Zg==");
-	roundtrip("fo", 2, "Zm8=");
-	roundtrip("foo", 3, "Zm9v");
-	roundtrip("foob", 4, "Zm9vYg==");
-	roundtrip("/crun/a", 7, "L2NydW4vYQ==");
-	roundtrip(bin, sizeof(bin), "AP8QgH8=");
-}
-
-static void base64_rejects_garbage(void **state)
-{
-	const char *bad[] = {"Zg=a", "Z===", "Zh==", "Zm9=", "Z", "Zm9v!", "Zg=", "Zm 9v"};
-	char out[16];
-	size_t n, i;
-
-	(void)state;
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(etcd_b64_decode(bad[i], strlen(bad[i]), out, &n), -EINVAL);
-	}
-	/* Padding may be left out. */
-	assert_int_equal(etcd_b64_decode("Zm8", 3, out, &n), 0);
-	assert_int_equal(n, 2);
-	assert_memory_equal(out, "fo", 2);
-}
-
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(endpoint_lists_parse),
 		cmocka_unit_test(bad_endpoint_lists_name_the_endpoint),
-		cmocka_unit_test(base64_roundtrips),
-		cmocka_unit_test(base64_rejects_garbage),
 	};
 
 	if (argc > 1) {
