@@ -67,7 +67,7 @@ struct store_backend {
 	int connect_timeout_ms;
 	bool maybe_applied;        /* the last etcd_call() retried after an answer it lost */
 	bool opening;              /* in store_etcd_open(): errors go to its caller */
-	unsigned seed;             /* backoff jitter */
+	unsigned seed;             /* rand_r(): seeds each retry loop's backoff jitter */
 	char *rx;                  /* the reply body being read */
 	size_t rx_len, rx_cap;
 	int rx_err;                /* why reading it stopped: -EMSGSIZE, -ENOMEM; 0: it did not */
