@@ -9,14 +9,14 @@
 #include <stdint.h>
 
 #include "rendezvous/store/backend.h"
-#include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/etcd_endpoint.h"
 #include "src/common/diag.h"
 
 /*
  * The etcd v3 backend speaks etcd's JSON gateway (/v3/kv/range, /v3/kv/txn, /v3/watch, ...)
  * over libcurl, with json-c. docs/etcd.md describes the key layout and the semantics.
- *   client_etcd_parse.c  pure: the endpoint list (client_etcd_parse.h; always built); base64
- *                        is src/common/base64.h (OpenSSL)
+ *   etcd_endpoint.c      pure: the grammar of member lists (etcd_endpoint.h, also crun's
+ *                        --rdzv-endpoint; always built); base64 is src/common/base64.h
  *   client_etcd_http.c   one POST with fail-over between endpoints, error mapping, auth,
  *                        streamed replies, JSON helpers
  *   client_etcd.c        the store operations
