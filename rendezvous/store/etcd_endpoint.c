@@ -41,8 +41,8 @@ bool etcd_is_endpoint(const char *endpoint)
 	return endpoint != NULL && scheme_of(endpoint, &tls) > 0;
 }
 
-static int fault(struct etcd_ep_error *e, enum etcd_ep_fault f, const char *why,
-		 const char *member, size_t skip)
+static int fault(struct etcd_ep_error *e, enum etcd_ep_fault f, const char *why, const char *member,
+		 size_t skip)
 {
 	e->fault = f;
 	e->why = why;
@@ -77,10 +77,9 @@ static int parse_member(const char *s, size_t len, bool *tls, struct etcd_ep *ep
 	hp = buf + skip;
 	l = strlen(hp);
 	if (l > 0 && hp[l - 1] == '/') {
-		hp[l - 1] = '\0'; /* "http://h:2379/", as etcdctl prints it, names the same server */
+		hp[l - 1] = '\0'; /* "http://h:2379/" (as etcdctl prints it): the same server */
 	}
-	if (net_parse_hostport(hp, ETCD_DEFAULT_PORT, ep->host, sizeof(ep->host), &ep->port) <
-		    0 ||
+	if (net_parse_hostport(hp, ETCD_DEFAULT_PORT, ep->host, sizeof(ep->host), &ep->port) < 0 ||
 	    ep->port <= 0 || !net_valid_host(ep->host) ||
 	    (*hp == '[' && strchr(ep->host, ':') == NULL)) {
 		return fault(e, ETCD_EP_HOSTPORT, "expected HOST:PORT with a port in 1..65535", buf,
@@ -130,8 +129,7 @@ int etcd_parse_members(const char *list, bool tls, struct etcd_ep **eps, size_t 
 	return 0;
 }
 
-int etcd_parse_endpoints(const char *endpoint, struct etcd_ep **eps, size_t *n,
-			 struct crun_diag *d)
+int etcd_parse_endpoints(const char *endpoint, struct etcd_ep **eps, size_t *n, struct crun_diag *d)
 {
 	struct etcd_ep_error err;
 	const char *why = "unsupported scheme";

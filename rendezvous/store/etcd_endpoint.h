@@ -28,29 +28,29 @@
 #define ETCD_DEFAULT_PORT 2379 /* etcd's client port */
 
 struct etcd_ep {
-	char url[320];  /* "http://HOST:PORT" or "https://[V6]:PORT", no trailing slash */
+	char url[320];	/* "http://HOST:PORT" or "https://[V6]:PORT", no trailing slash */
 	char name[300]; /* "HOST:PORT" ("[V6]:PORT"), for messages and normalised lists */
 	char host[256]; /* HOST, without brackets */
 	int port;
-	bool tls;       /* https */
-	bool named;     /* the member named its scheme (else it took the one before) */
+	bool tls;   /* https */
+	bool named; /* the member named its scheme (else it took the one before) */
 };
 
 /* What is wrong with a list, for a caller that words its own message. */
 enum etcd_ep_fault {
 	ETCD_EP_SCHEME = 1, /* a member's scheme is none of the four */
-	ETCD_EP_EMPTY,      /* an empty member (",," or a list of commas) */
+	ETCD_EP_EMPTY,	    /* an empty member (",," or a list of commas) */
 	ETCD_EP_HOSTPORT,   /* not HOST[:PORT] with a port in 1..65535 */
-	ETCD_EP_LONG,       /* a member of 300 bytes or more */
-	ETCD_EP_MANY,       /* more than ETCD_MAX_ENDPOINTS members */
+	ETCD_EP_LONG,	    /* a member of 300 bytes or more */
+	ETCD_EP_MANY,	    /* more than ETCD_MAX_ENDPOINTS members */
 	ETCD_EP_NOMEM,
 };
 
 struct etcd_ep_error {
 	enum etcd_ep_fault fault;
-	const char *why;   /* in words: "expected HOST:PORT with a port in 1..65535", ... */
-	char member[300];  /* the member at fault as given (cut to fit), or "" */
-	size_t skip;       /* the length of its scheme: member + skip is HOST[:PORT] */
+	const char *why;  /* in words: "expected HOST:PORT with a port in 1..65535", ... */
+	char member[300]; /* the member at fault as given (cut to fit), or "" */
+	size_t skip;	  /* the length of its scheme: member + skip is HOST[:PORT] */
 };
 
 /**

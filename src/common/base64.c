@@ -48,8 +48,7 @@ int base64_decode(const char *src, size_t n, void *dst, size_t *outlen)
 	data = n - pad;
 	rest = data % 4;
 	/* Padding only completes the last group; one char alone cannot end a byte. */
-	if (pad > 2 || (pad > 0 && n % 4 != 0) || rest == 1 ||
-	    memchr(src, '=', data) != NULL) {
+	if (pad > 2 || (pad > 0 && n % 4 != 0) || rest == 1 || memchr(src, '=', data) != NULL) {
 		return -EINVAL;
 	}
 	/* Whole groups: -1 for a char outside the alphabet, fewer bytes where OpenSSL skipped

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/base64.h: standard base64 (RFC 4648, section 4) through libcrypto, decoded strictly. */
+/* src/common/base64.h: standard base64 (RFC 4648) through libcrypto, decoded strictly. */
 #ifndef CRUN_SRC_COMMON_BASE64_H
 #define CRUN_SRC_COMMON_BASE64_H
 

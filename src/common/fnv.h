@@ -12,8 +12,8 @@
  * the same on every host and in every version, such as the DDP plan ranks compare. Chain
  * calls by passing the last result as @h; start from FNV1A64_INIT.
  */
-#define FNV1A64_INIT 0xcbf29ce484222325ull  /* 14695981039346656037 */
-#define FNV1A64_PRIME 0x100000001b3ull      /* 1099511628211 */
+#define FNV1A64_INIT 0xcbf29ce484222325ull /* 14695981039346656037 */
+#define FNV1A64_PRIME 0x100000001b3ull	   /* 1099511628211 */
 
 /** @h extended with @n bytes at @p. */
 static inline uint64_t fnv1a64(uint64_t h, const void *p, size_t n)

@@ -74,9 +74,10 @@ static void base64_rejects_garbage(void **state)
 {
 	/* Padding inside or too much, bits left over, a lone char, bad chars, white space at
 	 * either end or inside (which EVP_DecodeBlock would skip), '-' (OpenSSL's end mark). */
-	const char *bad[] = {"Zg=a", "Z===", "Zh==", "Zm9=", "Z", "Zm9v!", "Zg=", "Zm 9v",
-			     "====", "Zg==Zg==", " Zm9v", "Zm9v ", "    Zm9v", "Zm9v\n",
-			     "Zm9v\r\n\r\n", "Zm9-", "-Zm9v", "Zm9vYg=", "Zm9vY", "Z=9v"};
+	const char *bad[] = {"Zg=a",  "Z===",  "Zh==",	   "Zm9=",   "Z",
+			     "Zm9v!", "Zg=",   "Zm 9v",	   "====",   "Zg==Zg==",
+			     " Zm9v", "Zm9v ", "    Zm9v", "Zm9v\n", "Zm9v\r\n\r\n",
+			     "Zm9-",  "-Zm9v", "Zm9vYg=",  "Zm9vY",  "Z=9v"};
 	char out[16];
 	size_t n, i;
 

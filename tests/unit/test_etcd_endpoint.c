@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/unit/test_etcd_endpoint.c: the grammar of etcd member lists (rendezvous/store/etcd_endpoint.c). */
+/* tests/unit/test_etcd_endpoint.c: the grammar of etcd member lists
+ * (rendezvous/store/etcd_endpoint.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,9 +52,9 @@ static void endpoint_lists_parse(void **state)
 
 static void bad_endpoint_lists_name_the_endpoint(void **state)
 {
-	const char *bad[] = {"etcd://",        "etcd://h:0",      "etcd://h:65536", "etcd://h:x",
-			     "etcd://a:1,,b:2", "etcd://a:1,",     "http://h:1/v3",  "https://",
-			     "etcd://u@h:1",    "etcd://a,ftp://b", "tcp://h:1"};
+	const char *bad[] = {"etcd://",		"etcd://h:0",	    "etcd://h:65536", "etcd://h:x",
+			     "etcd://a:1,,b:2", "etcd://a:1,",	    "http://h:1/v3",  "https://",
+			     "etcd://u@h:1",	"etcd://a,ftp://b", "tcp://h:1"};
 	struct etcd_ep *eps = (struct etcd_ep *)1;
 	struct crun_diag d;
 	size_t n = 9, i;
