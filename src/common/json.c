@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/json.c: JSON string escaping; invalid UTF-8 becomes U+FFFD. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -101,7 +102,7 @@ size_t json_escape(char *dst, size_t cap, const char *s)
 	const char *p;
 	size_t len = 0, n;
 	char esc[8];
-	int full = cap == 0;
+	bool full = cap == 0;
 
 	while (*s != '\0') {
 		s += piece(s, esc, &p, &n);
@@ -109,7 +110,7 @@ size_t json_escape(char *dst, size_t cap, const char *s)
 			memcpy(dst + len, p, n);
 		} else if (!full) {
 			dst[len] = '\0';
-			full = 1;
+			full = true;
 		}
 		len += n;
 	}
