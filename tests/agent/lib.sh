@@ -29,7 +29,7 @@ fail() {
 
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, start_rdzvd...
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_eq, expect_grep, expect_digests
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # free_port
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # hold_port, hold_port_pair
 
 # run_crun SECONDS OUT ERR ARGS...: run crun in the foreground with a time limit; sets RC.
 run_crun() {
@@ -52,18 +52,4 @@ need_torch() {
 		exit 77
 	fi
 	export GLOO_SOCKET_IFNAME=lo
-}
-
-# free_port_pair: print a port P of 127.0.0.1 with P+1 free too (static mode with
-# --no-agent-store uses both); nothing when none was found.
-free_port_pair() {
-	python3 -c 'import socket
-for _ in range(200):
-    a = socket.socket(); b = socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        if p < 65535:
-            b.bind(("127.0.0.1", p + 1)); print(p); break
-    except Exception: pass
-    finally: a.close(); b.close()'
 }
