@@ -193,7 +193,8 @@ track $!
 	>"$T/e1.out" 2>"$T/e1.err" &
 track $!
 wait_for 20 grep -q "hosting the rendezvous store" "$T/e0.err"
-sleep 2
+# Node 1 has claimed its rank in round 0 (static mode's run id is "none").
+wait_key 20 "127.0.0.1:$port" rdzv/none/r/0/node/1
 run_crun 30 "$T/e2.out" "$T/e2.err" --nnodes 3 --nproc-per-node 1 --node-rank 1 \
 	--local-addr 127.0.0.3 --master-addr 127.0.0.1 --master-port "$port" "$W" env
 [ $RC -ne 0 ] || fail "a second node rank 1 was accepted"

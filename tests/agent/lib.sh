@@ -8,6 +8,7 @@ BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
 SRC=${CRUN_SOURCE_DIR:?}
 CRUN=${CRUN_EXE:-$BUILD/src/crun}
 RDZVD=${CRUN_RDZVD_EXE:-$BUILD/src/crun-rdzvd}
+STORE_CLI=${CRUN_STORE_EXE:-$BUILD/src/crun-store}
 W=$BUILD/tests/agent/agent-test-worker
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-agent-test.XXXXXX")
 export TMPDIR=$T
@@ -27,7 +28,7 @@ fail() {
 	exit 1
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, start_rdzvd...
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, wait_key, start_rdzvd...
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_eq, expect_grep, expect_digests
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # hold_port, hold_port_pair
 
