@@ -60,6 +60,7 @@ cleanup() {
 	fi
 	for p in $PIDS; do
 		kill -9 "$p" 2>/dev/null
+		wait "$p" 2>/dev/null # reaped here, bash reports no "Killed"
 	done
 	for p in $DAEMONS; do
 		kill -TERM "$p" 2>/dev/null
