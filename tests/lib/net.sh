@@ -4,12 +4,13 @@
 # tests/faults/lib.sh, tests/faults/run.sh and tests/fanout/lib.sh, after tests/lib/proc.sh):
 # TCP ports held for the test, and the teardown of network namespaces and links a test made.
 
-# hold_ports VAR ADDR N [consecutive]: reserve N TCP ports of ADDR for the rest of the test and
-# set VAR to them, separated by spaces ("consecutive": P, P+1, ...). A process of the test's
-# own (tests/lib/hold_ports.py, tracked, so cleanup kills it) keeps them bound without
-# listening: no other test can be given them, while the program under test, which binds with
-# SO_REUSEADDR, listens on them as on free ports, and until it does a connection is refused.
-# This replaces "bind port 0, close, hand the number over", which raced parallel tests.
+# hold_ports VAR ADDR N [consecutive]: reserve N TCP ports of ADDR for the rest of the test
+# and set VAR (not a name starting with _) to them, separated by spaces ("consecutive": P,
+# P+1, ...). A process of the test's own (tests/lib/hold_ports.py, tracked, so cleanup kills
+# it) keeps them bound without listening: no other test can be given them, while the program
+# under test, which binds with SO_REUSEADDR, listens on them as on free ports, and until it
+# does a connection is refused. This replaces "bind port 0, close, hand the number over",
+# which raced parallel tests (issue 18).
 hold_ports() {
 	local _var=$1 _addr=$2 _n=$3 _how=${4:-} _out _pid _line
 	_out=$(mktemp "$T/ports.XXXXXX") || fail "mktemp for hold_ports"
@@ -35,9 +36,9 @@ hold_port() {
 # hold_port_pair VAR [ADDR]: a port P of ADDR (127.0.0.1) with P+1 held too (crun's static
 # mode with --no-agent-store uses both); VAR is set to P.
 hold_port_pair() {
-	local pair
-	hold_ports pair "${2:-127.0.0.1}" 2 consecutive
-	printf -v "$1" '%s' "${pair%% *}"
+	local _pair
+	hold_ports _pair "${2:-127.0.0.1}" 2 consecutive
+	printf -v "$1" '%s' "${_pair%% *}"
 }
 
 # netns_teardown "NETNS..." "LINKS...": delete the network namespaces, each after SIGKILLing
