@@ -17,8 +17,9 @@ kills it):
 
 "consecutive": the ports are P, P+1, ... (crun's static mode with --no-agent-store uses the
 master port and the next one). Prints the ports on one line ending in " held" once they are
-all bound; exits with status 1 and a message on stderr when it cannot bind them. Dies with its
-parent (PR_SET_PDEATHSIG), so a test killed with SIGKILL leaves no holder behind.
+all bound; exits with status 1 and a message on stderr when it cannot bind them. Once it has
+printed its line it dies with its parent (PR_SET_PDEATHSIG), so a test killed with SIGKILL
+leaves no holder behind. tests/lib/test_hold_ports.py checks all of this on the running kernel.
 """
 import ctypes
 import signal
