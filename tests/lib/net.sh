@@ -41,27 +41,6 @@ hold_port_pair() {
 	printf -v "$1" '%s' "${_pair%% *}"
 }
 
-# free_port [ADDR], free_port_pair: the old helpers (bind port 0, close, print the number),
-# racy under parallel `meson test` (issue 18). Kept only so that a test written against them
-# in another branch still runs once merged, saying on stderr what to use instead.
-free_port() {
-	echo "warning: free_port races parallel tests (issue 18): use hold_port VAR [ADDR]" >&2
-	python3 -c 'import socket, sys
-s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
-}
-free_port_pair() {
-	echo "warning: free_port_pair races parallel tests (issue 18): use hold_port_pair VAR" >&2
-	python3 -c 'import socket
-for _ in range(200):
-    a = socket.socket(); b = socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        if p < 65535:
-            b.bind(("127.0.0.1", p + 1)); print(p); break
-    except Exception: pass
-    finally: a.close(); b.close()'
-}
-
 # netns_teardown "NETNS..." "LINKS...": delete the network namespaces, each after SIGKILLing
 # every process inside it (one left there would keep it alive), then the links (a veth whose
 # peer went with its namespace may be gone already: errors are quiet).
