@@ -287,18 +287,10 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 	o.group_world_size = as->group_world_size;
 	o.rank_offset = as->rank_offset;
 	o.world_size = as->world_size;
-	if (a->agent_store) {
-		/* PyTorch's bootstrap meets through the agent store (docs/agent.md). */
-		o.master_addr = a->store_host;
-		o.master_port = a->store_port;
-		o.agent_store = true;
-	} else if (spec->rdzv_kind == RDZV_KIND_STATIC) {
-		o.master_addr = spec->master_addr;
-		o.master_port = spec->master_port;
-	} else {
-		o.master_addr = as->master_addr;
-		o.master_port = as->master_port;
-	}
+	/* PyTorch's bootstrap, the same on every node: agreed in the round (docs/agent.md). */
+	o.master_addr = a->workers.addr;
+	o.master_port = a->workers.port;
+	o.agent_store = a->workers.how == RDZV_BOOT_AGENT_STORE;
 	o.store_endpoint = a->endpoint;
 	o.store_prefix = as->worker_prefix;
 	o.store_token_file = a->worker_token[0] != '\0' ? a->worker_token : NULL;
@@ -533,21 +525,14 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	struct rdzv_conf conf = spec->rdzv;
 	int rc;
 
+	a->store_served = -1;
 	rc = agent_setup_store(a, d);
 	if (rc < 0) {
 		return rc;
 	}
-	if (a->agent_store) {
-		log_info("workers meet through the agent store: MASTER_ADDR=%s MASTER_PORT=%d, "
-			 "TORCHELASTIC_USE_AGENT_STORE=True", a->store_host, a->store_port);
-	} else if (spec->rdzv_kind == RDZV_KIND_STATIC) {
-		log_info("workers' rank 0 hosts their TCPStore at MASTER_ADDR=%s MASTER_PORT=%d",
-			 spec->master_addr, spec->master_port);
-	}
-	if (spec->advertise_addr != NULL) {
+	if (a->plan.advertise == RDZV_ADV_GIVEN) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
-	} else if (spec->rdzv_kind == RDZV_KIND_FILE || spec->standalone ||
-		   (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes <= 1) ||
+	} else if (a->plan.advertise == RDZV_ADV_FALLBACK ||
 		   net_route_source(spec->rdzv_host, a->advertise, sizeof(a->advertise)) < 0) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s",
 			 spec->max_nodes <= 1 ? "127.0.0.1" : a->hostname);
@@ -560,6 +545,8 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	conf.advertise_addr = a->advertise;
 	conf.hostname = a->hostname;
 	conf.max_restarts = spec->max_restarts;
+	conf.master_fn = agent_decide_master;
+	conf.master_arg = a;
 	so.struct_size = sizeof(so);
 	so.endpoint = a->endpoint;
 	so.prefix = a->prefix;
@@ -669,13 +656,11 @@ int agent_run(const struct job_spec *spec)
 			goto out;
 		}
 		a->members = as.group_world_size;
+		agent_workers_master(a, &as);
 		log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
 			 as.round, as.group_rank, as.group_world_size, as.rank_offset,
 			 as.rank_offset + spec->nproc_per_node - 1, as.world_size, as.restart_count,
-			 a->agent_store ? a->store_host
-			 : spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_addr : as.master_addr,
-			 a->agent_store ? a->store_port
-			 : spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_port : as.master_port);
+			 a->workers.addr, a->workers.port);
 		summary[0] = '\0';
 		started = crun_now_ms();
 		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));

@@ -15,6 +15,7 @@
 #include "agent/jobspec.h"
 #include "agent/notify_status.h"
 #include "rendezvous/rdzv.h"
+#include "rendezvous/rdzv_plan.h"
 #include "rendezvous/store/server.h"
 #include "src/common/diag.h"
 
@@ -49,9 +50,10 @@ struct agent {
 	char token_src[PATH_MAX + 32]; /* where it came from, for messages */
 	char token_path[PATH_MAX]; /* the token file it came from; "" for none */
 	char worker_token[PATH_MAX + 16]; /* the workers' credential file (0600); "" for none */
-	bool agent_store;      /* workers meet through the store (TORCHELASTIC_USE_AGENT_STORE) */
-	char store_host[256];  /* ... at this address: their MASTER_ADDR and MASTER_PORT */
-	int store_port;
+	struct rdzv_plan plan; /* where the store is, decided once (agent_setup_store()) */
+	int store_served;      /* group rank 0's answer: the store serves TCPStore (1), not, -1 */
+	struct rdzv_master workers; /* what this round's workers meet through (on every node) */
+	bool workers_set;
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	char tmpbase[PATH_MAX];
@@ -78,6 +80,10 @@ struct agent {
 
 /** Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
 int agent_setup_store(struct agent *a, struct crun_diag *d);
+/** rdzv_master_fn: group rank 0 decides what every node's workers meet through. */
+void agent_decide_master(void *arg, const char *addr, int free_port, struct rdzv_master *m);
+/** Take this round's agreed master for the workers (logged when it changes). */
+void agent_workers_master(struct agent *a, const struct rdzv_assignment *as);
 /** The store's token: --insecure, --token-file, $CRUN_STORE_TOKEN, fresh, or the default file. */
 int agent_token(struct agent *a, struct crun_diag *d);
 /** Export the TLS files' paths for the workers (CRUN_STORE_TLS_*), before any thread starts. */
