@@ -19,6 +19,7 @@
 #include "agent/agent_internal.h"
 #include "agent/spawn.h"
 #include "agent/agent_store.h"
+#include "rendezvous/rdzv_keys.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
@@ -27,8 +28,6 @@
 
 /* ---- the store and addresses: the plan (rendezvous/rdzv_plan.h) carried out ---- */
 
-/* The keys PyTorch TCPStore clients (the workers, through the agent store) may use. */
-#define AGENT_STORE_SUFFIX "/tcpstore/"
 /* How often group rank 0 asks the store it joined through before taking silence for a no. */
 #define AGENT_STORE_ASK_TRIES 3
 
@@ -43,8 +42,7 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	so.token = a->token;
 	if (a->plan.tcpstore_refusal != NULL) {
 		so.tcpstore_refusal = a->plan.tcpstore_refusal;
-	} else if (snprintf(prefix, sizeof(prefix), "%s" AGENT_STORE_SUFFIX,
-			    a->spec->rdzv_id) < (int)sizeof(prefix)) {
+	} else if (rdzv_key_tcpstore(prefix, sizeof(prefix), a->spec->rdzv_id) == 0) {
 		so.tcpstore_prefix = prefix;
 	}
 	so.tls_cert = a->spec->tls_cert;

@@ -15,6 +15,7 @@
 
 #include "agent/notify.h"
 #include "agent/notify_status.h"
+#include "rendezvous/rdzv_keys.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 
@@ -81,7 +82,7 @@ int notify_status_parse(const char *line, struct node_record *r)
 struct notify_status {
 	struct crun_store_opts so;
 	char *endpoint, *prefix, *token, *token_file, *scope;
-	char base[300];       /* "rdzv/<run>/" */
+	char run[256];        /* the run id (rendezvous/rdzv_keys.h names its keys) */
 	char id[300];         /* "<host>:<pid>" */
 
 	pthread_mutex_t lock;
@@ -100,7 +101,7 @@ struct notify_status {
 
 static void publish(struct notify_status *s, struct node_record *r)
 {
-	char key[sizeof(s->base) + sizeof(s->id) + 32], line[1024], err[256];
+	char key[sizeof(s->run) + sizeof(s->id) + 32], line[1024], err[256];
 	int rc, n;
 
 	if (s->st == NULL) {
@@ -116,11 +117,11 @@ static void publish(struct notify_status *s, struct node_record *r)
 	if (n < 0) {
 		return;
 	}
-	snprintf(key, sizeof(key), "%s%s%s", s->base, NOTIFY_STATUS_KEY_NODE, s->id);
+	rdzv_key_status_node(key, sizeof(key), s->run, s->id);
 	rc = crun_store_set(s->st, key, line, (size_t)n);
 	if (rc == 0 && !s->indexed) {
 		/* After the record, so a reader that finds the name also finds the record. */
-		snprintf(key, sizeof(key), "%s%s", s->base, NOTIFY_STATUS_KEY_NODES);
+		rdzv_key_status_index(key, sizeof(key), s->run);
 		snprintf(line, sizeof(line), "%s\n", s->id);
 		rc = crun_store_append(s->st, key, line, strlen(line));
 		s->indexed = rc == 0;
@@ -239,7 +240,7 @@ int notify_status_create(const struct crun_store_opts *so, const char *run_id, c
 	s->so.scope = s->scope;
 	s->so.connect_timeout_ms = PUBLISH_TIMEOUT_MS;
 	s->so.timeout_ms = PUBLISH_TIMEOUT_MS;
-	snprintf(s->base, sizeof(s->base), "rdzv/%s/", run_id);
+	snprintf(s->run, sizeof(s->run), "%s", run_id);
 	snprintf(s->id, sizeof(s->id), "%s:%ld", host, (long)getpid());
 	snprintf(s->rec.host, sizeof(s->rec.host), "%s", host);
 	s->rec.pid = (long)getpid();

@@ -12,14 +12,12 @@
 
 /*
  * Every agent publishes one record under its run's rendezvous keys, which `crun status` reads
- * (src/status.c, docs/operations.md):
+ * (src/status.c, docs/operations.md); rendezvous/rdzv_keys.h names them:
  *   rdzv/<run>/status/nodes          appended "<host>:<pid>\n" once per agent
  *   rdzv/<run>/status/node/<host>:<pid>   the record below, one line (notify_status_format())
  * rewritten on every change and every NOTIFY_STATUS_HB_MS as a heartbeat.
  */
 #define NOTIFY_STATUS_HB_MS 5000
-#define NOTIFY_STATUS_KEY_NODES "status/nodes"
-#define NOTIFY_STATUS_KEY_NODE "status/node/"
 
 enum node_state {
 	NODE_JOINING = 0, /* waiting for a rendezvous round */

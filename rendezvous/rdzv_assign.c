@@ -16,6 +16,7 @@
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_internal.h"
+#include "rendezvous/rdzv_keys.h"
 #include "rendezvous/rdzv_plan.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
@@ -183,8 +184,11 @@ int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int co
 			return rc;
 		}
 	}
-	snprintf(a->worker_prefix, sizeof(a->worker_prefix), "%s%s/attempt/%d/", r->worker_base,
-		 r->run_id, R);
+	if (rdzv_key_workers(a->worker_prefix, sizeof(a->worker_prefix), r->worker_base,
+			     r->run_id, R) < 0) {
+		return diag_set(d, -ENAMETOOLONG, "rendezvous %s: the workers' key prefix is too long",
+				r->run_id);
+	}
 	if (g == 0) {
 		/* This node decided: its own record says what the others read. */
 		a->boot = r->master.how;

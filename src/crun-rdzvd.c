@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "agent/notify.h"
+#include "rendezvous/rdzv_keys.h"
 #include "src/common/log.h"
 #include "rendezvous/store/server.h"
 #include "src/common/util.h"
@@ -294,8 +295,7 @@ int main(int argc, char **argv)
 			break;
 		case OPT_TCPSTORE_RUN:
 			if (!token_scope_valid(optarg) ||
-			    snprintf(tsprefix, sizeof(tsprefix), "%s/tcpstore/", optarg) >=
-				    (int)sizeof(tsprefix)) {
+			    rdzv_key_tcpstore(tsprefix, sizeof(tsprefix), optarg) < 0) {
 				free(token);
 				return bad_usage("--tcpstore-run: not a valid run id: \"%s\"", optarg);
 			}
