@@ -353,24 +353,6 @@ void notify_status_fail(struct notify_status *s, int rank, int exit_code, const 
 	pthread_mutex_unlock(&s->lock);
 }
 
-void notify_status_end(struct notify_status *s, int exit_code)
-{
-	enum node_state st;
-
-	if (s == NULL) {
-		return;
-	}
-	pthread_mutex_lock(&s->lock);
-	st = s->rec.state;
-	pthread_mutex_unlock(&s->lock);
-	if (exit_code == 0) {
-		st = NODE_FINISHED;
-	} else if (st != NODE_STOPPING) {
-		st = NODE_FAILED;
-	}
-	notify_status_set(s, st, NULL);
-}
-
 void notify_status_destroy(struct notify_status *s)
 {
 	if (s == NULL) {

@@ -74,12 +74,6 @@ void notify_status_set(struct notify_status *s, enum node_state st,
 /** This node's workers failed: global @rank, exit code (128+signal), and the summary. */
 void notify_status_fail(struct notify_status *s, int rank, int exit_code, const char *msg);
 
-/**
- * The agent exits with @exit_code: the node is finished (0), or failed, or stays "stopping"
- * when a signal stopped it. Sends STOPPING=1 if not sent yet.
- */
-void notify_status_end(struct notify_status *s, int exit_code);
-
 /** Publish the last state (within a few seconds at most), stop the thread, free. NULL: no-op. */
 void notify_status_destroy(struct notify_status *s);
 
