@@ -221,6 +221,12 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
 		m.how = as->boot;
 		snprintf(m.addr, sizeof(m.addr), "%s", as->master_addr);
 		m.port = as->master_port;
+		if (m.how == RDZV_BOOT_AGENT_STORE && a->spec->no_agent_store && !a->workers_set) {
+			/* Every node's workers must meet in one place: rank 0's answer wins. */
+			log_warn("--no-agent-store: group rank 0 runs without it, so this node's "
+				 "workers meet through the agent store too; give every node the same "
+				 "--no-agent-store");
+		}
 	} else {
 		/* Group rank 0 runs an older crun that does not say: decide here, as it did. */
 		if (p->workers == RDZV_WORKERS_ASK) {
