@@ -5,7 +5,8 @@
 # DDP job succeeds (issue 18). Two "hosts" are network namespaces on a bridge, so only host A
 # can host the store at its address (on loopback every agent could). Orders: the node that does
 # not host the store first, the hosting node first, random; the agent store, --no-agent-store,
-# and crun-rdzvd --tcpstore-run in a third namespace as the store. Root and torch only (77).
+# and crun-rdzvd --tcpstore-run in a third namespace as the store (also started after both
+# nodes). Root and torch only (77).
 . "$(dirname "$0")/lib.sh"
 
 need_torch
@@ -66,7 +67,8 @@ node() {
 
 # job ORDER ID ENDPOINT WANT_AGENT_STORE WANT_MASTER_ADDR ARGS...: run a 2-node job, its nodes
 # started in ORDER (ab: A then B, ba: B then A, each once the first is up and trying the store;
-# random: both at once, in a random order), and check what the workers got and the outcome.
+# random: both at once, in a random order; late: as random, then AFTER_START), and check what
+# the workers got and the outcome.
 # WANT_MASTER_ADDR "" accepts either node's address (rank 0's node, whichever that is).
 job() {
 	local order=$1 id=$2 ep=$3 want_as=$4 want_ma=$5 first second pa pb rca rcb v
@@ -74,16 +76,17 @@ job() {
 	case $order in
 	ab) first=a second=b ;;
 	ba) first=b second=a ;;
-	random) if [ $((RANDOM % 2)) -eq 0 ]; then first=a second=b; else first=b second=a; fi ;;
+	random | late) if [ $((RANDOM % 2)) -eq 0 ]; then first=a second=b; else first=b second=a; fi ;;
 	esac
 	node $first "$id" "$ep" "$@"
 	eval "p$first=$NODE_PID"
-	if [ "$order" != random ]; then
+	if [ "$order" = ab ] || [ "$order" = ba ]; then
 		# The first node is running and has decided where the store is.
 		wait_for 60 grep -q "rendezvous store at" "$T/$id.$first.err"
 	fi
 	node $second "$id" "$ep" "$@"
 	eval "p$second=$NODE_PID"
+	[ -z "$AFTER_START" ] || $AFTER_START "$id"
 	wait_pid 160 "$pa"
 	rca=$RC
 	wait_pid 160 "$pb"
@@ -119,6 +122,7 @@ job() {
 
 export CRUN_TOKEN_FILE=$T/token
 REPEAT=${STARTORDER_REPEAT:-2}
+AFTER_START="" # a command run with the job's id once both of its nodes are started
 n=0
 for ((k = 0; k < REPEAT; k++)); do
 	for order in ba ab random; do
@@ -134,18 +138,36 @@ for order in ba ab random; do
 	job $order "nas$n" "$A:$PORT" False "" --no-agent-store
 done
 
+# rdzvd ID: crun-rdzvd serving run ID's TCPStore clients in namespace C; sets RPID.
+rdzvd() {
+	ip netns exec "${TAG}c" "$RDZVD" --listen "$C:$PORT" -q --tcpstore-run "$1" \
+		>"$T/$1.rdzvd.out" 2>"$T/$1.rdzvd.err" &
+	RPID=$!
+	track $RPID
+	wait_for 20 grep -q ":$PORT\$" "$T/$1.rdzvd.out"
+}
+
+# rdzvd_late ID: once both nodes of job ID are trying to reach the store, start it.
+rdzvd_late() {
+	wait_for 60 grep -q "joining the rendezvous store at" "$T/$1.a.err"
+	wait_for 60 grep -q "joining the rendezvous store at" "$T/$1.b.err"
+	rdzvd "$1"
+}
+
 note "crun-rdzvd --tcpstore-run in a third namespace as the store"
 n=0
-for order in ba ab random; do
+for order in ba ab random late; do
 	n=$((n + 1))
 	id=rd$n
-	ip netns exec "${TAG}c" "$RDZVD" --listen "$C:$PORT" -q --tcpstore-run "$id" \
-		>"$T/$id.rdzvd.out" 2>"$T/$id.rdzvd.err" &
-	rpid=$!
-	track $rpid
-	wait_for 20 grep -q ":$PORT\$" "$T/$id.rdzvd.out"
+	if [ $order = late ]; then
+		# Both nodes first, the store last: neither may take "no answer yet" for "no".
+		AFTER_START=rdzvd_late
+	else
+		rdzvd "$id"
+	fi
 	job $order "$id" "$C:$PORT" True "$C"
-	kill "$rpid"
-	wait_pid 20 "$rpid"
+	AFTER_START=""
+	kill "$RPID"
+	wait_pid 20 "$RPID"
 done
 note "every order agreed"
