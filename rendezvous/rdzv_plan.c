@@ -98,7 +98,8 @@ int rdzv_plan_make(const struct rdzv_plan_in *in, struct rdzv_plan *p, struct cr
 		break;
 	case RDZV_PLAN_C10D:
 		if (in->endpoint_host == NULL || in->endpoint_host[0] == '\0') {
-			return diag_set(d, CRUN_ECONFIG, "--rdzv-endpoint: no host for the c10d store");
+			return diag_set(d, CRUN_ECONFIG,
+					"--rdzv-endpoint: no host for the c10d store");
 		}
 		plan_c10d(in, p);
 		break;

@@ -31,17 +31,17 @@ enum rdzv_plan_backend {
 /* The job's settings the plan reads. Strings are borrowed. */
 struct rdzv_plan_in {
 	enum rdzv_plan_backend backend;
-	const char *endpoint_host;  /* c10d: --rdzv-endpoint's host */
-	int endpoint_port;          /* c10d: its port; 0: none (a store of this node's own) */
+	const char *endpoint_host; /* c10d: --rdzv-endpoint's host */
+	int endpoint_port;	   /* c10d: its port; 0: none (a store of this node's own) */
 	bool standalone;
 	int max_nodes;
-	int node_rank;              /* static: --node-rank */
-	const char *master_addr;    /* static: --master-addr, --master-port */
+	int node_rank;		 /* static: --node-rank */
+	const char *master_addr; /* static: --master-addr, --master-port */
 	int master_port;
 	bool no_agent_store;
-	int is_host;                /* --rdzv-conf is_host: 1, 0, or -1 (by address) */
-	bool endpoint_local;        /* endpoint_host is this node's address or a loopback one */
-	bool tls;                   /* the store requires TLS (--tls-*) */
+	int is_host;		    /* --rdzv-conf is_host: 1, 0, or -1 (by address) */
+	bool endpoint_local;	    /* endpoint_host is this node's address or a loopback one */
+	bool tls;		    /* the store requires TLS (--tls-*) */
 	const char *advertise_addr; /* --local-addr; NULL: by the rule in struct rdzv_plan */
 };
 
@@ -52,25 +52,25 @@ enum rdzv_plan_hosting {
 };
 
 enum rdzv_plan_advertise {
-	RDZV_ADV_GIVEN,    /* --local-addr */
-	RDZV_ADV_ROUTE,    /* the source address of the route to endpoint_host, else the fallback */
+	RDZV_ADV_GIVEN,	   /* --local-addr */
+	RDZV_ADV_ROUTE,	   /* the source address of the route to endpoint_host, else the fallback */
 	RDZV_ADV_FALLBACK, /* 127.0.0.1 for a one-node job, else the host name */
 };
 
 enum rdzv_plan_workers {
 	RDZV_WORKERS_AGENT_STORE, /* the job's store at store_host:store_port */
-	RDZV_WORKERS_RANK0,       /* worker rank 0's own TCPStore (master_addr, or rank 0's node) */
-	RDZV_WORKERS_ASK,         /* the store is not this node's: group rank 0 asks it */
+	RDZV_WORKERS_RANK0,	  /* worker rank 0's own TCPStore (master_addr, or rank 0's node) */
+	RDZV_WORKERS_ASK,	  /* the store is not this node's: group rank 0 asks it */
 };
 
 struct rdzv_plan {
 	enum rdzv_plan_hosting host;
-	char store_host[256];   /* where the store listens (hosted) or is reached (client) */
-	int store_port;         /* 0: any port (a store only this node uses) */
+	char store_host[256];	      /* where the store listens (hosted) or is reached (client) */
+	int store_port;		      /* 0: any port (a store only this node uses) */
 	const char *tcpstore_refusal; /* hosted without TCPStore clients: what they are told */
 	enum rdzv_plan_advertise advertise;
 	enum rdzv_plan_workers workers;
-	bool master_fixed;      /* static mode: MASTER_ADDR/PORT are master_addr:master_port */
+	bool master_fixed; /* static mode: MASTER_ADDR/PORT are master_addr:master_port */
 	char master_addr[256];
 	int master_port;
 };

@@ -307,16 +307,17 @@ static void master_field_round_trips(void **state)
 	/* A static record: the instance stays the sixth field. */
 	snprintf(rec, sizeof(rec), "2 0 41000 10.0.0.2 vm 0123456789abcdef");
 	assert_int_equal(rdzv_master_format(&ms[0], rec, sizeof(rec)), 0);
-	assert_string_equal(rec, "2 0 41000 10.0.0.2 vm 0123456789abcdef master=agent,29400,10.0.0.1");
+	assert_string_equal(rec,
+			    "2 0 41000 10.0.0.2 vm 0123456789abcdef master=agent,29400,10.0.0.1");
 }
 
 static void older_and_bad_records_have_no_master(void **state)
 {
 	static const char *const bad[] = {
-		"2 0 41000 10.0.0.2 vm",                       /* an older crun's */
-		"2 0 41000 10.0.0.2 vm 0123456789abcdef",      /* an older static one */
-		"2 0 41000 10.0.0.2 vm master=agent,29400,",   /* no address */
-		"2 0 41000 10.0.0.2 vm master=agent,70000,h",  /* port out of range */
+		"2 0 41000 10.0.0.2 vm",		      /* an older crun's */
+		"2 0 41000 10.0.0.2 vm 0123456789abcdef",     /* an older static one */
+		"2 0 41000 10.0.0.2 vm master=agent,29400,",  /* no address */
+		"2 0 41000 10.0.0.2 vm master=agent,70000,h", /* port out of range */
 		"2 0 41000 10.0.0.2 vm master=agent,-1,h",
 		"2 0 41000 10.0.0.2 vm master=agent,x,h",
 		"2 0 41000 10.0.0.2 vm master=agent29400,h",
