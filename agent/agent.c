@@ -163,7 +163,8 @@ static void on_rdzv_event(void *arg, enum rdzv_event ev, const char *detail)
 	if (!a->at.ev_pending) {
 		a->at.ev_pending = true;
 		a->at.ev = ev;
-		snprintf(a->at.ev_detail, sizeof(a->at.ev_detail), "%s", detail != NULL ? detail : "");
+		snprintf(a->at.ev_detail, sizeof(a->at.ev_detail), "%s",
+			 detail != NULL ? detail : "");
 	}
 	pthread_mutex_unlock(&a->at.ev_lock);
 	uv_async_send(&a->async);
@@ -483,8 +484,10 @@ static int report_peer_failure(struct agent *a, const char *end_msg)
 	struct errfile_failure f;
 	char host[256], msg[ERRFILE_MAX_MESSAGE], heading[128];
 
+	const char *stop = a->at.stop_detail;
+
 	if (errfile_parse_summary(end_msg, &f, host, sizeof(host), msg, sizeof(msg)) < 0 &&
-	    errfile_parse_summary(a->at.stop_detail, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
+	    errfile_parse_summary(stop, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
 		return 1;
 	}
 	f.wall_ms = a->at.stop_wall_ms != 0 ? a->at.stop_wall_ms : crun_wall_ms();
@@ -829,7 +832,8 @@ static void agent_end(struct agent *a, enum node_state st)
 		 */
 		rc = rdzv_wait_left(a->r, AGENT_LEFT_TIMEOUT_MS);
 		if (rc < 0 && rc != -EINVAL) {
-			log_warn("store: not every node saw the end of the job: %s", crun_strerror(rc));
+			log_warn("store: not every node saw the end of the job: %s",
+				 crun_strerror(rc));
 		}
 		if (a->srv == NULL && rc != -EINVAL) {
 			agent_etcd_forget(spec, a->endpoint, a->members, rc,

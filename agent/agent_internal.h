@@ -75,7 +75,7 @@ struct agent {
 		char advertise[256];
 		char endpoint[PATH_MAX + 16];
 		char prefix[256];      /* the job's store prefix: "<run_id>/" on etcd, else none */
-		char *token;           /* the store's token (malloc'd); NULL: --insecure or not TCP */
+		char *token;           /* the store's token (malloc'd); NULL: --insecure, not TCP */
 		char token_src[PATH_MAX + 32]; /* where it came from, for messages */
 		char token_path[PATH_MAX]; /* the token file it came from; "" for none */
 		char worker_token[PATH_MAX + 16]; /* the workers' credential file (0600); "" none */

@@ -110,7 +110,8 @@ static void plan_input(const struct job_spec *spec, struct rdzv_plan_in *in)
 	in->advertise_addr = spec->advertise_addr;
 	/* Looked up only where it decides something. */
 	in->endpoint_local = spec->rdzv_kind == RDZV_KIND_C10D && !spec->standalone &&
-			     spec->rdzv_port != 0 && spec->is_host == -1 && spec->rdzv_host != NULL &&
+			     spec->rdzv_port != 0 && spec->is_host == -1 &&
+			     spec->rdzv_host != NULL &&
 			     (net_addr_is_local(spec->rdzv_host) || is_loopback(spec->rdzv_host));
 }
 
@@ -224,8 +225,8 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
 		if (m.how == RDZV_BOOT_AGENT_STORE && a->spec->no_agent_store && !a->workers_set) {
 			/* Every node's workers must meet in one place: rank 0's answer wins. */
 			log_warn("--no-agent-store: group rank 0 runs without it, so this node's "
-				 "workers meet through the agent store too; give every node the same "
-				 "--no-agent-store");
+				 "workers meet through the agent store too; give every node the "
+				 "same --no-agent-store");
 		}
 	} else {
 		/* Group rank 0 runs an older crun that does not say: decide here, as it did. */

@@ -152,8 +152,8 @@ int rdzv_publish_master(struct rdzv *r, int port, char *rec, struct crun_diag *d
 	}
 	if (rdzv_master_format(m, rec, REC_MAX) < 0) {
 		return diag_set(d, CRUN_ECONFIG,
-				"rendezvous %s: the workers' master address \"%s\" cannot go in a node "
-				"record (it is empty, too long, or has a space or a comma)",
+				"rendezvous %s: the workers' master address \"%s\" cannot go in a "
+				"node record (it is empty, too long, or has a space or a comma)",
 				r->run_id, m->addr);
 	}
 	return 0;
@@ -186,8 +186,8 @@ int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int co
 	}
 	if (rdzv_key_workers(a->worker_prefix, sizeof(a->worker_prefix), r->worker_base,
 			     r->run_id, R) < 0) {
-		return diag_set(d, -ENAMETOOLONG, "rendezvous %s: the workers' key prefix is too long",
-				r->run_id);
+		return diag_set(d, -ENAMETOOLONG,
+				"rendezvous %s: the workers' key prefix is too long", r->run_id);
 	}
 	if (g == 0) {
 		/* This node decided: its own record says what the others read. */

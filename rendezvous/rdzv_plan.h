@@ -53,19 +53,19 @@ enum rdzv_plan_hosting {
 
 enum rdzv_plan_advertise {
 	RDZV_ADV_GIVEN,	   /* --local-addr */
-	RDZV_ADV_ROUTE,	   /* the source address of the route to endpoint_host, else the fallback */
+	RDZV_ADV_ROUTE,	   /* the route's source address toward endpoint_host, else fallback */
 	RDZV_ADV_FALLBACK, /* 127.0.0.1 for a one-node job, else the host name */
 };
 
 enum rdzv_plan_workers {
 	RDZV_WORKERS_AGENT_STORE, /* the job's store at store_host:store_port */
-	RDZV_WORKERS_RANK0,	  /* worker rank 0's own TCPStore (master_addr, or rank 0's node) */
+	RDZV_WORKERS_RANK0,	  /* worker rank 0's own TCPStore (master_addr, or rank 0's) */
 	RDZV_WORKERS_ASK,	  /* the store is not this node's: group rank 0 asks it */
 };
 
 struct rdzv_plan {
 	enum rdzv_plan_hosting host;
-	char store_host[256];	      /* where the store listens (hosted) or is reached (client) */
+	char store_host[256];	      /* where the store listens (hosted) or is reached */
 	int store_port;		      /* 0: any port (a store only this node uses) */
 	const char *tcpstore_refusal; /* hosted without TCPStore clients: what they are told */
 	enum rdzv_plan_advertise advertise;
