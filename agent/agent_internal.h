@@ -18,6 +18,7 @@
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_plan.h"
 #include "rendezvous/store/server.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 
 /* This round's: the assignment, the worker group and what stopped it. */
@@ -61,9 +62,9 @@ struct agent_report {
 
 struct agent {
 	/*
-	 * The plan: decided once, before the first round (agent_init(), agent_setup_store(),
-	 * agent_token()), and read-only afterwards. Not a named member, so that the setup code
-	 * reads a->token, a->endpoint as it always has.
+	 * The plan: decided once, before the first round (agent_init(), agent_store_conf(),
+	 * agent_setup_store()), and read-only afterwards. Not a named member, so that the setup
+	 * code reads a->sc, a->endpoint as it always has.
 	 */
 	struct {
 		const struct job_spec *spec;
@@ -75,9 +76,9 @@ struct agent {
 		char advertise[256];
 		char endpoint[PATH_MAX + 16];
 		char prefix[256];      /* the job's store prefix: "<run_id>/" on etcd, else none */
-		char *token;           /* the store's token (malloc'd); NULL: --insecure, not TCP */
-		char token_src[PATH_MAX + 32]; /* where it came from, for messages */
-		char token_path[PATH_MAX]; /* the token file it came from; "" for none */
+		struct store_conf sc;  /* the store's configuration: endpoint, token (NULL:
+					* --insecure or not a TCP store), TLS files, etcd settings
+					* (agent_store_conf) */
 		char worker_token[PATH_MAX + 16]; /* the workers' credential file (0600); "" none */
 		char tmpbase[PATH_MAX];
 		char logrun[PATH_MAX]; /* --log-dir: this run's own folder; "" without --log-dir */
@@ -114,10 +115,8 @@ int agent_setup_store(struct agent *a, struct crun_diag *d);
 void agent_decide_master(void *arg, const char *addr, int free_port, struct rdzv_master *m);
 /** Take this round's agreed master for the workers (logged when it changes). */
 void agent_workers_master(struct agent *a, const struct rdzv_assignment *as);
-/** The store's token: --insecure, --token-file, $CRUN_STORE_TOKEN, fresh, or the default file. */
-int agent_token(struct agent *a, struct crun_diag *d);
-/** Export the TLS files' paths for the workers (CRUN_STORE_TLS_*), before any thread starts. */
-int agent_tls_env(const struct job_spec *spec, struct crun_diag *d);
+/** The store's configuration from the spec, its token by the one policy (store_conf.h). */
+int agent_store_conf(struct agent *a, struct crun_diag *d);
 /** Write the workers' run-scoped credential file (0600) in the run's private directory. */
 int agent_worker_token_write(struct agent *a, struct crun_diag *d);
 
