@@ -48,6 +48,23 @@ extern char **environ;
 #include "agent/agent_internal.h"
 
 
+/* ---- the node's state ---- */
+
+/*
+ * Publish a transition (systemd STATUS=, `crun status`): once per transition, from the job's
+ * loop in agent_run(), and from on_signal() for a stop that starts while workers run.
+ */
+static void enter_state(struct agent *a, enum node_state st)
+{
+	bool in_round = st == NODE_RUNNING || st == NODE_WAITING || st == NODE_RESTARTING;
+
+	if (st == a->state) {
+		return;
+	}
+	a->state = st;
+	notify_status_set(a->ns, st, in_round ? &a->at.as : NULL);
+}
+
 /* ---- one attempt on the loop ---- */
 
 static void close_loop_handles(struct agent *a)
@@ -64,9 +81,9 @@ static void close_loop_handles(struct agent *a)
 
 static void report_join(struct agent *a)
 {
-	if (a->report_thr_running) {
-		pthread_join(a->report_thr, NULL);
-		a->report_thr_running = false;
+	if (a->rep.thr_running) {
+		pthread_join(a->rep.thr, NULL);
+		a->rep.thr_running = false;
 		log_debug("failure report published");
 	}
 }
@@ -76,7 +93,7 @@ static void on_group_done(struct group *g, void *arg)
 	struct agent *a = arg;
 
 	(void)g;
-	a->group_done = true;
+	a->at.group_done = true;
 	log_debug("workers and their pipes are closed");
 	/*
 	 * The workers are gone, so nothing is left for the loop to do while the failure report
@@ -94,21 +111,22 @@ static void on_signal(uv_signal_t *h, int signum)
 	struct agent *a = h->data;
 	char name[32];
 
-	if (a->group_done) {
+	if (a->at.group_done) {
 		return;
 	}
-	if (a->got_signal != 0) {
+	if (a->at.got_signal != 0) {
 		log_warn("received %s again: killing the workers now",
 			 signal_name(signum, name, sizeof(name)));
-		group_stop(a->g, SIGKILL);
+		group_stop(a->at.g, SIGKILL);
 		return;
 	}
-	a->got_signal = signum;
-	notify_status_set(a->ns, NODE_STOPPING, NULL);
+	a->at.got_signal = signum;
+	/* The one transition that happens while the workers run: published now, not after. */
+	enter_state(a, NODE_STOPPING);
 	log_warn("received %s: forwarding it to the workers (SIGKILL after %lld ms)",
 		 signal_name(signum, name, sizeof(name)),
 		 (long long)a->spec->shutdown_timeout_ms);
-	group_stop(a->g, signum);
+	group_stop(a->at.g, signum);
 }
 
 static void on_async(uv_async_t *h)
@@ -117,22 +135,22 @@ static void on_async(uv_async_t *h)
 	static const char *const names[] = {"a peer failed", "a new node is waiting (scale-up)",
 					    "a node was lost", "the store stopped answering"};
 
-	pthread_mutex_lock(&a->ev_lock);
-	if (!a->ev_pending || a->ev_seen) {
-		pthread_mutex_unlock(&a->ev_lock);
+	pthread_mutex_lock(&a->at.ev_lock);
+	if (!a->at.ev_pending || a->at.ev_seen) {
+		pthread_mutex_unlock(&a->at.ev_lock);
 		return;
 	}
-	a->ev_seen = true;
-	a->stop_ev = a->ev;
-	a->stop_wall_ms = crun_wall_ms();
-	snprintf(a->stop_detail, sizeof(a->stop_detail), "%s", a->ev_detail);
-	pthread_mutex_unlock(&a->ev_lock);
-	if (a->group_done) {
+	a->at.ev_seen = true;
+	a->at.stop_ev = a->at.ev;
+	a->at.stop_wall_ms = crun_wall_ms();
+	snprintf(a->at.stop_detail, sizeof(a->at.stop_detail), "%s", a->at.ev_detail);
+	pthread_mutex_unlock(&a->at.ev_lock);
+	if (a->at.group_done) {
 		return;
 	}
-	log_warn("stopping the workers: %s%s%s", names[a->stop_ev],
-		 a->stop_detail[0] != '\0' ? ": " : "", a->stop_detail);
-	group_stop(a->g, SIGTERM);
+	log_warn("stopping the workers: %s%s%s", names[a->at.stop_ev],
+		 a->at.stop_detail[0] != '\0' ? ": " : "", a->at.stop_detail);
+	group_stop(a->at.g, SIGTERM);
 }
 
 /* Runs on the rendezvous watch thread. */
@@ -140,28 +158,29 @@ static void on_rdzv_event(void *arg, enum rdzv_event ev, const char *detail)
 {
 	struct agent *a = arg;
 
-	pthread_mutex_lock(&a->ev_lock);
-	if (!a->ev_pending) {
-		a->ev_pending = true;
-		a->ev = ev;
-		snprintf(a->ev_detail, sizeof(a->ev_detail), "%s", detail != NULL ? detail : "");
+	pthread_mutex_lock(&a->at.ev_lock);
+	if (!a->at.ev_pending) {
+		a->at.ev_pending = true;
+		a->at.ev = ev;
+		snprintf(a->at.ev_detail, sizeof(a->at.ev_detail), "%s",
+			 detail != NULL ? detail : "");
 	}
-	pthread_mutex_unlock(&a->ev_lock);
+	pthread_mutex_unlock(&a->at.ev_lock);
 	uv_async_send(&a->async);
 }
 
 /* Publish this attempt's failure: on the report thread, or on the loop when none could start. */
 static void report_failure(struct agent *a)
 {
-	a->report_rc = rdzv_report_failure(a->r, a->report_summary, &a->report_restart,
-					   &a->report_diag);
+	a->rep.rc = rdzv_report_failure(a->r, a->rep.summary, &a->rep.restart,
+					   &a->rep.diag);
 	/*
 	 * This round is over for this node: no peer event can change what happens next, so stop the
 	 * watch thread now, while the workers die, rather than after. The async handle stays open
 	 * until on_group_done(), so an event already on its way is harmless. Not when the store just
 	 * failed us: stopping the thread costs a store round trip, which can wait after the stop.
 	 */
-	if (a->report_rc == 0) {
+	if (a->rep.rc == 0) {
 		rdzv_watch_stop(a->r);
 	}
 }
@@ -185,20 +204,20 @@ static void on_first_failure(struct group *g, void *arg)
 	sigset_t all, old;
 	int rc;
 
-	if (a->got_signal != 0 || a->reported || group_failures(g, &f, 1) != 1) {
+	if (a->at.got_signal != 0 || a->rep.reported || group_failures(g, &f, 1) != 1) {
 		return;
 	}
-	errfile_summary(&f, a->report_summary, sizeof(a->report_summary));
-	memset(&a->report_diag, 0, sizeof(a->report_diag));
-	a->report_restart = false;
-	a->reported = true;
+	errfile_summary(&f, a->rep.summary, sizeof(a->rep.summary));
+	memset(&a->rep.diag, 0, sizeof(a->rep.diag));
+	a->rep.restart = false;
+	a->rep.reported = true;
 	/* Signals belong to the loop's thread: the report thread starts with all of them blocked. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&a->report_thr, NULL, report_main, a);
+	rc = pthread_create(&a->rep.thr, NULL, report_main, a);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc == 0) {
-		a->report_thr_running = true;
+		a->rep.thr_running = true;
 		return;
 	}
 	log_warn("failure report: no thread (%s); publishing it from the loop", strerror(rc));
@@ -210,7 +229,6 @@ enum outcome {
 	OUT_FAILED,   /* local workers failed */
 	OUT_EVENT,    /* stopped by a rendezvous event */
 	OUT_SIGNAL,   /* the agent was signalled */
-	OUT_ERROR,    /* could not run the attempt at all */
 };
 
 /*
@@ -236,23 +254,14 @@ static void failure_heading(const struct agent *a, const struct rdzv_assignment 
 		 a->hostname, as->group_rank, a->attempt, as->restart_count, spec->max_restarts);
 }
 
-static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *as, char *errdir,
-				int *exit_code, char *summary, size_t sumlen)
+/* Where the workers' output goes: --log-dir, or a temp dir when any of it is redirected. */
+static int attempt_logdir(struct agent *a, char *logdir, size_t cap, char **logdirp)
 {
 	const struct job_spec *spec = a->spec;
-	struct group_opts o = {0};
-	struct crun_diag d = {0};
-	char logdir[PATH_MAX], *logdirp = NULL;
 	bool any_file = false;
-	enum outcome out;
-	int rc, i;
+	int i;
 
-	if (snprintf(errdir, PATH_MAX, "%s/attempt_%d", a->tmpbase, a->attempt) >= PATH_MAX ||
-	    (mkdir(errdir, 0700) != 0 && errno != EEXIST)) {
-		log_error("temp dir %s: mkdir: %s", errdir, strerror(errno));
-		*exit_code = 1;
-		return OUT_ERROR;
-	}
+	*logdirp = NULL;
 	for (i = 0; i <= 1024; i++) {
 		if (spec->redirects[i] != STD_NONE || spec->tee[i] != STD_NONE) {
 			any_file = true;
@@ -260,23 +269,40 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		}
 	}
 	if (spec->log_dir != NULL) {
-		if (snprintf(logdir, sizeof(logdir), "%s/attempt_%d", a->logrun, a->attempt) >=
-		    (int)sizeof(logdir)) {
+		if (snprintf(logdir, cap, "%s/attempt_%d", a->logrun, a->attempt) >= (int)cap) {
 			log_error("--log-dir: %s: path too long", spec->log_dir);
-			*exit_code = 1;
-			return OUT_ERROR;
+			return -1;
 		}
-		logdirp = logdir;
+		*logdirp = logdir;
 	} else if (any_file) {
 		/* torchrun writes redirected output to a temp dir too; ours goes on success. */
-		if (snprintf(logdir, sizeof(logdir), "%s/logs", errdir) >= (int)sizeof(logdir)) {
-			*exit_code = 1;
-			return OUT_ERROR;
+		if (snprintf(logdir, cap, "%s/logs", a->at.errdir) >= (int)cap) {
+			return -1;
 		}
-		logdirp = logdir;
+		*logdirp = logdir;
 		log_info("no --log-dir: redirected output goes to %s", logdir);
 	}
+	return 0;
+}
 
+/* Spawn this round's workers and arm the loop's handles. Returns 0 or -1 (logged). */
+static int attempt_start(struct agent *a)
+{
+	const struct job_spec *spec = a->spec;
+	const struct rdzv_assignment *as = &a->at.as;
+	struct group_opts o = {0};
+	struct crun_diag d = {0};
+	char logdir[PATH_MAX], *logdirp;
+	int rc, i;
+
+	if (snprintf(a->at.errdir, PATH_MAX, "%s/attempt_%d", a->tmpbase, a->attempt) >= PATH_MAX ||
+	    (mkdir(a->at.errdir, 0700) != 0 && errno != EEXIST)) {
+		log_error("temp dir %s: mkdir: %s", a->at.errdir, strerror(errno));
+		return -1;
+	}
+	if (attempt_logdir(a, logdir, sizeof(logdir), &logdirp) < 0) {
+		return -1;
+	}
 	o.spec = spec;
 	o.self_exe = a->self_exe;
 	o.hostname = a->hostname;
@@ -286,31 +312,23 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 	o.group_world_size = as->group_world_size;
 	o.rank_offset = as->rank_offset;
 	o.world_size = as->world_size;
-	if (a->agent_store) {
-		/* PyTorch's bootstrap meets through the agent store (docs/agent.md). */
-		o.master_addr = a->store_host;
-		o.master_port = a->store_port;
-		o.agent_store = true;
-	} else if (spec->rdzv_kind == RDZV_KIND_STATIC) {
-		o.master_addr = spec->master_addr;
-		o.master_port = spec->master_port;
-	} else {
-		o.master_addr = as->master_addr;
-		o.master_port = as->master_port;
-	}
+	/* PyTorch's bootstrap, the same on every node: agreed in the round (docs/agent.md). */
+	o.master_addr = a->workers.addr;
+	o.master_port = a->workers.port;
+	o.agent_store = a->workers.how == RDZV_BOOT_AGENT_STORE;
 	o.store = &a->sc;
 	o.store_prefix = as->worker_prefix;
 	o.store_token_file = a->worker_token[0] != '\0' ? a->worker_token : NULL;
-	o.errdir = errdir;
+	o.errdir = a->at.errdir;
 	o.logdir = logdirp;
 	o.base_env = environ;
 	o.first_failure = on_first_failure;
-	a->reported = false;
+	a->rep.reported = false;
 
-	a->group_done = false;
-	a->got_signal = 0;
-	a->ev_pending = false;
-	a->ev_seen = false;
+	a->at.group_done = false;
+	a->at.got_signal = 0;
+	a->at.ev_pending = false;
+	a->at.ev_seen = false;
 	uv_async_init(&a->loop, &a->async, on_async);
 	a->async.data = a;
 	for (i = 0; i < spec->nsignals && i < JOBSPEC_MAX_SIGNALS; i++) {
@@ -322,87 +340,103 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 			log_warn("signal %d: cannot handle it: %s", spec->signals[i], uv_strerror(rc));
 		}
 	}
-	rc = group_start(&a->loop, &o, on_group_done, a, &a->g, &d);
+	rc = group_start(&a->loop, &o, on_group_done, a, &a->at.g, &d);
 	if (rc < 0) {
 		log_error("%s", d.msg);
 		close_loop_handles(a);
 		uv_run(&a->loop, UV_RUN_DEFAULT);
-		*exit_code = 1;
-		return OUT_ERROR;
+		return -1;
 	}
 	log_debug("attempt %d: workers spawned", a->attempt);
-	notify_status_set(a->ns, NODE_RUNNING, as);
+	return 0;
+}
+
+/* This node's workers failed: the report table, the summary, the status record. */
+static void attempt_failed(struct agent *a)
+{
+	struct errfile_failure one, *f;
+	char heading[PATH_MAX + 256];
+	int max = group_size(a->at.g), n;
+
+	/* Every failure goes in the report; without memory for them, the first. */
+	f = calloc((size_t)max, sizeof(*f));
+	if (f == NULL) {
+		f = &one;
+		max = 1;
+	}
+	n = group_failures(a->at.g, f, max);
+	a->exit_code = group_exit_code(a->at.g);
+	if (n == 0) {
+		snprintf(a->at.summary, sizeof(a->at.summary), "node %s: %s", a->hostname,
+			 group_spawn_error(a->at.g));
+	} else {
+		failure_heading(a, &a->at.as, heading, sizeof(heading));
+		errfile_report(STDERR_FILENO, heading, f, n);
+		errfile_summary(&f[0], a->at.summary, sizeof(a->at.summary));
+		notify_status_fail(a->ns, f[0].rank, a->exit_code, a->at.summary);
+	}
+	if (f != &one) {
+		free(f);
+	}
+}
+
+/* Watch the round while the workers run; how it ended (a->exit_code set). */
+static enum outcome attempt_run(struct agent *a)
+{
+	enum outcome out;
+	int rc;
+
 	rc = rdzv_watch_start(a->r, on_rdzv_event, a);
 	if (rc < 0) {
 		log_error("rendezvous: watching the job: %s", crun_strerror(rc));
-		pthread_mutex_lock(&a->ev_lock);
-		a->ev_pending = a->ev_seen = true;
-		a->stop_ev = RDZV_EV_STORE_LOST;
-		snprintf(a->stop_detail, sizeof(a->stop_detail), "cannot watch the job: %s",
+		pthread_mutex_lock(&a->at.ev_lock);
+		a->at.ev_pending = a->at.ev_seen = true;
+		a->at.stop_ev = RDZV_EV_STORE_LOST;
+		snprintf(a->at.stop_detail, sizeof(a->at.stop_detail), "cannot watch the job: %s",
 			 crun_strerror(rc));
-		pthread_mutex_unlock(&a->ev_lock);
-		group_stop(a->g, SIGTERM);
+		pthread_mutex_unlock(&a->at.ev_lock);
+		group_stop(a->at.g, SIGTERM);
 	}
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	report_join(a); /* on_group_done() did, unless the loop ended another way */
 	log_debug("attempt %d: every worker has exited", a->attempt);
 	spawn_reap_orphans();
 
-	switch (group_result(a->g)) {
+	switch (group_result(a->at.g)) {
 	case GROUP_SUCCEEDED:
 		out = OUT_SUCCESS;
-		*exit_code = 0;
+		a->exit_code = 0;
 		break;
-	case GROUP_FAILED: {
-		struct errfile_failure one, *f;
-		char heading[PATH_MAX + 256];
-		int max = group_size(a->g), n;
-
-		/* Every failure goes in the report; without memory for them, the first. */
-		f = calloc((size_t)max, sizeof(*f));
-		if (f == NULL) {
-			f = &one;
-			max = 1;
-		}
-		n = group_failures(a->g, f, max);
+	case GROUP_FAILED:
 		out = OUT_FAILED;
-		*exit_code = group_exit_code(a->g);
-		if (n == 0) {
-			snprintf(summary, sumlen, "node %s: %s", a->hostname,
-				 group_spawn_error(a->g));
-		} else {
-			failure_heading(a, as, heading, sizeof(heading));
-			errfile_report(STDERR_FILENO, heading, f, n);
-			errfile_summary(&f[0], summary, sumlen);
-			notify_status_fail(a->ns, f[0].rank, *exit_code, summary);
-		}
-		if (f != &one) {
-			free(f);
-		}
+		attempt_failed(a);
 		break;
-	}
 	case GROUP_STOPPED:
 	default:
-		if (a->got_signal != 0) {
-			out = OUT_SIGNAL;
-			*exit_code = 128 + a->got_signal;
-		} else {
-			out = OUT_EVENT;
-			*exit_code = 1;
-		}
+		out = a->at.got_signal != 0 ? OUT_SIGNAL : OUT_EVENT;
+		a->exit_code = a->at.got_signal != 0 ? 128 + a->at.got_signal : 1;
 		break;
 	}
-	if (a->got_signal != 0 && out != OUT_SIGNAL) {
+	if (a->at.got_signal != 0 && out != OUT_SIGNAL) {
 		/* A signal that arrived while workers were already failing still ends the job. */
 		out = OUT_SIGNAL;
-		*exit_code = 128 + a->got_signal;
+		a->exit_code = 128 + a->at.got_signal;
 	}
 	if (a->log_err[0] == '\0') {
-		group_log_error(a->g, a->log_err, sizeof(a->log_err));
+		group_log_error(a->at.g, a->log_err, sizeof(a->log_err));
 	}
-	group_destroy(a->g);
-	a->g = NULL;
+	group_destroy(a->at.g);
+	a->at.g = NULL;
 	return out;
+}
+
+/* The attempt is over: its error files go to --log-dir; the next one gets a new number. */
+static void attempt_end(struct agent *a)
+{
+	if (a->logrun[0] != '\0') {
+		logroute_keep_errfiles(a->at.errdir, a->logrun, a->attempt);
+	}
+	a->attempt++;
 }
 
 /* ---- the job ---- */
@@ -412,10 +446,10 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
  * wait as --restart-backoff says, so a failure that recurs at once cannot spend the whole
  * --max-restarts budget in milliseconds. Returns 0, or the signal that ended the wait.
  */
-static int restart_wait(struct agent *a, struct backoff *bo, const struct rdzv_assignment *as,
-			int64_t ran_ms)
+static int restart_wait(struct agent *a)
 {
 	const struct job_spec *spec = a->spec;
+	const struct rdzv_assignment *as = &a->at.as;
 	char name[32];
 	int64_t ms;
 	int sig;
@@ -423,7 +457,7 @@ static int restart_wait(struct agent *a, struct backoff *bo, const struct rdzv_a
 	if (as->restart_count + 1 > spec->max_restarts) {
 		return 0; /* the next round only reports that the budget is spent */
 	}
-	ms = backoff_next(bo, ran_ms);
+	ms = backoff_next(&a->bo, crun_now_ms() - a->at.started);
 	if (ms <= 0) {
 		return 0;
 	}
@@ -449,11 +483,13 @@ static int report_peer_failure(struct agent *a, const char *end_msg)
 	struct errfile_failure f;
 	char host[256], msg[ERRFILE_MAX_MESSAGE], heading[128];
 
+	const char *stop = a->at.stop_detail;
+
 	if (errfile_parse_summary(end_msg, &f, host, sizeof(host), msg, sizeof(msg)) < 0 &&
-	    errfile_parse_summary(a->stop_detail, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
+	    errfile_parse_summary(stop, &f, host, sizeof(host), msg, sizeof(msg)) < 0) {
 		return 1;
 	}
-	f.wall_ms = a->stop_wall_ms != 0 ? a->stop_wall_ms : crun_wall_ms();
+	f.wall_ms = a->at.stop_wall_ms != 0 ? a->at.stop_wall_ms : crun_wall_ms();
 	snprintf(heading, sizeof(heading), "crun: the job failed on another node (seen here at the"
 					   " time below):");
 	errfile_report(STDERR_FILENO, heading, &f, 1);
@@ -470,7 +506,7 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 	int rc;
 
 	a->spec = spec;
-	pthread_mutex_init(&a->ev_lock, NULL);
+	pthread_mutex_init(&a->at.ev_lock, NULL);
 	n = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
 	if (n < 0) {
 		return diag_set(d, -errno, "agent: /proc/self/exe: %s", strerror(errno));
@@ -522,21 +558,14 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	struct rdzv_conf conf = spec->rdzv;
 	int rc;
 
+	a->store_served = -1;
 	rc = agent_setup_store(a, d);
 	if (rc < 0) {
 		return rc;
 	}
-	if (a->agent_store) {
-		log_info("workers meet through the agent store: MASTER_ADDR=%s MASTER_PORT=%d, "
-			 "TORCHELASTIC_USE_AGENT_STORE=True", a->store_host, a->store_port);
-	} else if (spec->rdzv_kind == RDZV_KIND_STATIC) {
-		log_info("workers' rank 0 hosts their TCPStore at MASTER_ADDR=%s MASTER_PORT=%d",
-			 spec->master_addr, spec->master_port);
-	}
-	if (spec->advertise_addr != NULL) {
+	if (a->plan.advertise == RDZV_ADV_GIVEN) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
-	} else if (spec->rdzv_kind == RDZV_KIND_FILE || spec->standalone ||
-		   (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes <= 1) ||
+	} else if (a->plan.advertise == RDZV_ADV_FALLBACK ||
 		   net_route_source(spec->rdzv_host, a->advertise, sizeof(a->advertise)) < 0) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s",
 			 spec->max_nodes <= 1 ? "127.0.0.1" : a->hostname);
@@ -549,6 +578,8 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	conf.advertise_addr = a->advertise;
 	conf.hostname = a->hostname;
 	conf.max_restarts = spec->max_restarts;
+	conf.master_fn = agent_decide_master;
+	conf.master_arg = a;
 	if (store_conf_set_endpoint(&a->sc, a->endpoint) < 0) {
 		return diag_set(d, -ENOMEM, "agent: out of memory");
 	}
@@ -589,23 +620,230 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 	} else if (a->tmpbase[0] != '\0') {
 		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
 	}
-	pthread_mutex_destroy(&a->ev_lock);
+	pthread_mutex_destroy(&a->at.ev_lock);
 	store_conf_finish(&a->sc);
+}
+
+/* ---- the job: a loop over the states it publishes (docs/agent.md, "The loop") ---- */
+
+/* Joining: the next round; its workers start. */
+static enum node_state on_joining(struct agent *a)
+{
+	const struct job_spec *spec = a->spec;
+	struct rdzv_assignment *as = &a->at.as;
+	struct crun_diag d = {0};
+	int rc;
+
+	memset(as, 0, sizeof(*as));
+	rc = rdzv_next_round(a->r, as, &d);
+	if (rc < 0) {
+		a->exit_code = 1;
+		if (rc == CRUN_ERESTARTS) {
+			a->job_over = a->members > 0;
+			a->exit_code = report_peer_failure(a, d.msg);
+			log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
+				  a->at.stop_detail[0] != '\0' ? a->at.stop_detail : d.msg);
+		} else {
+			log_error("rendezvous: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		}
+		return NODE_FAILED;
+	}
+	a->members = as->group_world_size;
+	agent_workers_master(a, as);
+	log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
+		  as->round, as->group_rank, as->group_world_size, as->rank_offset,
+		  as->rank_offset + spec->nproc_per_node - 1, as->world_size, as->restart_count,
+		  a->workers.addr, a->workers.port);
+	a->at.summary[0] = '\0';
+	a->at.started = crun_now_ms();
+	if (attempt_start(a) < 0) {
+		attempt_end(a);
+		a->exit_code = 1;
+		a->keep_tmp = true;
+		return NODE_FAILED;
+	}
+	return NODE_RUNNING;
+}
+
+/* This node's workers failed: publish it (unless on_first_failure did); restart or end. */
+static enum node_state after_failure(struct agent *a)
+{
+	struct crun_diag d = {0};
+	bool restart = false;
+	int rc;
+
+	if (a->rep.reported) {
+		/* Published when the first worker failed (on_first_failure). */
+		rc = a->rep.rc;
+		restart = a->rep.restart;
+		d = a->rep.diag;
+	} else {
+		rc = rdzv_report_failure(a->r, a->at.summary, &restart, &d);
+	}
+	if (rc < 0) {
+		log_error("rendezvous: reporting the failure: %s",
+			  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		a->keep_tmp = true;
+		return NODE_FAILED;
+	}
+	if (!restart) {
+		/* The report above named the failure: not again (issue 9). */
+		log_error("job failed, restart budget (%d) spent (failure reported above)",
+			  a->spec->max_restarts);
+		a->job_over = true;
+		a->keep_tmp = true;
+		return NODE_FAILED;
+	}
+	log_warn("restarting the workers (failure reported above)");
+	fs_rm_rf(a->at.errdir);
+	return NODE_RESTARTING;
+}
+
+/* Running: until every worker has exited; then by how the attempt ended. */
+static enum node_state on_running(struct agent *a)
+{
+	a->at.outcome = attempt_run(a);
+	attempt_end(a);
+	switch (a->at.outcome) {
+	case OUT_SUCCESS:
+		fs_rm_rf(a->at.errdir);
+		return NODE_WAITING;
+	case OUT_FAILED:
+		return after_failure(a);
+	case OUT_EVENT:
+		fs_rm_rf(a->at.errdir);
+		if (a->at.stop_ev == RDZV_EV_STORE_LOST) {
+			log_error("rendezvous: the store stopped answering: %s", a->at.stop_detail);
+			a->exit_code = 1;
+			return NODE_FAILED;
+		}
+		return NODE_RESTARTING;
+	case OUT_SIGNAL:
+	default:
+		fs_rm_rf(a->at.errdir);
+		return NODE_STOPPING;
+	}
+}
+
+/* Restarting: after a failure (this node's, or a peer's), wait as --restart-backoff says. */
+static enum node_state on_restarting(struct agent *a)
+{
+	int sig;
+
+	if (a->at.outcome == OUT_FAILED || a->at.stop_ev == RDZV_EV_PEER_FAILED) {
+		sig = restart_wait(a);
+		if (sig > 0) {
+			a->exit_code = 128 + sig;
+			return NODE_STOPPING;
+		}
+	}
+	return NODE_JOINING;
+}
+
+/* Waiting: this node's workers succeeded; until every node has finished or one failed. */
+static enum node_state on_waiting(struct agent *a)
+{
+	struct crun_diag d = {0};
+	int rc;
+
+	rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
+	if (rc == CRUN_EPEERFAIL) {
+		/* Another node failed after ours finished: the job runs again. */
+		log_warn("%s; joining the next round", d.msg);
+		snprintf(a->at.stop_detail, sizeof(a->at.stop_detail), "%s", d.msg);
+		a->at.stop_wall_ms = crun_wall_ms();
+		return NODE_JOINING;
+	}
+	if (rc < 0 && rdzv_store_gone(rc)) {
+		/*
+		 * The store is gone: nobody can tell this node how the others end, and waiting
+		 * does not bring it back. This node's workers succeeded: exit with their result.
+		 */
+		log_error("rendezvous: the store is gone after this node's workers finished: %s; "
+			  "exiting with the workers' result (0)",
+			  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		a->exit_code = 0;
+		return NODE_FINISHED;
+	}
+	if (rc < 0) {
+		log_error("job did not finish on every node: %s",
+			  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		a->exit_code = 1;
+		return NODE_FAILED;
+	}
+	a->exit_code = 0;
+	a->job_over = true;
+	return NODE_FINISHED;
+}
+
+typedef enum node_state (*state_fn)(struct agent *a);
+
+/* One handler per state that is not final; each returns the next state. */
+static const state_fn state_handlers[NODE_STATE_COUNT] = {
+	[NODE_JOINING] = on_joining,
+	[NODE_RUNNING] = on_running,
+	[NODE_RESTARTING] = on_restarting,
+	[NODE_WAITING] = on_waiting,
+};
+
+/* The job's end, whatever state it ended in: the last record, the store, the temp dir. */
+static void agent_end(struct agent *a, enum node_state st)
+{
+	const struct job_spec *spec = a->spec;
+	bool etcd_done;
+	int rc;
+
+	if (a->log_err[0] != '\0' && a->exit_code == 0) {
+		/* The workers succeeded, but their output is not all where it was asked to go. */
+		log_error("the job finished, but its logs are incomplete: %s", a->log_err);
+		a->exit_code = 1;
+	}
+	/* The exit status says how the job ended; a stop stays a stop. */
+	if (a->exit_code == 0) {
+		st = NODE_FINISHED;
+	} else if (st != NODE_STOPPING && a->state != NODE_STOPPING) {
+		st = NODE_FAILED;
+	} else {
+		st = NODE_STOPPING;
+	}
+	enter_state(a, st);
+	/* The last record goes out now: before the store stops or etcd forgets the job. */
+	notify_status_destroy(a->ns);
+	a->ns = NULL;
+	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
+	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
+		/*
+		 * Keep serving until every node has read how the job ended; on etcd, keep the job's
+		 * keys until then, and then delete them.
+		 */
+		rc = rdzv_wait_left(a->r, AGENT_LEFT_TIMEOUT_MS);
+		if (rc < 0 && rc != -EINVAL) {
+			log_warn("store: not every node saw the end of the job: %s",
+				 crun_strerror(rc));
+		}
+		if (a->srv == NULL && rc != -EINVAL) {
+			agent_store_forget(&a->sc, a->members, rc, AGENT_FORGET_TIMEOUT_MS);
+		}
+	}
+	notify_finish();
+	agent_finish(a, a->keep_tmp);
+	spawn_guard_stop();
 }
 
 int agent_run(const struct job_spec *spec)
 {
 	struct agent *a;
 	struct crun_diag d = {0};
-	int rc, exit_code = 1;
-	bool keep_tmp = false, etcd_done;
-	struct backoff bo;
+	enum node_state st = NODE_FAILED;
+	int rc, exit_code;
 
 	a = calloc(1, sizeof(*a));
 	if (a == NULL) {
 		fprintf(stderr, "crun: out of memory\n");
 		return 1;
 	}
+	a->state = NODE_STATE_COUNT;
+	a->exit_code = 1;
 	/* A closed console must not kill the agent; workers get default dispositions back. */
 	signal(SIGPIPE, SIG_IGN);
 	/* Orphaned grandchildren come to us, and the guard kills the groups if we die. */
@@ -627,166 +865,17 @@ int agent_run(const struct job_spec *spec)
 	}
 	if (rc < 0) {
 		log_error("%s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
-		goto out;
-	}
-	notify_watchdog_start();
-	backoff_init(&bo, spec->restart_backoff_ms, spec->restart_backoff_max_ms);
-	for (;;) {
-		struct rdzv_assignment as;
-		char errdir[PATH_MAX], summary[ERRFILE_MAX_MESSAGE + 256];
-		enum outcome oc;
-		bool restart = false;
-		int64_t started;
-		int sig;
-
-		memset(&as, 0, sizeof(as));
-		notify_status_set(a->ns, NODE_JOINING, NULL);
-		rc = rdzv_next_round(a->r, &as, &d);
-		if (rc < 0) {
-			exit_code = 1;
-			if (rc == CRUN_ERESTARTS) {
-				a->job_over = a->members > 0;
-				exit_code = report_peer_failure(a, d.msg);
-				log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
-					  a->stop_detail[0] != '\0' ? a->stop_detail : d.msg);
-			} else {
-				log_error("rendezvous: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
-			}
-			goto out;
-		}
-		a->members = as.group_world_size;
-		log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
-			 as.round, as.group_rank, as.group_world_size, as.rank_offset,
-			 as.rank_offset + spec->nproc_per_node - 1, as.world_size, as.restart_count,
-			 a->agent_store ? a->store_host
-			 : spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_addr : as.master_addr,
-			 a->agent_store ? a->store_port
-			 : spec->rdzv_kind == RDZV_KIND_STATIC ? spec->master_port : as.master_port);
-		summary[0] = '\0';
-		started = crun_now_ms();
-		oc = run_attempt(a, &as, errdir, &exit_code, summary, sizeof(summary));
-		if (a->logrun[0] != '\0') {
-			logroute_keep_errfiles(errdir, a->logrun, a->attempt);
-		}
-		a->attempt++;
-		switch (oc) {
-		case OUT_SUCCESS:
-			fs_rm_rf(errdir);
-			notify_status_set(a->ns, NODE_WAITING, &as);
-			rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
-			if (rc == CRUN_EPEERFAIL) {
-				/* Another node failed after ours finished: the job runs again. */
-				log_warn("%s; joining the next round", d.msg);
-				snprintf(a->stop_detail, sizeof(a->stop_detail), "%s", d.msg);
-				a->stop_wall_ms = crun_wall_ms();
-				continue;
-			}
-			if (rc < 0 && rdzv_store_gone(rc)) {
-				/*
-				 * The store is gone: nobody can tell this node how the others
-				 * end, and waiting does not bring it back. This node's workers
-				 * succeeded: exit with their result.
-				 */
-				log_error("rendezvous: the store is gone after this node's workers "
-					  "finished: %s; exiting with the workers' result (0)",
-					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
-				exit_code = 0;
-			} else if (rc < 0) {
-				log_error("job did not finish on every node: %s",
-					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
-				exit_code = 1;
-			} else {
-				exit_code = 0;
-				a->job_over = true;
-			}
-			goto out;
-		case OUT_FAILED:
-			if (a->reported) {
-				/* Published when the first worker failed (on_first_failure). */
-				rc = a->report_rc;
-				restart = a->report_restart;
-				d = a->report_diag;
-			} else {
-				rc = rdzv_report_failure(a->r, summary, &restart, &d);
-			}
-			if (rc < 0) {
-				log_error("rendezvous: reporting the failure: %s",
-					  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
-				keep_tmp = true;
-				goto out;
-			}
-			if (!restart) {
-				/* The report above named the failure: not again (issue 9). */
-				log_error("job failed, restart budget (%d) spent (failure reported "
-					  "above)",
-					  spec->max_restarts);
-				a->job_over = true;
-				keep_tmp = true;
-				goto out;
-			}
-			log_warn("restarting the workers (failure reported above)");
-			notify_status_set(a->ns, NODE_RESTARTING, &as);
-			fs_rm_rf(errdir);
-			sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
-			if (sig > 0) {
-				notify_status_set(a->ns, NODE_STOPPING, NULL);
-				exit_code = 128 + sig;
-				goto out;
-			}
-			continue;
-		case OUT_EVENT:
-			fs_rm_rf(errdir);
-			if (a->stop_ev == RDZV_EV_STORE_LOST) {
-				log_error("rendezvous: the store stopped answering: %s", a->stop_detail);
-				exit_code = 1;
-				goto out;
-			}
-			notify_status_set(a->ns, NODE_RESTARTING, &as);
-			if (a->stop_ev == RDZV_EV_PEER_FAILED) {
-				sig = restart_wait(a, &bo, &as, crun_now_ms() - started);
-				if (sig > 0) {
-					notify_status_set(a->ns, NODE_STOPPING, NULL);
-					exit_code = 128 + sig;
-					goto out;
-				}
-			}
-			continue;
-		case OUT_SIGNAL:
-			fs_rm_rf(errdir);
-			goto out;
-		case OUT_ERROR:
-		default:
-			keep_tmp = true;
-			goto out;
+	} else {
+		notify_watchdog_start();
+		backoff_init(&a->bo, spec->restart_backoff_ms, spec->restart_backoff_max_ms);
+		/* The job: FINISHED, FAILED and STOPPING are final. */
+		for (st = NODE_JOINING; state_handlers[st] != NULL;) {
+			enter_state(a, st);
+			st = state_handlers[st](a);
 		}
 	}
-out:
-	if (a->log_err[0] != '\0' && exit_code == 0) {
-		/* The workers succeeded, but their output is not all where it was asked to go. */
-		log_error("the job finished, but its logs are incomplete: %s", a->log_err);
-		exit_code = 1;
-	}
-	notify_status_end(a->ns, exit_code);
-	/* The last record goes out now: before the store stops or etcd forgets the job. */
-	notify_status_destroy(a->ns);
-	a->ns = NULL;
-	etcd_done = a->job_over && spec->rdzv_kind == RDZV_KIND_ETCD;
-	if (a->r != NULL && (a->srv != NULL || etcd_done)) {
-		/*
-		 * Keep serving until every node has read how the job ended; on etcd, keep the job's
-		 * keys until then, and then delete them.
-		 */
-		rc = rdzv_wait_left(a->r, AGENT_LEFT_TIMEOUT_MS);
-		if (rc < 0 && rc != -EINVAL) {
-			log_warn("store: not every node saw the end of the job: %s", crun_strerror(rc));
-		}
-		if (a->srv == NULL && rc != -EINVAL) {
-			agent_store_forget(&a->sc, a->members, rc, AGENT_FORGET_TIMEOUT_MS);
-		}
-	}
-	notify_finish();
-	agent_finish(a, keep_tmp);
-	spawn_guard_stop();
+	agent_end(a, st);
+	exit_code = a->exit_code;
 	free(a);
 	/* --exit-code torchrun: torchrun ends with 1 for any failure, whatever the worker's. */
 	if (spec->exit_code_torchrun && exit_code != 0) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <crun/error.h>
@@ -19,24 +20,18 @@
 #include "agent/agent_internal.h"
 #include "agent/spawn.h"
 #include "agent/agent_store.h"
+#include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 #include "src/common/token.h"
+#include "src/common/util.h"
 
-/* ---- the store and addresses ---- */
+/* ---- the store and addresses: the plan (rendezvous/rdzv_plan.h) carried out ---- */
 
-/* The keys PyTorch TCPStore clients (the workers, through the agent store) may use. */
-#define AGENT_STORE_SUFFIX "/tcpstore/"
-
-/* Workers meet through the store at @host:@port (MASTER_ADDR, MASTER_PORT). */
-static void use_agent_store(struct agent *a, const char *host, int port)
-{
-	a->agent_store = true;
-	snprintf(a->store_host, sizeof(a->store_host), "%s", host);
-	a->store_port = port;
-}
+/* How often group rank 0 asks the store it joined through before taking silence for a no. */
+#define AGENT_STORE_ASK_TRIES 3
 
 static int host_store(struct agent *a, const char *host, int port, struct crun_diag *d)
 {
@@ -47,13 +42,9 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
 	so.token = a->sc.token;
-	if (a->spec->no_agent_store) {
-		so.tcpstore_refusal = a->spec->tls_ca != NULL || a->spec->tls_cert != NULL
-					      ? "the store requires TLS, which TCPStore clients "
-						"cannot speak"
-					      : "the job runs with --no-agent-store";
-	} else if (snprintf(prefix, sizeof(prefix), "%s" AGENT_STORE_SUFFIX,
-			    a->spec->rdzv_id) < (int)sizeof(prefix)) {
+	if (a->plan.tcpstore_refusal != NULL) {
+		so.tcpstore_refusal = a->plan.tcpstore_refusal;
+	} else if (rdzv_key_tcpstore(prefix, sizeof(prefix), a->spec->rdzv_id) == 0) {
 		so.tcpstore_prefix = prefix;
 	}
 	so.tls_cert = a->spec->tls_cert;
@@ -65,9 +56,7 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	}
 	net_join_hostport(a->endpoint, sizeof(a->endpoint), host, store_server_thread_port(a->srv));
 	log_info("hosting the rendezvous store at %s", a->endpoint);
-	if (so.tcpstore_prefix != NULL) {
-		use_agent_store(a, host, store_server_thread_port(a->srv));
-	}
+	rdzv_plan_hosted(&a->plan, true, store_server_thread_port(a->srv));
 	return 0;
 }
 
@@ -97,90 +86,180 @@ static bool is_loopback(const char *host)
 	return loop;
 }
 
+/* The planning function's input, from the job spec (and, for c10d, this host's addresses). */
+static void plan_input(const struct job_spec *spec, struct rdzv_plan_in *in)
+{
+	static const enum rdzv_plan_backend backends[] = {
+		[RDZV_KIND_C10D] = RDZV_PLAN_C10D,
+		[RDZV_KIND_STATIC] = RDZV_PLAN_STATIC,
+		[RDZV_KIND_FILE] = RDZV_PLAN_FILE,
+		[RDZV_KIND_ETCD] = RDZV_PLAN_ETCD,
+	};
+
+	memset(in, 0, sizeof(*in));
+	in->backend = (unsigned)spec->rdzv_kind < ARRAY_SIZE(backends) ? backends[spec->rdzv_kind]
+								       : (enum rdzv_plan_backend)-1;
+	in->endpoint_host = spec->rdzv_host;
+	in->endpoint_port = spec->rdzv_port;
+	in->standalone = spec->standalone;
+	in->max_nodes = spec->max_nodes;
+	in->node_rank = spec->node_rank;
+	in->master_addr = spec->master_addr;
+	in->master_port = spec->master_port;
+	in->no_agent_store = spec->no_agent_store;
+	in->is_host = spec->is_host;
+	in->tls = spec->tls_ca != NULL || spec->tls_cert != NULL;
+	in->advertise_addr = spec->advertise_addr;
+	/* Looked up only where it decides something. */
+	in->endpoint_local = spec->rdzv_kind == RDZV_KIND_C10D && !spec->standalone &&
+			     spec->rdzv_port != 0 && spec->is_host == -1 &&
+			     spec->rdzv_host != NULL &&
+			     (net_addr_is_local(spec->rdzv_host) || is_loopback(spec->rdzv_host));
+}
+
 /* Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
 int agent_setup_store(struct agent *a, struct crun_diag *d)
 {
 	const struct job_spec *spec = a->spec;
+	struct rdzv_plan *p = &a->plan;
+	struct rdzv_plan_in in;
 	struct crun_diag hd = {0};
-	bool host_it;
-	int rc, port;
+	int rc;
 
-	switch (spec->rdzv_kind) {
-	case RDZV_KIND_FILE:
-		snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
+	plan_input(spec, &in);
+	rc = rdzv_plan_make(&in, p, d);
+	if (rc < 0) {
+		return rc;
+	}
+	switch (p->host) {
+	case RDZV_HOST_YES:
+		rc = host_store(a, p->store_host, p->store_port, &hd);
+		if (spec->rdzv_kind != RDZV_KIND_STATIC || p->store_port == 0) {
+			return rc < 0 ? diag_set(d, rc, "%s", hd.msg) : 0;
+		}
+		if (rc < 0) {
+			return agent_store_port_taken(&a->sc, p->store_host, p->store_port, rc,
+						      hd.msg, d);
+		}
+		agent_store_claim_node0(&a->sc, a->endpoint, a->hostname);
 		return 0;
-	case RDZV_KIND_STATIC:
-		if (spec->max_nodes <= 1) {
-			/* Nobody else needs to find it: a private port (the workers' too). */
-			return host_store(a, "127.0.0.1", 0, d);
-		}
-		/* The agent store sits on the master port, as torchrun 2.x's; without it, rank
-		 * 0's own TCPStore takes that port and the store goes one port up. */
-		port = spec->master_port;
-		if (spec->no_agent_store) {
-			if (spec->master_port + 1 > 65535) {
-				return diag_set(d, CRUN_ECONFIG,
-						"--master-port: %d leaves no port for the store "
-						"(--no-agent-store puts it one port up)",
-						spec->master_port);
-			}
-			port++;
-		}
-		if (spec->node_rank == 0) {
-			rc = host_store(a, spec->master_addr, port, &hd);
-			if (rc < 0) {
-				return agent_store_port_taken(&a->sc, spec->master_addr, port,
-							      rc, hd.msg, d);
-			}
-			agent_store_claim_node0(&a->sc, a->endpoint, a->hostname);
+	case RDZV_HOST_TRY:
+		rc = host_store(a, p->store_host, p->store_port, &hd);
+		if (rc == 0) {
 			return 0;
 		}
-		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr, port);
-		if (!spec->no_agent_store) {
-			/* Node 0 hosts the store that serves them: no need to ask. */
-			use_agent_store(a, spec->master_addr, port);
+		if (rc != UV_EADDRINUSE) {
+			return diag_set(d, rc, "%s", hd.msg);
 		}
-		return 0;
-	case RDZV_KIND_C10D:
-		if (spec->standalone || spec->rdzv_port == 0) {
-			return host_store(a, spec->rdzv_host, spec->rdzv_port, d);
-		}
-		/* One of this host's addresses, or any loopback address: the first agent here
-		 * that binds it hosts the store, the others find it taken and join it. */
-		host_it = spec->is_host == 1 ||
-			  (spec->is_host == -1 &&
-			   (net_addr_is_local(spec->rdzv_host) || is_loopback(spec->rdzv_host)));
-		if (host_it) {
-			rc = host_store(a, spec->rdzv_host, spec->rdzv_port, &hd);
-			if (rc == 0) {
-				return 0;
+		/* Another agent on this machine (or crun-rdzvd) already hosts it. */
+		log_info("store %s is already served here; joining it as a client",
+			 spec->rdzv_endpoint);
+		rdzv_plan_hosted(p, false, 0);
+		break;
+	case RDZV_HOST_NO:
+	default:
+		if (spec->rdzv_kind == RDZV_KIND_FILE || spec->rdzv_kind == RDZV_KIND_ETCD) {
+			snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
+			if (spec->rdzv_kind == RDZV_KIND_ETCD) {
+				log_info("rendezvous through etcd at %s, keys under the prefix %s",
+					 a->endpoint, a->prefix);
 			}
-			if (spec->is_host == 1 || rc != UV_EADDRINUSE) {
-				return diag_set(d, rc, "%s", hd.msg);
-			}
-			/* Another agent on this machine (or crun-rdzvd) already hosts it. */
-			log_info("store %s is already served here; joining it as a client",
-				 spec->rdzv_endpoint);
+			return 0;
 		}
-		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->rdzv_host, spec->rdzv_port);
-		if (!host_it) {
+		net_join_hostport(a->endpoint, sizeof(a->endpoint), p->store_host, p->store_port);
+		if (spec->rdzv_kind == RDZV_KIND_C10D) {
 			log_info("joining the rendezvous store at %s (hosted by another node)",
 				 a->endpoint);
 		}
-		/* An agent's store serves the workers; crun-rdzvd does with --tcpstore-run. */
-		if (!spec->no_agent_store && agent_store_serves(spec->rdzv_host, spec->rdzv_port)) {
-			use_agent_store(a, spec->rdzv_host, spec->rdzv_port);
+		return 0;
+	}
+	net_join_hostport(a->endpoint, sizeof(a->endpoint), p->store_host, p->store_port);
+	return 0;
+}
+
+/*
+ * Group rank 0 asks the store it has just joined through whether it serves PyTorch's TCPStore
+ * clients. It answered a moment ago, so no answer is worth a few more tries (each bounded).
+ */
+static int ask_store(const struct rdzv_plan *p)
+{
+	const struct timespec pause = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+	int rc = -ETIMEDOUT, i;
+
+	for (i = 0; i < AGENT_STORE_ASK_TRIES; i++) {
+		rc = agent_store_probe(p->store_host, p->store_port, AGENT_STORE_PROBE_MS);
+		if (rc >= 0) {
+			break;
 		}
-		return 0;
-	case RDZV_KIND_ETCD:
-		/* etcd is the store, replicated: no agent hosts one. */
-		snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
-		log_info("rendezvous through etcd at %s, keys under the prefix %s", a->endpoint,
-			 a->prefix);
-		return 0;
+		nanosleep(&pause, NULL);
+	}
+	if (rc < 0) {
+		log_warn("the store at %s:%d gave no answer to a TCPStore request (%s)",
+			 p->store_host, p->store_port, crun_strerror(rc));
+	}
+	return rc;
+}
+
+void agent_decide_master(void *arg, const char *addr, int free_port, struct rdzv_master *m)
+{
+	struct agent *a = arg;
+	int served = -1;
+
+	if (a->plan.workers == RDZV_WORKERS_ASK) {
+		if (a->store_served < 0) {
+			a->store_served = ask_store(&a->plan);
+		}
+		served = a->store_served;
+	}
+	rdzv_plan_master(&a->plan, addr, free_port, served, m);
+}
+
+void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
+{
+	const struct rdzv_plan *p = &a->plan;
+	struct rdzv_master m;
+	int served = -1;
+
+	if (as->master_agreed) {
+		m.how = as->boot;
+		snprintf(m.addr, sizeof(m.addr), "%s", as->master_addr);
+		m.port = as->master_port;
+		if (m.how == RDZV_BOOT_AGENT_STORE && a->spec->no_agent_store && !a->workers_set) {
+			/* Every node's workers must meet in one place: rank 0's answer wins. */
+			log_warn("--no-agent-store: group rank 0 runs without it, so this node's "
+				 "workers meet through the agent store too; give every node the "
+				 "same --no-agent-store");
+		}
+	} else {
+		/* Group rank 0 runs an older crun that does not say: decide here, as it did. */
+		if (p->workers == RDZV_WORKERS_ASK) {
+			served = agent_store_serves(p->store_host, p->store_port) ? 1 : 0;
+		}
+		rdzv_plan_master(p, as->master_addr, as->master_port, served, &m);
+	}
+	if (a->workers_set && m.how == a->workers.how && m.port == a->workers.port &&
+	    strcmp(m.addr, a->workers.addr) == 0) {
+		return;
+	}
+	a->workers = m;
+	a->workers_set = true;
+	switch (m.how) {
+	case RDZV_BOOT_AGENT_STORE:
+		log_info("workers meet through the agent store: MASTER_ADDR=%s MASTER_PORT=%d, "
+			 "TORCHELASTIC_USE_AGENT_STORE=True",
+			 m.addr, m.port);
+		break;
+	case RDZV_BOOT_RANK0_UNSERVED:
+		log_info("the store at %s:%d does not serve PyTorch's TCPStore clients: rank 0 "
+			 "hosts their TCPStore at MASTER_ADDR=%s MASTER_PORT=%d "
+			 "(TORCHELASTIC_USE_AGENT_STORE=False)",
+			 p->store_host, p->store_port, m.addr, m.port);
+		break;
+	case RDZV_BOOT_RANK0:
 	default:
-		return diag_set(d, CRUN_ECONFIG, "--rdzv-backend: unknown backend %d",
-				(int)spec->rdzv_kind);
+		log_info("workers' rank 0 hosts their TCPStore at MASTER_ADDR=%s MASTER_PORT=%d",
+			 m.addr, m.port);
+		break;
 	}
 }
 

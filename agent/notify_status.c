@@ -15,6 +15,7 @@
 
 #include "src/common/notify.h"
 #include "agent/notify_status.h"
+#include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
@@ -81,7 +82,7 @@ int notify_status_parse(const char *line, struct node_record *r)
 
 struct notify_status {
 	struct store_conf sc; /* the agent's store configuration, borrowed with short timeouts */
-	char base[300];       /* "rdzv/<run>/" */
+	char run[256];        /* the run id (rendezvous/rdzv_keys.h names its keys) */
 	char id[300];         /* "<host>:<pid>" */
 
 	pthread_mutex_t lock;
@@ -100,7 +101,7 @@ struct notify_status {
 
 static void publish(struct notify_status *s, struct node_record *r)
 {
-	char key[sizeof(s->base) + sizeof(s->id) + 32], line[1024];
+	char key[sizeof(s->run) + sizeof(s->id) + 32], line[1024];
 	struct crun_diag d = {0};
 	int rc, n;
 
@@ -117,11 +118,11 @@ static void publish(struct notify_status *s, struct node_record *r)
 	if (n < 0) {
 		return;
 	}
-	snprintf(key, sizeof(key), "%s%s%s", s->base, NOTIFY_STATUS_KEY_NODE, s->id);
+	rdzv_key_status_node(key, sizeof(key), s->run, s->id);
 	rc = crun_store_set(s->st, key, line, (size_t)n);
 	if (rc == 0 && !s->indexed) {
 		/* After the record, so a reader that finds the name also finds the record. */
-		snprintf(key, sizeof(key), "%s%s", s->base, NOTIFY_STATUS_KEY_NODES);
+		rdzv_key_status_index(key, sizeof(key), s->run);
 		snprintf(line, sizeof(line), "%s\n", s->id);
 		rc = crun_store_append(s->st, key, line, strlen(line));
 		s->indexed = rc == 0;
@@ -219,7 +220,7 @@ int notify_status_create(const struct store_conf *sc, const char *run_id, const 
 		free_status(s);
 		return -ENOMEM;
 	}
-	snprintf(s->base, sizeof(s->base), "rdzv/%s/", run_id);
+	snprintf(s->run, sizeof(s->run), "%s", run_id);
 	snprintf(s->id, sizeof(s->id), "%s:%ld", host, (long)getpid());
 	snprintf(s->rec.host, sizeof(s->rec.host), "%s", host);
 	s->rec.pid = (long)getpid();
@@ -330,24 +331,6 @@ void notify_status_fail(struct notify_status *s, int rank, int exit_code, const 
 	s->version++;
 	pthread_cond_signal(&s->cond);
 	pthread_mutex_unlock(&s->lock);
-}
-
-void notify_status_end(struct notify_status *s, int exit_code)
-{
-	enum node_state st;
-
-	if (s == NULL) {
-		return;
-	}
-	pthread_mutex_lock(&s->lock);
-	st = s->rec.state;
-	pthread_mutex_unlock(&s->lock);
-	if (exit_code == 0) {
-		st = NODE_FINISHED;
-	} else if (st != NODE_STOPPING) {
-		st = NODE_FAILED;
-	}
-	notify_status_set(s, st, NULL);
 }
 
 void notify_status_destroy(struct notify_status *s)

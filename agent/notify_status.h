@@ -12,14 +12,12 @@
 
 /*
  * Every agent publishes one record under its run's rendezvous keys, which `crun status` reads
- * (src/status.c, docs/operations.md):
+ * (src/status.c, docs/operations.md); rendezvous/rdzv_keys.h names them:
  *   rdzv/<run>/status/nodes          appended "<host>:<pid>\n" once per agent
  *   rdzv/<run>/status/node/<host>:<pid>   the record below, one line (notify_status_format())
  * rewritten on every change and every NOTIFY_STATUS_HB_MS as a heartbeat.
  */
 #define NOTIFY_STATUS_HB_MS 5000
-#define NOTIFY_STATUS_KEY_NODES "status/nodes"
-#define NOTIFY_STATUS_KEY_NODE "status/node/"
 
 enum node_state {
 	NODE_JOINING = 0, /* waiting for a rendezvous round */
@@ -78,12 +76,6 @@ void notify_status_set(struct notify_status *s, enum node_state st,
 
 /** This node's workers failed: global @rank, exit code (128+signal), and the summary. */
 void notify_status_fail(struct notify_status *s, int rank, int exit_code, const char *msg);
-
-/**
- * The agent exits with @exit_code: the node is finished (0), or failed, or stays "stopping"
- * when a signal stopped it. Sends STOPPING=1 if not sent yet.
- */
-void notify_status_end(struct notify_status *s, int exit_code);
 
 /** Publish the last state (within a few seconds at most), stop the thread, free. NULL: no-op. */
 void notify_status_destroy(struct notify_status *s);

@@ -16,6 +16,7 @@
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_internal.h"
+#include "rendezvous/rdzv_keys.h"
 #include "src/common/util.h"
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/store_conf.h"
@@ -258,6 +259,7 @@ int rdzv_create(const struct store_conf *store, const struct rdzv_conf *conf,
 				      : r->host);
 	r->worker_base = strdup(store->prefix != NULL ? store->prefix : "");
 	plen = strlen(r->worker_base) + strlen(conf->run_id) + 8;
+	/* The handle's prefix: the store prefix, then the run's rendezvous keys. */
 	prefix = malloc(plen);
 	if (r->host == NULL || r->run_id == NULL || r->addr == NULL || r->worker_base == NULL ||
 	    prefix == NULL) {
@@ -269,7 +271,8 @@ int rdzv_create(const struct store_conf *store, const struct rdzv_conf *conf,
 			      r->addr);
 		goto err;
 	}
-	snprintf(prefix, plen, "%srdzv/%s/", r->worker_base, conf->run_id);
+	snprintf(prefix, plen, "%s", r->worker_base);
+	(void)rdzv_key_run(prefix + strlen(prefix), plen - strlen(prefix), conf->run_id);
 	r->conf.run_id = r->run_id;
 	r->conf.advertise_addr = r->addr;
 	r->conf.hostname = r->host;

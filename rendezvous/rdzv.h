@@ -18,6 +18,29 @@
  */
 struct rdzv;
 
+/*
+ * How every node's workers meet (PyTorch's bootstrap): decided by group rank 0 once it has
+ * joined a round through the store, and carried in its node record, so that all nodes hand
+ * their workers the same MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE.
+ */
+enum rdzv_boot {
+	RDZV_BOOT_AGENT_STORE,    /* through the job's store (TORCHELASTIC_USE_AGENT_STORE=True) */
+	RDZV_BOOT_RANK0,          /* worker rank 0 hosts their TCPStore */
+	RDZV_BOOT_RANK0_UNSERVED, /* the same: the store, asked, does not serve TCPStore clients */
+};
+
+struct rdzv_master {
+	enum rdzv_boot how;
+	char addr[256]; /* MASTER_ADDR */
+	int port;       /* MASTER_PORT */
+};
+
+/**
+ * Called on group rank 0 only, after it joined the round through the store and before it
+ * publishes its node record: fill @m from its advertised @addr and a @free_port on it.
+ */
+typedef void (*rdzv_master_fn)(void *arg, const char *addr, int free_port, struct rdzv_master *m);
+
 struct rdzv_conf {
 	const char *run_id;
 	int min_nodes, max_nodes;
@@ -34,6 +57,8 @@ struct rdzv_conf {
 	int keep_alive_max_attempt;     /* default 3 */
 	int64_t read_timeout_ms;        /* one store operation; default 60 s */
 	int64_t progress_interval_ms;   /* how often an open round is reported; default 5 s */
+	rdzv_master_fn master_fn;       /* NULL: rank 0's TCPStore at its address, a free port */
+	void *master_arg;
 };
 
 /** torchrun's defaults for every field but the identity ones. */
@@ -46,8 +71,13 @@ struct rdzv_assignment {
 	int rank_offset;         /* global RANK of this node's LOCAL_RANK 0 */
 	int world_size;          /* WORLD_SIZE: workers on all nodes */
 	int restart_count;       /* failure restarts spent job-wide: TORCHELASTIC_RESTART_COUNT */
-	char master_addr[256];   /* rank-0 node's advertised address */
-	int master_port;         /* a port on that node verified free at rendezvous time */
+	/* What this round's workers get, on every node: group rank 0's rdzv_master. */
+	enum rdzv_boot boot;
+	char master_addr[256];   /* MASTER_ADDR */
+	int master_port;         /* MASTER_PORT */
+	bool master_agreed;      /* false: rank 0's record (an older crun's) did not say; then
+				  * master_* are its address and a port free there, and the
+				  * node decides alone, as before */
 	char worker_prefix[512]; /* store prefix for this attempt's workers (CRUN_STORE_PREFIX) */
 };
 

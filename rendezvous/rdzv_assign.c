@@ -16,6 +16,8 @@
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_internal.h"
+#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/rdzv_plan.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
 #include "src/common/clock.h"
@@ -132,13 +134,39 @@ out:
 	return rc;
 }
 
+/*
+ * Group rank 0 decides what every node's workers get, now that it has joined through the store
+ * (so a store it asks is known to be up), and says so in its node record.
+ */
+int rdzv_publish_master(struct rdzv *r, int port, char *rec, struct crun_diag *d)
+{
+	struct rdzv_master *m = &r->master;
+
+	if (r->conf.master_fn != NULL) {
+		r->conf.master_fn(r->conf.master_arg, r->addr, port, m);
+	} else {
+		memset(m, 0, sizeof(*m));
+		m->how = RDZV_BOOT_RANK0;
+		snprintf(m->addr, sizeof(m->addr), "%s", r->addr);
+		m->port = port;
+	}
+	if (rdzv_master_format(m, rec, REC_MAX) < 0) {
+		return diag_set(d, CRUN_ECONFIG,
+				"rendezvous %s: the workers' master address \"%s\" cannot go in a "
+				"node record (it is empty, too long, or has a space or a comma)",
+				r->run_id, m->addr);
+	}
+	return 0;
+}
+
 /* Fill @a once round @R closed with this node at group rank @g. */
 int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
-			 int rc_count, int my_port, int64_t deadline, struct rdzv_assignment *a,
+			 int rc_count, int64_t deadline, struct rdzv_assignment *a,
 			 struct crun_diag *d)
 {
 	char key[KEY_MAX], rec[REC_MAX], maddr[256], mhost[256];
 	const char *keys[1] = {key};
+	struct rdzv_master m;
 	unsigned np, cum, mport;
 	int rc;
 
@@ -156,12 +184,17 @@ int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int co
 			return rc;
 		}
 	}
-	snprintf(a->worker_prefix, sizeof(a->worker_prefix), "%s%s/attempt/%d/", r->worker_base,
-		 r->run_id, R);
+	if (rdzv_key_workers(a->worker_prefix, sizeof(a->worker_prefix), r->worker_base,
+			     r->run_id, R) < 0) {
+		return diag_set(d, -ENAMETOOLONG,
+				"rendezvous %s: the workers' key prefix is too long", r->run_id);
+	}
 	if (g == 0) {
-		/* This node is the master: its own record says what the others read. */
-		snprintf(a->master_addr, sizeof(a->master_addr), "%s", r->addr);
-		a->master_port = my_port;
+		/* This node decided: its own record says what the others read. */
+		a->boot = r->master.how;
+		snprintf(a->master_addr, sizeof(a->master_addr), "%s", r->master.addr);
+		a->master_port = r->master.port;
+		a->master_agreed = true;
 		return 0;
 	}
 	/* Rank 0's record names the master; it wrote it right after joining, so it is almost
@@ -184,6 +217,15 @@ int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int co
 		return diag_set(d, -EPROTO, "rendezvous %s round %d: rank 0's record is malformed",
 				r->run_id, R);
 	}
+	if (rdzv_master_parse(rec, &m)) {
+		a->boot = m.how;
+		snprintf(a->master_addr, sizeof(a->master_addr), "%s", m.addr);
+		a->master_port = m.port;
+		a->master_agreed = true;
+		return 0;
+	}
+	/* An older crun's record: its address and the port it found free, as before. */
+	a->boot = RDZV_BOOT_RANK0;
 	snprintf(a->master_addr, sizeof(a->master_addr), "%s", maddr);
 	a->master_port = (int)mport;
 	return 0;

@@ -22,7 +22,9 @@
  *   r/<R>/closed         "<count> <world_size> <restart_count>", first compare_set wins;
  *                        count 0 marks a round that timed out before it formed
  *   r/<R>/node/<g>       node record: "<nproc> <cum> <port> <addr> <host>", and in static
- *                        mode " <instance>" (readers take the first five fields)
+ *                        mode " <instance>"; node 0's ends with " master=<how>,<port>,<addr>"
+ *                        (rdzv_plan.h; readers take the first five fields, and the master
+ *                        field where there is one)
  *   r/<R>/hb/<g>         heartbeat (TTL heartbeat_timeout), refreshed every keep_alive_interval
  *   r/<R>/failed         "<kind> <group_rank> <host> <text>", first compare_set wins
  *   r/<R>/fin/<g>        node g's workers all exited 0
@@ -57,6 +59,9 @@ struct rdzv {
 	 * apart from the owner (their records would otherwise be byte for byte equal). */
 	char instance[RDZV_INSTANCE_HEX + 1];
 	char *worker_base; /* opts prefix, "" for none */
+
+	/* What this node published as group rank 0 (rdzv_publish_master()). */
+	struct rdzv_master master;
 
 	/* The round this node is in (valid while in_round). */
 	bool in_round;
@@ -139,12 +144,18 @@ void rdzv_note_gone(struct rdzv *r);
 int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d);
 /**
  * Fill @a once round @R closed with this node at group rank @g (@my_packed: its add on
- * "joined"; @my_port: the master port it found when it is rank 0). Waits for missing node
+ * "joined"; rank 0 takes the master it published, r->master). Waits for missing node
  * records until @deadline (at least close_timeout).
  */
 int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
-			 int rc_count, int my_port, int64_t deadline, struct rdzv_assignment *a,
+			 int rc_count, int64_t deadline, struct rdzv_assignment *a,
 			 struct crun_diag *d);
+
+/**
+ * Group rank 0, joined: decide the workers' master (conf.master_fn, at @addr and @port) into
+ * r->master and append its field to the node record @rec (REC_MAX bytes).
+ */
+int rdzv_publish_master(struct rdzv *r, int port, char *rec, struct crun_diag *d);
 
 /** compare_set the current round's "failed" to "<kind> <g> <host> <what>" on @st. */
 int rdzv_mark_failed(struct rdzv *r, struct crun_store *st, char kind, const char *what, char *cur,

@@ -352,6 +352,12 @@ static int join_static(struct join *j, struct crun_diag *d)
 	}
 	snprintf(rec, sizeof(rec), "%d 0 %d %s %s %s", c->local_world_size, j->port, r->addr,
 		 r->host, r->instance);
+	if (j->g == 0) {
+		rc = rdzv_publish_master(r, j->port, rec, d);
+		if (rc < 0) {
+			return rc;
+		}
+	}
 	rdzv_rkey(key, j->R, "node/%d", j->g);
 	rc = rdzv_cas_str(r->st, key, rec, cur, sizeof(cur), &won);
 	if (rc < 0) {
@@ -424,6 +430,12 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 	}
 	snprintf(rec, sizeof(rec), "%d %" PRId64 " %d %s %s", c->local_world_size,
 		 PACK_CUM(j->packed), j->port, r->addr, r->host);
+	if (j->g == 0) {
+		rc = rdzv_publish_master(r, j->port, rec, d);
+		if (rc < 0) {
+			return rc;
+		}
+	}
 	rdzv_rkey(key, j->R, "node/%d", j->g);
 	rc = rdzv_set_str(r->st, key, rec);
 	if (rc < 0) {
@@ -752,8 +764,8 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 		snprintf(rs, sizeof(rs), "%d", j->R);
 		(void)rdzv_set_str(r->st, "cur", rs);
 	}
-	rc = rdzv_fill_assignment(r, j->R, j->g, j->packed, count, world, restarts, j->port,
-				  j->deadline, a, d);
+	rc = rdzv_fill_assignment(r, j->R, j->g, j->packed, count, world, restarts, j->deadline,
+				  a, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -765,8 +777,8 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 	r->closed_at_ms = crun_now_ms();
 	r->finished = false;
 	atomic_store(&r->self_failed, false);
-	/* Static mode: the workers' master is --master-addr/--master-port (or the agent store),
-	 * which the agent prints; the round's own record would name the wrong one. */
+	/* The workers' master, agreed in the round. Static mode: --master-addr/--master-port,
+	 * which the agent prints once. */
 	if (!is_static(r)) {
 		snprintf(master, sizeof(master), ", master %s:%d", a->master_addr, a->master_port);
 	}

@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "src/common/notify.h"
+#include "rendezvous/rdzv_keys.h"
 #include "src/common/log.h"
 #include "rendezvous/store/server.h"
 #include "src/common/util.h"
@@ -306,8 +307,7 @@ static int parse(int argc, char **argv, struct config *c)
 	c->o.tls_ca = f.tls_ca;
 	if (v[R_TCPSTORE_RUN].set) {
 		if (!token_scope_valid(v[R_TCPSTORE_RUN].val) ||
-		    snprintf(c->tsprefix, sizeof(c->tsprefix), "%s/tcpstore/",
-			     v[R_TCPSTORE_RUN].val) >= (int)sizeof(c->tsprefix)) {
+		    rdzv_key_tcpstore(c->tsprefix, sizeof(c->tsprefix), v[R_TCPSTORE_RUN].val) < 0) {
 			char b[64];
 
 			opt_fail(&v[R_TCPSTORE_RUN], &d, "not a valid run id: \"%s\"",

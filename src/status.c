@@ -14,6 +14,7 @@
 #include <crun/store.h>
 
 #include "agent/notify_status.h"
+#include "rendezvous/rdzv_keys.h"
 #include "src/common/clock.h"
 #include "src/common/json.h"
 #include "src/common/parse.h"
@@ -291,8 +292,10 @@ static int read_job(struct crun_store *st, const char *run_id, struct job_view *
 	char *line, *save = NULL, *index;
 	int rc;
 
-	snprintf(k_end, sizeof(k_end), "rdzv/%s/end", run_id);
-	snprintf(k_nodes, sizeof(k_nodes), "rdzv/%s/%s", run_id, NOTIFY_STATUS_KEY_NODES);
+	if (rdzv_key_end(k_end, sizeof(k_end), run_id) < 0 ||
+	    rdzv_key_status_index(k_nodes, sizeof(k_nodes), run_id) < 0) {
+		return -ENAMETOOLONG;
+	}
 	rc = crun_store_multi_get(st, ks, 2, vals, lens);
 	if (rc < 0) {
 		return rc;
@@ -310,8 +313,9 @@ static int read_job(struct crun_store *st, const char *run_id, struct job_view *
 		}
 		for (line = strtok_r(index, "\n", &save); line != NULL && n < STATUS_MAX_NODES;
 		     line = strtok_r(NULL, "\n", &save)) {
-			snprintf(keys[n], sizeof(keys[n]), "rdzv/%s/%s%s", run_id,
-				 NOTIFY_STATUS_KEY_NODE, line);
+			if (rdzv_key_status_node(keys[n], sizeof(keys[n]), run_id, line) < 0) {
+				continue; /* a name no record can have */
+			}
 			kp[n] = keys[n];
 			n++;
 		}

@@ -3,7 +3,8 @@
 # tests/fanout/pdsh.sh: crun-pdsh on a 3-"host" cluster of network namespaces made here (each
 # its own address on a veth into a bridge), reached with pdsh -R exec through
 # "ip netns exec HOST": examples/train to equal digests, the first failure's exit status, an
-# unreachable host (named; nothing started), and one Ctrl-C stopping every agent and worker.
+# unreachable host (named; nothing started), one Ctrl-C stopping every agent and worker, and a
+# PyTorch gloo DDP job whose hosts start in either order (issue 18).
 # Root only (exit 77 otherwise).
 . "$(dirname "$0")/lib.sh"
 
@@ -157,4 +158,57 @@ for p in $left; do
 done
 [ -z "$left" ] || fail "processes of run ctrlc: $left"
 [ -z "$(ls -A "$XDG_RUNTIME_DIR/crun-fanout")" ] || fail "left in the runtime dir: $(ls "$XDG_RUNTIME_DIR/crun-fanout")"
+note "PyTorch gloo DDP over crun-pdsh: both hosts' workers get the same master in any start order"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+	# pywrap HOST CMD...: CMD in HOST's namespace, gloo on that namespace's veth. With
+	# LAST_HOST set, that host's agent starts only once the other one's has (bounded wait).
+	cat >"$T/pywrap" <<'WRAP'
+#!/bin/bash
+h=$1
+shift
+GLOO_SOCKET_IFNAME=$(ip netns exec "$h" ls /sys/class/net | grep -vx lo | head -n 1)
+export GLOO_SOCKET_IFNAME PYTHON_EXEC=/usr/bin/python3
+case "$*" in
+*"crun-fanout 'start'"*)
+	if [ "$h" = "${LAST_HOST-}" ]; then
+		for _ in $(seq 1500); do
+			[ -n "$(ls "$PYWRAP_DIR" 2>/dev/null)" ] && break
+			sleep 0.02
+		done
+	else
+		touch "$PYWRAP_DIR/$h"
+	fi
+	;;
+esac
+exec ip netns exec "$h" "$@"
+WRAP
+	chmod +x "$T/pywrap"
+	PAIR="${HOSTS[0]},${HOSTS[1]}"
+	for run in 1 2 3 4; do
+		id=ddp$run
+		# Runs 1 and 2: the host of the store (the first) starts last; 3 and 4: both at once.
+		last=""
+		[ $run -le 2 ] && last=${HOSTS[0]}
+		mkdir -p "$T/pw$run"
+		LAST_HOST=$last PYWRAP_DIR=$T/pw$run timeout -s KILL 180 bash "$PDSH_TOOL" -R exec \
+			--exec-prefix "$T/pywrap %h" --crun "$CRUN" --rdzv-id "$id-$R" -w "$PAIR" -- \
+			--nproc-per-node 1 "$SRC/tests/agent/ddp_order.py" >"$T/$id.out" 2>"$T/$id.err"
+		RC=$?
+		order="both at once"
+		[ -z "$last" ] || order="the store's host last"
+		note "$id ($order): exit $RC, workers got" \
+			"$(sed -n 's/^.*\[rank[0-9]*\]:\([MT][A-Z_]*=\)/\1/p' "$T/$id.out" | sort -u | tr '\n' ' ')"
+		for v in MASTER_ADDR MASTER_PORT TORCHELASTIC_USE_AGENT_STORE; do
+			n=$(sed -n "s/^.*\[rank[0-9]*\]:$v=//p" "$T/$id.out" | sort -u | wc -l)
+			[ "$n" = 1 ] || { tail -n 20 "$T/$id.err" >&2; grep -a "=" "$T/$id.out" >&2; fail "$id: the hosts gave their workers $n values of $v"; }
+		done
+		[ $RC -eq 0 ] || { tail -n 30 "$T/$id.err" >&2; fail "$id: crun-pdsh exited $RC"; }
+		expect_eq "$(sed -n 's/^.*\[rank[0-9]*\]:params=//p' "$T/$id.out" | sort -u | wc -l)" 1 \
+			"$id: one parameter digest"
+		expect_eq "$(sed -n 's/^.*\[rank[0-9]*\]:MASTER_ADDR=//p' "$T/$id.out" | sort -u)" \
+			"${HOSTS[0]}" "$id: MASTER_ADDR is the store's host"
+	done
+else
+	echo "torch is not importable by /usr/bin/python3: DDP runs skipped"
+fi
 echo "fanout-pdsh: ok"

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,60 @@ static void three_nodes_with_different_nproc_form_a_round(void **state)
 {
 	(void)state;
 	run_fixed(3);
+}
+
+/* master_fn: each node would answer differently (its own address, 10000 + its index). It runs
+ * on the joining threads: it counts, and the test asserts afterwards. */
+static atomic_int master_calls, master_bad_port;
+
+static void node_master(void *arg, const char *addr, int free_port, struct rdzv_master *m)
+{
+	const struct node *n = arg;
+
+	if (free_port <= 0 || free_port >= 65536) {
+		atomic_fetch_add(&master_bad_port, 1);
+	}
+	atomic_fetch_add(&master_calls, 1);
+	m->how = RDZV_BOOT_AGENT_STORE;
+	snprintf(m->addr, sizeof(m->addr), "%s", addr);
+	m->port = 10000 + n->idx;
+}
+
+/* Only group rank 0 decides, once it joined; every node takes its answer from the round. */
+static void rank0s_master_reaches_every_node(void **state)
+{
+	struct node nodes[3];
+	const struct node *r0 = NULL;
+
+	(void)state;
+	atomic_store(&master_calls, 0);
+	atomic_store(&master_bad_port, 0);
+	for (int i = 0; i < 3; i++) {
+		node_init(&nodes[i], i, 3, 3, 1);
+		nodes[i].conf.master_fn = node_master;
+		nodes[i].conf.master_arg = &nodes[i];
+		node_open(&nodes[i]);
+	}
+	join_all(nodes, 3);
+	check_round(nodes, 3, 0, 0);
+	assert_int_equal(atomic_load(&master_calls), 1);
+	assert_int_equal(atomic_load(&master_bad_port), 0);
+	for (int i = 0; i < 3; i++) {
+		if (nodes[i].a.group_rank == 0) {
+			r0 = &nodes[i];
+		}
+	}
+	assert_non_null(r0);
+	for (int i = 0; i < 3; i++) {
+		assert_true(nodes[i].a.master_agreed);
+		assert_int_equal(nodes[i].a.boot, RDZV_BOOT_AGENT_STORE);
+		assert_string_equal(nodes[i].a.master_addr, r0->addr);
+		assert_int_equal(nodes[i].a.master_port, 10000 + r0->idx);
+	}
+	finish_all(nodes, 3);
+	for (int i = 0; i < 3; i++) {
+		node_close(&nodes[i]);
+	}
 }
 
 static void elastic_round_closes_by_last_call_with_min(void **state)
@@ -372,6 +427,9 @@ static void static_rank_above_the_key_limit_gets_its_offset(void **state)
 	assert_int_equal(n.a.world_size, LOWER + 1);
 	assert_string_equal(n.a.master_addr, "127.0.0.9");
 	assert_int_equal(n.a.master_port, 4242);
+	/* rank 0's record is an older crun's, without "master=": its address and port. */
+	assert_false(n.a.master_agreed);
+	assert_int_equal(n.a.boot, RDZV_BOOT_RANK0);
 	node_close(&n);
 	free(keys);
 	free(kp);
@@ -523,6 +581,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup(one_node_forms_a_round, per_test),
 		cmocka_unit_test_setup(two_nodes_form_a_round, per_test),
 		cmocka_unit_test_setup(three_nodes_with_different_nproc_form_a_round, per_test),
+		cmocka_unit_test_setup(rank0s_master_reaches_every_node, per_test),
 		cmocka_unit_test_setup(elastic_round_closes_by_last_call_with_min, per_test),
 		cmocka_unit_test_setup(round_closes_at_once_at_max, per_test),
 		cmocka_unit_test_setup(closed_job_rejects_a_joiner_beyond_max, per_test),
