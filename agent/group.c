@@ -487,6 +487,7 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		return diag_set(d, -ENOMEM, "workers: out of memory");
 	}
 	g->devnull = -1;
+	g->dup_fd[0] = g->dup_fd[1] = -1;
 	g->loop = loop;
 	g->spec = spec;
 	g->n = spec->nproc_per_node;
@@ -508,6 +509,10 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		g->devnull = -1;
 		group_destroy(g);
 		return diag_set(d, rc, "workers: /dev/null: %s", strerror(-rc));
+	}
+	if ((i = group_output_filtered(g, o, d)) < 0) {
+		group_destroy(g);
+		return i;
 	}
 	uv_timer_init(loop, &g->grace);
 	uv_timer_init(loop, &g->drain);
@@ -651,6 +656,11 @@ void group_destroy(struct group *g)
 	}
 	if (g->devnull >= 0) {
 		close(g->devnull);
+	}
+	for (i = 0; i < 2; i++) {
+		if (g->dup_fd[i] >= 0) {
+			close(g->dup_fd[i]);
+		}
 	}
 	free(g->w);
 	free(g->fail);

@@ -69,6 +69,7 @@ struct group {
 	int stop_signal;
 	int nfail;
 	int devnull;        /* the stdin of workers --stdin does not name */
+	int dup_fd[2];      /* filtered_std{out,err}.log (--duplicate-std*-filters), or -1 */
 	struct worker **fail; /* failures in the order seen */
 	char spawn_err[CRUN_DIAG_MSG_MAX];
 	group_done_cb done;
@@ -84,6 +85,8 @@ void group_close_stream(struct worker *w, int which);
 /* Set up the output routes of one worker (console, files) as the spec asks. */
 int group_output_routes(struct group *g, struct worker *w, const struct group_opts *o,
 			struct crun_diag *d);
+/* filtered_std{out,err}.log in o->logdir for --duplicate-std*-filters (g->dup_fd). 0 or <0. */
+int group_output_filtered(struct group *g, const struct group_opts *o, struct crun_diag *d);
 /* The pipe or pty carrying stream @k (0 stdout, 1 stderr) of @w: p[0] ours, p[1] the worker's. */
 int group_output_stream(struct group *g, struct worker *w, int k, int p[2]);
 /* Start reading our end @fd (owned) of stream @which of @w. */
