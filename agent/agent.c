@@ -181,14 +181,14 @@ static void *report_main(void *arg)
 static void on_first_failure(struct group *g, void *arg)
 {
 	struct agent *a = arg;
-	struct errfile_failure f;
+	struct errfile_failure f[8];
 	sigset_t all, old;
-	int rc;
+	int rc, n;
 
-	if (a->got_signal != 0 || a->reported || group_failures(g, &f, 1) != 1) {
+	if (a->got_signal != 0 || a->reported || (n = group_failures(g, f, 8)) < 1) {
 		return;
 	}
-	errfile_summary(&f, a->report_summary, sizeof(a->report_summary));
+	errfile_summary_all(f, n, a->report_summary, sizeof(a->report_summary));
 	memset(&a->report_diag, 0, sizeof(a->report_diag));
 	a->report_restart = false;
 	a->reported = true;
@@ -373,7 +373,7 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		} else {
 			failure_heading(a, as, heading, sizeof(heading));
 			errfile_report(STDERR_FILENO, heading, f, n);
-			errfile_summary(&f[0], summary, sumlen);
+			errfile_summary_all(f, n, summary, sumlen);
 			notify_status_fail(a->ns, f[0].rank, *exit_code, summary);
 		}
 		if (f != &one) {

@@ -86,6 +86,7 @@ static void maybe_finish(struct group *g)
 	uv_close((uv_handle_t *)&g->drain, on_closed);
 	uv_close((uv_handle_t *)&g->watch, on_closed);
 	uv_close((uv_handle_t *)&g->partial, on_closed);
+	uv_close((uv_handle_t *)&g->window, on_closed);
 	uv_close((uv_handle_t *)&g->winch, on_closed);
 }
 
@@ -210,7 +211,7 @@ static void on_watch(uv_timer_t *t)
 	struct worker *w = NULL;
 	int i;
 
-	if (g->stopping) {
+	if (g->stopping || g->failed) {
 		return;
 	}
 	/* Ranks blocked in a collective with a hung rank go silent too, but later: the one
@@ -264,8 +265,33 @@ void group_stop(struct group *g, int sig)
  */
 static bool failed_too(const struct group *g, int exit_status, int term_signal)
 {
-	return g->failed && term_signal == 0 && exit_status != 0 &&
-	       exit_status != 128 + g->stop_signal;
+	if (!g->failed) {
+		return false;
+	}
+	if (term_signal != 0) {
+		/* SIGSEGV, SIGABRT while stopping: its own death, not the stop's */
+		return term_signal != g->stop_signal && term_signal != SIGKILL;
+	}
+	return exit_status != 0 && exit_status != 128 + g->stop_signal;
+}
+
+/* The failure window is over (or every worker has ended): stop the others, publish. */
+static void end_window(struct group *g)
+{
+	if (!g->in_window) {
+		return;
+	}
+	g->in_window = false;
+	uv_timer_stop(&g->window);
+	stop(g, SIGTERM);
+	if (g->first_failure != NULL) {
+		g->first_failure(g, g->arg);
+	}
+}
+
+static void on_window(uv_timer_t *t)
+{
+	end_window(t->data);
 }
 
 /* The error file's message and the last lines of its traceback, when it left one. */
@@ -318,16 +344,17 @@ static void on_exit_cb(uv_poll_t *h, int status, int events)
 		read_errfile(w);
 		w->failed = true;
 		g->fail[g->nfail++] = w;
-		if (!g->stopping) {
+		if (!g->stopping && !g->failed) {
+			/* The first failure: the others end on their own for a moment, then stop. */
 			g->failed = true;
-			stop(g, SIGTERM);
-			if (g->nfail == 1 && g->first_failure != NULL) {
-				g->first_failure(g, g->arg);
-			}
+			g->in_window = true;
+			uv_timer_stop(&g->watch);
+			uv_timer_start(&g->window, on_window, GROUP_FAILURE_WINDOW_MS, 0);
 		}
 	}
 	uv_close((uv_handle_t *)h, on_closed);
 	if (g->running == 0) {
+		end_window(g);
 		all_exited(g);
 	}
 }
@@ -518,13 +545,15 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 	uv_timer_init(loop, &g->drain);
 	uv_timer_init(loop, &g->watch);
 	uv_timer_init(loop, &g->partial);
+	uv_timer_init(loop, &g->window);
 	uv_signal_init(loop, &g->winch);
 	g->grace.data = g;
 	g->drain.data = g;
 	g->watch.data = g;
 	g->partial.data = g;
+	g->window.data = g;
 	g->winch.data = g;
-	g->handles = 5;
+	g->handles = 6;
 	for (i = 0; i < g->n; i++) {
 		struct worker *w = &g->w[i];
 
