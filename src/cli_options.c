@@ -88,7 +88,7 @@ const struct opt cli_opts[O_COUNT] = {
 			"run PROGRAM under python3 -u whatever its name", NULL},
 	[O_PYTHON] = {"python", 0, true, true, "PATH",
 		      "the interpreter of a Python PROGRAM, unless $PYTHON_EXEC is set "
-		      "(default python3 from PATH)", NULL},
+		      "(default: the python of torchrun on PATH, else python3 from PATH)", NULL},
 	[O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, false, true, NULL,
 				  "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to "
 				  "its GPU", NULL},

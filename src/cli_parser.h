@@ -150,6 +150,8 @@ int cli_do_restart_waits(struct cli_parser *p);
 int cli_do_log_prefix(struct cli_parser *p);
 /* cli_torch2.c: torchrun 2.x's later flags and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE. */
 int cli_do_torch2(struct cli_parser *p);
+/* $PYTHON_EXEC is set and not empty: it chose the interpreter (cli_flags.c). */
+bool cli_python_exec_set(void);
 /* --stdin and --tty (issue 11): which worker reads stdin, whether workers get a terminal. */
 int cli_do_stdio(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
