@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "agent/group.h"
 #include "agent/group_internal.h"
 #include "agent/logroute.h"
+#include "agent/numa.h"
 #include "agent/spawn.h"
 #include "agent/watchdog.h"
 #include "src/common/io.h"
@@ -373,6 +375,67 @@ static int stdin_for(const struct group *g, const struct worker *w)
 	return fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO : g->devnull;
 }
 
+/*
+ * --numa-binding: the CPUs of the NUMA node of @w's GPU into @cpus (true), or false with the
+ * reason logged. Workers inherit the affinity of the thread that clones them.
+ */
+static bool numa_cpus(const struct group *g, const struct worker *w, const struct group_opts *o,
+		      cpu_set_t *cpus)
+{
+	const char *visible = NULL;
+	char why[160];
+	int node, i;
+
+	for (i = 0; o->base_env != NULL && o->base_env[i] != NULL; i++) {
+		if (strncmp(o->base_env[i], "CUDA_VISIBLE_DEVICES=", 21) == 0) {
+			visible = o->base_env[i] + 21;
+		}
+	}
+	node = numa_worker_cpus("", g->spec->numa_binding, visible, w->local_rank, cpus, why,
+				sizeof(why));
+	if (node < 0 && numa_node_count("") <= 1) {
+		/* every CPU is as near as any other: said once, not per worker */
+		if (w->local_rank == 0) {
+			log_info("--numa-binding %s: %s, so there is nothing to bind; workers keep "
+				 "crun's CPU affinity", g->spec->numa_binding, why);
+		}
+		return false;
+	}
+	if (node < 0) {
+		log_warn("worker rank %d: --numa-binding %s: not bound: %s", w->rank,
+			 g->spec->numa_binding, why);
+		return false;
+	}
+	log_info("worker rank %d: --numa-binding %s: bound to the %d CPUs of NUMA node %d%s",
+		 w->rank, g->spec->numa_binding, CPU_COUNT(cpus), node,
+		 strcmp(g->spec->numa_binding, "socket") == 0 ? " and its package" : "");
+	return true;
+}
+
+/* spawn_process() with the worker's CPU affinity when --numa-binding gives it one. */
+static int spawn_bound(const struct group *g, const struct worker *w,
+		       const struct group_opts *o, const struct spawn_proc *sp, pid_t *pid,
+		       int *pidfd)
+{
+	cpu_set_t cpus, saved;
+	bool bound = false;
+	int rc;
+
+	if (g->spec->numa_binding != NULL && numa_cpus(g, w, o, &cpus) &&
+	    sched_getaffinity(0, sizeof(saved), &saved) == 0) {
+		bound = sched_setaffinity(0, sizeof(cpus), &cpus) == 0;
+		if (!bound) {
+			log_warn("worker rank %d: --numa-binding: sched_setaffinity: %s", w->rank,
+				 strerror(errno));
+		}
+	}
+	rc = spawn_process(sp, pid, pidfd);
+	if (bound) {
+		(void)sched_setaffinity(0, sizeof(saved), &saved);
+	}
+	return rc;
+}
+
 static int spawn_one(struct group *g, struct worker *w, const struct group_opts *o,
 		     struct crun_diag *d)
 {
@@ -454,7 +517,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 			.stderr_fd = pe[1],
 		};
 
-		rc = spawn_process(&sp, &pid, &pidfd);
+		rc = spawn_bound(g, w, o, &sp, &pid, &pidfd);
 		close(po[1]);
 		close(pe[1]);
 		if (rc < 0) {

@@ -93,9 +93,9 @@ const struct opt cli_opts[O_COUNT] = {
 				  "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to "
 				  "its GPU", NULL},
 	[O_NUMA_BINDING] = {"numa-binding", 0, true, true, "node|socket|exclusive|core-complex",
-			    "bind each worker to the CPUs of its GPU's NUMA node (torchrun 2.8); "
-			    "on a machine with one NUMA node (or no GPUs) there is nothing to bind "
-			    "and crun says so", NULL},
+			    "bind each worker to the CPUs of its GPU's NUMA node (socket: of its "
+			    "package; exclusive and core-complex as node); with one NUMA node there "
+			    "is nothing to bind and crun says so", NULL},
 	[O_LOCAL_RANK_ARG] = {"local-rank-arg", 0, false, true, "none|underscore|dash",
 			      "pass --local_rank=N (alone or =underscore: torch 1.x's "
 			      "torch.distributed.launch) or --local-rank=N (=dash: torch 2.x) "

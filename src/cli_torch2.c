@@ -5,7 +5,6 @@
  * checked and stored in the job spec.
  */
 #include <ctype.h>
-#include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,53 +102,12 @@ static int take_choice(struct cli_parser *p, enum cli_opt_id id, const char *con
 			opt_show(b, sizeof(b), p->v[id].val), all);
 }
 
-/* The NUMA nodes the kernel lists in /sys (0 when it lists none: no NUMA support). */
-static int numa_nodes(void)
-{
-	DIR *dir = opendir("/sys/devices/system/node");
-	struct dirent *e;
-	int n = 0;
-
-	if (dir == NULL) {
-		return 0;
-	}
-	while ((e = readdir(dir)) != NULL) {
-		if (strncmp(e->d_name, "node", 4) == 0 && isdigit((unsigned char)e->d_name[4])) {
-			n++;
-		}
-	}
-	closedir(dir);
-	return n;
-}
-
+/* The mode only: the agent finds each worker's node, or says why it binds nothing. */
 static int take_numa(struct cli_parser *p)
 {
 	static const char *const modes[] = {"node", "socket", "exclusive", "core-complex", NULL};
-	int rc, n;
 
-	if ((rc = take_choice(p, O_NUMA_BINDING, modes, &p->spec->numa_binding)) != 0) {
-		return rc;
-	}
-	/*
-	 * Binding only helps where CPUs sit at different distances from a worker's GPU. With one
-	 * node every CPU is as near as any other: say so, and leave the affinity as it is.
-	 */
-	n = numa_nodes();
-	if (n <= 1) {
-		fprintf(stderr,
-			"crun: note: %s %s: %s, so there is nothing to bind; workers keep crun's "
-			"CPU affinity\n",
-			p->v[O_NUMA_BINDING].origin, p->spec->numa_binding,
-			n == 0 ? "this machine lists no NUMA nodes in /sys/devices/system/node"
-			       : "this machine has one NUMA node");
-	} else {
-		fprintf(stderr,
-			"crun: warning: %s %s: this machine has %d NUMA nodes, but crun does not "
-			"bind workers yet; they keep crun's CPU affinity (use numactl or "
-			"taskset in PROGRAM)\n",
-			p->v[O_NUMA_BINDING].origin, p->spec->numa_binding, n);
-	}
-	return 0;
+	return take_choice(p, O_NUMA_BINDING, modes, &p->spec->numa_binding);
 }
 
 /* ${name} or $name at @s (after the '$'): the crun template field it stands for, or NULL. */

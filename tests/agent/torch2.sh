@@ -64,4 +64,14 @@ run_crun 30 "$T/outa" "$T/erra" --n 2 "$W" print:x
 expect_eq "$RC" 2 "exit status with an ambiguous prefix"
 expect_grep "ambiguous option: could be --nnodes, --nproc-per-node" "$T/erra" \
 	"the error names the candidates"
+note "--numa-binding on this machine: bound, or nothing to bind and why"
+run_crun 60 "$T/outn" "$T/errn" --numa-binding node --nproc-per-node 2 "$W" print:n
+expect_eq "$RC" 0 "exit status with --numa-binding"
+if [ "$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)" -le 1 ]; then
+	expect_grep "numa-binding node: .*NUMA node.*, so there is nothing to bind" "$T/errn" \
+		"crun says why it binds nothing"
+else
+	grep -Eq "numa-binding node: (bound to the [0-9]+ CPUs of NUMA node|not bound: )" \
+		"$T/errn" || fail "--numa-binding: neither a binding nor a reason logged"
+fi
 echo "torch2: ok"
