@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/cli_parser.h"
 #include "tests/agent/cli/cli_fixture.h"
 
 #define TEMPLATE_ENV "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
@@ -37,6 +38,35 @@ static void bad(const char *const *args, const char *msg)
 	assert_int_equal(parse(args, &s, &d), CLI_USAGE);
 	assert_string_equal(d.msg, msg);
 	jobspec_finish(&s);
+}
+
+/*
+ * crun(1) says crun takes every torchrun flag: each long name (and its underscore spelling)
+ * of torch/distributed/run.py's parser in torch 2.6 and later, and torch.distributed.launch's
+ * --use-env, is an option of crun's table, and -m, -r, -t are its short letters.
+ */
+static void every_torchrun_flag_is_an_option(void **state)
+{
+	static const char *const flags[] = {
+		"nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id",
+		"rdzv-conf", "standalone", "max-restarts", "monitor-interval", "start-method",
+		"event-log-handler", "role", "module", "no-python", "run-path", "log-dir",
+		"redirects", "tee", "local-ranks-filter", "duplicate-stdout-filters",
+		"duplicate-stderr-filters", "node-rank", "master-addr", "master-port",
+		"local-addr", "logs-specs", "numa-binding", "signals-to-handle",
+		"shutdown-timeout", "virtual-local-rank", "use-env", "use_env", "nproc_per_node",
+		"duplicate_stderr_filters", "event_log_handler", "numa_binding"};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		if (opt_find_long(&cli_table, flags[i], strlen(flags[i])) < 0) {
+			fail_msg("torchrun's --%s is not an option of crun", flags[i]);
+		}
+	}
+	assert_int_equal(opt_find_short(&cli_table, 'm'), O_MODULE);
+	assert_int_equal(opt_find_short(&cli_table, 'r'), O_REDIRECTS);
+	assert_int_equal(opt_find_short(&cli_table, 't'), O_TEE);
 }
 
 static void unique_prefixes_select_their_option(void **state)
@@ -168,6 +198,7 @@ static void prefix_template_from_the_environment(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(every_torchrun_flag_is_an_option, each_teardown),
 		cmocka_unit_test_teardown(unique_prefixes_select_their_option, each_teardown),
 		cmocka_unit_test_teardown(ambiguous_and_unknown_prefixes_fail, each_teardown),
 		cmocka_unit_test_teardown(environment_variables_stay_exact, each_teardown),
