@@ -24,7 +24,7 @@
 #include "agent/errfile.h"
 #include "agent/group.h"
 #include "agent/logroute.h"
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "agent/notify_status.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"

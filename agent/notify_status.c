@@ -13,7 +13,7 @@
 
 #include <crun/error.h>
 
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "agent/notify_status.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/clock.h"

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "src/cli.h"
 #include "src/cli_parser.h"
+#include "src/common/net.h"
 #include "src/jobfile.h"
 
 #define RESTARTS_MAX 1000000
@@ -238,7 +239,7 @@ static int take_rendezvous(struct cli_parser *p, bool standalone)
 		if ((rc = cli_text_value(p, O_MASTER_ADDR, 255, &spec->master_addr)) != 0) {
 			return rc;
 		}
-		if (!cli_valid_host(spec->master_addr)) {
+		if (!net_valid_host(spec->master_addr)) {
 			return cli_fail(p, O_MASTER_ADDR,
 					"expected a host name or IP address, got \"%s\"",
 					opt_show(b, sizeof(b), spec->master_addr));

@@ -278,23 +278,6 @@ int cli_random_run_id(char **out)
 	return *out == NULL ? -ENOMEM : 0;
 }
 
-/* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
-bool cli_valid_host(const char *h)
-{
-	struct in6_addr a6;
-	size_t i;
-
-	if (strchr(h, ':') != NULL) {
-		return inet_pton(AF_INET6, h, &a6) == 1;
-	}
-	for (i = 0; h[i] != '\0'; i++) {
-		if (!isalnum((unsigned char)h[i]) && h[i] != '.' && h[i] != '-' && h[i] != '_') {
-			return false;
-		}
-	}
-	return i > 0 && i <= 253 && h[0] != '-' && h[0] != '.';
-}
-
 /* "HOST:PORT" with brackets around an IPv6 host, for spec->rdzv_endpoint. */
 static int set_hostport(char **dst, const char *host, int port)
 {
@@ -406,7 +389,7 @@ int cli_do_endpoint(struct cli_parser *p)
 			v += 6;
 		}
 		if (net_parse_hostport(v, s->master_port, host, sizeof(host), &port) < 0 ||
-		    !cli_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
+		    !net_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
 			return cli_fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
 					opt_show(b, sizeof(b), ov->val));
 		}
@@ -429,7 +412,7 @@ int cli_do_endpoint(struct cli_parser *p)
 		v += 6;
 	}
 	if (net_parse_hostport(v, DEFAULT_C10D_PORT, host, sizeof(host), &port) < 0 ||
-	    !cli_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
+	    !net_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
 		return cli_fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
 				opt_show(b, sizeof(b), ov->val));
 	}

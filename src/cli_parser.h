@@ -124,8 +124,6 @@ int cli_text_value(struct cli_parser *p, enum cli_opt_id id, size_t maxlen, char
 /* The store's option group (src/opt_store.h): --token-file, --insecure and the --tls-* files
  * (made absolute: workers get them by path). */
 int cli_do_store(struct cli_parser *p);
-/* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
-bool cli_valid_host(const char *h);
 /* A fresh version 4 UUID, malloc'd in *@out (caller frees). 0, -EIO or -ENOMEM. */
 int cli_random_run_id(char **out);
 

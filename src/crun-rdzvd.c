@@ -15,7 +15,7 @@
 #include <crun/store.h>
 
 #include "config.h"
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "src/common/log.h"
 #include "rendezvous/store/server.h"
 #include "src/common/util.h"

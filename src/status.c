@@ -15,6 +15,7 @@
 
 #include "agent/notify_status.h"
 #include "src/common/clock.h"
+#include "src/common/json.h"
 #include "src/common/parse.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
@@ -499,21 +500,10 @@ static void print_table(const struct status_opts *o, const struct job_view *v)
 	}
 }
 
+/* @s as a JSON string on stdout: always valid JSON, whatever bytes a worker printed. */
 static void json_str(const char *s)
 {
-	putchar('"');
-	for (; *s != '\0'; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\') {
-			printf("\\%c", ch);
-		} else if (ch < 0x20) {
-			printf("\\u%04x", ch);
-		} else {
-			putchar(ch);
-		}
-	}
-	putchar('"');
+	json_fput_str(stdout, s);
 }
 
 static void print_json(const struct status_opts *o, const struct job_view *v)

@@ -16,6 +16,7 @@
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/client_etcd_internal.h"
 #include "rendezvous/store/store_conf.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
 
@@ -179,7 +180,7 @@ int store_etcd_open(const struct store_conf *c, struct store_backend **out,
 		return rc;
 	}
 	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
-	b->seed = (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
+	b->seed = backoff_seed();
 	rc = read_conf(b, c, d);
 	if (rc == 0) {
 		rc = etcd_http_init(b);

@@ -10,7 +10,7 @@
 
 #include "config.h"
 #include "rendezvous/store/backend.h"
-#include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/etcd_endpoint.h"
 #include "rendezvous/store/store_conf.h"
 #include "rendezvous/store/tls.h"
 #include "src/common/util.h"

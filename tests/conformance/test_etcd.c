@@ -34,8 +34,8 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/backend.h"
-#include "rendezvous/store/client_etcd_parse.h"
 #include "rendezvous/store/store_conf.h"
+#include "src/common/base64.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
 #include "tests/conformance/etcd_fixture.h"
@@ -903,8 +903,8 @@ static void auth_confines_a_role_to_its_prefix(void **state)
 	assert_int_equal(post(e.port, "/v3/auth/user/add", "{\"name\":\"job\",\"password\":\"pw\"}",
 			      NULL), 200);
 	assert_int_equal(post(e.port, "/v3/auth/role/add", "{\"name\":\"jobs\"}", NULL), 200);
-	etcd_b64_encode("/crun/job1/", 11, from);
-	etcd_b64_encode("/crun/job10", 11, to); /* the end of the prefix: '/' + 1 */
+	base64_encode("/crun/job1/", 11, from);
+	base64_encode("/crun/job10", 11, to); /* the end of the prefix: '/' + 1 */
 	snprintf(body, sizeof(body),
 		 "{\"name\":\"jobs\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"%s\","
 		 "\"range_end\":\"%s\"}}",
