@@ -96,7 +96,10 @@ static int take_choice(struct cli_parser *p, enum cli_opt_id id, const char *con
 		if (strcmp(p->v[id].val, names[i]) == 0) {
 			return cli_set_str(out, names[i]) < 0 ? cli_oom(p) : 0;
 		}
-		o += (size_t)snprintf(all + o, sizeof(all) - o, "%s%s", i > 0 ? ", " : "", names[i]);
+		if (o < sizeof(all)) {
+			o += (size_t)snprintf(all + o, sizeof(all) - o, "%s%s", i > 0 ? ", " : "",
+					      names[i]);
+		}
 	}
 	return cli_fail(p, id, "unknown name \"%s\" (expected one of %s)",
 			opt_show(b, sizeof(b), p->v[id].val), all);
@@ -176,10 +179,11 @@ static int take_prefix_template(struct cli_parser *p)
 		}
 		f = template_field(t + 1, &adv);
 		if (f == NULL) {
-			return cli_fail(p, O_COUNT,
-					"%s: unknown variable at \"%s\" (use ${role_name}, ${rank}, "
-					"${local_rank}, or $$ for a dollar)",
-					PREFIX_TEMPLATE_ENV, opt_show(b, sizeof(b), t));
+			return cli_fail(
+				p, O_COUNT,
+				"%s: unknown variable at \"%s\" (use ${role_name}, ${rank}, "
+				"${local_rank}, or $$ for a dollar)",
+				PREFIX_TEMPLATE_ENV, opt_show(b, sizeof(b), t));
 		}
 		n = strlen(f);
 		memcpy(out + o, f, n);
@@ -212,8 +216,8 @@ int cli_do_torch2(struct cli_parser *p)
 	if (p->v[O_NUMA_BINDING].set && (rc = take_numa(p)) != 0) {
 		return rc;
 	}
-	if (p->v[O_EVENT_LOG_HANDLER].set &&
-	    (rc = take_choice(p, O_EVENT_LOG_HANDLER, handlers, &p->spec->event_log_handler)) != 0) {
+	if (p->v[O_EVENT_LOG_HANDLER].set && (rc = take_choice(p, O_EVENT_LOG_HANDLER, handlers,
+							       &p->spec->event_log_handler)) != 0) {
 		return rc;
 	}
 	return take_prefix_template(p);
