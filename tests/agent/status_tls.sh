@@ -56,8 +56,7 @@ finish() {
 }
 
 note "the agent-hosted store over mutual TLS: crun status sees the job, nothing is refused"
-port=$(free_port)
-[ -n "$port" ] || fail "no free port"
+hold_port port
 job hosted "127.0.0.1:$port" "${AGENT_TLS[@]}"
 running hosted "127.0.0.1:$port"
 finish hosted
@@ -79,8 +78,7 @@ if grep -a "$REFUSAL" "$T/d.err" >&2; then
 fi
 
 note "static mode under TLS: a second node rank 0 is named, not 'in use by another program'"
-port=$(free_port_pair)
-[ -n "$port" ] || fail "no free port pair"
+hold_port_pair port
 "$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
 	--master-port "$port" --rdzv-conf join_timeout=30 "${AGENT_TLS[@]}" "$W" env \
 	>"$T/s0.out" 2>"$T/s0.err" &

@@ -122,9 +122,10 @@ static void failover_skips_a_closed_port(void **state)
 	char ep[128], err[512];
 	struct crun_store *st;
 	int64_t t0;
-	int closed = etcd_closed_port();
+	int fd, closed = etcd_closed_port(&fd);
 
 	(void)state;
+	assert_true(closed > 0);
 	snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d,127.0.0.1:%d", closed, g_etcd.port);
 	t0 = crun_now_ms();
 	assert_int_equal(open_ep(ep, "fo/", 5000, 5000, &st, err, sizeof(err)), 0);
@@ -138,6 +139,7 @@ static void failover_skips_a_closed_port(void **state)
 	assert_int_equal(open_ep(ep, "fo/", 5000, 5000, &st, err, sizeof(err)), 0);
 	want(st, "k", "v");
 	crun_store_close(st);
+	close(fd);
 }
 
 /* Nobody listening anywhere: a clear error, naming every endpoint, within the deadline. */
@@ -146,11 +148,12 @@ static void unreachable_list_fails_within_deadline(void **state)
 	char ep[128], err[512], a[32], b[32];
 	struct crun_store *st;
 	int64_t t0, dt;
-	int rc;
+	int rc, fa, fb;
 
 	(void)state;
-	snprintf(a, sizeof(a), "127.0.0.1:%d", etcd_closed_port());
-	snprintf(b, sizeof(b), "127.0.0.1:%d", etcd_closed_port());
+	snprintf(a, sizeof(a), "127.0.0.1:%d", etcd_closed_port(&fa));
+	snprintf(b, sizeof(b), "127.0.0.1:%d", etcd_closed_port(&fb));
+	assert_true(fa >= 0 && fb >= 0);
 	snprintf(ep, sizeof(ep), "etcd://%s,%s", a, b);
 	t0 = crun_now_ms();
 	rc = open_ep(ep, NULL, 800, 5000, &st, err, sizeof(err));
@@ -162,6 +165,8 @@ static void unreachable_list_fails_within_deadline(void **state)
 	assert_non_null(strstr(err, a));
 	assert_non_null(strstr(err, b));
 	assert_non_null(strstr(err, "no etcd endpoint could serve it"));
+	close(fa);
+	close(fb);
 }
 
 struct waiter {
