@@ -120,7 +120,9 @@ const struct opt cli_opts[O_COUNT] = {
 			  "as --duplicate-stdout-filters, for stderr: filtered_stderr.log", NULL},
 	[O_LOG_PREFIX] = {"log-prefix", 0, true, true, "TEMPLATE",
 			  "console line prefix with {rank} {local_rank} {role} {host} "
-			  "(default \"[rank{rank}]:\")", NULL},
+			  "(default \"[rank{rank}]:\", or torchrun's "
+			  "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${rank} ${local_rank} "
+			  "${role_name})", NULL},
 	[O_LOGS_SPECS] = {"logs-specs", 0, true, true, "NAME",
 			  "accepted for torchrun compatibility; only \"default\"", NULL},
 	[O_STDIN] = {"stdin", 0, true, true, "RANK|all|none",
@@ -176,10 +178,11 @@ void cli_usage(FILE *out)
 		     "       crun status --rdzv-endpoint EP --rdzv-id ID [--json] [--watch [SEC]]\n"
 		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
 		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
-		     "under python3 -u ($PYTHON_EXEC, --python); ARGS pass through unchanged except\n"
-		     "${local_rank}. The options before Security also read PET_<OPTION>\n"
-		     "(PET_NPROC_PER_NODE=4); the command line wins. Dashes and underscores are alike\n"
-		     "(--nproc_per_node), and a unique prefix of a long option is enough (--stand).\n");
+		     "under python3 -u ($PYTHON_EXEC, --python, else the python of torchrun on PATH);\n"
+		     "ARGS pass through unchanged except ${local_rank}. The options before Security\n"
+		     "also read PET_<OPTION> (PET_NPROC_PER_NODE=4); the command line wins. Dashes\n"
+		     "and underscores are alike (--nproc_per_node), and a unique prefix of a long\n"
+		     "option is enough (--stand).\n");
 	opt_print_options(out, &cli_table);
 	fprintf(out, "\nExit status: 0 on success; the first failed worker's exit code (128+N for\n"
 		     "signal N); 1 when rendezvous or the agent itself failed; 2 for a bad command\n"
