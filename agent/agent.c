@@ -200,14 +200,14 @@ static void *report_main(void *arg)
 static void on_first_failure(struct group *g, void *arg)
 {
 	struct agent *a = arg;
-	struct errfile_failure f;
+	struct errfile_failure f[8];
 	sigset_t all, old;
-	int rc;
+	int rc, n;
 
-	if (a->at.got_signal != 0 || a->rep.reported || group_failures(g, &f, 1) != 1) {
+	if (a->at.got_signal != 0 || a->rep.reported || (n = group_failures(g, f, 8)) < 1) {
 		return;
 	}
-	errfile_summary(&f, a->rep.summary, sizeof(a->rep.summary));
+	errfile_summary_all(f, n, a->rep.summary, sizeof(a->rep.summary));
 	memset(&a->rep.diag, 0, sizeof(a->rep.diag));
 	a->rep.restart = false;
 	a->rep.reported = true;
@@ -372,7 +372,7 @@ static void attempt_failed(struct agent *a)
 	} else {
 		failure_heading(a, &a->at.as, heading, sizeof(heading));
 		errfile_report(STDERR_FILENO, heading, f, n);
-		errfile_summary(&f[0], a->at.summary, sizeof(a->at.summary));
+		errfile_summary_all(f, n, a->at.summary, sizeof(a->at.summary));
 		notify_status_fail(a->ns, f[0].rank, a->exit_code, a->at.summary);
 	}
 	if (f != &one) {

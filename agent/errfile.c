@@ -477,6 +477,9 @@ int errfile_last_lines(const char *text, size_t n, int nlines, char *out, size_t
 
 /* ---- the failure report ---- */
 
+/* What errfile_summary_all() puts before the other failures. */
+#define ALSO "also failed: "
+
 static bool same_way(const struct errfile_failure *a, const struct errfile_failure *b)
 {
 	const char *ma = a->message != NULL ? a->message : "";
@@ -629,6 +632,36 @@ void errfile_summary(const struct errfile_failure *f, char *buf, size_t len)
 		 f->message != NULL ? f->message : "");
 }
 
+void errfile_summary_all(const struct errfile_failure *f, int n, char *buf, size_t len)
+{
+	char others[320], ex[48];
+	size_t o = 0, keep;
+	int i, w;
+
+	others[0] = '\0';
+	for (i = 1; i < n && o < sizeof(others); i++) {
+		fmt_exit(&f[i], ex, sizeof(ex));
+		w = snprintf(others + o, sizeof(others) - o, "%s%s%d: %s", i == 1 ? " (" ALSO : ", ",
+			     "rank ", f[i].rank, ex);
+		if (w < 0 || (size_t)w >= sizeof(others) - o - 2) {
+			others[o] = '\0';
+			snprintf(others + o, sizeof(others) - o, "%s...", i == 1 ? " (" ALSO : ", ");
+			o = strlen(others);
+			break;
+		}
+		o += (size_t)w;
+	}
+	if (o > 0) {
+		snprintf(others + o, sizeof(others) - o, ")");
+		o = strlen(others);
+	}
+	keep = len > o ? len - o : 1;
+	errfile_summary(&f[0], buf, keep);
+	if (len > o) {
+		memcpy(buf + strlen(buf), others, o + 1);
+	}
+}
+
 /*
  * The "exit 1" or "SIGKILL (9)" of a summary at @s into @f; returns the length it spans, or -1.
  * sscanf() returns after a partial match with the fields so far assigned: only a reached %n
@@ -680,8 +713,13 @@ int errfile_parse_summary(const char *s, struct errfile_failure *f, char *host, 
 	}
 	snprintf(host, hostlen, "%s", h);
 	snprintf(msg, msglen, "%s", rest);
-	/* The rendezvous appends who reported it; that is not the worker's message. */
+	/* The rendezvous appends who reported it, errfile_summary_all() the other failures;
+	 * neither is the worker's message. */
 	p = strstr(msg, " (reported by node rank");
+	if (p != NULL) {
+		msg[p - msg] = '\0';
+	}
+	p = strstr(msg, " (" ALSO);
 	if (p != NULL) {
 		msg[p - msg] = '\0';
 	}

@@ -82,6 +82,12 @@ void errfile_report(int fd, const char *heading, const struct errfile_failure *f
 
 /** One-line summary of @f for the store ("rank 3 (host h, local rank 1, pid 9): exit 1: msg"). */
 void errfile_summary(const struct errfile_failure *f, char *buf, size_t len);
+/**
+ * The summary of the first of @n failures (the root cause), followed by the others as
+ * " (also failed: rank 1: exit 4, rank 2: SIGSEGV (11))", as torchrun's ChildFailedError lists
+ * its "Other Failures". The first one's message is cut so the list always fits in @len.
+ */
+void errfile_summary_all(const struct errfile_failure *f, int n, char *buf, size_t len);
 
 /**
  * Parse a summary written by errfile_summary() on another node, found anywhere in @s (borrowed;

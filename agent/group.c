@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "agent/group.h"
 #include "agent/group_internal.h"
 #include "agent/logroute.h"
+#include "agent/numa.h"
 #include "agent/spawn.h"
 #include "agent/watchdog.h"
 #include "src/common/io.h"
@@ -86,6 +88,7 @@ static void maybe_finish(struct group *g)
 	uv_close((uv_handle_t *)&g->drain, on_closed);
 	uv_close((uv_handle_t *)&g->watch, on_closed);
 	uv_close((uv_handle_t *)&g->partial, on_closed);
+	uv_close((uv_handle_t *)&g->window, on_closed);
 	uv_close((uv_handle_t *)&g->winch, on_closed);
 }
 
@@ -210,7 +213,7 @@ static void on_watch(uv_timer_t *t)
 	struct worker *w = NULL;
 	int i;
 
-	if (g->stopping) {
+	if (g->stopping || g->failed) {
 		return;
 	}
 	/* Ranks blocked in a collective with a hung rank go silent too, but later: the one
@@ -264,8 +267,33 @@ void group_stop(struct group *g, int sig)
  */
 static bool failed_too(const struct group *g, int exit_status, int term_signal)
 {
-	return g->failed && term_signal == 0 && exit_status != 0 &&
-	       exit_status != 128 + g->stop_signal;
+	if (!g->failed) {
+		return false;
+	}
+	if (term_signal != 0) {
+		/* SIGSEGV, SIGABRT while stopping: its own death, not the stop's */
+		return term_signal != g->stop_signal && term_signal != SIGKILL;
+	}
+	return exit_status != 0 && exit_status != 128 + g->stop_signal;
+}
+
+/* The failure window is over (or every worker has ended): stop the others, publish. */
+static void end_window(struct group *g)
+{
+	if (!g->in_window) {
+		return;
+	}
+	g->in_window = false;
+	uv_timer_stop(&g->window);
+	stop(g, SIGTERM);
+	if (g->first_failure != NULL) {
+		g->first_failure(g, g->arg);
+	}
+}
+
+static void on_window(uv_timer_t *t)
+{
+	end_window(t->data);
 }
 
 /* The error file's message and the last lines of its traceback, when it left one. */
@@ -318,16 +346,17 @@ static void on_exit_cb(uv_poll_t *h, int status, int events)
 		read_errfile(w);
 		w->failed = true;
 		g->fail[g->nfail++] = w;
-		if (!g->stopping) {
+		if (!g->stopping && !g->failed) {
+			/* The first failure: the others end on their own for a moment, then stop. */
 			g->failed = true;
-			stop(g, SIGTERM);
-			if (g->nfail == 1 && g->first_failure != NULL) {
-				g->first_failure(g, g->arg);
-			}
+			g->in_window = true;
+			uv_timer_stop(&g->watch);
+			uv_timer_start(&g->window, on_window, GROUP_FAILURE_WINDOW_MS, 0);
 		}
 	}
 	uv_close((uv_handle_t *)h, on_closed);
 	if (g->running == 0) {
+		end_window(g);
 		all_exited(g);
 	}
 }
@@ -344,6 +373,67 @@ static int stdin_for(const struct group *g, const struct worker *w)
 		return g->devnull;
 	}
 	return fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO : g->devnull;
+}
+
+/*
+ * --numa-binding: the CPUs of the NUMA node of @w's GPU into @cpus (true), or false with the
+ * reason logged. Workers inherit the affinity of the thread that clones them.
+ */
+static bool numa_cpus(const struct group *g, const struct worker *w, const struct group_opts *o,
+		      cpu_set_t *cpus)
+{
+	const char *visible = NULL;
+	char why[160];
+	int node, i;
+
+	for (i = 0; o->base_env != NULL && o->base_env[i] != NULL; i++) {
+		if (strncmp(o->base_env[i], "CUDA_VISIBLE_DEVICES=", 21) == 0) {
+			visible = o->base_env[i] + 21;
+		}
+	}
+	node = numa_worker_cpus("", g->spec->numa_binding, visible, w->local_rank, cpus, why,
+				sizeof(why));
+	if (node < 0 && numa_node_count("") <= 1) {
+		/* every CPU is as near as any other: said once, not per worker */
+		if (w->local_rank == 0) {
+			log_info("--numa-binding %s: %s, so there is nothing to bind; workers keep "
+				 "crun's CPU affinity", g->spec->numa_binding, why);
+		}
+		return false;
+	}
+	if (node < 0) {
+		log_warn("worker rank %d: --numa-binding %s: not bound: %s", w->rank,
+			 g->spec->numa_binding, why);
+		return false;
+	}
+	log_info("worker rank %d: --numa-binding %s: bound to the %d CPUs of NUMA node %d%s",
+		 w->rank, g->spec->numa_binding, CPU_COUNT(cpus), node,
+		 strcmp(g->spec->numa_binding, "socket") == 0 ? " and its package" : "");
+	return true;
+}
+
+/* spawn_process() with the worker's CPU affinity when --numa-binding gives it one. */
+static int spawn_bound(const struct group *g, const struct worker *w,
+		       const struct group_opts *o, const struct spawn_proc *sp, pid_t *pid,
+		       int *pidfd)
+{
+	cpu_set_t cpus, saved;
+	bool bound = false;
+	int rc;
+
+	if (g->spec->numa_binding != NULL && numa_cpus(g, w, o, &cpus) &&
+	    sched_getaffinity(0, sizeof(saved), &saved) == 0) {
+		bound = sched_setaffinity(0, sizeof(cpus), &cpus) == 0;
+		if (!bound) {
+			log_warn("worker rank %d: --numa-binding: sched_setaffinity: %s", w->rank,
+				 strerror(errno));
+		}
+	}
+	rc = spawn_process(sp, pid, pidfd);
+	if (bound) {
+		(void)sched_setaffinity(0, sizeof(saved), &saved);
+	}
+	return rc;
 }
 
 static int spawn_one(struct group *g, struct worker *w, const struct group_opts *o,
@@ -427,7 +517,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 			.stderr_fd = pe[1],
 		};
 
-		rc = spawn_process(&sp, &pid, &pidfd);
+		rc = spawn_bound(g, w, o, &sp, &pid, &pidfd);
 		close(po[1]);
 		close(pe[1]);
 		if (rc < 0) {
@@ -487,6 +577,7 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		return diag_set(d, -ENOMEM, "workers: out of memory");
 	}
 	g->devnull = -1;
+	g->dup_fd[0] = g->dup_fd[1] = -1;
 	g->loop = loop;
 	g->spec = spec;
 	g->n = spec->nproc_per_node;
@@ -509,17 +600,23 @@ int group_start(uv_loop_t *loop, const struct group_opts *o, group_done_cb done,
 		group_destroy(g);
 		return diag_set(d, rc, "workers: /dev/null: %s", strerror(-rc));
 	}
+	if ((i = group_output_filtered(g, o, d)) < 0) {
+		group_destroy(g);
+		return i;
+	}
 	uv_timer_init(loop, &g->grace);
 	uv_timer_init(loop, &g->drain);
 	uv_timer_init(loop, &g->watch);
 	uv_timer_init(loop, &g->partial);
+	uv_timer_init(loop, &g->window);
 	uv_signal_init(loop, &g->winch);
 	g->grace.data = g;
 	g->drain.data = g;
 	g->watch.data = g;
 	g->partial.data = g;
+	g->window.data = g;
 	g->winch.data = g;
-	g->handles = 5;
+	g->handles = 6;
 	for (i = 0; i < g->n; i++) {
 		struct worker *w = &g->w[i];
 
@@ -651,6 +748,11 @@ void group_destroy(struct group *g)
 	}
 	if (g->devnull >= 0) {
 		close(g->devnull);
+	}
+	for (i = 0; i < 2; i++) {
+		if (g->dup_fd[i] >= 0) {
+			close(g->dup_fd[i]);
+		}
 	}
 	free(g->w);
 	free(g->fail);

@@ -21,6 +21,13 @@
 
 #define GROUP_READ_BUF (64u * 1024u)
 #define GROUP_STACK_MAX (64u * 1024u) /* a traceback read from an error file, its end kept */
+/*
+ * After the first worker fails, the others get SIGTERM this much later, so that ranks failing
+ * at the same moment (after one barrier, on one bad batch) end with their own codes and are all
+ * listed, as torchrun 2.x lists the failures its monitor pass (every 0.1 s) sees. Signalled at
+ * once, a rank still unwinding its own exception would be reported as killed by SIGTERM.
+ */
+#define GROUP_FAILURE_WINDOW_MS 100
 
 struct worker {
 	struct group *g;
@@ -64,11 +71,14 @@ struct group {
 	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
 	uv_timer_t watch;   /* the hang watchdog (--worker-timeout), stopped when off */
 	uv_timer_t partial; /* live partial lines: runs while one waits (LOGROUTE_PARTIAL_MS) */
+	uv_timer_t window;  /* GROUP_FAILURE_WINDOW_MS from the first failure to the stop */
+	bool in_window;     /* the window runs: failures are collected, nothing signalled yet */
 	uv_signal_t winch;  /* crun's terminal was resized: so are the workers' ptys */
 	bool stopping, failed, stopped_outside, finishing, reaped;
 	int stop_signal;
 	int nfail;
 	int devnull;        /* the stdin of workers --stdin does not name */
+	int dup_fd[2];      /* filtered_std{out,err}.log (--duplicate-std*-filters), or -1 */
 	struct worker **fail; /* failures in the order seen */
 	char spawn_err[CRUN_DIAG_MSG_MAX];
 	group_done_cb done;
@@ -84,6 +94,8 @@ void group_close_stream(struct worker *w, int which);
 /* Set up the output routes of one worker (console, files) as the spec asks. */
 int group_output_routes(struct group *g, struct worker *w, const struct group_opts *o,
 			struct crun_diag *d);
+/* filtered_std{out,err}.log in o->logdir for --duplicate-std*-filters (g->dup_fd). 0 or <0. */
+int group_output_filtered(struct group *g, const struct group_opts *o, struct crun_diag *d);
 /* The pipe or pty carrying stream @k (0 stdout, 1 stderr) of @w: p[0] ours, p[1] the worker's. */
 int group_output_stream(struct group *g, struct worker *w, int k, int p[2]);
 /* Start reading our end @fd (owned) of stream @which of @w. */

@@ -202,6 +202,26 @@ static int open_log(const char *dir, const char *name, int *fd, struct crun_diag
 	return 0;
 }
 
+int group_output_filtered(struct group *g, const struct group_opts *o, struct crun_diag *d)
+{
+	static const char *const names[] = {"filtered_stdout.log", "filtered_stderr.log"};
+	int i, rc;
+
+	for (i = 0; i < 2 && o->logdir != NULL; i++) {
+		if (g->spec->dup_filters[i] == NULL) {
+			continue;
+		}
+		rc = fs_mkdir_p(o->logdir, 0755);
+		if (rc < 0) {
+			return diag_set(d, rc, "--log-dir: mkdir %s: %s", o->logdir, strerror(-rc));
+		}
+		if ((rc = open_log(o->logdir, names[i], &g->dup_fd[i], d)) < 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
 /* Set up the output routes of one worker (console, files) as the spec asks. */
 int group_output_routes(struct group *g, struct worker *w, const struct group_opts *o,
 			struct crun_diag *d)
@@ -267,6 +287,8 @@ int group_output_routes(struct group *g, struct worker *w, const struct group_op
 			rc = logroute_set_file_path(i == 0 ? &w->lout : &w->lerr, path);
 		}
 		fds[i] = -1;
+		logroute_set_duplicate(i == 0 ? &w->lout : &w->lerr, spec->dup_filters[i],
+				       g->dup_fd[i]);
 		if (rc < 0) {
 			free(prefix);
 			if (fds[1] >= 0) {

@@ -89,5 +89,15 @@ void jobspec_finish(struct job_spec *spec)
 	free(spec->tls_server_name);
 	free(spec->ranks_filter);
 	free(spec->log_prefix);
+	for (i = 0; i < 2; i++) {
+		if (spec->dup_filters[i] != NULL) {
+			for (char **f = spec->dup_filters[i]; *f != NULL; f++) {
+				free(*f);
+			}
+			free(spec->dup_filters[i]);
+		}
+	}
+	free(spec->numa_binding);
+	free(spec->event_log_handler);
 	memset(spec, 0, sizeof(*spec));
 }

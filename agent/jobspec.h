@@ -108,6 +108,11 @@ struct job_spec {
 	enum std_mask tee[1024 + 1];
 	bool *ranks_filter;         /* --local-ranks-filter: NULL = all; else nproc bools */
 	char *log_prefix;           /* console prefix template; default "[rank{rank}]:" */
+	char **dup_filters[2];      /* --duplicate-std{out,err}-filters: lines of stdout [0] or
+				     * stderr [1] holding any of these (NULL-terminated; NULL:
+				     * none) also go to filtered_std{out,err}.log in the log dir */
+	char *numa_binding;         /* --numa-binding: node|socket|exclusive|core-complex; NULL */
+	char *event_log_handler;    /* --event-log-handler: null (default), console, ... */
 	int stdin_rank;             /* --stdin: a global rank, or JOBSPEC_STDIN_*; default 0 */
 	enum tty_mode tty;          /* --tty; default TTY_AUTO */
 };

@@ -23,6 +23,7 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
 	memset(s, 0, sizeof(*s));
 	s->console_fd = console_fd;
 	s->file_fd = file_fd;
+	s->dup_fd = -1;
 	s->prefix = strdup(prefix != NULL ? prefix : "");
 	if (s->prefix == NULL) {
 		/* The descriptor is ours from the call on, even when the call fails. */
@@ -163,6 +164,47 @@ static void console_put(struct logroute_stream *s, const char *p, size_t n, bool
 	console_open = end || nl ? NULL : s;
 }
 
+void logroute_set_duplicate(struct logroute_stream *s, char *const *filters, int fd)
+{
+	s->dup_filters = filters;
+	s->dup_fd = fd;
+}
+
+/* The line @p (@n bytes) holds one of s->dup_filters. */
+static bool dup_match(const struct logroute_stream *s, const char *p, size_t n)
+{
+	char *const *f;
+
+	for (f = s->dup_filters; *f != NULL; f++) {
+		if (memmem(p, n, *f, strlen(*f)) != NULL) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* A matching line to the shared filtered_std*.log: prefix + line + newline, in one write. */
+static void dup_write(struct logroute_stream *s, const char *p, size_t n, bool nl)
+{
+	char *line;
+
+	if (s->dup_fd < 0 || s->dup_filters == NULL || !dup_match(s, p, n)) {
+		return;
+	}
+	line = malloc(s->prefix_len + n + 2);
+	if (line == NULL) {
+		return;
+	}
+	memcpy(line, s->prefix, s->prefix_len);
+	memcpy(line + s->prefix_len, p, n);
+	if (!nl) {
+		line[s->prefix_len + n++] = '\n';
+	}
+	/* Dropped on error as the console's are: a full disk must not stop the workers. */
+	(void)io_write_full_stall(s->dup_fd, line, s->prefix_len + n, LOGROUTE_STALL_MS);
+	free(line);
+}
+
 /*
  * Write one line (@p, @n; it may lack its newline) to the file and the console. The first
  * s->shown bytes of it (p is then s->buf) are on the console already.
@@ -173,6 +215,7 @@ static void emit(struct logroute_stream *s, const char *p, size_t n)
 	size_t shown = s->shown;
 
 	s->shown = 0;
+	dup_write(s, p, n, nl);
 	if (s->file_fd >= 0) {
 		file_write(s, p, n);
 		if (!nl) {
@@ -332,6 +375,7 @@ void logroute_finish(struct logroute_stream *s)
 	memset(s, 0, sizeof(*s));
 	s->console_fd = -1;
 	s->file_fd = -1;
+	s->dup_fd = -1;
 }
 
 char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const char *host,

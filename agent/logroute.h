@@ -42,6 +42,8 @@ struct logroute_stream {
 	size_t file_lost; /* bytes not written to the file since then */
 	size_t shown;     /* bytes of buf already on the console (a live partial line) */
 	int64_t fed_ms;   /* crun_now_ms() when bytes last came in */
+	char *const *dup_filters; /* borrowed, NULL-terminated: lines holding one of these ... */
+	int dup_fd;       /* ... also go here, prefixed (borrowed; -1: none) */
 };
 
 /**
@@ -56,6 +58,11 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
  * Returns 0 or -ENOMEM.
  */
 int logroute_set_file_path(struct logroute_stream *s, const char *path);
+/**
+ * --duplicate-std*-filters: every line that holds one of @filters (borrowed, NULL-terminated)
+ * is also written, with its prefix, to @fd (borrowed; shared by the workers: one write a line).
+ */
+void logroute_set_duplicate(struct logroute_stream *s, char *const *filters, int fd);
 /** Route @n bytes (borrowed): every complete line is written out at once. */
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n);
 /**

@@ -791,7 +791,8 @@ int cli_do_program(struct cli_parser *p)
 				p->v[O_PYTHON].origin);
 		}
 	}
-	if (program_resolve(s, p->program, !no_python, p->d) < 0) {
+	if (program_resolve(s, p->program, !no_python,
+			    p->v[O_PYTHON].set || cli_python_exec_set(), p->d) < 0) {
 		return CLI_USAGE; /* @d says why */
 	}
 
@@ -807,6 +808,13 @@ int cli_do_program(struct cli_parser *p)
 		s->nargs = i + 1;
 	}
 	return 0;
+}
+
+bool cli_python_exec_set(void)
+{
+	const char *env = getenv("PYTHON_EXEC");
+
+	return env != NULL && *env != '\0';
 }
 
 int cli_do_local_rank_arg(struct cli_parser *p)

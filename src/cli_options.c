@@ -62,6 +62,10 @@ const struct opt cli_opts[O_COUNT] = {
 	[O_START_METHOD] = {"start-method", 0, true, true, "spawn|fork|forkserver",
 			    "accepted for torchrun compatibility; workers are always exec'd",
 			    NULL},
+	[O_EVENT_LOG_HANDLER] = {"event-log-handler", 0, true, true, "null|console|dynamic_rendezvous",
+				 "torchrun's event handlers: crun keeps no event log; console: its "
+				 "events are its own log lines on stderr; null (the default) and "
+				 "dynamic_rendezvous: nothing more", NULL},
 	[O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, true, true, "SECONDS",
 				"grace between SIGTERM and SIGKILL when stopping workers "
 				"(default 30)", NULL},
@@ -84,10 +88,14 @@ const struct opt cli_opts[O_COUNT] = {
 			"run PROGRAM under python3 -u whatever its name", NULL},
 	[O_PYTHON] = {"python", 0, true, true, "PATH",
 		      "the interpreter of a Python PROGRAM, unless $PYTHON_EXEC is set "
-		      "(default python3 from PATH)", NULL},
+		      "(default: the python of torchrun on PATH, else python3 from PATH)", NULL},
 	[O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, false, true, NULL,
 				  "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to "
 				  "its GPU", NULL},
+	[O_NUMA_BINDING] = {"numa-binding", 0, true, true, "node|socket|exclusive|core-complex",
+			    "bind each worker to the CPUs of its GPU's NUMA node (socket: of its "
+			    "package; exclusive and core-complex as node); with one NUMA node there "
+			    "is nothing to bind and crun says so", NULL},
 	[O_LOCAL_RANK_ARG] = {"local-rank-arg", 0, false, true, "none|underscore|dash",
 			      "pass --local_rank=N (alone or =underscore: torch 1.x's "
 			      "torch.distributed.launch) or --local-rank=N (=dash: torch 2.x) "
@@ -105,9 +113,16 @@ const struct opt cli_opts[O_COUNT] = {
 		   "send streams to the log files and the console (as --redirects)", NULL},
 	[O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, true, true, "RANK,...",
 				  "show only these local ranks on the console", NULL},
+	[O_DUP_STDOUT] = {"duplicate-stdout-filters", 0, true, true, "TEXT,...",
+			  "also write workers' stdout lines holding any TEXT (,, is a comma) to "
+			  "filtered_stdout.log in the attempt's --log-dir folder", NULL},
+	[O_DUP_STDERR] = {"duplicate-stderr-filters", 0, true, true, "TEXT,...",
+			  "as --duplicate-stdout-filters, for stderr: filtered_stderr.log", NULL},
 	[O_LOG_PREFIX] = {"log-prefix", 0, true, true, "TEMPLATE",
 			  "console line prefix with {rank} {local_rank} {role} {host} "
-			  "(default \"[rank{rank}]:\")", NULL},
+			  "(default \"[rank{rank}]:\", or torchrun's "
+			  "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${rank} ${local_rank} "
+			  "${role_name})", NULL},
 	[O_LOGS_SPECS] = {"logs-specs", 0, true, true, "NAME",
 			  "accepted for torchrun compatibility; only \"default\"", NULL},
 	[O_STDIN] = {"stdin", 0, true, true, "RANK|all|none",
@@ -154,6 +169,7 @@ const struct opt_table cli_table = {
 	.operands = true,
 	.usage = cli_usage,
 	.version = "crun " CRUN_VERSION,
+	.abbrev = true, /* as torchrun's argparse: --stand is --standalone */
 };
 
 void cli_usage(FILE *out)
@@ -162,10 +178,11 @@ void cli_usage(FILE *out)
 		     "       crun status --rdzv-endpoint EP --rdzv-id ID [--json] [--watch [SEC]]\n"
 		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
 		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
-		     "under python3 -u ($PYTHON_EXEC, --python); ARGS pass through unchanged except\n"
-		     "${local_rank}. The options before Security also read PET_<OPTION>\n"
-		     "(PET_NPROC_PER_NODE=4); the command line wins. Dashes and underscores are alike\n"
-		     "(--nproc_per_node).\n");
+		     "under python3 -u ($PYTHON_EXEC, --python, else the python of torchrun on PATH);\n"
+		     "ARGS pass through unchanged except ${local_rank}. The options before Security\n"
+		     "also read PET_<OPTION> (PET_NPROC_PER_NODE=4); the command line wins. Dashes\n"
+		     "and underscores are alike (--nproc_per_node), and a unique prefix of a long\n"
+		     "option is enough (--stand).\n");
 	opt_print_options(out, &cli_table);
 	fprintf(out, "\nExit status: 0 on success; the first failed worker's exit code (128+N for\n"
 		     "signal N); 1 when rendezvous or the agent itself failed; 2 for a bad command\n"

@@ -36,6 +36,7 @@ enum cli_opt_id {
 	O_WORKER_TIMEOUT,
 	O_MONITOR_INTERVAL,
 	O_START_METHOD,
+	O_EVENT_LOG_HANDLER,
 	O_SHUTDOWN_TIMEOUT,
 	O_SIGNALS,
 	O_EXIT_CODE,
@@ -46,12 +47,15 @@ enum cli_opt_id {
 	O_RUN_PATH,
 	O_PYTHON,
 	O_VIRTUAL_LOCAL_RANK,
+	O_NUMA_BINDING,
 	O_LOCAL_RANK_ARG,
 	O_USE_ENV,
 	O_LOG_DIR,
 	O_REDIRECTS,
 	O_TEE,
 	O_LOCAL_RANKS_FILTER,
+	O_DUP_STDOUT,
+	O_DUP_STDERR,
 	O_LOG_PREFIX,
 	O_LOGS_SPECS,
 	O_STDIN,
@@ -142,6 +146,10 @@ int cli_do_signals(struct cli_parser *p);
 /* --restart-backoff, --restart-backoff-max and --worker-timeout. */
 int cli_do_restart_waits(struct cli_parser *p);
 int cli_do_log_prefix(struct cli_parser *p);
+/* cli_torch2.c: torchrun 2.x's later flags and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE. */
+int cli_do_torch2(struct cli_parser *p);
+/* $PYTHON_EXEC is set and not empty: it chose the interpreter (cli_flags.c). */
+bool cli_python_exec_set(void);
 /* --stdin and --tty (issue 11): which worker reads stdin, whether workers get a terminal. */
 int cli_do_stdio(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);

@@ -99,6 +99,50 @@ int opt_find_long(const struct opt_table *t, const char *name, size_t len)
 	return -1;
 }
 
+/* @name (@len bytes) starts @want, with '_' read as '-'. */
+static bool starts_name(const char *name, size_t len, const char *want)
+{
+	size_t i;
+
+	if (want == NULL || strlen(want) < len) {
+		return false;
+	}
+	for (i = 0; i < len; i++) {
+		if ((name[i] == '_' ? '-' : name[i]) != want[i]) {
+			return false;
+		}
+	}
+	return true;
+}
+
+int opt_find_abbrev(const struct opt_table *t, const char *name, size_t len, char *cands,
+		    size_t candlen)
+{
+	size_t o = 0;
+	int k, found = -1, n = 0;
+
+	k = opt_find_long(t, name, len);
+	if (k >= 0 || !t->abbrev || len == 0) {
+		return k;
+	}
+	if (cands != NULL && candlen > 0) {
+		cands[0] = '\0';
+	}
+	for (k = 0; k < t->n; k++) {
+		if (!starts_name(name, len, t->opts[k].name) &&
+		    !starts_name(name, len, t->opts[k].alias)) {
+			continue;
+		}
+		found = k;
+		n++;
+		if (cands != NULL && o < candlen) {
+			o += (size_t)snprintf(cands + o, candlen - o, "%s--%s", n > 1 ? ", " : "",
+					      t->opts[k].name);
+		}
+	}
+	return n > 1 ? -2 : found;
+}
+
 int opt_find_short(const struct opt_table *t, char c)
 {
 	int k;
@@ -175,15 +219,19 @@ static int read_long(const struct opt_table *t, struct opt_val *v, int argc, cha
 {
 	const char *a = argv[*i], *eq, *val, *next;
 	const struct opt *o;
-	char b[64], shown[72];
+	char b[64], shown[72], cands[160];
 	size_t nlen;
 	int k;
 
 	eq = strchr(a + 2, '=');
 	nlen = eq ? (size_t)(eq - a) : strlen(a);
-	k = opt_find_long(t, a + 2, nlen - 2);
+	k = opt_find_abbrev(t, a + 2, nlen - 2, cands, sizeof(cands));
 	if (k < 0) {
 		snprintf(shown, sizeof(shown), "%.*s", (int)(nlen > 60 ? 60 : nlen), a);
+		if (k == -2) {
+			return opt_fail(NULL, d, "%s: ambiguous option: could be %s",
+					opt_show(b, sizeof(b), shown), cands);
+		}
 		return opt_fail(NULL, d, "%s: unknown option (see %s --help)",
 				opt_show(b, sizeof(b), shown), t->prog);
 	}

@@ -19,6 +19,7 @@
  *   --name VALUE and --name=VALUE; dashes and underscores in a name alike (--nproc_per_node);
  *   -x VALUE, -xVALUE and -x=VALUE for an option with a short letter;
  *   -- ends the options; "-" is an operand;
+ *   with the table's abbrev, a unique prefix of a long name (--stand for --standalone);
  *   -h/--help prints the help on stdout (first line "Usage: ...") and exits 0;
  *   -V/--version prints "PROGRAM VERSION" on stdout and exits 0;
  *   every mistake is one line "PROGRAM: --name: what" on stderr and exit status 2.
@@ -81,10 +82,21 @@ struct opt_table {
 				    * crun-store's COMMAND); false: an operand is an error */
 	void (*usage)(FILE *out);  /* --help */
 	const char *version;       /* --version prints this line */
+	bool abbrev;               /* a unique prefix of a long name selects it (argparse's
+				    * allow_abbrev: torchrun takes --stand); an exact name always
+				    * wins, an ambiguous prefix is an error naming the candidates;
+				    * environment variables and job-file keys stay exact */
 };
 
-/* The entry named @name (@len bytes, without "--"; '_' matches '-'), or -1. */
+/* The entry named @name (@len bytes, without "--"; '_' matches '-'), or -1. Exact names only. */
 int opt_find_long(const struct opt_table *t, const char *name, size_t len);
+/*
+ * As opt_find_long(), and with t->abbrev the one entry whose long name (or alias) starts with
+ * @name when no name equals it. Returns the entry, -1 when none matches, or -2 when several
+ * do (@cands, when not NULL, then lists them: "--nproc-per-node, --nnodes").
+ */
+int opt_find_abbrev(const struct opt_table *t, const char *name, size_t len, char *cands,
+		    size_t candlen);
 /* The entry with short letter @c, or -1. */
 int opt_find_short(const struct opt_table *t, char c);
 

@@ -130,7 +130,84 @@ enum program_kind program_kind_of(const char *name, bool module, bool no_python,
 	return PROGRAM_EXEC;
 }
 
-int program_resolve(struct job_spec *s, const char *name, bool hint, struct crun_diag *d)
+/*
+ * The interpreter named by the script at @path: "#!/usr/bin/python3.11" (arguments after it
+ * dropped), or pip's long-path form "#!/bin/sh" then "'''exec' /long/path/python3 ...". NULL
+ * for "#!/usr/bin/env python3" (that is the first python3 on PATH anyway), anything else, or
+ * an interpreter that is not an executable file. Returns a malloc'd path.
+ */
+static char *shebang_python(const char *path)
+{
+	char buf[1024], *line2, *q, *end;
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (f == NULL) {
+		return NULL;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	if (n < 3 || buf[0] != '#' || buf[1] != '!') {
+		return NULL;
+	}
+	line2 = strchr(buf, '\n');
+	if (line2 == NULL) {
+		return NULL;
+	}
+	*line2++ = '\0';
+	for (q = buf + 2; *q == ' ' || *q == '\t'; q++) {
+	}
+	end = q + strcspn(q, " \t\r");
+	*end = '\0';
+	if (strcmp(q, "/bin/sh") == 0 && strncmp(line2, "'''exec' ", 9) == 0) {
+		q = line2 + 9;
+		if (*q == '"' || *q == '\'') {
+			q++;
+		}
+		q[strcspn(q, "\"' \t\n")] = '\0';
+	}
+	if (*q != '/' || strstr(strrchr(q, '/'), "python") == NULL || check_exec(q) != 0) {
+		return NULL;
+	}
+	return strdup(q);
+}
+
+/*
+ * No --python, no $PYTHON_EXEC: the python behind a `torchrun` on PATH, when there is one, is
+ * the one that has torch; the first python3 on PATH may not be (a venv without it, a fake).
+ * Returns 0 with *@out set, or -ENOENT when there is no such torchrun.
+ */
+static int torchrun_python(char **out)
+{
+	char *torchrun = NULL;
+
+	if (find_exec("torchrun", &torchrun) < 0) {
+		return -ENOENT;
+	}
+	*out = shebang_python(torchrun);
+	free(torchrun);
+	return *out != NULL ? 0 : -ENOENT;
+}
+
+/* Say so when torchrun's python is not the first python3 on PATH, and how to choose. */
+static void note_torchrun_python(const char *chosen)
+{
+	char *first = NULL, a[PATH_MAX], b[PATH_MAX];
+
+	if (find_exec("python3", &first) == 0 && realpath(first, a) != NULL &&
+	    realpath(chosen, b) != NULL && strcmp(a, b) != 0) {
+		fprintf(stderr,
+			"crun: note: Python programs run under %.256s, the python of torchrun on "
+			"PATH, not under the first python3 on PATH (%.256s); choose with --python "
+			"PATH or PYTHON_EXEC=PATH\n",
+			chosen, first);
+	}
+	free(first);
+}
+
+int program_resolve(struct job_spec *s, const char *name, bool hint, bool python_chosen,
+		    struct crun_diag *d)
 {
 	const char *pyenv = getenv("PYTHON_EXEC");
 	struct stat st;
@@ -150,9 +227,26 @@ int program_resolve(struct job_spec *s, const char *name, bool hint, struct crun
 	if (pyenv != NULL && *pyenv != '\0' && cli_set_str(&s->python_exec, pyenv) < 0) {
 		return diag_set(d, -ENOMEM, "out of memory");
 	}
-	rc = find_exec(s->python_exec, &found);
+	rc = -ENOENT;
+	if (!python_chosen && strcmp(s->python_exec, "python3") == 0 &&
+	    torchrun_python(&found) == 0) {
+		note_torchrun_python(found);
+		rc = 0;
+	}
 	if (rc < 0) {
-		return exec_error(d, "python interpreter", s->python_exec, rc, false);
+		rc = find_exec(s->python_exec, &found);
+	}
+	if (rc < 0) {
+		rc = exec_error(d, "python interpreter", s->python_exec, rc, false);
+		if (d->code == CRUN_ECONFIG && !python_chosen) {
+			char msg[sizeof(d->msg)];
+
+			memcpy(msg, d->msg, sizeof(msg));
+			rc = diag_set(d, CRUN_ECONFIG,
+				      "%.300s (choose one with --python PATH or PYTHON_EXEC=PATH)",
+				      msg);
+		}
+		return rc;
 	}
 	/* Workers run the one found here, so a failure can name it (agent/agent.c). */
 	free(s->python_path);

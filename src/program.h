@@ -21,14 +21,19 @@ enum program_kind program_kind_of(const char *name, bool module, bool no_python,
  *   missing $PATH meaning glibc's default); spec->program becomes the path found.
  * - PROGRAM_PYTHON, PROGRAM_MODULE: $PYTHON_EXEC, when set and not empty, replaces
  *   spec->python_exec (the default "python3", or --python), which must then be found the same
- *   way: spec->python_path becomes the path found, what workers run. A Python file must also
- *   be a readable regular file. spec->program becomes a copy of @name.
+ *   way: spec->python_path becomes the path found, what workers run. When neither it nor
+ *   --python chose (@python_chosen false), the interpreter of the first `torchrun` on $PATH
+ *   (its #! line, or pip's "'''exec' PYTHON" form) wins over the first python3 on $PATH: it
+ *   is the one that imports torch.distributed.run, as torchrun's workers run under the
+ *   python torchrun runs in. A Python file must also be a readable regular file.
+ *   spec->program becomes a copy of @name.
  * @hint adds a shell's advice to an executable's errors ("use ./NAME", "chmod +x it, or use
  * --run-path"): pass it unless --no-python was given.
  *
  * Returns 0; CRUN_ECONFIG with "program NAME: why" or "python interpreter NAME: why" in @d
  * (NAME cut to 48 bytes, non-printables as '?'); or -ENOMEM ("out of memory").
  */
-int program_resolve(struct job_spec *spec, const char *name, bool hint, struct crun_diag *d);
+int program_resolve(struct job_spec *spec, const char *name, bool hint, bool python_chosen,
+		    struct crun_diag *d);
 
 #endif

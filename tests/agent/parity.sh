@@ -78,6 +78,8 @@ expect_eq "$RC" 2 "--use-env with --local-rank-arg=dash"
 expect_grep "cannot be combined with --use-env" "$T/err" "--use-env clash message"
 
 note "the interpreter: PATH's python3 (without torch) fails naming itself; --python works"
+# --python python3: the default prefers the python of a torchrun on PATH (pyselect.sh); here the
+# python3 that PATH finds is chosen on purpose.
 mkdir -p "$T/bin"
 # A python3 first on PATH that cannot see Debian's dist-packages (no site: no torch).
 printf '#!/bin/sh\nexec %s -S "$@"\n' "$PY" >"$T/bin/python3"
@@ -87,7 +89,7 @@ import torch
 print("torch", torch.__version__.split("+")[0])
 PY
 PATH="$T/bin:$PATH" run_crun 60 "$T/out" "$T/err" --standalone --nproc-per-node 2 \
-	"$T/usetorch.py"
+	--python python3 "$T/usetorch.py"
 expect_eq "$RC" 1 "a python without torch"
 head -n 40 "$T/err" | grep -a "worker failure on" | head -n1 >"$T/first"
 expect_grep "python $T/bin/python3):$" "$T/first" "the failure's first line names the interpreter"
