@@ -101,6 +101,7 @@ bool torch_version_at_least(const char *ver, int major, int minor)
 bool torch_probe_shares_store(const struct job_spec *spec)
 {
 	const char *py = spec->python_path;
+	const char *disabled = getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"); /* torch 2.4+'s */
 	char ver[128], why[128];
 	int rc;
 
@@ -110,6 +111,13 @@ bool torch_probe_shares_store(const struct job_spec *spec)
 		return false;
 	}
 	rc = torch_probe_version(py, TORCH_PROBE_TIMEOUT_MS, ver, why, sizeof(ver));
+	if (rc == 1 && torch_version_at_least(ver, TORCH_SHARES_MAJOR, TORCH_SHARES_MINOR) &&
+	    disabled != NULL && strcmp(disabled, "1") == 0) {
+		log_info("the workers' python %s has torch %s, and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+			 "keeps its torchrun's c10d store from its workers: so does crun",
+			 py, ver);
+		return false;
+	}
 	if (rc == 1 && torch_version_at_least(ver, TORCH_SHARES_MAJOR, TORCH_SHARES_MINOR)) {
 		log_info("the workers' python %s has torch %s, whose torchrun shares its c10d store "
 			 "with its workers: so does crun (--no-agent-store to opt out)",

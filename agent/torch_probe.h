@@ -31,8 +31,9 @@ bool torch_version_at_least(const char *ver, int major, int minor);
 
 /**
  * The plan's input for c10d by the rule: is the job's program Python whose interpreter's
- * torch is 2.4 or later? Asks once (the caller keeps the answer) and logs, at info level, the
- * version seen and what follows; false for other programs, no torch, or no answer in time.
+ * torch is 2.4 or later (and TORCH_DISABLE_SHARE_RDZV_TCP_STORE is not 1, as that torchrun
+ * reads it)? Asks once (the caller keeps the answer) and logs, at info level, the version seen
+ * and what follows; false for other programs, no torch, or no answer in time.
  */
 bool torch_probe_shares_store(const struct job_spec *spec);
 

@@ -5,7 +5,8 @@
 # with --agent-store (flag, PET_AGENT_STORE, job file key) or when the program is Python and
 # its interpreter's torch is 2.4 or later, asked once without importing torch (a fake torch
 # package on PYTHONPATH stands for each version; a python that never answers is given up on
-# after 5 s); --agent-store with --no-agent-store or TLS is refused, naming both.
+# after 5 s; torch 2.4+'s TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 honoured); --agent-store with
+# --no-agent-store or TLS is refused, naming both.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -75,6 +76,9 @@ cp "$T/env.py" "$T/t3/envmod.py"
 PYTHONPATH=$T/t3 check module True --standalone --python "$PY" -m envmod
 PYTHONPATH=$T/t24 check t24-off False --standalone --no-agent-store --python "$PY" \
 	"$T/env.py"
+PYTHONPATH=$T/t24 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 check t24-dis False --standalone \
+	--python "$PY" "$T/env.py"
+expect_grep "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 keeps" "$T/t24-dis.err" "torch's opt-out, said"
 PYTHONPATH=$T/t13 check t13-on True --standalone --agent-store --python "$PY" "$T/env.py"
 expect_eq "$(grep -ac "the workers' python" "$T/t13-on.err")" 0 "no probe with --agent-store"
 
