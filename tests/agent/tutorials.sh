@@ -60,7 +60,8 @@ job() {
 }
 
 job_once() {
-	local who=$1 case=$2 shape=$3 id=$4 port rdzv pids=() codes="" i
+	local who=$1 case=$2 shape=$3 id=$4 port rdzv pids=() codes="" i start
+	start=$(now_ms)
 	next_port port
 	export TUTORIAL_PORT=$port TUTORIAL_FILE=$T/$id.initfile
 	if [ "$shape" = 1x2 ]; then
@@ -89,6 +90,7 @@ job_once() {
 		codes="$codes $RC"
 	done
 	echo "${codes# }" >"$T/$case.$shape.$who.rc"
+	echo $((($(now_ms) - start) / 1000)) >"$T/$case.$shape.$who.s"
 	cat "$T/$id".*.out | out_lines >"$T/$case.$shape.$who.lines"
 }
 
@@ -169,7 +171,8 @@ for case in setup tcp file store env; do
 			done
 			bad="$bad $case/$shape"
 		else
-			echo "ok case $case, $shape: exit $(cat "$c.rc"), $(wc -l <"$c.lines") lines alike" >&2
+			echo "ok case $case, $shape: exit $(cat "$c.rc"), $(wc -l <"$c.lines") lines alike" \
+				"(crun $(cat "$c.s") s, torchrun $(cat "$t.s") s)" >&2
 		fi
 	done
 done
