@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <crun/error.h>
 #include <crun/store.h>
 
 #include "rendezvous/store/server_internal.h"
@@ -166,12 +167,17 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	if (s->keys.buckets == NULL || s->peers.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
 	}
+	rc = htab_seed_random(&s->seed);
+	if (rc < 0) {
+		diag_set(d, rc, "store: no random seed for the key table: getrandom: %s",
+			 crun_strerror(rc));
+		goto err;
+	}
 	rc = srv_tls_init(s, opts, d);
 	if (rc < 0) {
 		goto err;
 	}
 	s->loop = loop;
-	s->seed = (uint64_t)crun_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
 	srv_limits_init(s, opts);
 	s->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 0;
 	s->max_pending = opts->max_pending_per_conn > 0 ? (uint32_t)opts->max_pending_per_conn

@@ -161,7 +161,7 @@ struct store_server {
 	struct conn *flush;
 	struct htab keys;         /* struct entry: present keys and keys only waited on */
 	int64_t nkeys;
-	uint64_t seed;
+	struct htab_seed seed;     /* secret: TCPStore clients choose keys unauthenticated */
 	struct heap ttl;
 	struct heap waits;
 	uint8_t *rbuf;
@@ -344,7 +344,7 @@ static inline struct hnode *heap_min(const struct heap *h)
 
 static inline uint64_t hash_key(const struct store_server *s, const uint8_t *k, size_t n)
 {
-	return htab_hash(k, n, s->seed);
+	return htab_hash(k, n, &s->seed);
 }
 
 static inline struct entry *entry_find(struct store_server *s, const uint8_t *k, uint32_t n,
