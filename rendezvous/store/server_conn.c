@@ -551,6 +551,20 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 }
 
+/*
+ * A connection that has sent nothing at all to a store serving TCPStore clients may be one:
+ * PyTorch 1.x opens a second connection for callbacks and never writes to it, and its server
+ * keeps it for the whole job. Closing it made that client's callback thread spin on poll() for
+ * ever (a core per worker), so such connections stay, bounded by the connection caps (total
+ * and per address, server_limits.c). With TLS, no TCPStore client can be served, and the
+ * handshake deadline applies to every connection.
+ */
+static bool ts_silent_kept(const struct conn *c)
+{
+	return c->s->ts_prefix != NULL && c->ssl == NULL && c->s->tls_ctx == NULL &&
+	       c->proto == TS_PROTO_UNKNOWN && c->npeek == 0;
+}
+
 /* Held wrong proofs, handshake deadline, idle timeout, end of the drain after an error reply,
  * heap trim. */
 void srv_on_sweep(uv_timer_t *t)
@@ -568,17 +582,11 @@ void srv_on_sweep(uv_timer_t *t)
 			if (now >= c->drain_until) {
 				srv_conn_close(c);
 			}
-		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS) {
+		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS &&
+			   !ts_silent_kept(c)) {
 			srv_conn_peer(c, peer, sizeof(peer));
-			if (s->ts_prefix != NULL && c->proto == TS_PROTO_UNKNOWN && c->npeek == 0) {
-				/* Silent: PyTorch 1.x opens a second connection for callbacks that
-				 * it uses only for watch_key (not served): not worth a line each. */
-				log_debug("store: closing %s: sent nothing within %d ms", peer,
-					  HANDSHAKE_TIMEOUT_MS);
-			} else {
-				log_info("store: dropping %s: no handshake within %d ms", peer,
-					 HANDSHAKE_TIMEOUT_MS);
-			}
+			log_info("store: dropping %s: no handshake within %d ms", peer,
+				 HANDSHAKE_TIMEOUT_MS);
 			srv_conn_close(c);
 		} else if (c->in_len > 0 && !c->paused &&
 			   now - c->frame_start >= s->frame_timeout_ms) {

@@ -88,8 +88,13 @@ client alive
 kill "$PID"
 
 # An idle TCPStore connection outlives --idle-timeout: PyTorch holds one for a whole job.
+# And the handshake deadline (10 s): torch 1.x's callback connection sends nothing, and once
+# the store closed it the client spun a core (issue 19); 20 s idle must cost < 1 s of CPU.
 start --tcpstore-run r1 --idle-timeout 1
+client idle_cpu 20 &
+IDLE_CPU=$!
 client idle
+wait "$IDLE_CPU" || fail "idle_cpu"
 kill "$PID"
 
 # Without --tcpstore-run: refused, and said so.

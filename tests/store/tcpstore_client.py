@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
 # against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
-# alive, idle, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
+# alive, idle, idle_cpu SECONDS, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
 import datetime
 import multiprocessing
 import socket
@@ -62,6 +62,27 @@ def idle():
     time.sleep(2.5)  # past the daemon's --idle-timeout 1
     assert st.get("before") == b"1"
     print("idle: ok")
+
+
+def idle_cpu(seconds):
+    # PyTorch 1.x opens a second connection for callbacks and never writes to it; a store that
+    # closed it after its handshake deadline (10 s) left the client's callback thread spinning
+    # on poll() for ever. Past that deadline: the process stays idle, and the store still
+    # holds a silent raw connection as well as answering the client.
+    st = client()
+    silent = socket.create_connection(("127.0.0.1", PORT))
+    st.set("idle", "1")
+    cpu = time.process_time()
+    time.sleep(seconds)
+    used = time.process_time() - cpu
+    assert used < 1.0, "%.2f s of CPU in %d s idle" % (used, seconds)
+    try:
+        closed = silent.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        closed = False
+    assert not closed, "the store closed a silent connection"
+    assert st.get("idle") == b"1"
+    print("idle_cpu: ok (%.2f s of CPU in %d s)" % (used, seconds))
 
 
 def barrier_member(i, n, q):
@@ -213,6 +234,8 @@ if __name__ == "__main__":
         barrier(int(sys.argv[3]))
     elif mode == "idle":
         idle()
+    elif mode == "idle_cpu":
+        idle_cpu(int(sys.argv[3]))
     elif mode == "alive":
         alive()
     elif mode == "ns":
