@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "rendezvous/store/server_internal.h"
-#include "rendezvous/store/server_tcpstore.h"
+#include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 
@@ -164,6 +164,7 @@ void srv_flush_all(struct store_server *s)
 		c->flush_next = NULL;
 		srv_flush(c);
 	}
+	srv_ks_arm(s); /* after every batch of work: a SET with a TTL, a held wait */
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rendezvous/store/server_tcpstore.h"
+#include "rendezvous/store/tcpstore_codec.h"
 
 /*
  * Recorded from the real client (Debian's python3-torch 1.13.1) with
