@@ -66,6 +66,8 @@ log_has() {
 start --tcpstore-run r1
 client ops
 client barrier 8
+# torch's own clients doing gloo's exchange, every value checked (tcpstore_stress.c does more)
+client stress 8 10
 client v2
 
 # The namespace: what crun's own clients wrote is out of reach, and the other way round.

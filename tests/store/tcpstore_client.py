@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
 # against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
-# alive, idle, idle_cpu SECONDS, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
+# alive, idle, idle_cpu SECONDS, stress N ROUNDS, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
 import datetime
 import multiprocessing
 import socket
@@ -83,6 +83,41 @@ def idle_cpu(seconds):
     assert not closed, "the store closed a silent connection"
     assert st.get("idle") == b"1"
     print("idle_cpu: ok (%.2f s of CPU in %d s)" % (used, seconds))
+
+
+def stress_value(r, i):
+    n = 45 + (r * 31 + i * 17) % 200
+    return bytes([i, r]) + bytes((k * 131 + i * 7 + r * 13) & 0xFF for k in range(n - 2))
+
+
+def stress_member(i, n, rounds, q):
+    # gloo's full-mesh exchange through torch's own client: set mine, get every peer's (get
+    # is WAIT then GET), checked byte for byte; then a barrier (add, set, wait).
+    st = client(datetime.timedelta(seconds=60))
+    for r in range(rounds):
+        st.set("s/r%d/addr/%d" % (r, i), stress_value(r, i))
+        for j in range(1, n):
+            peer = (i + j) % n
+            got = st.get("s/r%d/addr/%d" % (r, peer))
+            assert got == stress_value(r, peer), "round %d: rank %d read %d bytes for rank %d" % (
+                r, i, len(got), peer)
+        if st.add("s/r%d/count" % r, 1) == n:
+            st.set("s/r%d/done" % r, "1")
+        st.wait(["s/r%d/done" % r])
+    q.put(i)
+
+
+def stress(n, rounds):
+    client()  # import torch once, before the fork
+    q = multiprocessing.Queue()
+    ps = [multiprocessing.Process(target=stress_member, args=(i, n, rounds, q)) for i in range(n)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(120)
+        assert p.exitcode == 0, p.exitcode
+    assert sorted(q.get() for _ in range(n)) == list(range(n))
+    print("stress %d x %d rounds: ok" % (n, rounds))
 
 
 def barrier_member(i, n, q):
@@ -234,6 +269,8 @@ if __name__ == "__main__":
         barrier(int(sys.argv[3]))
     elif mode == "idle":
         idle()
+    elif mode == "stress":
+        stress(int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "idle_cpu":
         idle_cpu(int(sys.argv[3]))
     elif mode == "alive":
