@@ -108,7 +108,8 @@ static struct ks_entry *find(struct keyspace *ks, struct ks_str k, uint64_t h)
 
 	for (node = htab_chain(&ks->keys, h); node != NULL; node = node->next) {
 		e = container_of(node, struct ks_entry, node);
-		if (node->hash == h && e->klen == k.len && (k.len == 0 || memcmp(e->key, k.p, k.len) == 0)) {
+		if (node->hash == h && e->klen == k.len &&
+		    (k.len == 0 || memcmp(e->key, k.p, k.len) == 0)) {
 			return e;
 		}
 	}
@@ -352,7 +353,7 @@ static int store(struct keyspace *ks, struct ks_entry *e, struct ks_str v)
 }
 
 /* Make @e absent (freeing it when nobody waits on it). */
-static void delete(struct keyspace *ks, struct ks_entry *e)
+static void key_delete(struct keyspace *ks, struct ks_entry *e)
 {
 	if (!e->present) {
 		return;
@@ -434,7 +435,7 @@ bool ks_delete(struct keyspace *ks, struct ks_str k)
 	if (e == NULL || !e->present) {
 		return false;
 	}
-	delete(ks, e);
+	key_delete(ks, e);
 	return true;
 }
 
@@ -555,7 +556,7 @@ int ks_queue_pop(struct keyspace *ks, struct ks_str k, uint8_t **item, uint32_t 
 	}
 	*len = l;
 	if (n == 1) {
-		delete(ks, e); /* an empty queue is no key: WAIT waits for a push */
+		key_delete(ks, e); /* an empty queue is no key: WAIT waits for a push */
 		return 0;
 	}
 	memmove(e->val, e->val + 4 + l, e->vlen - 4 - l);
@@ -670,7 +671,7 @@ void ks_expire(struct keyspace *ks, int64_t now)
 	struct ks_hnode *m;
 
 	while ((m = heap_min(&ks->ttl)) != NULL && m->at <= now) {
-		delete(ks, container_of(m, struct ks_entry, ttl));
+		key_delete(ks, container_of(m, struct ks_entry, ttl));
 	}
 	while ((m = heap_min(&ks->waits)) != NULL && m->at <= now) {
 		wait_end(ks, container_of(m, struct ks_wait, dl), -ETIMEDOUT, 0);

@@ -71,11 +71,11 @@ struct ks_link {
 
 struct ks_entry {
 	struct htab_node node; /* in keys, by htab_hash(key, seed) */
-	uint8_t *val;          /* malloc'd when present (NULL for an empty value) */
+	uint8_t *val;	       /* malloc'd when present (NULL for an empty value) */
 	uint32_t vlen;
 	uint32_t vcap;
-	bool present;          /* false: only waiters keep this entry alive */
-	struct ks_hnode ttl;   /* in the TTL heap while the key has a TTL */
+	bool present;	     /* false: only waiters keep this entry alive */
+	struct ks_hnode ttl; /* in the TTL heap while the key has a TTL */
 	struct ks_link *watchers;
 	uint32_t klen;
 	uint8_t key[];
@@ -87,15 +87,15 @@ struct ks_entry {
  * keyspace never reads them.
  */
 struct ks_wait {
-	struct ks_wait *prev;  /* owner's: its list of waits */
-	struct ks_wait *next;  /* owner's */
-	void *owner;           /* owner's: the connection */
-	int64_t timeout_ms;    /* owner's: for messages */
-	size_t cost;           /* owner's: bytes charged to a budget */
-	uint32_t id;           /* owner's: the request id */
-	bool untimed;          /* owner's */
-	uint8_t mode;          /* enum ks_wait_mode */
-	struct ks_hnode dl;    /* in the wait heap when it has a deadline */
+	struct ks_wait *prev; /* owner's: its list of waits */
+	struct ks_wait *next; /* owner's */
+	void *owner;	      /* owner's: the connection */
+	int64_t timeout_ms;   /* owner's: for messages */
+	size_t cost;	      /* owner's: bytes charged to a budget */
+	uint32_t id;	      /* owner's: the request id */
+	bool untimed;	      /* owner's */
+	uint8_t mode;	      /* enum ks_wait_mode */
+	struct ks_hnode dl;   /* in the wait heap when it has a deadline */
 	uint32_t n;
 	uint32_t missing;
 	struct ks_link links[];
@@ -112,14 +112,14 @@ struct keyspace;
 typedef void ks_wait_cb(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t index);
 
 struct keyspace {
-	struct htab keys;       /* struct ks_entry: present keys and keys only waited on */
-	int64_t nkeys;          /* present keys */
-	struct htab_seed seed;  /* secret: clients choose keys */
+	struct htab keys;      /* struct ks_entry: present keys and keys only waited on */
+	int64_t nkeys;	       /* present keys */
+	struct htab_seed seed; /* secret: clients choose keys */
 	struct ks_heap ttl;
 	struct ks_heap waits;
 	uint32_t max_value_len; /* APPEND's bound (SET's is the codec's) */
 	ks_wait_cb *on_wait_done;
-	void *data;             /* the caller's */
+	void *data; /* the caller's */
 };
 
 /**
@@ -186,8 +186,7 @@ int ks_queue_pop(struct keyspace *ks, struct ks_str k, uint8_t **item, uint32_t 
  * Whether a WAIT on @l in @mode is answered now (ALL: every key present; ANY: one is, its
  * index in *@index). An empty list is never ready.
  */
-bool ks_wait_ready(struct keyspace *ks, const struct ks_list *l, uint8_t mode,
-		   uint32_t *index);
+bool ks_wait_ready(struct keyspace *ks, const struct ks_list *l, uint8_t mode, uint32_t *index);
 /** Bytes a held wait on @l costs at most (itself, its links, an entry per key). */
 size_t ks_wait_cost(const struct ks_list *l);
 /**

@@ -127,14 +127,14 @@ int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, int64_t
 {
 	struct store_server *s = c->s;
 	size_t cost = ks_wait_cost(l);
+	int64_t at = timeout_ms < 0 ? KS_NO_DEADLINE : deadline_after(s, timeout_ms);
 	struct ks_wait *w;
 
 	/* Charge first: going over the budget may drop this connection or the biggest other. */
 	if (!srv_mem_charge(c, cost)) {
 		return 1;
 	}
-	if (ks_wait_start(&s->ks, l, mode,
-			  timeout_ms < 0 ? KS_NO_DEADLINE : deadline_after(s, timeout_ms), &w) < 0) {
+	if (ks_wait_start(&s->ks, l, mode, at, &w) < 0) {
 		srv_mem_release(c, cost);
 		return -ENOMEM;
 	}

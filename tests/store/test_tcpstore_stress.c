@@ -46,8 +46,8 @@ struct client {
 	uint64_t rng;
 	unsigned run;
 	int round;
-	char doing[96];  /* the request in flight, for messages */
-	char err[256]; /* the first failure; empty: none */
+	char doing[96]; /* the request in flight, for messages */
+	char err[256];	/* the first failure; empty: none */
 };
 
 static uint64_t rnd(struct client *c)
@@ -102,7 +102,8 @@ static bool send_req(struct client *c, struct wire_buf *b)
 		break;
 	case 1:
 		cut = b->len > 1 ? 1 + rnd(c) % (b->len - 1) : b->len;
-		ok = ok && raw_send(c->fd, b->p, cut) == 0 && raw_send(c->fd, b->p + cut, b->len - cut) == 0;
+		ok = ok && raw_send(c->fd, b->p, cut) == 0 &&
+		     raw_send(c->fd, b->p + cut, b->len - cut) == 0;
 		break;
 	default:
 		ok = ok && raw_send(c->fd, b->p, b->len) == 0;
@@ -121,7 +122,8 @@ static bool recv_n(struct client *c, uint8_t *p, size_t n)
 			continue;
 		}
 		if (k <= 0) {
-			return note_fail(c, "recv: %s", k == 0 ? "closed by the store" : strerror(errno));
+			return note_fail(c, "recv: %s",
+					 k == 0 ? "closed by the store" : strerror(errno));
 		}
 		p += k;
 		n -= (size_t)k;
@@ -151,7 +153,7 @@ static bool expect_vec(struct client *c, const uint8_t *want, size_t n, const ch
 	}
 	if (len != n || len > sizeof(got)) {
 		return note_fail(c, "%s: a %llu-byte value where %zu were set", what,
-			    (unsigned long long)len, n);
+				 (unsigned long long)len, n);
 	}
 	if (!recv_n(c, got, n)) {
 		return false;
@@ -245,8 +247,8 @@ static bool check_log(struct client *c, struct wire_buf *b, int r)
 		return false;
 	}
 	if (len != sizeof(got)) {
-		return note_fail(c, "the append log is %llu bytes, expected %zu", (unsigned long long)len,
-			    sizeof(got));
+		return note_fail(c, "the append log is %llu bytes, expected %zu",
+				 (unsigned long long)len, sizeof(got));
 	}
 	if (!recv_n(c, got, sizeof(got))) {
 		return false;
@@ -256,7 +258,8 @@ static bool check_log(struct client *c, struct wire_buf *b, int r)
 		chunk[CHUNK] = '\0';
 		if (sscanf(chunk, "<%d>", &who) != 1 || who < 0 || who >= CLIENTS || who % 2 == 0 ||
 		    seen[who]++) {
-			return note_fail(c, "the append log has a bad or repeated chunk \"%s\"", chunk);
+			return note_fail(c, "the append log has a bad or repeated chunk \"%s\"",
+					 chunk);
 		}
 	}
 	return true;
@@ -269,8 +272,7 @@ static bool barrier(struct client *c, struct wire_buf *b, int r)
 	uint64_t n;
 
 	key(k, sizeof(k), c->run, r, "log", 0);
-	snprintf(chunk, sizeof(chunk), "<%d>%*s", c->index, CHUNK - 2 - (c->index > 9 ? 2 : 1),
-		 "");
+	snprintf(chunk, sizeof(chunk), "<%d>%*s", c->index, CHUNK - 2 - (c->index > 9 ? 2 : 1), "");
 	ts_put_query(b, TS_PROTO_V2, TS_OP_APPEND);
 	put_key(b, k);
 	ts_put_vec(b, chunk, CHUNK);
@@ -381,7 +383,7 @@ static void split_everywhere(int port, enum ts_proto proto)
 	put_key(&b, "/split");
 	total = b.len;
 	for (cut = 1; cut < total; cut++) {
-		v[2] = (uint8_t)cut; /* each pass sets a value of its own */
+		v[2] = (uint8_t)cut;		   /* each pass sets a value of its own */
 		memcpy(b.p + 1 + 8 + 6 + 8, v, n); /* SET's value: after the query, key, length */
 		assert_true(raw_send(c.fd, b.p, cut) == 0);
 		assert_true(raw_send(c.fd, b.p + cut, total - cut) == 0);
@@ -431,7 +433,8 @@ static void tcpstore_many_clients_read_every_value_byte_for_byte(void **state)
 			cl[i].run = run;
 			cl[i].proto = i % 2 ? TS_PROTO_V2 : TS_PROTO_V1;
 			cl[i].rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) + run;
-			assert_int_equal(pthread_create(&cl[i].thread, NULL, client_main, &cl[i]), 0);
+			assert_int_equal(pthread_create(&cl[i].thread, NULL, client_main, &cl[i]),
+					 0);
 		}
 		for (i = 0; i < CLIENTS; i++) {
 			pthread_join(cl[i].thread, NULL);

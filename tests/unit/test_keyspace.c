@@ -33,8 +33,7 @@ static void on_done(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t ind
 	d->w = w;
 }
 
-static struct ks_str S(const char *s)
-{
+static struct ks_str S(const char *s) {
 	return (struct ks_str){(const uint8_t *)s, (uint32_t)strlen(s)};
 }
 
@@ -176,9 +175,9 @@ static void keyspace_append_grows_and_stops_at_the_value_limit(void **state)
 	assert_int_equal(n, 67);
 	assert_value(ks, "a", "one+two", 7);
 	/* A refused append to an absent key leaves no entry behind. */
-	assert_int_equal(ks_append(ks, S("b"), (uint8_t *)big, 10,
-				   (struct ks_str){(uint8_t *)big, 60}, &n),
-			 -EMSGSIZE);
+	assert_int_equal(
+		ks_append(ks, S("b"), (uint8_t *)big, 10, (struct ks_str){(uint8_t *)big, 60}, &n),
+		-EMSGSIZE);
 	assert_null(ks_get(ks, S("b")));
 	assert_int_equal(ks->keys.count, 1);
 }
@@ -323,7 +322,8 @@ static void keyspace_many_waits_on_one_key_are_each_answered_once(void **state)
 	kl = as_list(&l, 2, NULL);
 	for (i = 0; i < 100; i++) {
 		assert_int_equal(ks_wait_start(ks, &kl, i % 2 ? KS_WAIT_ANY : KS_WAIT_ALL,
-					       KS_NO_DEADLINE, &w), 0);
+					       KS_NO_DEADLINE, &w),
+				 0);
 	}
 	assert_int_equal(ks_set(ks, S("k"), S("v"), KS_NO_DEADLINE), 0);
 	assert_int_equal(d->calls, 100);
