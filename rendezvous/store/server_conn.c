@@ -211,6 +211,14 @@ static void conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, 
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
 	}
+	if (c->proto == TS_PROTO_V1 || c->proto == TS_PROTO_V2) {
+		/* TCPStore has no error replies: its client would read a crun frame as the answer
+		 * to its request (a value of some length). Just close. */
+		in_free(c);
+		backlog_free(c);
+		srv_conn_close(c);
+		return;
+	}
 	c->failing = true;
 	c->drain_until = (int64_t)uv_now(c->s->loop) + DRAIN_TIMEOUT_MS;
 	while (c->waits != NULL) {

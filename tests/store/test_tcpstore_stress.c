@@ -458,11 +458,49 @@ static void tcpstore_many_clients_read_every_value_byte_for_byte(void **state)
 	}
 }
 
+/*
+ * A TCPStore client dropped by a limit (here the frame deadline: half a request, then
+ * nothing) sees the connection close and no byte before it: TCPStore has no error replies,
+ * and a crun error frame would be read as the answer to its request.
+ */
+static void tcpstore_client_over_a_limit_is_closed_without_a_crun_frame(void **state)
+{
+	const char *const args[] = {"--tcpstore-run", "stress", "--frame-timeout", "1", NULL};
+	struct wire_buf b = {0};
+	struct daemon d;
+	uint8_t buf[256];
+	ssize_t n;
+	int fd, err;
+
+	(void)state;
+	assert_int_equal(daemon_start(&d, args), 0);
+	fd = raw_connect(d.port);
+	assert_true(fd >= 0);
+	ts_put_query(&b, TS_PROTO_V1, TS_OP_SET);
+	ts_put_u64(&b, 100); /* a 100-byte key, of which 3 come */
+	wire_put_raw(&b, "/ab", 3);
+	assert_int_equal(raw_send(fd, b.p, b.len), 0);
+	do {
+		n = recv(fd, buf, sizeof(buf), 0); /* bounded: IO_TIMEOUT_MS */
+	} while (n < 0 && errno == EINTR);
+	err = errno;
+	close(fd);
+	wire_buf_finish(&b);
+	assert_int_equal(daemon_stop(&d, SIGTERM), 0);
+	if (n > 0) {
+		fail_msg("the store sent %zd bytes to a TCPStore client it dropped", n);
+	}
+	if (n < 0 && err != ECONNRESET) {
+		fail_msg("not closed: %s", strerror(err));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(tcpstore_requests_split_at_every_byte_are_answered_whole),
 		cmocka_unit_test(tcpstore_many_clients_read_every_value_byte_for_byte),
+		cmocka_unit_test(tcpstore_client_over_a_limit_is_closed_without_a_crun_frame),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
