@@ -22,10 +22,9 @@
 #include "agent/agent_store.h"
 #include "agent/backoff.h"
 #include "agent/errfile.h"
-#include "agent/etcd.h"
 #include "agent/group.h"
 #include "agent/logroute.h"
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "agent/notify_status.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
@@ -299,7 +298,7 @@ static enum outcome run_attempt(struct agent *a, const struct rdzv_assignment *a
 		o.master_addr = as->master_addr;
 		o.master_port = as->master_port;
 	}
-	o.store_endpoint = a->endpoint;
+	o.store = &a->sc;
 	o.store_prefix = as->worker_prefix;
 	o.store_token_file = a->worker_token[0] != '\0' ? a->worker_token : NULL;
 	o.errdir = errdir;
@@ -480,19 +479,8 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 	if (gethostname(a->hostname, sizeof(a->hostname) - 1) != 0) {
 		snprintf(a->hostname, sizeof(a->hostname), "localhost");
 	}
-	if (spec->rdzv_kind == RDZV_KIND_ETCD) {
-		/* Before any thread: setenv() is not thread-safe. */
-		rc = agent_etcd_env(spec, d);
-		if (rc < 0) {
-			return rc;
-		}
-		agent_etcd_prefix(spec, a->prefix, sizeof(a->prefix));
-	}
-	rc = agent_token(a, d);
-	if (rc < 0) {
-		return rc;
-	}
-	rc = agent_tls_env(spec, d);
+	/* Before any thread: it takes $CRUN_STORE_TOKEN out of the environment. */
+	rc = agent_store_conf(a, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -529,7 +517,8 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 {
 	const struct job_spec *spec = a->spec;
-	struct crun_store_opts so = {0};
+	struct store_conf_variant v = {0};
+	struct store_conf sc;
 	struct rdzv_conf conf = spec->rdzv;
 	int rc;
 
@@ -560,27 +549,25 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	conf.advertise_addr = a->advertise;
 	conf.hostname = a->hostname;
 	conf.max_restarts = spec->max_restarts;
-	so.struct_size = sizeof(so);
-	so.endpoint = a->endpoint;
-	so.prefix = a->prefix;
-	so.token = a->token;
-	/* Named by its file when it has one, so that a mismatch names the file. */
-	so.token_file = a->token_path[0] != '\0' ? a->token_path : NULL;
-	so.tls_ca = spec->tls_ca;
-	so.tls_cert = spec->tls_cert;
-	so.tls_key = spec->tls_key;
-	so.tls_server_name = spec->tls_server_name;
+	if (store_conf_set_endpoint(&a->sc, a->endpoint) < 0) {
+		return diag_set(d, -ENOMEM, "agent: out of memory");
+	}
 	/* The agent needs only its run's keys: confine its connections to them. */
-	so.scope = a->token != NULL && token_scope_valid(spec->rdzv_id) ? spec->rdzv_id : NULL;
-	so.timeout_ms = (int)(conf.read_timeout_ms > 0 ? conf.read_timeout_ms : 60000);
-	so.connect_timeout_ms = (int)(conf.join_timeout_ms > 0 && conf.join_timeout_ms < 600000
-					      ? conf.join_timeout_ms
-					      : 600000);
-	rc = rdzv_create(&so, &conf, &a->r, d);
-	if (rc == 0 && notify_status_create(&so, spec->rdzv_id, a->hostname, spec->max_restarts,
+	v.scope = a->sc.token != NULL && token_scope_valid(spec->rdzv_id) ? spec->rdzv_id : NULL;
+	v.timeout_ms = (int)(conf.read_timeout_ms > 0 ? conf.read_timeout_ms : 60000);
+	v.connect_timeout_ms = (int)(conf.join_timeout_ms > 0 && conf.join_timeout_ms < 600000
+					     ? conf.join_timeout_ms
+					     : 600000);
+	if (store_conf_derive(&sc, &a->sc, &v) < 0) {
+		return diag_set(d, -ENOMEM, "agent: out of memory");
+	}
+	rc = rdzv_create(&sc, &conf, &a->r, d);
+	/* The status publisher borrows the same value: TLS files, credential and scope. */
+	if (rc == 0 && notify_status_create(&sc, spec->rdzv_id, a->hostname, spec->max_restarts,
 					    &a->ns) < 0) {
 		log_warn("status: cannot publish this node's state: out of memory");
 	}
+	store_conf_finish(&sc);
 	return rc;
 }
 
@@ -603,8 +590,7 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 		log_info("error files of the failed attempt are kept in %s", a->tmpbase);
 	}
 	pthread_mutex_destroy(&a->ev_lock);
-	token_wipe(a->token);
-	a->token = NULL;
+	store_conf_finish(&a->sc);
 }
 
 int agent_run(const struct job_spec *spec)
@@ -795,8 +781,7 @@ out:
 			log_warn("store: not every node saw the end of the job: %s", crun_strerror(rc));
 		}
 		if (a->srv == NULL && rc != -EINVAL) {
-			agent_etcd_forget(spec, a->endpoint, a->members, rc,
-					  AGENT_FORGET_TIMEOUT_MS);
+			agent_store_forget(&a->sc, a->members, rc, AGENT_FORGET_TIMEOUT_MS);
 		}
 	}
 	notify_finish();

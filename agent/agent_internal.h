@@ -16,6 +16,7 @@
 #include "agent/notify_status.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 
 struct agent {
@@ -45,9 +46,8 @@ struct agent {
 	char advertise[256];
 	char endpoint[PATH_MAX + 16];
 	char prefix[256];      /* the job's store prefix: "<run_id>/" on etcd, else none */
-	char *token;           /* the store's token (malloc'd); NULL: --insecure or not a TCP store */
-	char token_src[PATH_MAX + 32]; /* where it came from, for messages */
-	char token_path[PATH_MAX]; /* the token file it came from; "" for none */
+	struct store_conf sc;  /* the store's configuration: endpoint, token (NULL: --insecure
+				  or not a TCP store), TLS files, etcd settings (agent_store_conf) */
 	char worker_token[PATH_MAX + 16]; /* the workers' credential file (0600); "" for none */
 	bool agent_store;      /* workers meet through the store (TORCHELASTIC_USE_AGENT_STORE) */
 	char store_host[256];  /* ... at this address: their MASTER_ADDR and MASTER_PORT */
@@ -78,10 +78,8 @@ struct agent {
 
 /** Decide where the store is; host it in-process when this node is the one (docs/agent.md). */
 int agent_setup_store(struct agent *a, struct crun_diag *d);
-/** The store's token: --insecure, --token-file, $CRUN_STORE_TOKEN, fresh, or the default file. */
-int agent_token(struct agent *a, struct crun_diag *d);
-/** Export the TLS files' paths for the workers (CRUN_STORE_TLS_*), before any thread starts. */
-int agent_tls_env(const struct job_spec *spec, struct crun_diag *d);
+/** The store's configuration from the spec, its token by the one policy (store_conf.h). */
+int agent_store_conf(struct agent *a, struct crun_diag *d);
 /** Write the workers' run-scoped credential file (0600) in the run's private directory. */
 int agent_worker_token_write(struct agent *a, struct crun_diag *d);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* agent/agent_setup.c: before the first round: where the job's store is (hosted here, joined,
- * or etcd), whether its workers meet through it (the agent store), and the store's token and
- * TLS files for this agent and its workers (docs/agent.md, docs/security.md). */
+ * or etcd), whether its workers meet through it (the agent store), and the store's
+ * configuration (token, TLS files, etcd settings) for this agent and its workers
+ * (docs/agent.md, docs/security.md). */
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
@@ -18,6 +19,7 @@
 #include "agent/agent_internal.h"
 #include "agent/spawn.h"
 #include "agent/agent_store.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
@@ -44,7 +46,7 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 
 	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
-	so.token = a->token;
+	so.token = a->sc.token;
 	if (a->spec->no_agent_store) {
 		so.tcpstore_refusal = a->spec->tls_ca != NULL || a->spec->tls_cert != NULL
 					      ? "the store requires TLS, which TCPStore clients "
@@ -127,10 +129,10 @@ int agent_setup_store(struct agent *a, struct crun_diag *d)
 		if (spec->node_rank == 0) {
 			rc = host_store(a, spec->master_addr, port, &hd);
 			if (rc < 0) {
-				return agent_store_port_taken(spec->master_addr, port, a->token,
+				return agent_store_port_taken(&a->sc, spec->master_addr, port,
 							      rc, hd.msg, d);
 			}
-			agent_store_claim_node0(a->endpoint, a->token, a->hostname);
+			agent_store_claim_node0(&a->sc, a->endpoint, a->hostname);
 			return 0;
 		}
 		net_join_hostport(a->endpoint, sizeof(a->endpoint), spec->master_addr, port);
@@ -173,7 +175,7 @@ int agent_setup_store(struct agent *a, struct crun_diag *d)
 	case RDZV_KIND_ETCD:
 		/* etcd is the store, replicated: no agent hosts one. */
 		snprintf(a->endpoint, sizeof(a->endpoint), "%s", spec->rdzv_endpoint);
-		log_info("rendezvous through etcd at %s, keys under /crun/%s", a->endpoint,
+		log_info("rendezvous through etcd at %s, keys under the prefix %s", a->endpoint,
 			 a->prefix);
 		return 0;
 	default:
@@ -193,86 +195,66 @@ static bool private_store(const struct job_spec *spec)
 }
 
 /*
- * Where the token comes from: --insecure (none, warned), --token-file, $CRUN_STORE_TOKEN
- * (explicit, less safe: it sits in our environment), a fresh random one for a store only this
- * agent uses, else the per-user default token file, created on first use. CRUN_STORE_TOKEN is
- * taken out of the environment so that workers do not inherit it.
+ * The store's configuration, one value (rendezvous/store/store_conf.h), from the job's flags:
+ * its TLS files, etcd settings (else the CRUN_ETCD_* the user exported), the job's key prefix
+ * on etcd, and the token by the one policy (docs/security.md): --insecure (none, warned),
+ * --token-file, $CRUN_STORE_TOKEN (taken out of the environment so that workers do not
+ * inherit it), a fresh random one for a store only this agent uses, else the per-user default
+ * token file, created on first use. File and etcd stores have their own access control: no
+ * token. The endpoint is known once agent_setup_store() has run. Call before any thread.
  */
-int agent_token(struct agent *a, struct crun_diag *d)
+int agent_store_conf(struct agent *a, struct crun_diag *d)
 {
 	const struct job_spec *spec = a->spec;
-	const char *env = getenv("CRUN_STORE_TOKEN");
-	char *from_env = env != NULL && env[0] != '\0' ? strdup(env) : NULL;
-	char gen[TOKEN_GEN_HEX + 1], path[PATH_MAX], fpr[TOKEN_FPR_HEX + 1];
-	bool created = false;
-	int rc = 0;
+	bool tcp = spec->rdzv_kind == RDZV_KIND_C10D || spec->rdzv_kind == RDZV_KIND_STATIC;
+	struct store_settings s = {
+		.insecure = tcp && spec->insecure,
+		.token_file = tcp ? spec->token_file : NULL,
+		.tls_ca = spec->tls_ca,
+		.tls_cert = spec->tls_cert,
+		.tls_key = spec->tls_key,
+		.tls_server_name = spec->tls_server_name,
+		.etcd_user = spec->etcd_user,
+		.etcd_password_file = spec->etcd_password_file,
+		.etcd_cacert = spec->etcd_cacert,
+		.etcd_cert = spec->etcd_cert,
+		.etcd_key = spec->etcd_key,
+	};
+	unsigned policy = STORE_TOKEN_DROP_ENV;
+	int rc;
 
-	if (env != NULL) {
-		unsetenv("CRUN_STORE_TOKEN"); /* before any thread: setenv() is not thread-safe */
+	if (spec->rdzv_kind == RDZV_KIND_ETCD) {
+		if (spec->etcd_v2_name) {
+			log_info("--rdzv-backend etcd-v2: crun speaks etcd's v3 API (etcd 3.4 and "
+				 "later), the same as --rdzv-backend etcd");
+		}
+		/* Every key of the job lives under "<run_id>/". */
+		snprintf(a->prefix, sizeof(a->prefix), "%s/", spec->rdzv_id);
+		s.prefix = a->prefix;
+		s.endpoint = spec->rdzv_endpoint;
+		store_settings_etcd_env(&s);
 	}
-	if (env != NULL && env[0] != '\0' && from_env == NULL) {
-		return diag_set(d, -ENOMEM, "agent: out of memory");
+	if (tcp) {
+		policy = STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE | STORE_TOKEN_READ;
+		if (private_store(spec)) {
+			policy |= STORE_TOKEN_FRESH;
+		}
 	}
-	if (spec->rdzv_kind != RDZV_KIND_C10D && spec->rdzv_kind != RDZV_KIND_STATIC) {
-		token_wipe(from_env); /* file and etcd stores have their own access control */
-		return 0;
-	}
-	if (spec->insecure) {
-		token_wipe(from_env);
+	if (s.insecure) {
 		log_warn("--insecure: the store has no authentication: anyone who can reach it can "
 			 "change this job's rendezvous and stop it");
-		return 0;
 	}
-	if (spec->token_file != NULL) {
-		token_wipe(from_env);
-		rc = token_file_read(spec->token_file, &a->token, d);
-		snprintf(a->token_src, sizeof(a->token_src), "token file %s", spec->token_file);
-		snprintf(a->token_path, sizeof(a->token_path), "%s", spec->token_file);
-	} else if (from_env != NULL) {
-		a->token = from_env;
-		snprintf(a->token_src, sizeof(a->token_src), "$CRUN_STORE_TOKEN");
-	} else if (private_store(spec)) {
-		if (token_generate(gen) < 0 || (a->token = strdup(gen)) == NULL) {
-			rc = diag_set(d, -EIO, "agent: cannot make a random token");
-		}
-		memset(gen, 0, sizeof(gen));
-		snprintf(a->token_src, sizeof(a->token_src), "a fresh random token");
-		return rc;
-	} else {
-		rc = token_default_path(path, sizeof(path), d);
-		if (rc == 0) {
-			rc = token_file_ensure(path, &a->token, &created, d);
-		}
-		snprintf(a->token_src, sizeof(a->token_src), "token file %s", path);
-		snprintf(a->token_path, sizeof(a->token_path), "%s", path);
-		if (rc == 0 && created) {
-			log_info("created the token file %s (0600): give every node the same file",
-				 path);
-		}
+	rc = store_conf_init(&a->sc, &s, policy, d);
+	if (rc == 0 && a->sc.env_token_dropped && spec->rdzv_kind == RDZV_KIND_ETCD) {
+		log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own users and "
+			 "TLS: --rdzv-conf user=,password_file=,cacert=,cert=,key=); workers do "
+			 "not get it");
 	}
-	if (rc < 0) {
-		return diag_prefix(d, "store token");
+	if (rc == 0 && a->sc.token_created) {
+		log_info("created the token file %s (0600): give every node the same file",
+			 a->sc.token_file);
 	}
-	token_fingerprint(a->token, strlen(a->token), fpr);
-	log_debug("store token: %s (fingerprint %s)", a->token_src, fpr);
-	return 0;
-}
-
-/*
- * The workers' TLS files, by path (docs/security.md, "TLS"): the variables hold paths only,
- * never a key. Set (or cleared, so a stale one cannot turn TLS on) before any thread starts:
- * setenv() is not thread-safe. Workers inherit them with the rest of the environment.
- */
-int agent_tls_env(const struct job_spec *spec, struct crun_diag *d)
-{
-	const struct spawn_inherit vars[] = {
-		{"CRUN_STORE_TLS_CA", spec->tls_ca},
-		{"CRUN_STORE_TLS_CERT", spec->tls_cert},
-		{"CRUN_STORE_TLS_KEY", spec->tls_key},
-		{"CRUN_STORE_TLS_SERVER_NAME", spec->tls_server_name},
-	};
-
-	return spawn_inherit_env(vars, ARRAY_SIZE(vars), true, d);
+	return rc;
 }
 
 /* Write the workers' credential into the private temp dir: the key for this run only. */
@@ -283,12 +265,12 @@ int agent_worker_token_write(struct agent *a, struct crun_diag *d)
 	struct fs_chunk ch;
 	int rc;
 
-	if (a->token == NULL) {
+	if (a->sc.token == NULL) {
 		return 0;
 	}
 	snprintf(a->worker_token, sizeof(a->worker_token), "%s/store-token", a->tmpbase);
 	if (token_scope_valid(run)) {
-		rc = token_cred_from_token(&c, a->token, run, a->token_src, d);
+		rc = token_cred_from_token(&c, a->sc.token, run, a->sc.token_src, d);
 		if (rc == 0) {
 			rc = token_cred_write(a->worker_token, &c, d);
 		}
@@ -297,8 +279,8 @@ int agent_worker_token_write(struct agent *a, struct crun_diag *d)
 		/* A run id that cannot be a scope: the workers get the token itself. */
 		log_warn("run id \"%s\" cannot confine the workers' store access (it has a '/' or "
 			 "a space, or is \"rdzv\"): they get the job's full token", run);
-		ch.data = a->token;
-		ch.len = strlen(a->token);
+		ch.data = a->sc.token;
+		ch.len = strlen(a->sc.token);
 		rc = fs_write_atomic(a->worker_token, &ch, 1, 0600, NULL);
 		if (rc < 0) {
 			diag_set(d, rc, "%s: %s", a->worker_token, crun_strerror(rc));

@@ -13,6 +13,7 @@
 #include <crun/store.h>
 
 #include "agent/agent_store.h"
+#include "rendezvous/store/store_conf.h"
 #include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/byteorder.h"
 #include "src/common/clock.h"
@@ -105,22 +106,37 @@ int agent_store_probe(const char *host, int port, int timeout_ms)
 	return rc;
 }
 
-/* A client of the store at @endpoint, quick to give up; NULL when none answers. */
-static struct crun_store *quick_client(const char *endpoint, const char *token)
+/* A client of the store at @endpoint with the agent's credential and TLS files, quick to give
+ * up; NULL when none answers. */
+static struct crun_store *quick_client(const struct store_conf *sc, const char *endpoint)
 {
-	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
+	const struct store_conf_variant v = {
+		.endpoint = endpoint,
+		.no_prefix = true,
+		.connect_timeout_ms = NODE0_TIMEOUT_MS,
+		.timeout_ms = NODE0_TIMEOUT_MS,
+	};
+	struct crun_diag d = {0};
 	struct crun_store *st = NULL;
+	struct store_conf qc;
+	int rc;
 
-	so.endpoint = endpoint;
-	so.token = token;
-	so.connect_timeout_ms = NODE0_TIMEOUT_MS;
-	so.timeout_ms = NODE0_TIMEOUT_MS;
-	return crun_store_open(&so, &st, NULL, 0) == 0 ? st : NULL;
+	if (store_conf_derive(&qc, sc, &v) < 0) {
+		return NULL;
+	}
+	rc = store_open_conf(&qc, &st, &d);
+	store_conf_finish(&qc);
+	if (rc < 0) {
+		log_debug("node rank 0: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		return NULL;
+	}
+	return st;
 }
 
-void agent_store_claim_node0(const char *endpoint, const char *token, const char *hostname)
+void agent_store_claim_node0(const struct store_conf *sc, const char *endpoint,
+			     const char *hostname)
 {
-	struct crun_store *st = quick_client(endpoint, token);
+	struct crun_store *st = quick_client(sc, endpoint);
 	char who[300];
 
 	if (st != NULL) {
@@ -130,8 +146,8 @@ void agent_store_claim_node0(const char *endpoint, const char *token, const char
 	}
 }
 
-int agent_store_port_taken(const char *host, int port, const char *token, int rc, const char *msg,
-			   struct crun_diag *d)
+int agent_store_port_taken(const struct store_conf *sc, const char *host, int port, int rc,
+			   const char *msg, struct crun_diag *d)
 {
 	struct crun_store *st;
 	char ep[300], holder[256] = "";
@@ -142,7 +158,7 @@ int agent_store_port_taken(const char *host, int port, const char *token, int rc
 		return diag_set(d, rc, "%s", msg);
 	}
 	net_join_hostport(ep, sizeof(ep), host, port);
-	st = quick_client(ep, token);
+	st = quick_client(sc, ep);
 	if (st == NULL) {
 		return diag_set(d, rc, "--master-port %d: %s is in use by another program", port,
 				ep);
@@ -169,4 +185,33 @@ bool agent_store_serves(const char *host, int port)
 			 host, port, rc < 0 ? " (no answer)" : "");
 	}
 	return rc == 1;
+}
+
+void agent_store_forget(const struct store_conf *sc, int members, int left_rc,
+			int64_t timeout_ms)
+{
+	const struct store_conf_variant v = {
+		.connect_timeout_ms = (int)timeout_ms,
+		.timeout_ms = (int)timeout_ms,
+	};
+	struct crun_diag d = {0};
+	struct crun_store *st = NULL;
+	struct store_conf fc;
+	int rc;
+
+	rc = store_conf_derive(&fc, sc, &v) < 0 ? -ENOMEM : 0;
+	if (rc == 0) {
+		rc = store_open_conf(&fc, &st, &d);
+		store_conf_finish(&fc);
+	}
+	if (rc == 0) {
+		rc = store_forget_job(st, members, left_rc, &d);
+	}
+	crun_store_close(st);
+	if (rc < 0) {
+		log_warn("store: could not delete the job's keys: %s",
+			 d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+	} else if (rc == 1) {
+		log_debug("store: deleted the job's keys (%s)", sc->prefix);
+	}
 }

@@ -4,6 +4,7 @@
 #define CRUN_AGENT_AGENT_STORE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "src/common/diag.h"
 
@@ -19,11 +20,15 @@ int agent_store_probe(const char *host, int port, int timeout_ms);
 /** agent_store_probe() for AGENT_STORE_PROBE_MS; logs why when the answer is no. */
 bool agent_store_serves(const char *host, int port);
 
+struct store_conf;
+
 /**
  * Static mode, node rank 0, once its store is up at @endpoint: record "host @hostname" in it,
- * so that a second node rank 0 can name this one.
+ * so that a second node rank 0 can name this one. @sc (borrowed) is the agent's store
+ * configuration: its credential and TLS files reach the store as the agent's own do.
  */
-void agent_store_claim_node0(const char *endpoint, const char *token, const char *hostname);
+void agent_store_claim_node0(const struct store_conf *sc, const char *endpoint,
+			     const char *hostname);
 
 /**
  * Static mode, node rank 0 could not host the store on @host:@port (@rc, @msg). When the
@@ -31,7 +36,16 @@ void agent_store_claim_node0(const char *endpoint, const char *token, const char
  * its host, from agent_store_claim_node0()), else name the port's other user. Returns the
  * code set in @d.
  */
-int agent_store_port_taken(const char *host, int port, const char *token, int rc,
+int agent_store_port_taken(const struct store_conf *sc, const char *host, int port, int rc,
 			   const char *msg, struct crun_diag *d);
+
+/**
+ * The job is over for every node and this node was a member of its last round (@members
+ * nodes; @left_rc: what the wait for the others to leave said): where the store outlives its
+ * agents (etcd), the last member deletes the job's keys (store_forget_job()). Each request
+ * takes at most @timeout_ms; a failure is logged with the command that deletes them by hand.
+ */
+void agent_store_forget(const struct store_conf *sc, int members, int left_rc,
+			int64_t timeout_ms);
 
 #endif

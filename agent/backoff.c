@@ -3,23 +3,12 @@
 #include "agent/backoff.h"
 #include "agent/jobspec.h"
 
-void backoff_init(struct backoff *b, int64_t first_ms, int64_t max_ms)
-{
-	b->first_ms = first_ms > 0 ? first_ms : 0;
-	b->max_ms = max_ms > b->first_ms ? max_ms : b->first_ms;
-	b->next_ms = b->first_ms;
-}
-
 int64_t backoff_next(struct backoff *b, int64_t ran_ms)
 {
-	int64_t wait;
-
 	if (ran_ms >= BACKOFF_HEALTHY_MS) {
-		b->next_ms = b->first_ms;
+		backoff_reset(b);
 	}
-	wait = b->next_ms;
-	b->next_ms = wait > b->max_ms / 2 ? b->max_ms : wait * 2;
-	return wait;
+	return backoff_step(b);
 }
 
 struct sleeper {

@@ -6,16 +6,16 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "src/common/backoff.h"
+
 /* An attempt that ran this long without failing was healthy: the next wait starts over. */
 #define BACKOFF_HEALTHY_MS (10LL * 60 * 1000)
 
-struct backoff {
-	int64_t first_ms; /* the first wait; 0: no backoff at all */
-	int64_t max_ms;   /* the cap */
-	int64_t next_ms;  /* the next wait, before any reset */
-};
+/*
+ * The restart wait is src/common/backoff.h's struct backoff in milliseconds, exact (one node's
+ * restarts contend with nobody): backoff_init(b, first_ms, max_ms), first_ms 0 for none.
+ */
 
-void backoff_init(struct backoff *b, int64_t first_ms, int64_t max_ms);
 /**
  * The wait before the restart that follows an attempt which ran @ran_ms: first_ms, then twice
  * the previous wait, never above max_ms; back to first_ms after an attempt of at least

@@ -362,7 +362,7 @@ static int spawn_one(struct group *g, struct worker *w, const struct group_opts 
 		.master_addr = o->master_addr,
 		.master_port = o->master_port,
 		.agent_store = o->agent_store,
-		.store_endpoint = o->store_endpoint,
+		.store = o->store,
 		.store_prefix = o->store_prefix,
 		.store_token_file = o->store_token_file,
 		.error_file = w->errfile,

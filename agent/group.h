@@ -27,7 +27,8 @@ struct group_opts {
 	const char *master_addr;
 	int master_port;
 	bool agent_store; /* master_addr:master_port is the agent store */
-	const char *store_endpoint, *store_prefix, *store_token_file; /* may be NULL */
+	const struct store_conf *store; /* what workers inherit of the store (may be NULL) */
+	const char *store_prefix, *store_token_file; /* may be NULL */
 	const char *errdir; /* existing dir for TORCHELASTIC_ERROR_FILE files */
 	const char *logdir; /* DIR for <rank>/{stdout,stderr}.log, or NULL for none */
 	char *const *base_env; /* the agent's environment (borrowed) */

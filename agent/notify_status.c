@@ -13,8 +13,9 @@
 
 #include <crun/error.h>
 
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "agent/notify_status.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 
@@ -79,8 +80,7 @@ int notify_status_parse(const char *line, struct node_record *r)
 }
 
 struct notify_status {
-	struct crun_store_opts so;
-	char *endpoint, *prefix, *token, *token_file, *scope;
+	struct store_conf sc; /* the agent's store configuration, borrowed with short timeouts */
 	char base[300];       /* "rdzv/<run>/" */
 	char id[300];         /* "<host>:<pid>" */
 
@@ -100,13 +100,14 @@ struct notify_status {
 
 static void publish(struct notify_status *s, struct node_record *r)
 {
-	char key[sizeof(s->base) + sizeof(s->id) + 32], line[1024], err[256];
+	char key[sizeof(s->base) + sizeof(s->id) + 32], line[1024];
+	struct crun_diag d = {0};
 	int rc, n;
 
 	if (s->st == NULL) {
-		rc = crun_store_open(&s->so, &s->st, err, sizeof(err));
+		rc = store_open_conf(&s->sc, &s->st, &d);
 		if (rc < 0) {
-			log_debug("status: %s", err);
+			log_debug("status: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 			s->st = NULL;
 			return;
 		}
@@ -184,33 +185,21 @@ static void *publisher_main(void *arg)
 	return NULL;
 }
 
-static int dup_opt(char **dst, const char *src)
-{
-	if (src == NULL) {
-		return 0;
-	}
-	*dst = strdup(src);
-	return *dst == NULL ? -ENOMEM : 0;
-}
-
 static void free_status(struct notify_status *s)
 {
-	free(s->endpoint);
-	free(s->prefix);
-	if (s->token != NULL) {
-		explicit_bzero(s->token, strlen(s->token));
-		free(s->token);
-	}
-	free(s->token_file);
-	free(s->scope);
+	store_conf_finish(&s->sc);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->cond);
 	free(s);
 }
 
-int notify_status_create(const struct crun_store_opts *so, const char *run_id, const char *host,
+int notify_status_create(const struct store_conf *sc, const char *run_id, const char *host,
 			 int max_restarts, struct notify_status **out)
 {
+	const struct store_conf_variant v = {
+		.connect_timeout_ms = PUBLISH_TIMEOUT_MS,
+		.timeout_ms = PUBLISH_TIMEOUT_MS,
+	};
 	struct notify_status *s = calloc(1, sizeof(*s));
 	pthread_condattr_t ca;
 	sigset_t all, old;
@@ -225,20 +214,11 @@ int notify_status_create(const struct crun_store_opts *so, const char *run_id, c
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	if (dup_opt(&s->endpoint, so->endpoint) < 0 || dup_opt(&s->prefix, so->prefix) < 0 ||
-	    dup_opt(&s->token, so->token) < 0 || dup_opt(&s->token_file, so->token_file) < 0 ||
-	    dup_opt(&s->scope, so->scope) < 0) {
+	/* Everything the agent's own connection has (TLS included), with short timeouts. */
+	if (store_conf_derive(&s->sc, sc, &v) < 0) {
 		free_status(s);
 		return -ENOMEM;
 	}
-	s->so.struct_size = sizeof(s->so);
-	s->so.endpoint = s->endpoint;
-	s->so.prefix = s->prefix;
-	s->so.token = s->token;
-	s->so.token_file = s->token_file;
-	s->so.scope = s->scope;
-	s->so.connect_timeout_ms = PUBLISH_TIMEOUT_MS;
-	s->so.timeout_ms = PUBLISH_TIMEOUT_MS;
 	snprintf(s->base, sizeof(s->base), "rdzv/%s/", run_id);
 	snprintf(s->id, sizeof(s->id), "%s:%ld", host, (long)getpid());
 	snprintf(s->rec.host, sizeof(s->rec.host), "%s", host);

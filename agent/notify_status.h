@@ -58,11 +58,14 @@ struct notify_status;
 
 /**
  * Start publishing this node's state for run @run_id, through a store connection of its own
- * made from @so (borrowed; its strings copied) on a thread of its own, so a slow or lost store
- * never delays the agent. Store errors are logged at debug level and retried at the next
- * heartbeat: the job never depends on them. Returns 0 or -ENOMEM; *out: notify_status_destroy().
+ * made from the agent's store configuration @sc (borrowed; copied, with short timeouts: TLS
+ * files, credential and scope as the agent's own connection) on a thread of its own, so a
+ * slow or lost store never delays the agent. Store errors are logged at debug level and
+ * retried at the next heartbeat: the job never depends on them. Returns 0 or -ENOMEM; *out:
+ * notify_status_destroy().
  */
-int notify_status_create(const struct crun_store_opts *so, const char *run_id, const char *host,
+struct store_conf;
+int notify_status_create(const struct store_conf *sc, const char *run_id, const char *host,
 			 int max_restarts, struct notify_status **out);
 
 /**

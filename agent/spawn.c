@@ -126,20 +126,39 @@ int spawn_env_setf(struct spawn_env *e, const char *key, const char *fmt, ...)
 	return spawn_env_set(e, key, buf);
 }
 
-int spawn_inherit_env(const struct spawn_inherit *v, size_t n, bool clear, struct crun_diag *d)
+void spawn_env_unset(struct spawn_env *e, const char *key)
 {
-	size_t i;
+	int i = find(e, key);
 
+	if (i < 0) {
+		return;
+	}
+	free(e->v[i]);
+	memmove(&e->v[i], &e->v[i + 1], (size_t)(e->n - i) * sizeof(*e->v)); /* with the NULL */
+	e->n--;
+}
+
+/* What workers inherit of the store, as its configuration says (store_conf_worker_env()). */
+static int store_env(struct spawn_env *e, const struct spawn_worker_info *wi)
+{
+	struct store_env_var v[STORE_CONF_ENV_MAX];
+	size_t n, i;
+	int rc = 0;
+
+	if (wi->store == NULL) {
+		return wi->store_token_file != NULL
+			       ? spawn_env_set(e, "CRUN_STORE_TOKEN_FILE", wi->store_token_file)
+			       : 0;
+	}
+	n = store_conf_worker_env(wi->store, wi->store_token_file, v);
 	for (i = 0; i < n; i++) {
-		if (v[i].val == NULL && !clear) {
-			continue;
-		}
-		if ((v[i].val != NULL ? setenv(v[i].name, v[i].val, 1) : unsetenv(v[i].name)) != 0) {
-			return diag_set(d, -errno, "agent: setenv %s: %s", v[i].name,
-					strerror(errno));
+		if (v[i].val != NULL) {
+			rc |= spawn_env_set(e, v[i].name, v[i].val);
+		} else if (!v[i].keep) {
+			spawn_env_unset(e, v[i].name);
 		}
 	}
-	return 0;
+	return rc;
 }
 
 void spawn_env_finish(struct spawn_env *e)
@@ -215,15 +234,9 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 	if (spawn_env_get(e, "OMP_NUM_THREADS") == NULL && spec->nproc_per_node > 1) {
 		rc |= spawn_env_set(e, "OMP_NUM_THREADS", "1");
 	}
-	if (wi->store_endpoint != NULL) {
-		rc |= spawn_env_set(e, "CRUN_STORE_ENDPOINT", wi->store_endpoint);
-	}
+	rc |= store_env(e, wi);
 	if (wi->store_prefix != NULL) {
 		rc |= spawn_env_set(e, "CRUN_STORE_PREFIX", wi->store_prefix);
-	}
-	/* The credential travels as a private file, never as the token in the environment. */
-	if (wi->store_token_file != NULL) {
-		rc |= spawn_env_set(e, "CRUN_STORE_TOKEN_FILE", wi->store_token_file);
 	}
 	if (spec->socket_ifname != NULL) {
 		if (spawn_env_get(e, "NCCL_SOCKET_IFNAME") == NULL) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "agent/jobspec.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 
 /* A growable, NULL-terminated "KEY=VALUE" vector. Every string is owned. */
@@ -15,26 +16,14 @@ struct spawn_env {
 	int n, cap;
 };
 
-/* A variable of the agent's own environment that every worker inherits: a path or a name. */
-struct spawn_inherit {
-	const char *name;
-	const char *val; /* NULL: not given */
-};
-
-/**
- * Put @n variables into the agent's environment for the workers to inherit: those with a
- * value are set; those without are cleared when @clear (so that a stale one cannot take
- * effect), else left as they are. Call before any thread starts: setenv() is not
- * thread-safe. Returns 0 or a negative errno with @d filled.
- */
-int spawn_inherit_env(const struct spawn_inherit *v, size_t n, bool clear, struct crun_diag *d);
-
 /** Copy @envp (borrowed, NULL-terminated; may be NULL) into @e. Returns 0 or -ENOMEM. */
 int spawn_env_init(struct spawn_env *e, char *const *envp);
 /** Set @key to @val, replacing any earlier value. Returns 0 or -ENOMEM. */
 int spawn_env_set(struct spawn_env *e, const char *key, const char *val);
 int spawn_env_setf(struct spawn_env *e, const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/** Remove @key from @e (nothing when it is not there). */
+void spawn_env_unset(struct spawn_env *e, const char *key);
 /** The value of @key in @e (borrowed) or NULL. */
 const char *spawn_env_get(const struct spawn_env *e, const char *key);
 void spawn_env_finish(struct spawn_env *e);
@@ -47,7 +36,10 @@ struct spawn_worker_info {
 	const char *run_id, *master_addr;
 	int master_port;
 	bool agent_store; /* TORCHELASTIC_USE_AGENT_STORE=True: MASTER_* is crun's store */
-	const char *store_endpoint, *store_prefix, *store_token_file; /* may be NULL */
+	/* The store (CRUN_STORE_ENDPOINT, TLS files, etcd settings: store_conf_worker_env()),
+	 * the attempt's prefix and the workers' credential file; each may be NULL. */
+	const struct store_conf *store;
+	const char *store_prefix, *store_token_file;
 	const char *error_file;
 	const char *heartbeat_file; /* CRUN_HEARTBEAT_FILE (--worker-timeout), or NULL */
 };

@@ -18,6 +18,7 @@
 #include "rendezvous/rdzv_internal.h"
 #include "src/common/util.h"
 #include "rendezvous/store/backend.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
 #include "src/common/token.h"
@@ -202,11 +203,12 @@ static int check_conf(const struct rdzv_conf *c, struct crun_diag *d)
 	return 0;
 }
 
-int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *conf,
+int rdzv_create(const struct store_conf *store, const struct rdzv_conf *conf,
 		struct rdzv **out, struct crun_diag *d)
 {
-	struct crun_store_opts o;
-	char err[256] = "";
+	struct store_conf_variant v = {0};
+	struct store_conf o;
+	struct crun_diag od = {0};
 	char hostbuf[256];
 	char *prefix = NULL;
 	struct rdzv *r;
@@ -271,15 +273,20 @@ int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *con
 	r->conf.run_id = r->run_id;
 	r->conf.advertise_addr = r->addr;
 	r->conf.hostname = r->host;
-	o = *store;
-	o.prefix = prefix;
-	if (o.timeout_ms <= 0) {
-		o.timeout_ms = clamp_ms(conf->read_timeout_ms);
+	v.prefix = prefix;
+	if (store->timeout_ms <= 0) {
+		v.timeout_ms = clamp_ms(conf->read_timeout_ms);
 	}
-	rc = crun_store_open(&o, &r->st, err, sizeof(err));
+	rc = store_conf_derive(&o, store, &v);
+	if (rc < 0) {
+		diag_set(d, rc, "rendezvous: out of memory");
+		goto err;
+	}
+	rc = store_open_conf(&o, &r->st, &od);
+	store_conf_finish(&o);
 	if (rc < 0) {
 		diag_set(d, rc, "rendezvous %s: %s", conf->run_id,
-			 err[0] != '\0' ? err : crun_strerror(rc));
+			 od.msg[0] != '\0' ? od.msg : crun_strerror(rc));
 		goto err;
 	}
 	atomic_init(&r->stop, false);

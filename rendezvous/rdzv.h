@@ -51,8 +51,12 @@ struct rdzv_assignment {
 	char worker_prefix[512]; /* store prefix for this attempt's workers (CRUN_STORE_PREFIX) */
 };
 
-/** Connect with @store (borrowed) and remember @conf (strings copied). *out: rdzv_destroy(). */
-int rdzv_create(const struct crun_store_opts *store, const struct rdzv_conf *conf,
+/**
+ * Connect to the store @store (borrowed: the one configuration value, rendezvous/store/
+ * store_conf.h) and remember @conf (strings copied). *out: rdzv_destroy().
+ */
+struct store_conf;
+int rdzv_create(const struct store_conf *store, const struct rdzv_conf *conf,
 		struct rdzv **out, struct crun_diag *d);
 void rdzv_destroy(struct rdzv *r);
 

@@ -14,26 +14,10 @@
 #include "config.h"
 #include "src/cli.h"
 #include "src/cli_parser.h"
+#include "src/common/net.h"
 #include "src/jobfile.h"
 
 #define RESTARTS_MAX 1000000
-
-/* Copy at most 48 bytes of @s into @buf for an error line, non-printables as '?'. */
-const char *cli_show(char *buf, size_t len, const char *s)
-{
-	size_t i, n = 0;
-
-	for (i = 0; s[i] != '\0' && n + 4 < len && i < 48; i++) {
-		buf[n++] = isprint((unsigned char)s[i]) ? s[i] : '?';
-	}
-	if (s[i] != '\0' && n + 4 < len) {
-		buf[n++] = '.';
-		buf[n++] = '.';
-		buf[n++] = '.';
-	}
-	buf[n] = '\0';
-	return buf;
-}
 
 int cli_fail(struct cli_parser *p, enum cli_opt_id id, const char *fmt, ...)
 {
@@ -71,165 +55,28 @@ int cli_set_str(char **dst, const char *src)
 
 /* ---- command line and environment ---- */
 
-static void set_val(struct cli_parser *p, enum cli_opt_id id, const char *origin, size_t olen,
-		    const char *val)
-{
-	struct cli_optval *v = &p->v[id];
-
-	if (olen >= sizeof(v->origin)) {
-		olen = sizeof(v->origin) - 1;
-	}
-	memcpy(v->origin, origin, olen);
-	v->origin[olen] = '\0';
-	v->val = val;
-	v->set = true;
-}
-
 /* torchrun reads every flag from PET_<NAME> too (PET_NPROC_PER_NODE); the command line wins. */
-static void read_env(struct cli_parser *p)
-{
-	char name[80];
-	const char *val;
-	size_t i, n;
-	int k;
-
-	for (k = 0; k < O_COUNT; k++) {
-		if (!cli_opts[k].env) {
-			continue;
-		}
-		n = (size_t)snprintf(name, sizeof(name), "PET_");
-		for (i = 0; cli_opts[k].name[i] != '\0' && n + 1 < sizeof(name); i++) {
-			name[n++] = cli_opts[k].name[i] == '-' ? '_'
-							       : (char)toupper(cli_opts[k].name[i]);
-		}
-		name[n] = '\0';
-		val = getenv(name);
-		if (val != NULL) {
-			set_val(p, (enum cli_opt_id)k, name, n, val);
-		}
-	}
-}
-
-static int print_version(void)
-{
-	printf("crun %s\n", CRUN_VERSION);
-	fflush(stdout);
-	return CLI_EXIT;
-}
-
-static int print_help(void)
-{
-	cli_usage(stdout);
-	fflush(stdout);
-	return CLI_EXIT;
-}
-
-/* A value that is missing: the end of argv, or what is clearly the next long option. */
-static bool missing(const char *next)
-{
-	return next == NULL || (next[0] == '-' && next[1] == '-' && next[2] != '\0');
-}
-
 static int read_argv(struct cli_parser *p, int argc, char **argv)
 {
-	const struct cli_opt *o;
-	enum cli_opt_id id = O_COUNT;
-	const char *a, *eq, *val;
-	char b[64];
-	size_t nlen;
-	int i;
+	int first, rc;
 
-	for (i = 1; i < argc; i++) {
-		a = argv[i];
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (a[0] != '-' || a[1] == '\0') {
-			break; /* the program: everything from here on is its own */
-		}
-		if (a[1] == '-') {
-			eq = strchr(a + 2, '=');
-			nlen = eq ? (size_t)(eq - a) : strlen(a);
-			o = cli_opt_find_long(a + 2, nlen - 2, &id);
-			if (o == NULL) {
-				char shown[72];
-
-				snprintf(shown, sizeof(shown), "%.*s", (int)(nlen > 60 ? 60 : nlen), a);
-				return cli_fail(p, O_COUNT, "%s: unknown option (see crun --help)",
-						cli_show(b, sizeof(b), shown));
-			}
-			if (id == O_HELP) {
-				return print_help();
-			}
-			if (id == O_VERSION) {
-				return print_version();
-			}
-			if (!o->arg) {
-				if (eq != NULL && o->optval) {
-					set_val(p, id, a, nlen, eq + 1);
-					continue;
-				}
-				if (eq != NULL) {
-					set_val(p, id, a, nlen, "1");
-					return cli_fail(p, id, "takes no value");
-				}
-				set_val(p, id, a, nlen, "1");
-				continue;
-			}
-			if (eq != NULL) {
-				val = eq + 1;
-			} else {
-				val = i + 1 < argc ? argv[i + 1] : NULL;
-				if (missing(val)) {
-					set_val(p, id, a, nlen, "");
-					return cli_fail(p, id, "missing value (%s)", o->metavar);
-				}
-				i++;
-			}
-			set_val(p, id, a, nlen, val);
-			continue;
-		}
-		/* -h, -m, -r VALUE, -rVALUE, -t VALUE, -tVALUE */
-		o = cli_opt_find_short(a[1], &id);
-		if (o == NULL) {
-			return cli_fail(p, O_COUNT, "%s: unknown option (see crun --help)",
-					cli_show(b, sizeof(b), a));
-		}
-		if (id == O_HELP && a[2] == '\0') {
-			return print_help();
-		}
-		if (!o->arg) {
-			set_val(p, id, a, 2, "1");
-			if (a[2] != '\0') {
-				return cli_fail(p, id, "takes no value (got \"%s\")",
-						cli_show(b, sizeof(b), a));
-			}
-			continue;
-		}
-		if (a[2] != '\0') {
-			val = a[2] == '=' ? a + 3 : a + 2;
-		} else {
-			val = i + 1 < argc ? argv[i + 1] : NULL;
-			if (missing(val)) {
-				set_val(p, id, a, 2, "");
-				return cli_fail(p, id, "missing value (%s)", o->metavar);
-			}
-			i++;
-		}
-		set_val(p, id, a, 2, val);
+	opt_read_env(&cli_table, p->v);
+	rc = opt_read_argv(&cli_table, p->v, argc, argv, &first, p->d);
+	if (rc != OPT_OK) {
+		return rc;
 	}
-	if (i >= argc && p->v[O_CONFIG].set) {
+	opt_log_level(&p->v[O_VERBOSE], &p->v[O_QUIET]);
+	if (first >= argc && p->v[O_CONFIG].set) {
 		return CLI_OK; /* the job file may name the program */
 	}
-	if (i >= argc) {
+	if (first >= argc) {
 		return cli_fail(p, O_COUNT,
 				"missing PROGRAM to run (usage: crun [OPTIONS] PROGRAM "
 				"[ARGS...]; see crun --help)");
 	}
-	p->program = argv[i];
-	p->args = argv + i + 1;
-	p->nargs = argc - i - 1;
+	p->program = argv[first];
+	p->args = argv + first + 1;
+	p->nargs = argc - first - 1;
 	return CLI_OK;
 }
 
@@ -259,8 +106,7 @@ static int apply_jobfile(struct cli_parser *p, struct jobfile *jf)
 	p->jf = jf;
 	for (k = 0; k < O_COUNT; k++) {
 		if (jf->vals[k] != NULL && !p->v[k].set) {
-			set_val(p, (enum cli_opt_id)k, jf->origins[k], strlen(jf->origins[k]),
-				jf->vals[k]);
+			opt_set(&p->v[k], jf->origins[k], strlen(jf->origins[k]), jf->vals[k]);
 		}
 	}
 	if (p->program == NULL && jf->program != NULL) {
@@ -272,7 +118,7 @@ static int apply_jobfile(struct cli_parser *p, struct jobfile *jf)
 		return cli_fail(p, O_COUNT,
 				"missing PROGRAM: neither the command line nor %s names one "
 				"(program: in the job file)",
-				cli_show(b, sizeof(b), p->v[O_CONFIG].val));
+				opt_show(b, sizeof(b), p->v[O_CONFIG].val));
 	}
 	for (i = 0; i < jf->nenv; i++) {
 		if (setenv(jf->env[i].key, jf->env[i].val, 1) < 0) {
@@ -359,12 +205,185 @@ static int check_virtual_devices(struct cli_parser *p)
 	return 0;
 }
 
+/* --standalone: torchrun picks the rendezvous itself and ignores the user's. */
+static int take_standalone(struct cli_parser *p)
+{
+	struct job_spec *spec = p->spec;
+
+	if (p->v[O_RDZV_BACKEND].set || p->v[O_RDZV_ENDPOINT].set || p->v[O_RDZV_ID].set) {
+		fprintf(stderr, "crun: warning: --standalone ignores --rdzv-backend, "
+				"--rdzv-endpoint and --rdzv-id\n");
+	}
+	p->v[O_RDZV_ENDPOINT].set = false;
+	p->v[O_RDZV_ID].set = false;
+	spec->rdzv_kind = RDZV_KIND_C10D;
+	free(spec->rdzv_id);
+	spec->rdzv_id = NULL;
+	if (cli_random_run_id(&spec->rdzv_id) < 0 ||
+	    cli_set_str(&spec->rdzv_endpoint, "127.0.0.1:0") < 0 ||
+	    cli_set_str(&spec->rdzv_host, "127.0.0.1") < 0) {
+		return cli_oom(p);
+	}
+	spec->rdzv_port = 0;
+	return 0;
+}
+
+/* The master, the node rank, the endpoint, the run id and --rdzv-conf, in that order. */
+static int take_rendezvous(struct cli_parser *p, bool standalone)
+{
+	struct job_spec *spec = p->spec;
+	char b[64];
+	int rc;
+
+	if (p->v[O_MASTER_ADDR].set) {
+		if ((rc = cli_text_value(p, O_MASTER_ADDR, 255, &spec->master_addr)) != 0) {
+			return rc;
+		}
+		if (!net_valid_host(spec->master_addr)) {
+			return cli_fail(p, O_MASTER_ADDR,
+					"expected a host name or IP address, got \"%s\"",
+					opt_show(b, sizeof(b), spec->master_addr));
+		}
+	}
+	if (p->v[O_MASTER_PORT].set) {
+		if ((rc = cli_int_value(p, O_MASTER_PORT, 0, 65535, &spec->master_port)) != 0) {
+			return rc;
+		}
+		if (spec->master_port == 0 && spec->max_nodes > 1) {
+			return cli_fail(p, O_MASTER_PORT, "port 0 cannot be found by other nodes");
+		}
+
+	}
+	if (spec->rdzv_kind == RDZV_KIND_STATIC) {
+		spec->node_rank = 0;
+		if (p->v[O_NODE_RANK].set &&
+		    (rc = cli_int_value(p, O_NODE_RANK, 0, spec->max_nodes - 1,
+					&spec->node_rank)) != 0) {
+			return rc;
+		}
+	}
+	if (!standalone && ((rc = cli_do_endpoint(p)) != 0 || (rc = cli_do_rdzv_id(p)) != 0)) {
+		return rc;
+	}
+	/* Static multi-node jobs keep crun's store one port above the master's (agent/agent.c). */
+	if (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes > 1 &&
+	    spec->master_port == 65535) {
+		return cli_fail(
+			p, p->v[O_RDZV_ENDPOINT].set ? O_RDZV_ENDPOINT : O_MASTER_PORT,
+			"port 65535 leaves no port for the store (it uses the master port + 1)");
+	}
+	if ((rc = cli_do_rdzv_conf(p)) != 0 || (rc = cli_etcd_finish(p)) != 0) {
+		return rc;
+	}
+	return 0;
+}
+
+/* Restarts, timeouts, signals, the role and the torchrun-compatible flags. */
+static int take_restarts(struct cli_parser *p)
+{
+	struct job_spec *spec = p->spec;
+	char b[64];
+	bool yes;
+	int rc;
+
+	if (p->v[O_MAX_RESTARTS].set &&
+	    (rc = cli_int_value(p, O_MAX_RESTARTS, 0, RESTARTS_MAX, &spec->max_restarts)) != 0) {
+		return rc;
+	}
+	if ((rc = cli_do_restart_waits(p)) != 0) {
+		return rc;
+	}
+	if (p->v[O_MONITOR_INTERVAL].set) {
+		int64_t ms;
+
+		if ((rc = cli_seconds_value(p, O_MONITOR_INTERVAL, &ms)) != 0) {
+			return rc;
+		}
+		spec->monitor_interval_s = (double)ms / 1000.0;
+	}
+	if (p->v[O_START_METHOD].set && strcmp(p->v[O_START_METHOD].val, "spawn") != 0 &&
+	    strcmp(p->v[O_START_METHOD].val, "fork") != 0 &&
+	    strcmp(p->v[O_START_METHOD].val, "forkserver") != 0) {
+		return cli_fail(p, O_START_METHOD,
+				"expected spawn, fork or forkserver, got \"%s\"",
+				opt_show(b, sizeof(b), p->v[O_START_METHOD].val));
+	}
+	if (p->v[O_LOGS_SPECS].set && strcmp(p->v[O_LOGS_SPECS].val, "default") != 0) {
+		return cli_fail(p, O_LOGS_SPECS,
+				"Python LogsSpecs plugins are not supported (only "
+				"\"default\"; use --log-dir and --log-prefix)");
+	}
+	if (p->v[O_SHUTDOWN_TIMEOUT].set &&
+	    (rc = cli_seconds_value(p, O_SHUTDOWN_TIMEOUT, &spec->shutdown_timeout_ms)) != 0) {
+		return rc;
+	}
+	if ((rc = cli_do_signals(p)) != 0) {
+		return rc;
+	}
+	if (p->v[O_ROLE].set && (rc = cli_text_value(p, O_ROLE, 128, &spec->role)) != 0) {
+		return rc;
+	}
+	if ((rc = cli_flag_value(p, O_VIRTUAL_LOCAL_RANK, &yes)) != 0) {
+		return rc;
+	}
+	spec->virtual_local_rank = yes;
+	if ((rc = cli_do_local_rank_arg(p)) != 0 || (rc = cli_do_exit_code(p)) != 0) {
+		return rc;
+	}
+	return 0;
+}
+
+/* Output, the store's option group, stdio, the program, the address and the GPU count. */
+static int take_workers(struct cli_parser *p, bool count_later)
+{
+	struct job_spec *spec = p->spec;
+	struct jobfile *jf = p->jf;
+	struct crun_diag *d = p->d;
+	int rc;
+
+	if ((rc = cli_do_log_dir(p)) != 0 || (rc = cli_do_store(p)) != 0 ||
+	    (rc = cli_do_std_map(p, O_REDIRECTS, spec->redirects)) != 0 ||
+	    (rc = cli_do_std_map(p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(p)) != 0) {
+		return rc;
+	}
+	/* PyTorch's TCPStore client cannot speak TLS: with TLS the workers keep rank 0's own
+	 * TCPStore, as with --no-agent-store (docs/security.md). */
+	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
+		spec->no_agent_store = true;
+	}
+	if ((rc = cli_do_stdio(p)) != 0) {
+		return rc;
+	}
+	if ((rc = cli_do_program(p)) != 0) {
+		if (p->jf != NULL && p->program == jf->program && d->code != -ENOMEM) {
+			char msg[sizeof(d->msg)];
+
+			/* say where the job file named it */
+			memcpy(msg, d->msg, sizeof(msg));
+			diag_set(d, d->code, "%.190s: %.300s", jf->program_origin, msg);
+		}
+		return rc;
+	}
+	if ((rc = cli_do_local_addr(p)) != 0) {
+		return rc;
+	}
+	if (count_later && (rc = cli_count_nproc(p)) != 0) {
+		return rc;
+	}
+	if ((rc = cli_do_ranks_filter(p)) != 0) {
+		return rc;
+	}
+	if ((rc = check_virtual_devices(p)) != 0) {
+		return rc;
+	}
+	return 0;
+}
+
 static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_diag *d,
 		     struct jobfile *jf)
 {
 	struct cli_parser p;
-	bool standalone, count_later, yes;
-	char b[64];
+	bool standalone, count_later;
 	int rc;
 
 	memset(&p, 0, sizeof(p));
@@ -373,7 +392,6 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	if (jobspec_defaults(spec) < 0) {
 		return cli_oom(&p);
 	}
-	read_env(&p);
 	rc = read_argv(&p, argc, argv);
 	if (rc != CLI_OK) {
 		return rc;
@@ -396,148 +414,14 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	if ((rc = cli_flag_value(&p, O_NO_AGENT_STORE, &spec->no_agent_store)) != 0) {
 		return rc;
 	}
-	if (standalone) {
-		/* torchrun: --standalone picks the rendezvous itself and ignores the user's. */
-		if (p.v[O_RDZV_BACKEND].set || p.v[O_RDZV_ENDPOINT].set || p.v[O_RDZV_ID].set) {
-			fprintf(stderr, "crun: warning: --standalone ignores --rdzv-backend, "
-					"--rdzv-endpoint and --rdzv-id\n");
-		}
-		p.v[O_RDZV_ENDPOINT].set = false;
-		p.v[O_RDZV_ID].set = false;
-		spec->rdzv_kind = RDZV_KIND_C10D;
-		free(spec->rdzv_id);
-		spec->rdzv_id = NULL;
-		if (cli_random_run_id(&spec->rdzv_id) < 0 ||
-		    cli_set_str(&spec->rdzv_endpoint, "127.0.0.1:0") < 0 ||
-		    cli_set_str(&spec->rdzv_host, "127.0.0.1") < 0) {
-			return cli_oom(&p);
-		}
-		spec->rdzv_port = 0;
-	}
-	if ((rc = check_static_and_standalone(&p, standalone)) != 0) {
+	if (standalone && (rc = take_standalone(&p)) != 0) {
 		return rc;
 	}
-	if (p.v[O_MASTER_ADDR].set) {
-		if ((rc = cli_text_value(&p, O_MASTER_ADDR, 255, &spec->master_addr)) != 0) {
-			return rc;
-		}
-		if (!cli_valid_host(spec->master_addr)) {
-			return cli_fail(&p, O_MASTER_ADDR,
-					"expected a host name or IP address, got \"%s\"",
-					cli_show(b, sizeof(b), spec->master_addr));
-		}
-	}
-	if (p.v[O_MASTER_PORT].set) {
-		if ((rc = cli_int_value(&p, O_MASTER_PORT, 0, 65535, &spec->master_port)) != 0) {
-			return rc;
-		}
-		if (spec->master_port == 0 && spec->max_nodes > 1) {
-			return cli_fail(&p, O_MASTER_PORT, "port 0 cannot be found by other nodes");
-		}
-
-	}
-	if (spec->rdzv_kind == RDZV_KIND_STATIC) {
-		spec->node_rank = 0;
-		if (p.v[O_NODE_RANK].set &&
-		    (rc = cli_int_value(&p, O_NODE_RANK, 0, spec->max_nodes - 1,
-					&spec->node_rank)) != 0) {
-			return rc;
-		}
-	}
-	if (!standalone && ((rc = cli_do_endpoint(&p)) != 0 || (rc = cli_do_rdzv_id(&p)) != 0)) {
+	if ((rc = check_static_and_standalone(&p, standalone)) != 0 ||
+	    (rc = take_rendezvous(&p, standalone)) != 0 || (rc = take_restarts(&p)) != 0 ||
+	    (rc = take_workers(&p, count_later)) != 0) {
 		return rc;
 	}
-	/* Static multi-node jobs keep crun's store one port above the master's (agent/agent.c). */
-	if (spec->rdzv_kind == RDZV_KIND_STATIC && spec->max_nodes > 1 &&
-	    spec->master_port == 65535) {
-		return cli_fail(
-			&p, p.v[O_RDZV_ENDPOINT].set ? O_RDZV_ENDPOINT : O_MASTER_PORT,
-			"port 65535 leaves no port for the store (it uses the master port + 1)");
-	}
-	if ((rc = cli_do_rdzv_conf(&p)) != 0 || (rc = cli_etcd_finish(&p)) != 0) {
-		return rc;
-	}
-	if (p.v[O_MAX_RESTARTS].set &&
-	    (rc = cli_int_value(&p, O_MAX_RESTARTS, 0, RESTARTS_MAX, &spec->max_restarts)) != 0) {
-		return rc;
-	}
-	if ((rc = cli_do_restart_waits(&p)) != 0) {
-		return rc;
-	}
-	if (p.v[O_MONITOR_INTERVAL].set) {
-		int64_t ms;
-
-		if ((rc = cli_seconds_value(&p, O_MONITOR_INTERVAL, &ms)) != 0) {
-			return rc;
-		}
-		spec->monitor_interval_s = (double)ms / 1000.0;
-	}
-	if (p.v[O_START_METHOD].set && strcmp(p.v[O_START_METHOD].val, "spawn") != 0 &&
-	    strcmp(p.v[O_START_METHOD].val, "fork") != 0 &&
-	    strcmp(p.v[O_START_METHOD].val, "forkserver") != 0) {
-		return cli_fail(&p, O_START_METHOD,
-				"expected spawn, fork or forkserver, got \"%s\"",
-				cli_show(b, sizeof(b), p.v[O_START_METHOD].val));
-	}
-	if (p.v[O_LOGS_SPECS].set && strcmp(p.v[O_LOGS_SPECS].val, "default") != 0) {
-		return cli_fail(&p, O_LOGS_SPECS,
-				"Python LogsSpecs plugins are not supported (only "
-				"\"default\"; use --log-dir and --log-prefix)");
-	}
-	if (p.v[O_SHUTDOWN_TIMEOUT].set &&
-	    (rc = cli_seconds_value(&p, O_SHUTDOWN_TIMEOUT, &spec->shutdown_timeout_ms)) != 0) {
-		return rc;
-	}
-	if ((rc = cli_do_signals(&p)) != 0) {
-		return rc;
-	}
-	if (p.v[O_ROLE].set && (rc = cli_text_value(&p, O_ROLE, 128, &spec->role)) != 0) {
-		return rc;
-	}
-	if ((rc = cli_flag_value(&p, O_VIRTUAL_LOCAL_RANK, &yes)) != 0) {
-		return rc;
-	}
-	spec->virtual_local_rank = yes;
-	if ((rc = cli_do_local_rank_arg(&p)) != 0 || (rc = cli_do_exit_code(&p)) != 0) {
-		return rc;
-	}
-	if ((rc = cli_do_log_dir(&p)) != 0 || (rc = cli_do_token(&p)) != 0 ||
-	    (rc = cli_do_tls(&p)) != 0 ||
-	    (rc = cli_do_std_map(&p, O_REDIRECTS, spec->redirects)) != 0 ||
-	    (rc = cli_do_std_map(&p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(&p)) != 0) {
-		return rc;
-	}
-	/* PyTorch's TCPStore client cannot speak TLS: with TLS the workers keep rank 0's own
-	 * TCPStore, as with --no-agent-store (docs/security.md). */
-	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
-		spec->no_agent_store = true;
-	}
-	if ((rc = cli_do_stdio(&p)) != 0) {
-		return rc;
-	}
-	if ((rc = cli_do_program(&p)) != 0) {
-		if (p.jf != NULL && p.program == jf->program && d->code != -ENOMEM) {
-			char msg[sizeof(d->msg)];
-
-			/* say where the job file named it */
-			memcpy(msg, d->msg, sizeof(msg));
-			diag_set(d, d->code, "%.190s: %.300s", jf->program_origin, msg);
-		}
-		return rc;
-	}
-	if ((rc = cli_do_local_addr(&p)) != 0) {
-		return rc;
-	}
-	if (count_later && (rc = cli_count_nproc(&p)) != 0) {
-		return rc;
-	}
-	if ((rc = cli_do_ranks_filter(&p)) != 0) {
-		return rc;
-	}
-	if ((rc = check_virtual_devices(&p)) != 0) {
-		return rc;
-	}
-
 	/* What the rendezvous needs, pointing into the spec (valid until jobspec_finish()). */
 	spec->rdzv.run_id = spec->rdzv_id;
 	spec->rdzv.min_nodes = spec->min_nodes;

@@ -10,13 +10,11 @@
 
 #include <crun/error.h>
 
+#include "rendezvous/store/etcd_endpoint.h"
 #include "src/cli.h"
 #include "src/cli_parser.h"
-#include "src/common/net.h"
 
-#define DEFAULT_ETCD_PORT 2379 /* etcd's client port, torchrun's default for etcd */
-#define ETCD_MEMBERS_MAX 64     /* a sanity bound: etcd clusters have 3, 5 or 7 members */
-#define ETCD_LIST_MAX 4000      /* the normalised list, "etcd+https://" not counted */
+#define ETCD_LIST_MAX 4000 /* the normalised list, "etcd+https://" not counted */
 
 /*
  * What each --rdzv-conf key of an etcd job is called (torchrun's etcd backend spells them
@@ -38,116 +36,92 @@ static const struct {
 	{"user", offsetof(struct job_spec, etcd_user), false},
 };
 
-/* Which of "http://", "https://", "etcd://", "etcd+https://" @s starts with: 0 none, 1 http,
- * 2 https; *@skip is the scheme's length. -1: some other scheme. */
-static int scheme_of(const char *s, size_t *skip)
+/* The member list's fault in --rdzv-endpoint's words (the grammar: rendezvous/store/etcd_endpoint.h). */
+static int bad_members(struct cli_parser *p, const char *v, const struct etcd_ep_error *e)
 {
-	static const struct {
-		const char *name;
-		int tls;
-	} schemes[] = {
-		{"http://", 1}, {"https://", 2}, {"etcd://", 1}, {"etcd+https://", 2},
-	};
-	size_t i, n;
+	char b[64];
 
-	*skip = 0;
-	for (i = 0; i < ARRAY_SIZE(schemes); i++) {
-		n = strlen(schemes[i].name);
-		if (strncasecmp(s, schemes[i].name, n) == 0) {
-			*skip = n;
-			return schemes[i].tls;
-		}
+	switch (e->fault) {
+	case ETCD_EP_SCHEME:
+		return cli_fail(p, O_RDZV_ENDPOINT,
+				"%s: expected http://, https://, etcd:// or no scheme for etcd",
+				opt_show(b, sizeof(b), e->member));
+	case ETCD_EP_EMPTY:
+		return cli_fail(p, O_RDZV_ENDPOINT, "%s etcd member in \"%s\"",
+				strspn(v, ",") == strlen(v) ? "no" : "an empty",
+				opt_show(b, sizeof(b), v));
+	case ETCD_EP_MANY:
+		return cli_fail(p, O_RDZV_ENDPOINT, "more than %d etcd members",
+				ETCD_MAX_ENDPOINTS);
+	case ETCD_EP_NOMEM:
+		return cli_oom(p);
+	case ETCD_EP_HOSTPORT:
+	case ETCD_EP_LONG:
+	default:
+		return cli_fail(p, O_RDZV_ENDPOINT,
+				"expected HOST[:PORT][,HOST[:PORT]...] for etcd, got \"%s\"",
+				opt_show(b, sizeof(b), e->member + e->skip));
 	}
-	return strstr(s, "://") != NULL ? -1 : 0;
 }
 
 /*
- * --rdzv-endpoint for etcd: "HOST[:PORT][,HOST[:PORT]...]", each item with or without
- * http://, https://, etcd:// or etcd+https:// (one kind for the whole list); port 2379 when
- * none is given; empty means 127.0.0.1:2379. Sets spec->rdzv_endpoint to the normalised list
- * (no scheme yet: cli_etcd_finish() adds it once --rdzv-conf protocol is known), rdzv_host and
- * rdzv_port to the first member (the route to it picks the address this node advertises).
+ * --rdzv-endpoint for etcd: a member list in the store's grammar (each member with or without
+ * http://, https://, etcd:// or etcd+https://, port 2379 when none is given), one protocol for
+ * the whole cluster; empty means 127.0.0.1:2379. Sets spec->rdzv_endpoint to the normalised
+ * list (no scheme yet: cli_etcd_finish() adds it once --rdzv-conf protocol is known),
+ * rdzv_host and rdzv_port to the first member (the route to it picks the address this node
+ * advertises).
  */
 int cli_etcd_endpoint(struct cli_parser *p, const char *v)
 {
 	struct job_spec *s = p->spec;
-	char *list, *copy, *item, *save = NULL, host[256], hp[300], b[64];
-	size_t len = 0, skip;
-	int port, tls, n = 0, rc = 0;
+	struct etcd_ep_error err;
+	struct etcd_ep *eps;
+	size_t n, i, len = 0;
+	char *list;
+	int rc = 0;
 
 	if (*v == '\0') {
 		v = "127.0.0.1";
 	}
-	copy = strdup(v);
+	if (etcd_parse_members(v, false, &eps, &n, &err) < 0) {
+		return bad_members(p, v, &err);
+	}
+	p->etcd_tls_endpoint = -1;
+	for (i = 0; i < n; i++) {
+		if (!eps[i].named) {
+			continue;
+		}
+		if (p->etcd_tls_endpoint > 0 && p->etcd_tls_endpoint != (eps[i].tls ? 2 : 1)) {
+			free(eps);
+			return cli_fail(p, O_RDZV_ENDPOINT,
+					"mixes http and https members (one protocol per cluster)");
+		}
+		p->etcd_tls_endpoint = eps[i].tls ? 2 : 1;
+	}
 	list = malloc(ETCD_LIST_MAX + 1);
-	if (copy == NULL || list == NULL) {
-		free(copy);
-		free(list);
+	if (list == NULL) {
+		free(eps);
 		return cli_oom(p);
 	}
 	list[0] = '\0';
-	p->etcd_tls_endpoint = -1;
-	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
-		tls = scheme_of(item, &skip);
-		if (tls < 0) {
-			rc = cli_fail(p, O_RDZV_ENDPOINT,
-				      "%s: expected http://, https://, etcd:// or no scheme "
-				      "for etcd",
-				      cli_show(b, sizeof(b), item));
-			goto out;
-		}
-		if (tls > 0 && p->etcd_tls_endpoint > 0 && tls != p->etcd_tls_endpoint) {
-			rc = cli_fail(p, O_RDZV_ENDPOINT,
-				      "mixes http and https members (one protocol per cluster)");
-			goto out;
-		}
-		if (tls > 0) {
-			p->etcd_tls_endpoint = tls;
-		}
-		item += skip;
-		/* "http://h1:2379/" as etcdctl prints it: drop one trailing slash. */
-		if (*item != '\0' && item[strlen(item) - 1] == '/') {
-			item[strlen(item) - 1] = '\0';
-		}
-		if (net_parse_hostport(item, DEFAULT_ETCD_PORT, host, sizeof(host), &port) < 0 ||
-		    !cli_valid_host(host) || (*item == '[' && strchr(host, ':') == NULL) ||
-		    port == 0) {
-			rc = cli_fail(p, O_RDZV_ENDPOINT,
-				      "expected HOST[:PORT][,HOST[:PORT]...] for etcd, got \"%s\"",
-				      cli_show(b, sizeof(b), item));
-			goto out;
-		}
-		if (++n > ETCD_MEMBERS_MAX) {
-			rc = cli_fail(p, O_RDZV_ENDPOINT, "more than %d etcd members",
-				      ETCD_MEMBERS_MAX);
-			goto out;
-		}
-		net_join_hostport(hp, sizeof(hp), host, port);
-		if (len + strlen(hp) + 2 > ETCD_LIST_MAX) {
+	for (i = 0; i < n && rc == 0; i++) {
+		if (len + strlen(eps[i].name) + 2 > ETCD_LIST_MAX) {
 			rc = cli_fail(p, O_RDZV_ENDPOINT, "the member list is too long");
-			goto out;
+			break;
 		}
 		len += (size_t)snprintf(list + len, ETCD_LIST_MAX + 1 - len, "%s%s",
-					len > 0 ? "," : "", hp);
-		if (n == 1) {
-			if (cli_set_str(&s->rdzv_host, host) < 0) {
-				rc = cli_oom(p);
-				goto out;
-			}
-			s->rdzv_port = port;
-		}
+					len > 0 ? "," : "", eps[i].name);
 	}
-	if (n == 0) {
-		rc = cli_fail(p, O_RDZV_ENDPOINT, "no etcd member in \"%s\"",
-			      cli_show(b, sizeof(b), v));
-		goto out;
-	}
-	if (cli_set_str(&s->rdzv_endpoint, list) < 0) {
+	if (rc == 0 && (cli_set_str(&s->rdzv_host, eps[0].host) < 0 ||
+			cli_set_str(&s->rdzv_endpoint, list) < 0)) {
 		rc = cli_oom(p);
 	}
-out:
-	free(copy);
+	if (rc == 0) {
+		s->rdzv_port = eps[0].port;
+	}
 	free(list);
+	free(eps);
 	return rc;
 }
 
@@ -181,7 +155,7 @@ int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val)
 		} else {
 			return cli_fail(p, O_RDZV_CONF,
 					"protocol: expected http or https, got \"%s\"",
-					cli_show(b, sizeof(b), val));
+					opt_show(b, sizeof(b), val));
 		}
 		return 0;
 	}
@@ -197,7 +171,7 @@ int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val)
 	}
 	/* Checked here, so a typo is a usage error rather than a failure in every worker. */
 	if (realpath(val, abs) == NULL) {
-		return cli_fail(p, O_RDZV_CONF, "%s: %s: %s", key, cli_show(b, sizeof(b), val),
+		return cli_fail(p, O_RDZV_CONF, "%s: %s: %s", key, opt_show(b, sizeof(b), val),
 				strerror(errno));
 	}
 	return cli_set_str(dst, abs) < 0 ? cli_oom(p) : 0;

@@ -27,6 +27,7 @@
 #include "src/common/parse.h"
 #include "src/common/signames.h"
 #include "src/gpu_count.h"
+#include "src/opt_store.h"
 #include "src/program.h"
 
 #define NPROC_MAX 4096          /* a sanity bound: more local workers is surely a typo */
@@ -47,11 +48,11 @@ int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, 
 	rc = parse_long(p->v[id].val, min, max, &v);
 	if (rc == -EINVAL) {
 		return cli_fail(p, id, "expected an integer, got \"%s\"",
-				cli_show(b, sizeof(b), p->v[id].val));
+				opt_show(b, sizeof(b), p->v[id].val));
 	}
 	if (rc < 0) {
 		return cli_fail(p, id, "%s is out of range %ld..%ld",
-				cli_show(b, sizeof(b), p->v[id].val), min, max);
+				opt_show(b, sizeof(b), p->v[id].val), min, max);
 	}
 	*out = (int)v;
 	return 0;
@@ -66,34 +67,13 @@ int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms)
 	rc = parse_seconds_ms(p->v[id].val, SECONDS_MAX, ms);
 	if (rc == -EINVAL) {
 		return cli_fail(p, id, "expected seconds, got \"%s\"",
-				cli_show(b, sizeof(b), p->v[id].val));
+				opt_show(b, sizeof(b), p->v[id].val));
 	}
 	if (rc < 0) {
 		return cli_fail(p, id, "%s seconds is out of range 0..%.0f",
-				cli_show(b, sizeof(b), p->v[id].val), SECONDS_MAX);
+				opt_show(b, sizeof(b), p->v[id].val), SECONDS_MAX);
 	}
 	return 0;
-}
-
-int cli_parse_bool(const char *s, bool *out)
-{
-	static const char *const yes[] = {"1", "true", "yes", "on"};
-	static const char *const no[] = {"0", "false", "no", "off", ""};
-	size_t i;
-
-	for (i = 0; i < ARRAY_SIZE(yes); i++) {
-		if (strcasecmp(s, yes[i]) == 0) {
-			*out = true;
-			return 0;
-		}
-	}
-	for (i = 0; i < ARRAY_SIZE(no); i++) {
-		if (strcasecmp(s, no[i]) == 0) {
-			*out = false;
-			return 0;
-		}
-	}
-	return -EINVAL;
 }
 
 int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out)
@@ -104,9 +84,9 @@ int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out)
 	if (!p->v[id].set) {
 		return 0;
 	}
-	if (cli_parse_bool(p->v[id].val, out) < 0) {
+	if (opt_parse_bool(p->v[id].val, out) < 0) {
 		return cli_fail(p, id, "expected 0 or 1, got \"%s\"",
-				cli_show(b, sizeof(b), p->v[id].val));
+				opt_show(b, sizeof(b), p->v[id].val));
 	}
 	return 0;
 }
@@ -156,13 +136,13 @@ int cli_do_nnodes(struct cli_parser *p)
 		if (parse_long(v, 1, NNODES_MAX, &lo) < 0) {
 			return cli_fail(p, O_NNODES,
 					"expected N or MIN:MAX with 1 <= N <= %d, got \"%s\"",
-					NNODES_MAX, cli_show(b, sizeof(b), v));
+					NNODES_MAX, opt_show(b, sizeof(b), v));
 		}
 		hi = lo;
 	} else {
 		if ((size_t)(colon - v) >= sizeof(minb)) {
 			return cli_fail(p, O_NNODES, "expected N or MIN:MAX, got \"%s\"",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 		memcpy(minb, v, (size_t)(colon - v));
 		minb[colon - v] = '\0';
@@ -171,7 +151,7 @@ int cli_do_nnodes(struct cli_parser *p)
 			return cli_fail(
 				p, O_NNODES,
 				"expected N or MIN:MAX with 1 <= MIN <= MAX <= %d, got \"%s\"",
-				NNODES_MAX, cli_show(b, sizeof(b), v));
+				NNODES_MAX, opt_show(b, sizeof(b), v));
 		}
 		if (lo > hi) {
 			return cli_fail(p, O_NNODES, "MIN %ld is above MAX %ld", lo, hi);
@@ -201,11 +181,11 @@ int cli_do_nproc(struct cli_parser *p, bool *count_later)
 	rc = parse_long(p->v[O_NPROC].val, 1, NPROC_MAX, &n);
 	if (rc == -EINVAL) {
 		return cli_fail(p, O_NPROC, "expected a count, gpu, cpu or auto, got \"%s\"",
-				cli_show(b, sizeof(b), p->v[O_NPROC].val));
+				opt_show(b, sizeof(b), p->v[O_NPROC].val));
 	}
 	if (rc < 0) {
 		return cli_fail(p, O_NPROC, "%s is out of range 1..%d",
-				cli_show(b, sizeof(b), p->v[O_NPROC].val), NPROC_MAX);
+				opt_show(b, sizeof(b), p->v[O_NPROC].val), NPROC_MAX);
 	}
 	p->spec->nproc_per_node = (int)n;
 	return 0;
@@ -265,7 +245,7 @@ int cli_do_backend(struct cli_parser *p)
 		return cli_fail(p, O_RDZV_BACKEND,
 				"unknown backend \"%s\" (use c10d, tcp, static, file, etcd or "
 				"slurm)",
-				cli_show(b, sizeof(b), v));
+				opt_show(b, sizeof(b), v));
 	}
 	return 0;
 }
@@ -296,23 +276,6 @@ int cli_random_run_id(char **out)
 		 r[15]);
 	*out = strdup(buf);
 	return *out == NULL ? -ENOMEM : 0;
-}
-
-/* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
-bool cli_valid_host(const char *h)
-{
-	struct in6_addr a6;
-	size_t i;
-
-	if (strchr(h, ':') != NULL) {
-		return inet_pton(AF_INET6, h, &a6) == 1;
-	}
-	for (i = 0; h[i] != '\0'; i++) {
-		if (!isalnum((unsigned char)h[i]) && h[i] != '.' && h[i] != '-' && h[i] != '_') {
-			return false;
-		}
-	}
-	return i > 0 && i <= 253 && h[0] != '-' && h[0] != '.';
 }
 
 /* "HOST:PORT" with brackets around an IPv6 host, for spec->rdzv_endpoint. */
@@ -375,7 +338,7 @@ static int dir_of_exists(struct cli_parser *p, enum cli_opt_id id, const char *p
 int cli_do_endpoint(struct cli_parser *p)
 {
 	struct job_spec *s = p->spec;
-	struct cli_optval *ov = &p->v[O_RDZV_ENDPOINT];
+	struct opt_val *ov = &p->v[O_RDZV_ENDPOINT];
 	const char *v = ov->set ? ov->val : "";
 	char host[256], b[64];
 	int port;
@@ -391,11 +354,11 @@ int cli_do_endpoint(struct cli_parser *p)
 		if (strncmp(v, "file://", 7) != 0 || v[7] != '/' || v[8] == '\0') {
 			return cli_fail(p, O_RDZV_ENDPOINT,
 					"expected file:///ABSOLUTE/PATH, got \"%s\"",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 		if (v[strlen(v) - 1] == '/') {
 			return cli_fail(p, O_RDZV_ENDPOINT, "%s names a directory, not a file",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 		if (dir_of_exists(p, O_RDZV_ENDPOINT, v + 7) != 0) {
 			return CLI_USAGE;
@@ -426,9 +389,9 @@ int cli_do_endpoint(struct cli_parser *p)
 			v += 6;
 		}
 		if (net_parse_hostport(v, s->master_port, host, sizeof(host), &port) < 0 ||
-		    !cli_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
+		    !net_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
 			return cli_fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
-					cli_show(b, sizeof(b), ov->val));
+					opt_show(b, sizeof(b), ov->val));
 		}
 		if (cli_set_str(&s->master_addr, host) < 0) {
 			return cli_oom(p);
@@ -449,9 +412,9 @@ int cli_do_endpoint(struct cli_parser *p)
 		v += 6;
 	}
 	if (net_parse_hostport(v, DEFAULT_C10D_PORT, host, sizeof(host), &port) < 0 ||
-	    !cli_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
+	    !net_valid_host(host) || (*v == '[' && strchr(host, ':') == NULL)) {
 		return cli_fail(p, O_RDZV_ENDPOINT, "expected HOST[:PORT], got \"%s\"",
-				cli_show(b, sizeof(b), ov->val));
+				opt_show(b, sizeof(b), ov->val));
 	}
 	if (port == 0 && s->max_nodes > 1 && !s->standalone) {
 		return cli_fail(p, O_RDZV_ENDPOINT,
@@ -482,7 +445,7 @@ int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *mask
 	if (strchr(v, ':') == NULL) {
 		if (parse_long(v, 0, 3, &m) < 0) {
 			return cli_fail(p, id, "expected 0..3 or LOCAL_RANK:0..3,..., got \"%s\"",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 		for (i = 0; i <= RANK_MAP_MAX; i++) {
 			masks[i] = (enum std_mask)m;
@@ -500,7 +463,7 @@ int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *mask
 		colon = strchr(item, ':');
 		if (colon == NULL) {
 			rc = cli_fail(p, id, "expected LOCAL_RANK:0..3, got \"%s\"",
-				      cli_show(b, sizeof(b), item));
+				      opt_show(b, sizeof(b), item));
 			break;
 		}
 		*colon = '\0';
@@ -509,7 +472,7 @@ int cli_do_std_map(struct cli_parser *p, enum cli_opt_id id, enum std_mask *mask
 			*colon = ':';
 			rc = cli_fail(p, id,
 				      "expected LOCAL_RANK:0..3 with LOCAL_RANK < %d, got \"%s\"",
-				      RANK_MAP_MAX, cli_show(b, sizeof(b), item));
+				      RANK_MAP_MAX, opt_show(b, sizeof(b), item));
 			break;
 		}
 		masks[r] = (enum std_mask)m;
@@ -540,7 +503,7 @@ int cli_do_ranks_filter(struct cli_parser *p)
 		if (parse_long(item, 0, LONG_MAX, &r) < 0) {
 			rc = cli_fail(p, O_LOCAL_RANKS_FILTER,
 				      "expected local ranks like 0,2, got \"%s\"",
-				      cli_show(b, sizeof(b), item));
+				      opt_show(b, sizeof(b), item));
 			break;
 		}
 		if (r >= s->nproc_per_node) {
@@ -578,7 +541,7 @@ int cli_do_signals(struct cli_parser *p)
 		sig = signal_parse(item);
 		if (sig < 0) {
 			rc = cli_fail(p, O_SIGNALS, "unknown signal \"%s\"",
-				      cli_show(b, sizeof(b), item));
+				      opt_show(b, sizeof(b), item));
 			break;
 		}
 		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
@@ -623,7 +586,7 @@ int cli_do_log_prefix(struct cli_parser *p)
 		end = strchr(q, '}');
 		if (end == NULL) {
 			return cli_fail(p, O_LOG_PREFIX, "unclosed \"{\" in \"%s\"",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 		for (i = 0; i < ARRAY_SIZE(fields); i++) {
 			if (strlen(fields[i]) == (size_t)(end - q - 1) &&
@@ -668,7 +631,7 @@ int cli_do_stdio(struct cli_parser *p)
 		} else {
 			return cli_fail(p, O_STDIN,
 					"expected a global rank, all or none, got \"%s\"",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 	}
 	if (p->v[O_TTY].set) {
@@ -677,7 +640,7 @@ int cli_do_stdio(struct cli_parser *p)
 		}
 		if (i == ARRAY_SIZE(ttys)) {
 			return cli_fail(p, O_TTY, "expected auto, always or never, got \"%s\"",
-					cli_show(b, sizeof(b), v));
+					opt_show(b, sizeof(b), v));
 		}
 		/* The table is in enum tty_mode's order. */
 		p->spec->tty = (enum tty_mode)i;
@@ -703,65 +666,62 @@ int cli_do_log_dir(struct cli_parser *p)
 	return 0;
 }
 
-int cli_do_token(struct cli_parser *p)
-{
-	bool insecure;
-	int rc;
-
-	if ((rc = cli_flag_value(p, O_INSECURE, &insecure)) != 0) {
-		return rc;
-	}
-	p->spec->insecure = insecure;
-	if (!p->v[O_TOKEN_FILE].set) {
-		return 0;
-	}
-	if (insecure) {
-		return cli_fail(p, O_TOKEN_FILE, "cannot be combined with --insecure");
-	}
-	return cli_text_value(p, O_TOKEN_FILE, PATH_MAX - 1, &p->spec->token_file);
-}
-
 /* One --tls-* file: made absolute (workers get it by path), and it must exist. */
-static int tls_path(struct cli_parser *p, enum cli_opt_id id, char **out)
+static int tls_path(struct cli_parser *p, enum cli_opt_id id, const char *given, char **out)
 {
-	char *given = NULL, *abs;
-	int rc;
+	char *abs;
 
-	if (!p->v[id].set) {
+	if (given == NULL) {
 		return 0;
 	}
-	rc = cli_text_value(p, id, PATH_MAX - 1, &given);
-	if (rc != 0) {
-		return rc;
+	if (strlen(given) > PATH_MAX - 1) {
+		return cli_fail(p, id, "longer than %d bytes", PATH_MAX - 1);
 	}
 	abs = realpath(given, NULL);
 	if (abs == NULL) {
-		rc = cli_fail(p, id, "%s: %s", given, strerror(errno));
-		free(given);
-		return rc;
+		return cli_fail(p, id, "%s: %s", given, strerror(errno));
 	}
-	free(given);
 	free(*out);
 	*out = abs;
 	return 0;
 }
 
-int cli_do_tls(struct cli_parser *p)
+int cli_do_store(struct cli_parser *p)
 {
+	static const int ids[OS_COUNT] = {
+		[OS_ENDPOINT] = O_RDZV_ENDPOINT, [OS_TOKEN_FILE] = O_TOKEN_FILE,
+		[OS_INSECURE] = O_INSECURE,      [OS_TLS_CA] = O_TLS_CA,
+		[OS_TLS_CERT] = O_TLS_CERT,      [OS_TLS_KEY] = O_TLS_KEY,
+		[OS_TLS_SERVER_NAME] = O_TLS_SERVER_NAME, [OS_CONFIG] = O_CONFIG,
+	};
 	struct job_spec *s = p->spec;
+	struct opt_store_flags f;
 	int rc;
 
-	if ((rc = tls_path(p, O_TLS_CA, &s->tls_ca)) != 0 ||
-	    (rc = tls_path(p, O_TLS_CERT, &s->tls_cert)) != 0 ||
-	    (rc = tls_path(p, O_TLS_KEY, &s->tls_key)) != 0) {
+	if ((rc = opt_store_take(p->v, ids, &f, p->d)) != 0) {
 		return rc;
 	}
-	if (p->v[O_TLS_SERVER_NAME].set &&
-	    (rc = cli_text_value(p, O_TLS_SERVER_NAME, 255, &s->tls_server_name)) != 0) {
+	s->insecure = f.insecure;
+	if (f.token_file != NULL) {
+		if (strlen(f.token_file) > PATH_MAX - 1) {
+			return cli_fail(p, O_TOKEN_FILE, "longer than %d bytes", PATH_MAX - 1);
+		}
+		if (cli_set_str(&s->token_file, f.token_file) < 0) {
+			return cli_oom(p);
+		}
+	}
+	if ((rc = tls_path(p, O_TLS_CA, f.tls_ca, &s->tls_ca)) != 0 ||
+	    (rc = tls_path(p, O_TLS_CERT, f.tls_cert, &s->tls_cert)) != 0 ||
+	    (rc = tls_path(p, O_TLS_KEY, f.tls_key, &s->tls_key)) != 0) {
 		return rc;
 	}
-	if ((s->tls_cert != NULL) != (s->tls_key != NULL)) {
-		return cli_fail(p, O_COUNT, "--tls-cert and --tls-key go together (give both)");
+	if (f.tls_server_name != NULL) {
+		if (strlen(f.tls_server_name) > 255) {
+			return cli_fail(p, O_TLS_SERVER_NAME, "longer than 255 bytes");
+		}
+		if (cli_set_str(&s->tls_server_name, f.tls_server_name) < 0) {
+			return cli_oom(p);
+		}
 	}
 	if ((s->tls_cert != NULL || s->tls_server_name != NULL) && s->tls_ca == NULL) {
 		return cli_fail(p, O_COUNT,
@@ -859,7 +819,7 @@ int cli_do_local_rank_arg(struct cli_parser *p)
 		{"dash", LOCAL_RANK_ARG_DASH},         {"--local_rank", LOCAL_RANK_ARG_UNDERSCORE},
 		{"--local-rank", LOCAL_RANK_ARG_DASH},
 	};
-	struct cli_optval *ov = &p->v[O_LOCAL_RANK_ARG];
+	struct opt_val *ov = &p->v[O_LOCAL_RANK_ARG];
 	bool use_env, yes;
 	char b[64];
 	size_t i;
@@ -879,14 +839,14 @@ int cli_do_local_rank_arg(struct cli_parser *p)
 	}
 	if (i < ARRAY_SIZE(styles)) {
 		p->spec->local_rank_arg = styles[i].style;
-	} else if (cli_parse_bool(ov->val, &yes) == 0) {
+	} else if (opt_parse_bool(ov->val, &yes) == 0) {
 		/* Alone, or 1 in PET_LOCAL_RANK_ARG: torch 1.x's spelling, as before. */
 		p->spec->local_rank_arg = yes ? LOCAL_RANK_ARG_UNDERSCORE : LOCAL_RANK_ARG_NONE;
 	} else {
 		return cli_fail(p, O_LOCAL_RANK_ARG,
 				"expected none, underscore (--local_rank=N) or dash "
 				"(--local-rank=N), got \"%s\"",
-				cli_show(b, sizeof(b), ov->val));
+				opt_show(b, sizeof(b), ov->val));
 	}
 	if (use_env && p->spec->local_rank_arg != LOCAL_RANK_ARG_NONE) {
 		return cli_fail(p, O_LOCAL_RANK_ARG,
@@ -911,7 +871,7 @@ int cli_do_exit_code(struct cli_parser *p)
 		return 0;
 	}
 	return cli_fail(p, O_EXIT_CODE, "expected crun or torchrun, got \"%s\"",
-			cli_show(b, sizeof(b), v));
+			opt_show(b, sizeof(b), v));
 }
 
 int cli_do_restart_waits(struct cli_parser *p)

@@ -6,8 +6,10 @@
 
 #include "src/cli.h"
 #include "src/cli_parser.h"
+#include "src/opt_store.h"
+#include "config.h"
 
-const struct cli_opt cli_opts[O_COUNT] = {
+const struct opt cli_opts[O_COUNT] = {
 	[O_NNODES] = {"nnodes", 0, true, true, "N|MIN:MAX",
 		      "number of nodes, or the elastic range (default 1)", "Job shape"},
 	[O_NPROC] = {"nproc-per-node", 0, true, true, "N|gpu|cpu|auto",
@@ -25,9 +27,9 @@ const struct cli_opt cli_opts[O_COUNT] = {
 			    "cluster) or slurm (node rank, count and master from the srun step; "
 			    "chosen by itself inside a step) (default static)",
 			    "Dynamic rendezvous"},
-	[O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, true, true, "HOST[:PORT][,...]|file:///PATH",
-			     "the store: c10d address (default port 29400), shared file, or etcd "
-			     "members (default port 2379)", NULL},
+	[O_RDZV_ENDPOINT] = OPT_STORE_ENDPOINT(NULL, true, NULL, "HOST[:PORT][,...]|file:///PATH",
+					       "the store: c10d address (default port 29400), "
+					       "shared file, or etcd members (default port 2379)"),
 	[O_RDZV_ID] = {"rdzv-id", 0, true, true, "ID", "the job's run id (default none)", NULL},
 	[O_RDZV_CONF] = {"rdzv-conf", 0, true, true, "KEY=VALUE,...",
 			 "join_timeout (alias timeout), last_call_timeout, close_timeout, "
@@ -115,126 +117,56 @@ const struct cli_opt cli_opts[O_COUNT] = {
 		   "give each worker stream shown on the console a pseudo-terminal; auto: when "
 		   "crun's own stream is a terminal and no log file takes it (default auto)",
 		   NULL},
-	[O_TOKEN_FILE] = {"token-file", 0, true, false, "FILE",
-			  "the store's shared token, a file only you can read (default: a fresh "
-			  "token for a single node; else $CRUN_TOKEN_FILE, "
-			  "$XDG_CONFIG_HOME/crun/token or ~/.config/crun/token, created 0600 on "
-			  "first use)", "Security"},
-	[O_INSECURE] = {"insecure", 0, false, false, NULL,
-			"no store authentication: anyone who reaches the store can change the "
-			"job (a warning is printed)", NULL},
-	[O_TLS_CA] = {"tls-ca", 0, true, false, "FILE",
-		      "TLS to the store: the CA its certificate is verified against; the store "
-		      "this node hosts then requires client certificates from it (mutual TLS)",
-		      NULL},
-	[O_TLS_CERT] = {"tls-cert", 0, true, false, "FILE",
-			"TLS: this node's PEM certificate: served by the store it hosts, and "
-			"presented to the store as a client", NULL},
-	[O_TLS_KEY] = {"tls-key", 0, true, false, "FILE",
-		       "TLS: the certificate's PEM key, a file only you can read", NULL},
-	[O_TLS_SERVER_NAME] = {"tls-server-name", 0, true, false, "NAME",
-			       "TLS: the name the store's certificate carries (default: the "
-			       "endpoint's host)", NULL},
-	[O_CONFIG] = {"config", 0, true, false, "FILE.yaml",
-		       "read the job from a YAML job file (see crun.yaml(5)); the command line "
-		       "and PET_ variables override it", "Job file"},
-	[O_HELP] = {"help", 'h', false, false, NULL, "print this help and exit", "Other"},
-	[O_VERSION] = {"version", 0, false, false, NULL, "print the version and exit", NULL},
+	[O_TOKEN_FILE] = OPT_STORE_TOKEN_FILE(
+		"Security", "the store's shared token, a file only you can read (default: a "
+			    "fresh token for a single node; else $CRUN_TOKEN_FILE, "
+			    "$XDG_CONFIG_HOME/crun/token or ~/.config/crun/token, created 0600 on "
+			    "first use)"),
+	[O_INSECURE] = OPT_STORE_INSECURE(NULL, "no store authentication: anyone who reaches the "
+						"store can change the job (a warning is printed)"),
+	[O_TLS_CA] = OPT_STORE_TLS_CA(NULL, NULL,
+				      "TLS to the store: the CA its certificate is verified against; "
+				      "the store this node hosts then requires client certificates "
+				      "from it (mutual TLS)"),
+	[O_TLS_CERT] = OPT_STORE_TLS_CERT(NULL, NULL,
+					  "TLS: this node's PEM certificate: served by the store it "
+					  "hosts, and presented to the store as a client"),
+	[O_TLS_KEY] = OPT_STORE_TLS_KEY(NULL, NULL,
+					"TLS: the certificate's PEM key, a file only you can read"),
+	[O_TLS_SERVER_NAME] = OPT_STORE_TLS_SERVER_NAME(
+		NULL, NULL, "TLS: the name the store's certificate carries (default: the "
+			    "endpoint's host)"),
+	[O_CONFIG] = OPT_STORE_CONFIG("Job file",
+				      "read the job from a YAML job file (see crun.yaml(5)); the "
+				      "command line and PET_ variables override it"),
+	[O_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log crun's own messages at debug level (as "
+						 "CRUN_LOG_LEVEL=debug)"),
+	[O_QUIET] = OPT_QUIET_ENTRY,
+	[O_HELP] = OPT_HELP_ENTRY(NULL),
+	[O_VERSION] = OPT_VERSION_ENTRY,
 };
 
-const struct cli_opt *cli_opt_find_long(const char *name, size_t len, enum cli_opt_id *id)
-{
-	char norm[64];
-	size_t i;
-	int k;
-
-	if (len == 0 || len >= sizeof(norm)) {
-		return NULL;
-	}
-	for (i = 0; i < len; i++) {
-		norm[i] = name[i] == '_' ? '-' : name[i];
-	}
-	norm[len] = '\0';
-	for (k = 0; k < O_COUNT; k++) {
-		if (strcmp(cli_opts[k].name, norm) == 0) {
-			*id = (enum cli_opt_id)k;
-			return &cli_opts[k];
-		}
-	}
-	return NULL;
-}
-
-const struct cli_opt *cli_opt_find_short(char c, enum cli_opt_id *id)
-{
-	int k;
-
-	for (k = 0; k < O_COUNT; k++) {
-		if (cli_opts[k].shrt != 0 && cli_opts[k].shrt == c) {
-			*id = (enum cli_opt_id)k;
-			return &cli_opts[k];
-		}
-	}
-	return NULL;
-}
-
-/* "  LEFT  help..." with the help text wrapped at 80 columns under column 32. */
-static void print_wrapped(FILE *out, const char *left, const char *help)
-{
-	const char *q = help;
-	size_t n, brk;
-
-	while (*q != '\0') {
-		n = strlen(q);
-		brk = n;
-		if (n > 48) {
-			for (brk = 48; brk > 0 && q[brk] != ' '; brk--) {
-			}
-			if (brk == 0) {
-				brk = n;
-			}
-		}
-		fprintf(out, "  %-28s  %.*s\n", left, (int)brk, q);
-		left = "";
-		q += brk;
-		while (*q == ' ') {
-			q++;
-		}
-	}
-}
+const struct opt_table cli_table = {
+	.prog = "crun",
+	.opts = cli_opts,
+	.n = O_COUNT,
+	.env_prefix = "PET_",
+	.operands = true,
+	.usage = cli_usage,
+	.version = "crun " CRUN_VERSION,
+};
 
 void cli_usage(FILE *out)
 {
-	char left[64];
-	int k;
-
 	fprintf(out, "Usage: crun [OPTIONS] PROGRAM [ARGS...]\n"
 		     "       crun status --rdzv-endpoint EP --rdzv-id ID [--json] [--watch [SEC]]\n"
 		     "Launch PROGRAM as --nproc-per-node workers on this node, as one job with the\n"
 		     "same command on every other node (a torchrun equivalent). A .py PROGRAM runs\n"
 		     "under python3 -u ($PYTHON_EXEC, --python); ARGS pass through unchanged except\n"
-		     "${local_rank}. Every option also reads PET_<OPTION> (PET_NPROC_PER_NODE=4);\n"
-		     "the command line wins. Dashes and underscores are alike (--nproc_per_node).\n");
-	for (k = 0; k < O_COUNT; k++) {
-		if (cli_opts[k].section != NULL) {
-			fprintf(out, "\n%s:\n", cli_opts[k].section);
-		}
-		if (cli_opts[k].optval) {
-			snprintf(left, sizeof(left), "    --%s[=STYLE]", cli_opts[k].name);
-		} else if (cli_opts[k].shrt != 0) {
-			snprintf(left, sizeof(left), "-%c, --%s%s%s", cli_opts[k].shrt,
-				 cli_opts[k].name, cli_opts[k].arg ? " " : "",
-				 cli_opts[k].arg ? cli_opts[k].metavar : "");
-		} else {
-			snprintf(left, sizeof(left), "    --%s%s%s", cli_opts[k].name,
-				 cli_opts[k].arg ? " " : "",
-				 cli_opts[k].arg ? cli_opts[k].metavar : "");
-		}
-		if (strlen(left) > 28) {
-			fprintf(out, "  %s\n", left);
-			left[0] = '\0';
-		}
-		print_wrapped(out, left, cli_opts[k].help);
-	}
+		     "${local_rank}. The options before Security also read PET_<OPTION>\n"
+		     "(PET_NPROC_PER_NODE=4); the command line wins. Dashes and underscores are alike\n"
+		     "(--nproc_per_node).\n");
+	opt_print_options(out, &cli_table);
 	fprintf(out, "\nExit status: 0 on success; the first failed worker's exit code (128+N for\n"
 		     "signal N); 1 when rendezvous or the agent itself failed; 2 for a bad command\n"
 		     "line; 128+N when crun was stopped by signal N; with --exit-code torchrun, 1\n"

@@ -9,9 +9,11 @@
 
 #include "agent/jobspec.h"
 #include "src/common/diag.h"
+#include "src/opt.h"
 
 /*
- * Private to src/cli*.c and src/program.c. cli.c reads argv and PET_* and checks the flags in
+ * Private to src/cli*.c and src/program.c (and src/status.c, which looks its options up in crun's
+ * table to read a job file's keys). cli.c reads argv and PET_* and checks the flags in
  * order; cli_options.c holds the table and --help; cli_flags.c checks each flag's value;
  * cli_rdzv_conf.c the --rdzv-conf keys.
  */
@@ -61,44 +63,25 @@ enum cli_opt_id {
 	O_TLS_KEY,
 	O_TLS_SERVER_NAME,
 	O_CONFIG,
+	O_VERBOSE,
+	O_QUIET,
 	O_HELP,
 	O_VERSION,
 	O_COUNT
 };
 
-struct cli_opt {
-	const char *name;    /* long name with dashes; dashes and underscores in it match alike */
-	char shrt;           /* short letter or 0 */
-	bool arg;            /* takes a value */
-	bool env;            /* also read from PET_<NAME> */
-	const char *metavar; /* for --help */
-	const char *help;    /* one line for --help; "\n" starts a section heading before it */
-	const char *section; /* heading printed before this option, or NULL */
-	bool optval;         /* no value, or one after '=' (--local-rank-arg=dash); arg is false */
-};
-
-/* Every option, indexed by enum cli_opt_id, in --help order (cli_options.c). */
-extern const struct cli_opt cli_opts[O_COUNT];
-
-/* The option named @name (@len bytes, without "--"; '_' matches '-'), or NULL; sets *@id. */
-const struct cli_opt *cli_opt_find_long(const char *name, size_t len, enum cli_opt_id *id);
-/* The option with short letter @c, or NULL; sets *@id. */
-const struct cli_opt *cli_opt_find_short(char c, enum cli_opt_id *id);
+/* Every option, indexed by enum cli_opt_id, in --help order (cli_options.c), and the table
+ * the option engine reads it through (src/opt.h: PET_ variables, the program as operand). */
+extern const struct opt cli_opts[O_COUNT];
+extern const struct opt_table cli_table;
 
 /* Room for an origin: "--nproc_per_node", "PET_NNODES" or "FILE:LINE:COLUMN: key". */
-#define CLI_ORIGIN_MAX 192
-
-/* Where a value came from: the spelling the user typed, for error lines. */
-struct cli_optval {
-	const char *val; /* borrowed from argv, the environment or the job file */
-	char origin[CLI_ORIGIN_MAX]; /* "--nproc_per_node", "PET_NNODES", "job.yaml:3:9: nnodes" */
-	bool set;
-};
+#define CLI_ORIGIN_MAX OPT_ORIGIN_MAX
 
 struct jobfile;
 
 struct cli_parser {
-	struct cli_optval v[O_COUNT];
+	struct opt_val v[O_COUNT];
 	struct job_spec *spec;
 	struct crun_diag *d;
 	const char *program;
@@ -111,8 +94,6 @@ struct cli_parser {
 };
 /* ---- cli.c: messages and strings ---- */
 
-/* Copy at most 48 bytes of @s into @buf for an error line, non-printables as '?'; returns @buf. */
-const char *cli_show(char *buf, size_t len, const char *s);
 /*
  * Record "ORIGIN: what" (or just "what" when @id is O_COUNT) in p->d with CRUN_ECONFIG, the
  * message cut to 199 bytes. Returns CLI_USAGE.
@@ -128,8 +109,6 @@ int cli_set_str(char **dst, const char *src);
 
 /* The longest duration a flag or --rdzv-conf key takes: a year; any longer is a typo. */
 #define CLI_SECONDS_MAX (365.0 * 24 * 3600)
-/* 1/true/yes/on or 0/false/no/off/"" (any case) into *@out: 0, or -EINVAL. */
-int cli_parse_bool(const char *s, bool *out);
 
 int cli_int_value(struct cli_parser *p, enum cli_opt_id id, long min, long max, int *out);
 /* Seconds ("30", "0.5") into milliseconds. */
@@ -138,12 +117,9 @@ int cli_seconds_value(struct cli_parser *p, enum cli_opt_id id, int64_t *ms);
 int cli_flag_value(struct cli_parser *p, enum cli_opt_id id, bool *out);
 /* A non-empty string without control characters, at most @maxlen bytes, copied into *@out. */
 int cli_text_value(struct cli_parser *p, enum cli_opt_id id, size_t maxlen, char **out);
-/* --token-file and --insecure (src/cli_flags.c). */
-int cli_do_token(struct cli_parser *p);
-/* --tls-ca, --tls-cert, --tls-key, --tls-server-name: absolute paths (src/cli_flags.c). */
-int cli_do_tls(struct cli_parser *p);
-/* A host name (letters, digits, '.', '-', '_'), an IPv4 literal, or an IPv6 literal. */
-bool cli_valid_host(const char *h);
+/* The store's option group (src/opt_store.h): --token-file, --insecure and the --tls-* files
+ * (made absolute: workers get them by path). */
+int cli_do_store(struct cli_parser *p);
 /* A fresh version 4 UUID, malloc'd in *@out (caller frees). 0, -EIO or -ENOMEM. */
 int cli_random_run_id(char **out);
 

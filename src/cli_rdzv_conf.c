@@ -104,7 +104,7 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 		}
 		if (parse_seconds_ms(val, CLI_SECONDS_MAX, &ms) < 0) {
 			return cli_fail(p, O_RDZV_CONF, "%s: expected seconds, got \"%s\"", key,
-					cli_show(b, sizeof(b), val));
+					opt_show(b, sizeof(b), val));
 		}
 		if (secs[i].positive && ms <= 0) {
 			return cli_fail(p, O_RDZV_CONF, "%s: must be above 0 seconds", key);
@@ -115,15 +115,15 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 	if (strcmp(key, "keep_alive_max_attempt") == 0) {
 		if (parse_long(val, 1, 1000000, &n) < 0) {
 			return cli_fail(p, O_RDZV_CONF, "%s: expected an integer >= 1, got \"%s\"",
-					key, cli_show(b, sizeof(b), val));
+					key, opt_show(b, sizeof(b), val));
 		}
 		s->rdzv.keep_alive_max_attempt = (int)n;
 		return 0;
 	}
 	if (strcmp(key, "is_host") == 0 || strcmp(key, "use_libuv") == 0) {
-		if (cli_parse_bool(val, &yes) < 0 || *val == '\0') {
+		if (opt_parse_bool(val, &yes) < 0 || *val == '\0') {
 			return cli_fail(p, O_RDZV_CONF, "%s: expected 0 or 1, got \"%s\"", key,
-					cli_show(b, sizeof(b), val));
+					opt_show(b, sizeof(b), val));
 		}
 		if (key[0] == 'i') {
 			s->is_host = yes ? 1 : 0;
@@ -146,7 +146,7 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 					"file:///SHARED/PATH (crun's shared-file store)");
 		}
 		return cli_fail(p, O_RDZV_CONF, "store_type: expected tcp or file, got \"%s\"",
-				cli_show(b, sizeof(b), val));
+				opt_show(b, sizeof(b), val));
 	}
 	if (strcmp(key, "rank") == 0) {
 		return 0; /* torchrun sets it from --node-rank itself, as crun does */
@@ -158,10 +158,10 @@ static int conf_item(struct cli_parser *p, const char *key, const char *val)
 	typo = conf_typo_of(key);
 	if (typo != NULL) {
 		return cli_fail(p, O_RDZV_CONF, "unknown key \"%s\" (did you mean %s?)",
-				cli_show(b, sizeof(b), key), typo);
+				opt_show(b, sizeof(b), key), typo);
 	}
 	fprintf(stderr, "crun: warning: %s: key \"%s\" is not used by crun (ignored)\n",
-		p->v[O_RDZV_CONF].origin, cli_show(b, sizeof(b), key));
+		p->v[O_RDZV_CONF].origin, opt_show(b, sizeof(b), key));
 	return 0;
 }
 
@@ -175,7 +175,7 @@ static int conf_pair(struct cli_parser *p, const char *key, const char *val, int
 		/* torchrun's legacy rendezvous timeout: the join timeout, unless given. */
 		if (parse_seconds_ms(val, CLI_SECONDS_MAX, timeout_ms) < 0 || *timeout_ms <= 0) {
 			return cli_fail(p, O_RDZV_CONF, "timeout: expected seconds above 0, got \"%s\"",
-					cli_show(b, sizeof(b), val));
+					opt_show(b, sizeof(b), val));
 		}
 		return 0;
 	}
@@ -186,7 +186,7 @@ static int conf_pair(struct cli_parser *p, const char *key, const char *val, int
 /* rdzv_conf as a job-file mapping: each item with its own FILE:LINE:COLUMN (src/jobfile.h). */
 static int jobfile_conf(struct cli_parser *p, int64_t *timeout_ms, bool *join_given)
 {
-	struct cli_optval *ov = &p->v[O_RDZV_CONF];
+	struct opt_val *ov = &p->v[O_RDZV_CONF];
 	char saved[sizeof(ov->origin)];
 	size_t i;
 	int rc = 0;
@@ -225,7 +225,7 @@ int cli_do_rdzv_conf(struct cli_parser *p)
 		eq = strchr(item, '=');
 		if (eq == NULL || eq == item) {
 			rc = cli_fail(p, O_RDZV_CONF, "expected KEY=VALUE, got \"%s\"",
-				      cli_show(b, sizeof(b), item));
+				      opt_show(b, sizeof(b), item));
 			break;
 		}
 		*eq = '\0';

@@ -30,7 +30,7 @@ static struct {
 
 static void put(struct cli_parser *p, enum cli_opt_id id, const char *origin, const char *val)
 {
-	struct cli_optval *v = &p->v[id];
+	struct opt_val *v = &p->v[id];
 
 	snprintf(v->origin, sizeof(v->origin), "%s", origin);
 	v->val = val;

@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* src/crun-rdzvd.c: the store as a standalone daemon (man crun-rdzvd(8)). */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,70 +15,131 @@
 #include <crun/store.h>
 
 #include "config.h"
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "src/common/log.h"
 #include "rendezvous/store/server.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
+#include "src/opt.h"
+#include "src/opt_store.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE OPT_USAGE
 
-/* The limit defaults come from server.h: --help prints what the server uses. */
-static void print_usage(void)
+/* The help below states the server's defaults: keep it in step with server.h. */
+_Static_assert(STORE_DEFAULT_MAX_CONNECTIONS == 65536 && STORE_NOFILE_PERCENT == 90 &&
+		       STORE_NOFILE_RESERVE == 64 && STORE_DEFAULT_MAX_CONNS_PER_ADDR == 4096 &&
+		       STORE_DEFAULT_MAX_PENDING == 1024 && STORE_DEFAULT_MAX_MEMORY == 256u << 20 &&
+		       STORE_DEFAULT_FRAME_TIMEOUT_MS == 30000 &&
+		       STORE_DEFAULT_UNTIMED_WAITS_PER_CONN == 256 &&
+		       STORE_DEFAULT_UNTIMED_WAITS == 65536 && CRUN_STORE_MAX_VALUE_LEN == 16777216,
+	       "crun-rdzvd --help states other defaults");
+
+enum rdzvd_opt {
+	R_LISTEN,
+	R_MAX_CONNS,
+	R_PER_ADDR,
+	R_TOKEN_FILE,
+	R_TOKEN,
+	R_INSECURE,
+	R_TLS_CERT,
+	R_TLS_KEY,
+	R_TLS_CA,
+	R_IDLE,
+	R_MAX_PENDING,
+	R_MAX_VALUE,
+	R_MAX_MEMORY,
+	R_FRAME_TIMEOUT,
+	R_UNTIMED,
+	R_UNTIMED_TOTAL,
+	R_MAX_WAIT,
+	R_TCPSTORE_RUN,
+	R_VERBOSE,
+	R_QUIET,
+	R_HELP,
+	R_VERSION,
+	R_COUNT
+};
+
+static const struct opt rdzvd_opts[R_COUNT] = {
+	[R_LISTEN] = {"listen", 'l', true, false, "ADDR:PORT",
+		      "bind exactly this address (port 0 picks one); required. The bound "
+		      "ADDR:PORT is printed as the first line of stdout", "Options"},
+	[R_MAX_CONNS] = {"max-connections", 'c', true, false, "N",
+			 "refuse connections beyond N (default 65536, or 90% of the open file "
+			 "limit less 64 when that is lower; the soft limit is raised to the hard "
+			 "one at start)", NULL},
+	[R_PER_ADDR] = {"max-conns-per-addr", 0, true, false, "N",
+			"refuse connections beyond N from one address (default 4096)", NULL},
+	[R_TOKEN_FILE] = OPT_STORE_TOKEN_FILE(
+		"Authentication and TLS",
+		"require the token in the first line of FILE (mode 0600, ours); default: "
+		"$CRUN_TOKEN_FILE, else $XDG_CONFIG_HOME/crun/token or ~/.config/crun/token, "
+		"created with a random token on first use"),
+	[R_TOKEN] = {"token", 't', true, false, "TOKEN",
+		     "require this token (less safe: argv and the environment "
+		     "($CRUN_STORE_TOKEN) are visible to others)", NULL},
+	[R_INSECURE] = OPT_STORE_INSECURE(NULL, "no authentication: anyone who reaches the "
+						"address may read and write every key (a warning "
+						"is logged)"),
+	[R_TLS_CERT] = OPT_STORE_TLS_CERT(NULL, NULL,
+					  "serve TLS 1.2+ with this PEM certificate (chain) ..."),
+	[R_TLS_KEY] = OPT_STORE_TLS_KEY(NULL, NULL,
+					"... and this PEM key (mode 0600, ours; else refused)"),
+	[R_TLS_CA] = OPT_STORE_TLS_CA(NULL, NULL,
+				      "mutual TLS: every client must present a certificate signed "
+				      "by a CA in FILE (docs/security.md, \"TLS\")"),
+	[R_IDLE] = {"idle-timeout", 'i', true, false, "SEC",
+		    "close connections idle SEC seconds with no wait pending (default 0: never)",
+		    "Limits"},
+	[R_MAX_PENDING] = {"max-pending", 0, true, false, "N",
+			   "pending waits per connection (default 1024)", NULL},
+	[R_MAX_VALUE] = {"max-value-len", 0, true, false, "BYTES",
+			 "largest value accepted (default and maximum 16777216)", NULL},
+	[R_MAX_MEMORY] = {"max-memory", 0, true, false, "MIB",
+			  "memory for partial frames and held waits, all connections together; "
+			  "the biggest holder is dropped beyond it (default 256)", NULL},
+	[R_FRAME_TIMEOUT] = {"frame-timeout", 0, true, false, "SEC",
+			     "drop a peer whose frame is not complete SEC seconds after its first "
+			     "byte (default 30)", NULL},
+	[R_UNTIMED] = {"max-untimed-waits", 0, true, false, "N",
+		       "waits without a deadline per connection (default 256)", NULL},
+	[R_UNTIMED_TOTAL] = {"max-untimed-waits-total", 0, true, false, "N",
+			     "waits without a deadline, whole server (default 65536)", NULL},
+	[R_MAX_WAIT] = {"max-wait", 0, true, false, "SEC",
+			"hold no wait longer than SEC seconds: the deadline of waits that give "
+			"none (default 0: no maximum)", NULL},
+	[R_TCPSTORE_RUN] = {"tcpstore-run", 0, true, false, "RUN",
+			    "serve PyTorch TCPStore clients (torch.distributed.TCPStore, 1.x and "
+			    "2.x) on the same port, confined to the keys under RUN/tcpstore/ (they "
+			    "cannot authenticate); default: refused", "PyTorch"},
+	[R_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log at debug level (dropped connections are "
+						 "logged at info level either way)"),
+	[R_QUIET] = OPT_QUIET_ENTRY,
+	[R_HELP] = OPT_HELP_ENTRY(NULL),
+	[R_VERSION] = OPT_VERSION_ENTRY,
+};
+
+static void print_usage(FILE *out);
+
+static const struct opt_table rdzvd_table = {
+	.prog = "crun-rdzvd",
+	.opts = rdzvd_opts,
+	.n = R_COUNT,
+	.usage = print_usage,
+	.version = "crun-rdzvd " CRUN_VERSION " (store protocol 2)",
+};
+
+static void print_usage(FILE *out)
 {
-	printf("Usage: crun-rdzvd --listen ADDR:PORT [OPTIONS]\n"
-	"\n"
-	"The crun rendezvous store as a daemon (see crun-rdzvd(8), docs/protocol.md).\n"
-	"\n"
-	"  -l, --listen ADDR:PORT     bind exactly this address (port 0 picks one); required.\n"
-	"                             The bound ADDR:PORT is printed as the first line of stdout.\n"
-	"  -c, --max-connections N    refuse connections beyond N (default %d, or %d%% of the\n"
-	"                             open file limit less %d when that is lower; the soft\n"
-	"                             limit is raised to the hard one at start)\n"
-	"      --max-conns-per-addr N refuse connections beyond N from one address (default %d)\n"
-	"      --token-file FILE      require the token in the first line of FILE (mode 0600,\n"
-	"                             ours); default: $CRUN_TOKEN_FILE, else\n"
-	"                             $XDG_CONFIG_HOME/crun/token or ~/.config/crun/token,\n"
-	"                             created with a random token on first use\n"
-	"  -t, --token TOKEN          require this token (less safe: argv and the environment\n"
-	"                             ($CRUN_STORE_TOKEN) are visible to others)\n"
-	"      --insecure             no authentication: anyone who reaches the address may\n"
-	"                             read and write every key (a warning is logged)\n"
-	"      --tls-cert FILE        serve TLS 1.2+ with this PEM certificate (chain) ...\n"
-	"      --tls-key FILE         ... and this PEM key (mode 0600, ours; else refused)\n"
-	"      --tls-ca FILE          mutual TLS: every client must present a certificate\n"
-	"                             signed by a CA in FILE (docs/security.md, \"TLS\")\n"
-	"  -i, --idle-timeout SEC     close connections idle SEC seconds with no wait pending\n"
-	"                             (default 0: never)\n"
-	"      --max-pending N        pending waits per connection (default %d)\n"
-	"      --max-value-len BYTES  largest value accepted (default and maximum 16777216)\n"
-	"      --max-memory MIB       memory for partial frames and held waits, all connections\n"
-	"                             together; the biggest holder is dropped beyond it\n"
-	"                             (default %u)\n"
-	"      --frame-timeout SEC    drop a peer whose frame is not complete SEC seconds after\n"
-	"                             its first byte (default %d)\n"
-	"      --max-untimed-waits N  waits without a deadline per connection (default %d)\n"
-	"      --max-untimed-waits-total N\n"
-	"                             waits without a deadline, whole server (default %d)\n"
-	"      --max-wait SEC         hold no wait longer than SEC seconds: the deadline of waits\n"
-	"                             that give none (default 0: no maximum)\n"
-	"      --tcpstore-run RUN     serve PyTorch TCPStore clients (torch.distributed.TCPStore,\n"
-	"                             1.x and 2.x) on the same port, confined to the keys under\n"
-	"                             RUN/tcpstore/ (they cannot authenticate); default: refused\n"
-	"  -v, --verbose              log at debug level (dropped connections are logged\n"
-	"                             at info level either way)\n"
-	"  -q, --quiet                log only warnings and errors\n"
-	"  -h, --help                 show this help and exit\n"
-	"  -V, --version              show the version and exit\n"
-	"\n"
-	"Exit status: 0 after SIGTERM or SIGINT, 1 on a runtime failure (address in use, ...),\n"
-	"2 on bad usage.\n",
-	STORE_DEFAULT_MAX_CONNECTIONS, STORE_NOFILE_PERCENT, STORE_NOFILE_RESERVE,
-	STORE_DEFAULT_MAX_CONNS_PER_ADDR, STORE_DEFAULT_MAX_PENDING,
-	STORE_DEFAULT_MAX_MEMORY >> 20, STORE_DEFAULT_FRAME_TIMEOUT_MS / 1000,
-	STORE_DEFAULT_UNTIMED_WAITS_PER_CONN, STORE_DEFAULT_UNTIMED_WAITS);
+	fprintf(out, "Usage: crun-rdzvd --listen ADDR:PORT [OPTIONS]\n"
+		     "\n"
+		     "The crun rendezvous store as a daemon (see crun-rdzvd(8), docs/protocol.md).\n");
+	opt_print_options(out, &rdzvd_table);
+	fprintf(out, "\nExit status: 0 after SIGTERM or SIGINT, 1 on a runtime failure (address in\n"
+		     "use, ...), 2 on bad usage (a credential file others can read included).\n");
 }
 
 struct daemon {
@@ -113,273 +172,207 @@ static void on_signal(uv_signal_t *h, int signum)
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 }
 
-static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* What the command line asks for, checked. */
+struct config {
+	struct store_server_opts o;
+	char *token;       /* owned; NULL: none given (yet) */
+	bool insecure;
+	char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
+};
 
-static int bad_usage(const char *fmt, ...)
+/* An integer option in @min..@max into *@out, else a usage error saying what it expects. */
+static int int_val(const struct opt_val *v, long min, long max, const char *want, long *out,
+		   struct crun_diag *d)
 {
-	va_list ap;
+	char b[64];
 
-	fprintf(stderr, "crun-rdzvd: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry 'crun-rdzvd --help'.\n");
-	return EXIT_USAGE;
+	if (!v->set) {
+		return 0;
+	}
+	if (parse_long(v->val, min, max, out) < 0) {
+		return opt_fail(v, d, "expected %s, got \"%s\"", want, opt_show(b, sizeof(b), v->val));
+	}
+	return 0;
 }
 
-static char *read_token_file(const char *path)
+/* Seconds (fractions allowed) up to @max_s into *@ms; at least @min_ms. */
+static int seconds_val(const struct opt_val *v, double max_s, int64_t min_ms, const char *want,
+		       int64_t *ms, struct crun_diag *d)
 {
+	char b[64];
+
+	if (!v->set) {
+		return 0;
+	}
+	if (parse_seconds_ms(v->val, max_s, ms) < 0 || *ms < min_ms) {
+		return opt_fail(v, d, "expected %s, got \"%s\"", want, opt_show(b, sizeof(b), v->val));
+	}
+	return 0;
+}
+
+/* The limits: each an integer or seconds, into c->o (0 where not given: the default). */
+static int take_limits(const struct opt_val *v, struct config *c, struct crun_diag *d)
+{
+	struct store_server_opts *o = &c->o;
+	long conns = 0, per = 0, idle = 0, pend = 0, vlen = 0, mem = 0, unt = 0, unt_all = 0;
+	int64_t frame = 0, wait = 0;
+	int rc;
+
+	if ((rc = int_val(&v[R_MAX_CONNS], 1, INT_MAX, "a positive integer", &conns, d)) != 0 ||
+	    (rc = int_val(&v[R_PER_ADDR], 1, INT_MAX, "a positive integer", &per, d)) != 0 ||
+	    (rc = int_val(&v[R_IDLE], 0, INT_MAX / 1000,
+			  "seconds (a non-negative integer)", &idle, d)) != 0 ||
+	    (rc = int_val(&v[R_MAX_PENDING], 1, 1 << 20, "an integer in 1..1048576", &pend,
+			  d)) != 0 ||
+	    (rc = int_val(&v[R_MAX_VALUE], 1, CRUN_STORE_MAX_VALUE_LEN,
+			  "an integer in 1..16777216", &vlen, d)) != 0 ||
+	    (rc = int_val(&v[R_MAX_MEMORY], 1, 1L << 20, "MiB (an integer in 1..1048576)", &mem,
+			  d)) != 0 ||
+	    (rc = int_val(&v[R_UNTIMED], 1, INT_MAX, "a positive integer", &unt, d)) != 0 ||
+	    (rc = int_val(&v[R_UNTIMED_TOTAL], 1, INT_MAX, "a positive integer", &unt_all,
+			  d)) != 0 ||
+	    (rc = seconds_val(&v[R_FRAME_TIMEOUT], INT_MAX / 1000, 1, "seconds (above 0)",
+			      &frame, d)) != 0 ||
+	    (rc = seconds_val(&v[R_MAX_WAIT], 1e9, 0, "seconds (0: no maximum)", &wait, d)) != 0) {
+		return rc;
+	}
+	o->max_connections = (int)conns;
+	o->max_conns_per_addr = (int)per;
+	o->idle_timeout_ms = (int)(idle * 1000);
+	o->max_pending_per_conn = (int)pend;
+	o->max_value_len = (size_t)vlen;
+	o->max_memory = (size_t)mem << 20;
+	o->max_untimed_waits_per_conn = (int)unt;
+	o->max_untimed_waits = (int)unt_all;
+	o->frame_timeout_ms = (int)frame;
+	o->max_wait_ms = wait;
+	return 0;
+}
+
+/* --token, --token-file (the later one wins) and --insecure. */
+static int take_token(const struct opt_val *v, const struct opt_store_flags *f, struct config *c,
+		      struct crun_diag *d)
+{
+	const struct opt_val *tok = &v[R_TOKEN], *file = &v[R_TOKEN_FILE];
+	struct crun_diag td = {0};
+
+	c->insecure = f->insecure;
+	if (c->insecure && tok->set) {
+		return opt_fail(&v[R_INSECURE], d, "cannot be combined with --token or --token-file");
+	}
+	if (tok->set && (!file->set || tok->at > file->at)) {
+		/* An empty token would silently mean "no token" (an unset shell variable in
+		 * --token "$TOKEN"): refuse it rather than serve everyone. */
+		if (*tok->val == '\0') {
+			return opt_fail(tok, d, "the token must not be empty");
+		}
+		c->token = strdup(tok->val);
+		if (c->token == NULL) {
+			return opt_fail(NULL, d, "out of memory");
+		}
+	} else if (f->token_file != NULL && token_file_read(f->token_file, &c->token, &td) < 0) {
+		return opt_fail(file, d, "%s", td.msg);
+	}
+	return 0;
+}
+
+/* The command line into @c: OPT_OK, or OPT_EXIT / OPT_USAGE after printing help or an error. */
+static int parse(int argc, char **argv, struct config *c)
+{
+	static const int ids[OS_COUNT] = {
+		[OS_ENDPOINT] = -1,		[OS_TOKEN_FILE] = R_TOKEN_FILE,
+		[OS_INSECURE] = R_INSECURE,	[OS_TLS_CA] = R_TLS_CA,
+		[OS_TLS_CERT] = R_TLS_CERT,	[OS_TLS_KEY] = R_TLS_KEY,
+		[OS_TLS_SERVER_NAME] = -1,	[OS_CONFIG] = -1,
+	};
+	struct opt_val v[R_COUNT];
+	struct opt_store_flags f;
 	struct crun_diag d = {0};
-	char *tok;
+	int first, rc;
 
-	if (token_file_read(path, &tok, &d) < 0) {
-		fprintf(stderr, "crun-rdzvd: --token-file: %s\n", d.msg);
-		return NULL;
+	memset(v, 0, sizeof(v));
+	rc = opt_read_argv(&rdzvd_table, v, argc, argv, &first, &d);
+	if (rc == OPT_OK && (rc = opt_store_take(v, ids, &f, &d)) == OPT_OK &&
+	    (rc = take_limits(v, c, &d)) == OPT_OK) {
+		rc = take_token(v, &f, c, &d);
 	}
-	return tok;
+	if (rc != OPT_OK) {
+		opt_exit_status(&rdzvd_table, rc, &d);
+		return rc;
+	}
+	c->o.listen = v[R_LISTEN].set ? v[R_LISTEN].val : NULL;
+	c->o.tls_cert = f.tls_cert;
+	c->o.tls_key = f.tls_key;
+	c->o.tls_ca = f.tls_ca;
+	if (v[R_TCPSTORE_RUN].set) {
+		if (!token_scope_valid(v[R_TCPSTORE_RUN].val) ||
+		    snprintf(c->tsprefix, sizeof(c->tsprefix), "%s/tcpstore/",
+			     v[R_TCPSTORE_RUN].val) >= (int)sizeof(c->tsprefix)) {
+			char b[64];
+
+			opt_fail(&v[R_TCPSTORE_RUN], &d, "not a valid run id: \"%s\"",
+				 opt_show(b, sizeof(b), v[R_TCPSTORE_RUN].val));
+			return opt_exit_status(&rdzvd_table, OPT_USAGE, &d);
+		}
+		c->o.tcpstore_prefix = c->tsprefix;
+	}
+	if (c->o.listen == NULL || *c->o.listen == '\0') {
+		rc = opt_fail(NULL, &d, "--listen ADDR:PORT is required (see crun-rdzvd --help)");
+	} else if (c->o.tls_ca != NULL && c->o.tls_cert == NULL) {
+		rc = opt_fail(&v[R_TLS_CA], &d, "needs --tls-cert and --tls-key (mutual TLS is "
+						 "served with a certificate)");
+	} else if (c->o.tls_cert != NULL && c->o.tcpstore_prefix != NULL) {
+		rc = opt_fail(&v[R_TCPSTORE_RUN], &d, "PyTorch's TCPStore clients cannot speak TLS, "
+						      "and this store is given --tls-cert");
+	}
+	if (rc != OPT_OK) {
+		return opt_exit_status(&rdzvd_table, rc, &d);
+	}
+	opt_log_level(&v[R_VERBOSE], &v[R_QUIET]);
+	return OPT_OK;
 }
 
-int main(int argc, char **argv)
+/* No token given and not --insecure: $CRUN_STORE_TOKEN, else the per-user token file. */
+static int default_token(struct config *c)
 {
-	enum {
-		OPT_TOKEN_FILE = 256,
-		OPT_MAX_PENDING,
-		OPT_MAX_VALUE,
-		OPT_INSECURE,
-		OPT_PER_ADDR,
-		OPT_MAX_MEMORY,
-		OPT_FRAME_TIMEOUT,
-		OPT_UNTIMED,
-		OPT_UNTIMED_TOTAL,
-		OPT_MAX_WAIT,
-		OPT_TCPSTORE_RUN,
-		OPT_TLS_CERT,
-		OPT_TLS_KEY,
-		OPT_TLS_CA,
-	};
-	static const struct option longopts[] = {
-		{"listen", required_argument, NULL, 'l'},
-		{"max-connections", required_argument, NULL, 'c'},
-		{"token", required_argument, NULL, 't'},
-		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
-		{"insecure", no_argument, NULL, OPT_INSECURE},
-		{"idle-timeout", required_argument, NULL, 'i'},
-		{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
-		{"max-value-len", required_argument, NULL, OPT_MAX_VALUE},
-		{"max-conns-per-addr", required_argument, NULL, OPT_PER_ADDR},
-		{"max-memory", required_argument, NULL, OPT_MAX_MEMORY},
-		{"frame-timeout", required_argument, NULL, OPT_FRAME_TIMEOUT},
-		{"max-untimed-waits", required_argument, NULL, OPT_UNTIMED},
-		{"max-untimed-waits-total", required_argument, NULL, OPT_UNTIMED_TOTAL},
-		{"max-wait", required_argument, NULL, OPT_MAX_WAIT},
-		{"tcpstore-run", required_argument, NULL, OPT_TCPSTORE_RUN},
-		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
-		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
-		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
-		{"verbose", no_argument, NULL, 'v'},
-		{"quiet", no_argument, NULL, 'q'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
-	};
-	struct store_server_opts o = {0};
 	struct crun_diag diag = {0};
-	struct daemon d = {0};
-	char *token = NULL;
-	static char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
-	bool insecure = false;
-	const char *env;
-	int64_t ms;
+	struct store_settings ss = {0};
+	struct store_conf sc;
+	int rc;
+
+	if (c->token != NULL || c->insecure) {
+		return 0;
+	}
+	/* The one token policy, as a store's host: $CRUN_STORE_TOKEN, else the per-user token
+	 * file, made on first use: authentication is on by default. */
+	rc = store_conf_init(&sc, &ss,
+			     STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE |
+				     STORE_TOKEN_READ,
+			     &diag);
+	if (rc < 0) {
+		store_conf_finish(&sc);
+		fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
+				"without authentication)\n", diag.msg);
+		return EXIT_USAGE;
+	}
+	if (sc.token != NULL && (c->token = strdup(sc.token)) == NULL) {
+		store_conf_finish(&sc);
+		return -ENOMEM;
+	}
+	if (sc.token_file != NULL) {
+		log_info("token from %s%s", sc.token_file,
+			 sc.token_created ? " (created now, mode 0600)" : "");
+	}
+	store_conf_finish(&sc);
+	return 0;
+}
+
+/* The event loop, the server and its signals; the watchdog when systemd asks for one. */
+static int setup(struct daemon *d, struct config *c)
+{
+	struct crun_diag diag = {0};
 	long v;
-	int opt, rc;
-
-	log_set_ident("crun-rdzvd");
-	notify_init(); /* before any thread; keeps $NOTIFY_SOCKET from anything we start */
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":l:c:t:i:vqhV", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 'l':
-			o.listen = optarg;
-			break;
-		case 'c':
-			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
-				return bad_usage("--max-connections: expected a positive integer, "
-						 "got \"%s\"", optarg);
-			}
-			o.max_connections = (int)v;
-			break;
-		case 't':
-			/* An empty token would silently mean "no token" (an unset shell variable
-			 * in --token "$TOKEN"): refuse it rather than serve everyone. */
-			free(token);
-			if (*optarg == '\0') {
-				return bad_usage("%s", "--token: the token must not be empty");
-			}
-			token = strdup(optarg);
-			if (token == NULL) {
-				fprintf(stderr, "crun-rdzvd: out of memory\n");
-				return 1;
-			}
-			break;
-		case OPT_TOKEN_FILE:
-			free(token);
-			token = read_token_file(optarg);
-			if (token == NULL) {
-				return EXIT_USAGE;
-			}
-			break;
-		case OPT_INSECURE:
-			insecure = true;
-			break;
-		case 'i':
-			if (parse_long(optarg, 0, INT_MAX / 1000, &v) < 0) {
-				return bad_usage("--idle-timeout: expected seconds (a non-negative "
-						 "integer), got \"%s\"", optarg);
-			}
-			o.idle_timeout_ms = (int)(v * 1000);
-			break;
-		case OPT_MAX_PENDING:
-			if (parse_long(optarg, 1, 1 << 20, &v) < 0) {
-				return bad_usage("--max-pending: expected an integer in 1..1048576, "
-						 "got \"%s\"", optarg);
-			}
-			o.max_pending_per_conn = (int)v;
-			break;
-		case OPT_MAX_VALUE:
-			if (parse_long(optarg, 1, CRUN_STORE_MAX_VALUE_LEN, &v) < 0) {
-				return bad_usage("--max-value-len: expected an integer in "
-						 "1..16777216, got \"%s\"", optarg);
-			}
-			o.max_value_len = (size_t)v;
-			break;
-		case OPT_PER_ADDR:
-			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
-				return bad_usage("--max-conns-per-addr: expected a positive "
-						 "integer, got \"%s\"", optarg);
-			}
-			o.max_conns_per_addr = (int)v;
-			break;
-		case OPT_MAX_MEMORY:
-			if (parse_long(optarg, 1, 1L << 20, &v) < 0) {
-				return bad_usage("--max-memory: expected MiB (an integer in "
-						 "1..1048576), got \"%s\"", optarg);
-			}
-			o.max_memory = (size_t)v << 20;
-			break;
-		case OPT_FRAME_TIMEOUT:
-			if (parse_seconds_ms(optarg, INT_MAX / 1000, &ms) < 0 || ms < 1) {
-				return bad_usage("--frame-timeout: expected seconds (above 0), got "
-						 "\"%s\"", optarg);
-			}
-			o.frame_timeout_ms = (int)ms;
-			break;
-		case OPT_UNTIMED:
-		case OPT_UNTIMED_TOTAL:
-			if (parse_long(optarg, 1, INT_MAX, &v) < 0) {
-				return bad_usage("%s: expected a positive integer, got \"%s\"",
-						 argv[optind - 1], optarg);
-			}
-			if (opt == OPT_UNTIMED) {
-				o.max_untimed_waits_per_conn = (int)v;
-			} else {
-				o.max_untimed_waits = (int)v;
-			}
-			break;
-		case OPT_MAX_WAIT:
-			if (parse_seconds_ms(optarg, 1e9, &ms) < 0) {
-				return bad_usage("--max-wait: expected seconds (0: no maximum), "
-						 "got \"%s\"", optarg);
-			}
-			o.max_wait_ms = ms;
-			break;
-		case OPT_TCPSTORE_RUN:
-			if (!token_scope_valid(optarg) ||
-			    snprintf(tsprefix, sizeof(tsprefix), "%s/tcpstore/", optarg) >=
-				    (int)sizeof(tsprefix)) {
-				free(token);
-				return bad_usage("--tcpstore-run: not a valid run id: \"%s\"", optarg);
-			}
-			o.tcpstore_prefix = tsprefix;
-			break;
-		case OPT_TLS_CERT:
-		case OPT_TLS_KEY:
-		case OPT_TLS_CA:
-			if (optarg[0] == '\0') {
-				free(token);
-				return bad_usage("%s: expected a file", argv[optind - 1]);
-			}
-			*(opt == OPT_TLS_CERT  ? &o.tls_cert
-			  : opt == OPT_TLS_KEY ? &o.tls_key
-					       : &o.tls_ca) = optarg;
-			break;
-		case 'v':
-			log_set_level(LOG_DEBUG);
-			break;
-		case 'q':
-			log_set_level(LOG_WARN);
-			break;
-		case 'h':
-			print_usage();
-			free(token);
-			return 0;
-		case 'V':
-			printf("crun-rdzvd %s (store protocol 2)\n", CRUN_VERSION);
-			free(token);
-			return 0;
-		case ':':
-			free(token);
-			return bad_usage("%s: missing argument", argv[optind - 1]);
-		default:
-			free(token);
-			return bad_usage("unknown option \"%s\"", argv[optind - 1]);
-		}
-	}
-	if (optind < argc) {
-		free(token);
-		return bad_usage("unexpected argument \"%s\"", argv[optind]);
-	}
-	if (o.listen == NULL) {
-		free(token);
-		return bad_usage("%s", "--listen ADDR:PORT is required");
-	}
-	if ((o.tls_cert != NULL) != (o.tls_key != NULL) || (o.tls_ca != NULL && o.tls_cert == NULL)) {
-		free(token);
-		return bad_usage("%s", "--tls-cert and --tls-key go together, and --tls-ca needs "
-				       "them");
-	}
-	if (o.tls_cert != NULL && o.tcpstore_prefix != NULL) {
-		free(token);
-		return bad_usage("%s", "--tcpstore-run: PyTorch's TCPStore clients cannot speak TLS, "
-				       "and this store is given --tls-cert");
-	}
-	if (insecure && token != NULL) {
-		free(token);
-		return bad_usage("%s", "--insecure: cannot be combined with --token or --token-file");
-	}
-	env = getenv("CRUN_STORE_TOKEN");
-	if (token == NULL && !insecure && env != NULL && *env != '\0') {
-		token = strdup(env);
-	}
-	if (insecure) {
-		log_warn("--insecure: any client that reaches this address may read and write "
-			 "every key (no authentication)");
-	} else if (token == NULL) {
-		/* Authentication is on by default: the per-user token file, made on first use. */
-		char path[PATH_MAX];
-		bool created = false;
-
-		if (token_default_path(path, sizeof(path), &diag) < 0 ||
-		    token_file_ensure(path, &token, &created, &diag) < 0) {
-			fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
-					"without authentication)\n", diag.msg);
-			return EXIT_USAGE;
-		}
-		log_info("token from %s%s", path, created ? " (created now, mode 0600)" : "");
-	}
-	o.token = token;
-	if (o.tcpstore_prefix == NULL) {
-		o.tcpstore_refusal = "crun-rdzvd serves them only with --tcpstore-run RUN";
-	}
+	int rc;
 
 	signal(SIGPIPE, SIG_IGN);
 	/* Frame buffers of 256 KiB and more get pages of their own, given back when freed:
@@ -391,50 +384,92 @@ int main(int argc, char **argv)
 	if (v < 0) {
 		log_warn("open file limit: cannot raise the soft limit: %s", strerror((int)-v));
 	}
-	rc = uv_loop_init(&d.loop);
+	rc = uv_loop_init(&d->loop);
 	if (rc < 0) {
 		log_error("event loop: %s", uv_strerror(rc));
-		free(token);
 		return 1;
 	}
-	rc = store_server_create(&d.loop, &o, &d.srv, &diag);
+	rc = store_server_create(&d->loop, &c->o, &d->srv, &diag);
 	if (rc < 0) {
 		log_error("%s", diag.msg);
-		uv_loop_close(&d.loop);
-		free(token);
+		uv_loop_close(&d->loop);
 		return rc == -EINVAL || rc == CRUN_ECONFIG || rc == -EACCES || rc == -ENOENT
 			       ? EXIT_USAGE
 			       : 1;
 	}
-	uv_signal_init(&d.loop, &d.sigterm);
-	uv_signal_init(&d.loop, &d.sigint);
-	d.sigterm.data = d.sigint.data = &d;
-	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-	uv_signal_start(&d.sigint, on_signal, SIGINT);
-
-	printf("%s\n", store_server_address(d.srv));
-	fflush(stdout);
-	log_info("listening on %s%s%s", store_server_address(d.srv),
-		 token != NULL ? " (token required)" : " (no authentication)",
-		 o.tls_ca != NULL ? " over mutual TLS" : o.tls_cert != NULL ? " over TLS" : "");
-	notify_send("READY=1\nSTATUS=listening on %s%s", store_server_address(d.srv),
-		    token != NULL ? " (token required)" : " (no authentication)");
+	uv_signal_init(&d->loop, &d->sigterm);
+	uv_signal_init(&d->loop, &d->sigint);
+	d->sigterm.data = d->sigint.data = d;
+	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+	uv_signal_start(&d->sigint, on_signal, SIGINT);
 	if (notify_watchdog_usec() > 0) {
 		uint64_t half_ms = notify_watchdog_usec() / 2000;
 
-		uv_timer_init(&d.loop, &d.watchdog);
-		uv_timer_start(&d.watchdog, on_watchdog, 0, half_ms > 0 ? half_ms : 1);
-		d.watchdog_on = true;
+		uv_timer_init(&d->loop, &d->watchdog);
+		uv_timer_start(&d->watchdog, on_watchdog, 0, half_ms > 0 ? half_ms : 1);
+		d->watchdog_on = true;
 	}
+	return 0;
+}
 
-	uv_run(&d.loop, UV_RUN_DEFAULT);
-	rc = uv_loop_close(&d.loop);
-	notify_finish();
-	free(token);
+/* Say where we listen (stdout's first line, the log, systemd), then serve until a signal. */
+static int run(struct daemon *d, const struct config *c)
+{
+	const char *auth = c->token != NULL ? " (token required)" : " (no authentication)";
+	int rc;
+
+	printf("%s\n", store_server_address(d->srv));
+	fflush(stdout);
+	log_info("listening on %s%s%s", store_server_address(d->srv), auth,
+		 c->o.tls_ca != NULL	 ? " over mutual TLS"
+		 : c->o.tls_cert != NULL ? " over TLS"
+					 : "");
+	notify_send("READY=1\nSTATUS=listening on %s%s", store_server_address(d->srv), auth);
+	uv_run(&d->loop, UV_RUN_DEFAULT);
+	rc = uv_loop_close(&d->loop);
 	if (rc != 0) {
 		log_error("shutdown: %s", uv_strerror(rc));
 		return 1;
 	}
 	log_info("stopped");
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct config c;
+	struct daemon d;
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	memset(&d, 0, sizeof(d));
+	log_set_ident("crun-rdzvd");
+	notify_init(); /* before any thread; keeps $NOTIFY_SOCKET from anything we start */
+	rc = parse(argc, argv, &c);
+	if (rc == OPT_EXIT) {
+		return 0; /* --help, --version */
+	}
+	if (rc == OPT_OK && (rc = default_token(&c)) == -ENOMEM) {
+		fprintf(stderr, "crun-rdzvd: out of memory\n");
+		rc = 1;
+	}
+	if (rc == OPT_OK) {
+		if (c.insecure) {
+			log_warn("--insecure: any client that reaches this address may read and "
+				 "write every key (no authentication)");
+		}
+		c.o.token = c.token;
+		if (c.o.tcpstore_prefix == NULL) {
+			c.o.tcpstore_refusal = "crun-rdzvd serves them only with --tcpstore-run RUN";
+		}
+		rc = setup(&d, &c);
+		if (rc == 0) {
+			rc = run(&d, &c);
+		}
+	}
+	notify_finish();
+	if (c.token != NULL) {
+		token_wipe(c.token);
+	}
+	return rc;
 }

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* src/crun-store.c: a command line over the store client, for operators and scripts. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,55 +13,110 @@
 
 #include "config.h"
 #include "src/common/parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
+#include "src/opt.h"
+#include "src/opt_store.h"
 
 /* Exit status, as grep: found / not found / trouble. */
 enum { EXIT_FOUND = 0, EXIT_NOTFOUND = 1, EXIT_TROUBLE = 2 };
 
-static const char usage_text[] =
-	"usage: crun-store [OPTION]... COMMAND [ARG]...\n"
-	"\n"
-	"Talk to a crun store (crun-rdzvd, an agent's embedded store, or a shared file).\n"
-	"\n"
-	"Options:\n"
-	"  -e, --endpoint E   HOST:PORT, [V6]:PORT, tcp://HOST:PORT, file:///PATH or\n"
-	"                     etcd://HOST:PORT[,HOST:PORT...]\n"
-	"                     (default: $CRUN_STORE_ENDPOINT)\n"
-	"  -p, --prefix P     prepended to every key (default: $CRUN_STORE_PREFIX, or none)\n"
-	"  -t, --timeout SEC  connect and operation deadline in seconds, fractions allowed\n"
-	"                     (default: 30 to connect, 300 per operation)\n"
-	"      --token-file F the store's token, a file only you can read (default:\n"
-	"                     $CRUN_STORE_TOKEN_FILE, $CRUN_STORE_TOKEN, else the per-user\n"
-	"                     file $CRUN_TOKEN_FILE, $XDG_CONFIG_HOME/crun/token or\n"
-	"                     ~/.config/crun/token, created 0600 on first use)\n"
-	"  -T, --token T      the token itself (less safe: argv is visible to others)\n"
-	"      --scope RUN    confine the connection to run RUN's keys\n"
-	"      --insecure     send no credential (for a store started with --insecure)\n"
-	"      --tls-ca F     TLS: verify the store's certificate against the CA in F\n"
-	"                     (default: $CRUN_STORE_TLS_CA; any TLS option turns TLS on)\n"
-	"      --tls-cert F   mutual TLS: our PEM certificate ($CRUN_STORE_TLS_CERT) ...\n"
-	"      --tls-key F    ... and key, mode 0600 ($CRUN_STORE_TLS_KEY)\n"
-	"      --tls-server-name NAME\n"
-	"                     the name the store's certificate carries (default: the\n"
-	"                     endpoint's host; $CRUN_STORE_TLS_SERVER_NAME)\n"
-	"  -h, --help         show this help and exit\n"
-	"  -V, --version      show the version and exit\n"
-	"\n"
-	"Commands:\n"
-	"  set KEY VALUE              store VALUE at KEY\n"
-	"  get KEY                    print the value of KEY (exit 1 if absent)\n"
-	"  add KEY N                  add integer N to the counter at KEY, print the result\n"
-	"  wait KEY... [--timeout SEC] wait until every KEY exists (exit 1 on timeout)\n"
-	"  cas KEY EXPECTED DESIRED   set DESIRED if the value is EXPECTED (\"\" = absent);\n"
-	"                             print the value now stored (exit 1 unless DESIRED)\n"
-	"  del KEY                    delete KEY (exit 1 if it did not exist)\n"
-	"  check KEY...               exit 0 if every KEY exists now, 1 if not\n"
-	"  keys                       print the number of keys in the whole store\n"
-	"  append KEY VALUE           append VALUE to KEY (created when absent)\n"
-	"  ping                       check that the store answers\n"
-	"\n"
-	"Exit status: 0 success or found; 1 not found, wait timed out, cas value not DESIRED or\n"
-	"check false; 2 bad usage or a store error (the message on stderr says which).\n";
+enum store_cli_opt {
+	S_ENDPOINT,
+	S_PREFIX,
+	S_TIMEOUT,
+	S_TOKEN_FILE,
+	S_TOKEN,
+	S_SCOPE,
+	S_INSECURE,
+	S_TLS_CA,
+	S_TLS_CERT,
+	S_TLS_KEY,
+	S_TLS_SERVER_NAME,
+	S_VERBOSE,
+	S_QUIET,
+	S_HELP,
+	S_VERSION,
+	S_COUNT
+};
+
+static const struct opt store_opts[S_COUNT] = {
+	[S_ENDPOINT] = OPT_STORE_ENDPOINT("Options", false, "CRUN_STORE_ENDPOINT", "E",
+					  "HOST:PORT, [V6]:PORT, tcp://HOST:PORT, file:///PATH or "
+					  "etcd://HOST:PORT[,HOST:PORT...] (default: "
+					  "$CRUN_STORE_ENDPOINT)"),
+	[S_PREFIX] = {"prefix", 'p', true, true, "P",
+		      "prepended to every key (default: $CRUN_STORE_PREFIX, or none)", NULL},
+	[S_TIMEOUT] = {"timeout", 't', true, false, "SEC",
+		       "connect and operation deadline in seconds, fractions allowed (default: "
+		       "30 to connect, 300 per operation)", NULL},
+	[S_TOKEN_FILE] = OPT_STORE_TOKEN_FILE(
+		NULL, "the store's token, a file only you can read (default: "
+		      "$CRUN_STORE_TOKEN_FILE, $CRUN_STORE_TOKEN, else the per-user file "
+		      "$CRUN_TOKEN_FILE, $XDG_CONFIG_HOME/crun/token or ~/.config/crun/token, "
+		      "created 0600 on first use)"),
+	[S_TOKEN] = {"token", 'T', true, false, "T",
+		     "the token itself (less safe: argv is visible to others)", NULL},
+	[S_SCOPE] = {"scope", 0, true, false, "RUN", "confine the connection to run RUN's keys",
+		     NULL},
+	[S_INSECURE] = OPT_STORE_INSECURE(NULL, "send no credential (for a store started with "
+						"--insecure)"),
+	[S_TLS_CA] = OPT_STORE_TLS_CA(NULL, "CRUN_STORE_TLS_CA",
+				      "TLS: verify the store's certificate against the CA in FILE "
+				      "(default: $CRUN_STORE_TLS_CA; any TLS option turns TLS on)"),
+	[S_TLS_CERT] = OPT_STORE_TLS_CERT(NULL, "CRUN_STORE_TLS_CERT",
+					  "mutual TLS: our PEM certificate ($CRUN_STORE_TLS_CERT) ..."),
+	[S_TLS_KEY] = OPT_STORE_TLS_KEY(NULL, "CRUN_STORE_TLS_KEY",
+					"... and key, mode 0600 ($CRUN_STORE_TLS_KEY)"),
+	[S_TLS_SERVER_NAME] = OPT_STORE_TLS_SERVER_NAME(
+		NULL, "CRUN_STORE_TLS_SERVER_NAME",
+		"the name the store's certificate carries (default: the endpoint's host; "
+		"$CRUN_STORE_TLS_SERVER_NAME)"),
+	[S_VERBOSE] = OPT_VERBOSE_ENTRY(NULL, "log the client's reconnects and retries at debug "
+					      "level"),
+	[S_QUIET] = OPT_QUIET_ENTRY,
+	[S_HELP] = OPT_HELP_ENTRY(NULL),
+	[S_VERSION] = OPT_VERSION_ENTRY,
+};
+
+static void print_usage(FILE *out);
+
+static const struct opt_table store_table = {
+	.prog = "crun-store",
+	.opts = store_opts,
+	.n = S_COUNT,
+	.env_prefix = "CRUN_STORE_",
+	.operands = true,
+	.usage = print_usage,
+	.version = "crun-store " CRUN_VERSION,
+};
+
+static void print_usage(FILE *out)
+{
+	fputs("Usage: crun-store [OPTION]... COMMAND [ARG]...\n"
+	      "\n"
+	      "Talk to a crun store (crun-rdzvd, an agent's embedded store, or a shared file).\n",
+	      out);
+	opt_print_options(out, &store_table);
+	fputs("\n"
+	      "Commands:\n"
+	      "  set KEY VALUE              store VALUE at KEY\n"
+	      "  get KEY                    print the value of KEY (exit 1 if absent)\n"
+	      "  add KEY N                  add integer N to the counter at KEY, print the result\n"
+	      "  wait KEY... [--timeout SEC] wait until every KEY exists (exit 1 on timeout)\n"
+	      "  cas KEY EXPECTED DESIRED   set DESIRED if the value is EXPECTED (\"\" = absent);\n"
+	      "                             print the value now stored (exit 1 unless DESIRED)\n"
+	      "  del KEY                    delete KEY (exit 1 if it did not exist)\n"
+	      "  check KEY...               exit 0 if every KEY exists now, 1 if not\n"
+	      "  keys                       print the number of keys in the whole store\n"
+	      "  append KEY VALUE           append VALUE to KEY (created when absent)\n"
+	      "  ping                       check that the store answers\n"
+	      "\n"
+	      "Exit status: 0 success or found; 1 not found, wait timed out, cas value not DESIRED or\n"
+	      "check false; 2 bad usage (a credential file others can read included) or a store\n"
+	      "error (the message on stderr says which).\n",
+	      out);
+}
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -74,7 +128,7 @@ static int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\nTry 'crun-store --help' for more information.\n", stderr);
+	fputs(" (see crun-store --help)\n", stderr);
 	return EXIT_TROUBLE;
 }
 
@@ -182,135 +236,148 @@ static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms
 	return rc < 0 ? store_error("wait", NULL, rc) : EXIT_FOUND;
 }
 
-static int run(struct crun_store *st, const char *cmd, int argc, char **argv, int timeout_ms)
+static int cmd_set(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_set(st, argv[0], argv[1], strlen(argv[1]));
+
+	return rc < 0 ? store_error("set", argv[0], rc) : EXIT_FOUND;
+}
+
+static int cmd_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
 	void *v = NULL;
 	size_t len = 0;
+	int rc;
+
+	rc = crun_store_get(st, argv[0], &v, &len);
+	if (rc == -ENOENT) {
+		return EXIT_NOTFOUND;
+	}
+	if (rc < 0) {
+		return store_error("get", argv[0], rc);
+	}
+	print_value(v, len);
+	free(v);
+	return EXIT_FOUND;
+}
+
+static int cmd_add(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
 	int64_t n;
+	int rc;
+
+	if (parse_i64(argv[1], &n) < 0) {
+		return usage_error("add: N: expected a 64-bit integer, got \"%s\"", argv[1]);
+	}
+	rc = crun_store_add(st, argv[0], n, &n);
+	if (rc == -EINVAL || rc == -ERANGE) {
+		fprintf(stderr, "crun-store: add %s: %s\n", argv[0],
+			rc == -EINVAL ? "the value stored is not a decimal integer"
+				      : "the sum overflows a 64-bit integer");
+		return EXIT_TROUBLE;
+	}
+	if (rc < 0) {
+		return store_error("add", argv[0], rc);
+	}
+	printf("%" PRId64 "\n", n);
+	return EXIT_FOUND;
+}
+
+static int cmd_cas(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	void *v = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = crun_store_compare_set(st, argv[0], argv[1], strlen(argv[1]), argv[2],
+				    strlen(argv[2]), &v, &len);
+	if (rc < 0) {
+		return store_error("cas", argv[0], rc);
+	}
+	print_value(v, len);
+	rc = len == strlen(argv[2]) && memcmp(v, argv[2], len) == 0 ? EXIT_FOUND : EXIT_NOTFOUND;
+	free(v);
+	return rc;
+}
+
+static int cmd_del(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_delete(st, argv[0]);
+
+	if (rc == -ENOENT) {
+		return EXIT_NOTFOUND;
+	}
+	return rc < 0 ? store_error("del", argv[0], rc) : EXIT_FOUND;
+}
+
+static int cmd_check(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
 	bool all;
 	int rc;
 
-	if (strcmp(cmd, "set") == 0) {
-		if (want_args(cmd, argc, 2, 2, "KEY VALUE")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_set(st, argv[0], argv[1], strlen(argv[1]));
-		return rc < 0 ? store_error("set", argv[0], rc) : EXIT_FOUND;
+	rc = crun_store_check(st, (const char *const *)argv, (size_t)argc, &all);
+	if (rc < 0) {
+		return store_error("check", NULL, rc);
 	}
-	if (strcmp(cmd, "get") == 0) {
-		if (want_args(cmd, argc, 1, 1, "KEY")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_get(st, argv[0], &v, &len);
-		if (rc == -ENOENT) {
-			return EXIT_NOTFOUND;
-		}
-		if (rc < 0) {
-			return store_error("get", argv[0], rc);
-		}
-		print_value(v, len);
-		free(v);
-		return EXIT_FOUND;
-	}
-	if (strcmp(cmd, "add") == 0) {
-		if (want_args(cmd, argc, 2, 2, "KEY N")) {
-			return EXIT_TROUBLE;
-		}
-		if (parse_i64(argv[1], &n) < 0) {
-			return usage_error("add: N: expected a 64-bit integer, got \"%s\"",
-					   argv[1]);
-		}
-		rc = crun_store_add(st, argv[0], n, &n);
-		if (rc == -EINVAL || rc == -ERANGE) {
-			fprintf(stderr, "crun-store: add %s: %s\n", argv[0],
-				rc == -EINVAL ? "the value stored is not a decimal integer"
-					      : "the sum overflows a 64-bit integer");
-			return EXIT_TROUBLE;
-		}
-		if (rc < 0) {
-			return store_error("add", argv[0], rc);
-		}
-		printf("%" PRId64 "\n", n);
-		return EXIT_FOUND;
-	}
-	if (strcmp(cmd, "wait") == 0) {
-		return cmd_wait(st, argc, argv, timeout_ms);
-	}
-	if (strcmp(cmd, "cas") == 0) {
-		if (want_args(cmd, argc, 3, 3, "KEY EXPECTED DESIRED")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_compare_set(st, argv[0], argv[1], strlen(argv[1]), argv[2],
-					    strlen(argv[2]), &v, &len);
-		if (rc < 0) {
-			return store_error("cas", argv[0], rc);
-		}
-		print_value(v, len);
-		rc = len == strlen(argv[2]) && memcmp(v, argv[2], len) == 0 ? EXIT_FOUND
-									   : EXIT_NOTFOUND;
-		free(v);
-		return rc;
-	}
-	if (strcmp(cmd, "del") == 0) {
-		if (want_args(cmd, argc, 1, 1, "KEY")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_delete(st, argv[0]);
-		if (rc == -ENOENT) {
-			return EXIT_NOTFOUND;
-		}
-		return rc < 0 ? store_error("del", argv[0], rc) : EXIT_FOUND;
-	}
-	if (strcmp(cmd, "check") == 0) {
-		if (want_args(cmd, argc, 1, -1, "KEY...")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_check(st, (const char *const *)argv, (size_t)argc, &all);
-		if (rc < 0) {
-			return store_error("check", NULL, rc);
-		}
-		return all ? EXIT_FOUND : EXIT_NOTFOUND;
-	}
-	if (strcmp(cmd, "keys") == 0) {
-		if (want_args(cmd, argc, 0, 0, "no arguments")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_num_keys(st, &n);
-		if (rc < 0) {
-			return store_error("keys", NULL, rc);
-		}
-		printf("%" PRId64 "\n", n);
-		return EXIT_FOUND;
-	}
-	if (strcmp(cmd, "append") == 0) {
-		if (want_args(cmd, argc, 2, 2, "KEY VALUE")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_append(st, argv[0], argv[1], strlen(argv[1]));
-		return rc < 0 ? store_error("append", argv[0], rc) : EXIT_FOUND;
-	}
-	if (strcmp(cmd, "ping") == 0) {
-		if (want_args(cmd, argc, 0, 0, "no arguments")) {
-			return EXIT_TROUBLE;
-		}
-		rc = crun_store_ping(st);
-		return rc < 0 ? store_error("ping", NULL, rc) : EXIT_FOUND;
-	}
-	return usage_error("unknown command \"%s\"", cmd);
+	return all ? EXIT_FOUND : EXIT_NOTFOUND;
 }
 
-static bool known_command(const char *cmd)
+static int cmd_keys(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
-	static const char *const cmds[] = {"set", "get",   "add",  "wait",   "cas",
-					   "del", "check", "keys", "append", "ping"};
+	int64_t n;
+	int rc;
+
+	rc = crun_store_num_keys(st, &n);
+	if (rc < 0) {
+		return store_error("keys", NULL, rc);
+	}
+	printf("%" PRId64 "\n", n);
+	return EXIT_FOUND;
+}
+
+static int cmd_append(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_append(st, argv[0], argv[1], strlen(argv[1]));
+
+	return rc < 0 ? store_error("append", argv[0], rc) : EXIT_FOUND;
+}
+
+static int cmd_ping(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	int rc = crun_store_ping(st);
+
+	return rc < 0 ? store_error("ping", NULL, rc) : EXIT_FOUND;
+}
+
+/* The commands: name, how many arguments (max -1: any), their shape for errors, the code. */
+static const struct command {
+	const char *name;
+	int min, max;
+	const char *shape;
+	int (*run)(struct crun_store *st, int argc, char **argv, int timeout_ms);
+} commands[] = {
+	{"set", 2, 2, "KEY VALUE", cmd_set},
+	{"get", 1, 1, "KEY", cmd_get},
+	{"add", 2, 2, "KEY N", cmd_add},
+	{"wait", 0, -1, "KEY... [--timeout SEC]", cmd_wait}, /* counts its own arguments */
+	{"cas", 3, 3, "KEY EXPECTED DESIRED", cmd_cas},
+	{"del", 1, 1, "KEY", cmd_del},
+	{"check", 1, -1, "KEY...", cmd_check},
+	{"keys", 0, 0, "no arguments", cmd_keys},
+	{"append", 2, 2, "KEY VALUE", cmd_append},
+	{"ping", 0, 0, "no arguments", cmd_ping},
+};
+
+static const struct command *find_command(const char *name)
+{
 	size_t i;
 
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (strcmp(cmd, cmds[i]) == 0) {
-			return true;
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(name, commands[i].name) == 0) {
+			return &commands[i];
 		}
 	}
-	return false;
+	return NULL;
 }
 
 /* A TCP store: the only kind the token is for (file and etcd stores have their own). */
@@ -319,149 +386,136 @@ static bool tcp_endpoint(const char *ep)
 	return strstr(ep, "://") == NULL || strncmp(ep, "tcp://", 6) == 0;
 }
 
+/*
+ * The store @o's flags and environment name, opened through the one configuration value:
+ * the token by the one policy (--token-file, --token, then what crun gives its workers,
+ * $CRUN_STORE_TOKEN_FILE or $CRUN_STORE_TOKEN, then for a TCP store the per-user default file,
+ * created on first use as crun and crun-rdzvd do).
+ */
+static int open_store(const struct crun_store_opts *o, const char *token, const char *token_file,
+		      bool insecure, int timeout_ms, struct crun_store **st)
+{
+	struct store_settings s = {
+		.endpoint = o->endpoint,
+		.prefix = o->prefix,
+		.scope = o->scope,
+		.insecure = insecure,
+		.token_file = token_file,
+		.token = token,
+		.tls_ca = o->tls_ca,
+		.tls_cert = o->tls_cert,
+		.tls_key = o->tls_key,
+		.tls_server_name = o->tls_server_name,
+	};
+	unsigned policy = STORE_TOKEN_ENV;
+	struct crun_diag d = {0};
+	struct store_conf c;
+	int rc;
+
+	if (token_file == NULL && token == NULL) {
+		s.token_file = getenv("CRUN_STORE_TOKEN_FILE"); /* a worker's credential */
+	}
+	if (tcp_endpoint(o->endpoint)) {
+		policy |= STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE;
+	}
+	store_settings_etcd_env(&s);
+	if (timeout_ms >= 0) {
+		/* One deadline for everything; 0 still allows one attempt. */
+		s.connect_timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+		s.timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+	}
+	rc = store_conf_init(&c, &s, policy, &d);
+	if (rc == 0) {
+		rc = store_open_conf(&c, st, &d);
+	}
+	store_conf_finish(&c);
+	if (rc < 0) {
+		fprintf(stderr, "crun-store: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+	}
+	return rc;
+}
+
+/* The command line into @o (its strings borrowed from @argv and the environment), *@timeout_ms
+ * (-1: the defaults) and *@cmd_at (argv's index of COMMAND). OPT_OK, OPT_EXIT or OPT_USAGE
+ * (printed). The token policy is the caller's: *@token and *@insecure say what was given. */
+static int parse(int argc, char **argv, struct crun_store_opts *o, const char **token,
+		 bool *insecure, int *timeout_ms, int *cmd_at)
+{
+	static const int ids[OS_COUNT] = {
+		[OS_ENDPOINT] = S_ENDPOINT,	[OS_TOKEN_FILE] = S_TOKEN_FILE,
+		[OS_INSECURE] = S_INSECURE,	[OS_TLS_CA] = S_TLS_CA,
+		[OS_TLS_CERT] = S_TLS_CERT,	[OS_TLS_KEY] = S_TLS_KEY,
+		[OS_TLS_SERVER_NAME] = S_TLS_SERVER_NAME, [OS_CONFIG] = -1,
+	};
+	struct opt_val v[S_COUNT];
+	struct opt_store_flags f;
+	struct crun_diag d = {0};
+	char b[64];
+	int rc;
+
+	memset(v, 0, sizeof(v));
+	opt_read_env(&store_table, v);
+	rc = opt_read_argv(&store_table, v, argc, argv, cmd_at, &d);
+	if (rc == OPT_OK && v[S_TIMEOUT].set && parse_seconds(v[S_TIMEOUT].val, timeout_ms) < 0) {
+		rc = opt_fail(&v[S_TIMEOUT], &d, "expected seconds >= 0, got \"%s\"",
+			      opt_show(b, sizeof(b), v[S_TIMEOUT].val));
+	}
+	if (rc == OPT_OK) {
+		rc = opt_store_take(v, ids, &f, &d);
+	}
+	if (rc == OPT_OK && f.insecure && v[S_TOKEN].set) {
+		rc = opt_fail(&v[S_INSECURE], &d, "cannot be combined with --token or --token-file");
+	}
+	if (rc != OPT_OK) {
+		opt_exit_status(&store_table, rc, &d);
+		return rc;
+	}
+	opt_log_level(&v[S_VERBOSE], &v[S_QUIET]);
+	o->endpoint = f.endpoint;
+	o->prefix = v[S_PREFIX].set ? v[S_PREFIX].val : NULL;
+	o->scope = v[S_SCOPE].set ? v[S_SCOPE].val : NULL;
+	o->token_file = f.token_file;
+	o->tls_ca = f.tls_ca;
+	o->tls_cert = f.tls_cert;
+	o->tls_key = f.tls_key;
+	o->tls_server_name = f.tls_server_name;
+	*token = v[S_TOKEN].set ? v[S_TOKEN].val : NULL;
+	*insecure = f.insecure;
+	return OPT_OK;
+}
+
 int main(int argc, char **argv)
 {
-	enum {
-		OPT_TOKEN_FILE = 256,
-		OPT_SCOPE,
-		OPT_INSECURE,
-		OPT_TLS_CA,
-		OPT_TLS_CERT,
-		OPT_TLS_KEY,
-		OPT_TLS_SERVER_NAME,
-	};
-	static const struct option longopts[] = {
-		{"endpoint", required_argument, NULL, 'e'},
-		{"prefix", required_argument, NULL, 'p'},
-		{"timeout", required_argument, NULL, 't'},
-		{"token", required_argument, NULL, 'T'},
-		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
-		{"scope", required_argument, NULL, OPT_SCOPE},
-		{"insecure", no_argument, NULL, OPT_INSECURE},
-		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
-		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
-		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
-		{"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
-	};
 	struct crun_store_opts o = {0};
 	struct crun_store *st = NULL;
-	int timeout_ms = -1, c, rc;
-	char err[512];
-	const char *cmd, *token = NULL, *token_file = NULL;
-	char path[4096];
-	bool insecure = false, created;
-	struct crun_diag d = {0};
-	char *tok;
+	int timeout_ms = -1, first, rc;
+	const struct command *cmd;
+	const char *token = NULL;
+	bool insecure = false;
 
 	o.struct_size = sizeof(o);
-	o.endpoint = getenv("CRUN_STORE_ENDPOINT");
-	o.prefix = getenv("CRUN_STORE_PREFIX");
-	/* Paths only: what crun gives its workers (docs/security.md, "TLS"). */
-	o.tls_ca = getenv("CRUN_STORE_TLS_CA");
-	o.tls_cert = getenv("CRUN_STORE_TLS_CERT");
-	o.tls_key = getenv("CRUN_STORE_TLS_KEY");
-	o.tls_server_name = getenv("CRUN_STORE_TLS_SERVER_NAME");
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+e:p:t:T:hV", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'e':
-			o.endpoint = optarg;
-			break;
-		case 'p':
-			o.prefix = optarg;
-			break;
-		case 't':
-			if (parse_seconds(optarg, &timeout_ms) < 0) {
-				return usage_error("--timeout: expected seconds >= 0, got \"%s\"",
-						   optarg);
-			}
-			break;
-		case 'T':
-			token = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			token_file = optarg;
-			break;
-		case OPT_SCOPE:
-			o.scope = optarg;
-			break;
-		case OPT_INSECURE:
-			insecure = true;
-			break;
-		case OPT_TLS_CA:
-			o.tls_ca = optarg;
-			break;
-		case OPT_TLS_CERT:
-			o.tls_cert = optarg;
-			break;
-		case OPT_TLS_KEY:
-			o.tls_key = optarg;
-			break;
-		case OPT_TLS_SERVER_NAME:
-			o.tls_server_name = optarg;
-			break;
-		case 'h':
-			fputs(usage_text, stdout);
-			return EXIT_FOUND;
-		case 'V':
-			printf("crun-store %s\n", CRUN_VERSION);
-			return EXIT_FOUND;
-		case ':':
-			return usage_error("option %s needs an argument", argv[optind - 1]);
-		default:
-			if (optopt != 0) {
-				return usage_error("unknown option -%c", optopt);
-			}
-			return usage_error("unknown option %s", argv[optind - 1]);
-		}
+	rc = parse(argc, argv, &o, &token, &insecure, &timeout_ms, &first);
+	if (rc != OPT_OK) {
+		return rc == OPT_EXIT ? EXIT_FOUND : EXIT_TROUBLE;
 	}
-	if (optind >= argc) {
+	if (first >= argc) {
 		return usage_error("no command given");
 	}
-	cmd = argv[optind];
-	if (!known_command(cmd)) {
-		return usage_error("unknown command \"%s\"", cmd);
+	cmd = find_command(argv[first]);
+	if (cmd == NULL) {
+		return usage_error("unknown command \"%s\"", argv[first]);
+	}
+	if (want_args(cmd->name, argc - first - 1, cmd->min, cmd->max, cmd->shape) != 0) {
+		return EXIT_TROUBLE;
 	}
 	if (o.endpoint == NULL || *o.endpoint == '\0') {
 		return usage_error("no endpoint: pass --endpoint or set CRUN_STORE_ENDPOINT");
 	}
-	if (insecure && (token != NULL || token_file != NULL)) {
-		return usage_error("--insecure cannot be combined with --token or --token-file");
-	}
-	if (token_file == NULL && token == NULL && !insecure) {
-		token_file = getenv("CRUN_STORE_TOKEN_FILE");
-		token = getenv("CRUN_STORE_TOKEN");
-		if ((token_file == NULL || token_file[0] == '\0') &&
-		    (token == NULL || token[0] == '\0') && tcp_endpoint(o.endpoint)) {
-			/* The per-user default, as crun and crun-rdzvd use it. */
-			if (token_default_path(path, sizeof(path), &d) < 0 ||
-			    token_file_ensure(path, &tok, &created, &d) < 0) {
-				fprintf(stderr, "crun-store: %s\n", d.msg);
-				return EXIT_TROUBLE;
-			}
-			token_wipe(tok);
-			token_file = path;
-		}
-	}
-	if (!insecure) {
-		o.token = token;
-		o.token_file = token_file;
-	}
-	if (timeout_ms >= 0) {
-		/* One deadline for everything; 0 still allows one attempt. */
-		o.connect_timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
-		o.timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
-	}
-	rc = crun_store_open(&o, &st, err, sizeof(err));
+	rc = open_store(&o, token, o.token_file, insecure, timeout_ms, &st);
 	if (rc < 0) {
-		fprintf(stderr, "crun-store: %s\n", err[0] ? err : crun_strerror(rc));
 		return EXIT_TROUBLE;
 	}
-	rc = run(st, cmd, argc - optind - 1, argv + optind + 1,
-		 timeout_ms >= 0 ? timeout_ms : -1);
+	rc = cmd->run(st, argc - first - 1, argv + first + 1, timeout_ms);
 	crun_store_close(st);
 	if (fflush(stdout) != 0) {
 		fprintf(stderr, "crun-store: writing output: %s\n", strerror(errno));

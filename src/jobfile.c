@@ -39,6 +39,7 @@ const char *jobfile_key(enum cli_opt_id id, char *buf, size_t len)
 	size_t i;
 
 	if ((int)id < 0 || id >= O_COUNT || id == O_CONFIG || id == O_HELP || id == O_VERSION ||
+	    id == O_VERBOSE || id == O_QUIET ||
 	    len == 0) {
 		return NULL;
 	}
@@ -143,7 +144,7 @@ static const char *found(const yaml_node_t *n, char *buf, size_t len)
 		return "a list";
 	}
 	snprintf(buf, len, "%s\"%s\"", plain(n) ? "" : "the quoted string ",
-		 cli_show(b, sizeof(b), text(n)));
+		 opt_show(b, sizeof(b), text(n)));
 	return buf;
 }
 
@@ -283,10 +284,10 @@ static int unknown_key(struct ctx *c, const yaml_node_t *k, const char *key)
 	}
 	if (best != NULL && bestd <= limit) {
 		return fail_at(c, k->start_mark, NULL, "unknown key \"%s\" (did you mean %s?)",
-			       cli_show(b, sizeof(b), key), best);
+			       opt_show(b, sizeof(b), key), best);
 	}
 	return fail_at(c, k->start_mark, NULL, "unknown key \"%s\" (crun.yaml(5) lists the keys)",
-		       cli_show(b, sizeof(b), key));
+		       opt_show(b, sizeof(b), key));
 }
 
 /* ---- the structured keys ---- */
@@ -404,7 +405,7 @@ static int do_pairs(struct ctx *c, const yaml_node_t *v, const char *key, bool e
 			return fail_at(
 				c, k->start_mark, key,
 				"expected a variable name (letters, digits, _), found \"%s\"",
-				cli_show(b, sizeof(b), ks));
+				opt_show(b, sizeof(b), ks));
 		}
 		for (prev = v->data.mapping.pairs.start; prev < pr; prev++) {
 			const yaml_node_t *pk = node(c, prev->key);
@@ -413,7 +414,7 @@ static int do_pairs(struct ctx *c, const yaml_node_t *v, const char *key, bool e
 				return fail_at(
 					c, k->start_mark, key,
 					"duplicate key \"%s\" (first at line %zu, column %zu)",
-					cli_show(b, sizeof(b), ks), pk->start_mark.line + 1,
+					opt_show(b, sizeof(b), ks), pk->start_mark.line + 1,
 					pk->start_mark.column + 1);
 			}
 		}
@@ -572,7 +573,7 @@ static int do_root(struct ctx *c, const yaml_node_t *root)
 				return fail_at(
 					c, k->start_mark, NULL,
 					"duplicate key \"%s\" (first at line %zu, column %zu)",
-					cli_show(b, sizeof(b), key), pk->start_mark.line + 1,
+					opt_show(b, sizeof(b), key), pk->start_mark.line + 1,
 					pk->start_mark.column + 1);
 			}
 		}

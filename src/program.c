@@ -11,7 +11,7 @@
 
 #include <crun/error.h>
 
-#include "src/cli_parser.h" /* cli_show(), cli_set_str() */
+#include "src/cli_parser.h" /* opt_show(), cli_set_str() */
 #include "src/program.h"
 
 /* 0 if @path is an executable regular file, else -ENOENT, -EISDIR or -EACCES. */
@@ -76,12 +76,12 @@ static int find_exec(const char *name, char **out)
 	return best == -EACCES ? -EACCES : -ENOEXEC; /* -ENOEXEC here: not found in PATH */
 }
 
-/* "WHAT NAME: why", the name shown as every command-line message shows a value (cli_show()). */
+/* "WHAT NAME: why", the name shown as every command-line message shows a value (opt_show()). */
 static int exec_error(struct crun_diag *d, const char *what, const char *name, int rc, bool hint)
 {
 	char b[64];
 
-	cli_show(b, sizeof(b), name);
+	opt_show(b, sizeof(b), name);
 	switch (rc) {
 	case -ENOENT:
 		return diag_set(d, CRUN_ECONFIG, "%s %s: no such file", what, b);
@@ -163,11 +163,11 @@ int program_resolve(struct job_spec *s, const char *name, bool hint, struct crun
 		}
 		if (S_ISDIR(st.st_mode)) {
 			return diag_set(d, CRUN_ECONFIG, "program %s: is a directory",
-					cli_show(b, sizeof(b), name));
+					opt_show(b, sizeof(b), name));
 		}
 		if (access(name, R_OK) != 0) {
 			return diag_set(d, CRUN_ECONFIG, "program %s: not readable",
-					cli_show(b, sizeof(b), name));
+					opt_show(b, sizeof(b), name));
 		}
 	}
 	if (cli_set_str(&s->program, name) < 0) {

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* src/status.c: `crun status`: read a job's node records from its store; table, JSON, watch. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -16,9 +15,15 @@
 
 #include "agent/notify_status.h"
 #include "src/common/clock.h"
+#include "src/common/json.h"
 #include "src/common/parse.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/token.h"
+#include "config.h"
+#include "src/cli_parser.h"
 #include "src/jobfile.h"
+#include "src/opt.h"
+#include "src/opt_store.h"
 #include "src/status.h"
 
 /* At most this many agents are listed (a record is one store key). */
@@ -29,8 +34,7 @@
 struct status_opts {
 	const char *endpoint, *run_id, *backend, *token_file;
 	const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
-	const char *config;   /* --config FILE.yaml: what the options above leave unset */
-	struct jobfile jf;    /* its values, which the pointers above may borrow */
+	struct jobfile jf;    /* --config FILE.yaml's values, which the pointers above may borrow */
 	bool insecure, json, watch;
 	double watch_s;
 	int timeout_ms;
@@ -47,199 +51,198 @@ struct job_view {
 	int64_t now;
 };
 
+enum status_opt {
+	ST_ENDPOINT,
+	ST_RDZV_ID,
+	ST_BACKEND,
+	ST_TOKEN_FILE,
+	ST_INSECURE,
+	ST_TLS_CA,
+	ST_TLS_CERT,
+	ST_TLS_KEY,
+	ST_TLS_SERVER_NAME,
+	ST_CONFIG,
+	ST_JSON,
+	ST_WATCH,
+	ST_TIMEOUT,
+	ST_VERBOSE,
+	ST_QUIET,
+	ST_HELP,
+	ST_VERSION,
+	ST_COUNT
+};
+
+static const struct opt status_opts_table[ST_COUNT] = {
+	[ST_ENDPOINT] = OPT_STORE_ENDPOINT("The job", false, NULL, "EP",
+					   "the job's store (HOST[:PORT], file:///PATH, "
+					   "etcd://HOST:PORT)"),
+	[ST_RDZV_ID] = {"rdzv-id", 0, true, false, "ID", "the job's run id", NULL},
+	[ST_BACKEND] = {"rdzv-backend", 0, true, false, "B", "c10d (default), tcp, file or etcd",
+			NULL},
+	[ST_TOKEN_FILE] = OPT_STORE_TOKEN_FILE(
+		"Credentials", "the store's token (default: $CRUN_TOKEN_FILE, then "
+			       "~/.config/crun/token; $CRUN_STORE_TOKEN also works)"),
+	[ST_INSECURE] = OPT_STORE_INSECURE(NULL, "connect without a token"),
+	[ST_TLS_CA] = OPT_STORE_TLS_CA(NULL, NULL, "TLS to the store: the CA its certificate is "
+						   "verified against, as crun's own option"),
+	[ST_TLS_CERT] = OPT_STORE_TLS_CERT(NULL, NULL, "mutual TLS: our PEM certificate ..."),
+	[ST_TLS_KEY] = OPT_STORE_TLS_KEY(NULL, NULL, "... and its key, a file only you can read"),
+	[ST_TLS_SERVER_NAME] = OPT_STORE_TLS_SERVER_NAME(
+		NULL, NULL, "the name the store's certificate carries (default: the endpoint's "
+			    "host)"),
+	[ST_CONFIG] = OPT_STORE_CONFIG(NULL, "take the options above from the job's file "
+					     "(crun.yaml(5)); options given here win"),
+	[ST_JSON] = {"json", 0, false, false, NULL, "one JSON object instead of the table",
+		     "Output"},
+	[ST_WATCH] = {"watch", 0, false, false, "SEC",
+		      "redraw every SEC seconds (default 2) until the job ends", NULL, false, true},
+	[ST_TIMEOUT] = {"timeout", 0, true, false, "SEC",
+			"how long to try to reach the store (default 10)", NULL},
+	[ST_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log the store client's retries at debug level"),
+	[ST_QUIET] = OPT_QUIET_ENTRY,
+	[ST_HELP] = OPT_HELP_ENTRY(NULL),
+	[ST_VERSION] = OPT_VERSION_ENTRY,
+};
+
+static void usage(FILE *f);
+
+static const struct opt_table status_table = {
+	.prog = "crun status",
+	.opts = status_opts_table,
+	.n = ST_COUNT,
+	.usage = usage,
+	.version = "crun status " CRUN_VERSION,
+};
+
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: crun status --rdzv-endpoint HOST:PORT --rdzv-id ID [OPTIONS]\n"
-		"Show a running or finished job's nodes, rounds, restarts and last failure, read\n"
-		"from its rendezvous store.\n"
-		"\n"
-		"  --rdzv-endpoint EP   the job's store (HOST[:PORT], file:///PATH, etcd://HOST:PORT)\n"
-		"  --rdzv-id ID         the job's run id\n"
-		"  --rdzv-backend B     c10d (default), tcp, file or etcd\n"
-		"  --token-file FILE    the store's token (default: $CRUN_TOKEN_FILE, then\n"
-		"                       ~/.config/crun/token; $CRUN_STORE_TOKEN also works)\n"
-		"  --insecure           connect without a token\n"
-		"  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME\n"
-		"                       TLS to the store, as crun's own flags\n"
-		"  --config FILE.yaml   take the options above from the job's file (crun.yaml(5));\n"
-		"                       options given here win\n"
-		"  --json               one JSON object instead of the table\n"
-		"  --watch [SEC]        redraw every SEC seconds (default 2) until the job ends\n"
-		"  --timeout SEC        how long to try to reach the store (default 10)\n"
-		"  -h, --help           this help\n"
-		"\n"
-		"Exit status: 0 running, 1 failed, 2 usage error, 3 finished, 4 unknown run id (or\n"
-		"every agent lost), 5 the store could not be reached or read.\n");
+	fprintf(f, "Usage: crun status --rdzv-endpoint HOST:PORT --rdzv-id ID [OPTIONS]\n"
+		   "Show a running or finished job's nodes, rounds, restarts and last failure, read\n"
+		   "from its rendezvous store.\n");
+	opt_print_options(f, &status_table);
+	fprintf(f, "\nExit status: 0 running, 1 failed, 2 usage error (a credential file others\n"
+		   "can read included), 3 finished, 4 unknown run id (or every agent lost), 5 the\n"
+		   "store could not be reached or read.\n");
 }
 
-/* What the command line left unset, from the job file (the same keys crun reads). */
-static int from_jobfile(struct status_opts *o)
+/* What the command line left unset, from the job file: the same keys crun reads, each
+ * error then naming FILE:LINE:COLUMN and the key. */
+static int from_jobfile(struct status_opts *o, struct opt_val *v, struct crun_diag *d)
 {
-	static const struct {
-		enum cli_opt_id id;
-		size_t off;
-	} keys[] = {
-		{O_RDZV_ENDPOINT, offsetof(struct status_opts, endpoint)},
-		{O_RDZV_ID, offsetof(struct status_opts, run_id)},
-		{O_RDZV_BACKEND, offsetof(struct status_opts, backend)},
-		{O_TOKEN_FILE, offsetof(struct status_opts, token_file)},
-		{O_TLS_CA, offsetof(struct status_opts, tls_ca)},
-		{O_TLS_CERT, offsetof(struct status_opts, tls_cert)},
-		{O_TLS_KEY, offsetof(struct status_opts, tls_key)},
-		{O_TLS_SERVER_NAME, offsetof(struct status_opts, tls_server_name)},
-	};
-	struct crun_diag d = {0};
-	const char **dst;
-	size_t i;
+	int k, id;
 
-	if (jobfile_load(&o->jf, o->config, &d) < 0) {
-		fprintf(stderr, "crun status: %s\n", d.msg);
-		return -EINVAL;
+	if (jobfile_load(&o->jf, v[ST_CONFIG].val, d) < 0) {
+		return OPT_USAGE;
 	}
-	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		dst = (const char **)((char *)o + keys[i].off);
-		if (*dst == NULL && o->jf.vals[keys[i].id] != NULL) {
-			*dst = o->jf.vals[keys[i].id];
+	for (k = 0; k < ST_COUNT; k++) {
+		const char *name = status_opts_table[k].name;
+
+		id = opt_find_long(&cli_table, name, strlen(name));
+		if (k == ST_CONFIG || v[k].set || id < 0 || o->jf.vals[id] == NULL) {
+			continue;
 		}
+		opt_set(&v[k], o->jf.origins[id], strlen(o->jf.origins[id]), o->jf.vals[id]);
 	}
-	if (!o->insecure && o->jf.vals[O_INSECURE] != NULL) {
-		o->insecure = strcmp(o->jf.vals[O_INSECURE], "1") == 0;
-	}
-	return 0;
+	return OPT_OK;
 }
 
+/* --watch [SEC] and --timeout SEC. */
+static int take_times(struct status_opts *o, const struct opt_val *v, struct crun_diag *d)
+{
+	char b[64];
+	int64_t ms;
+
+	o->watch = v[ST_WATCH].set;
+	if (v[ST_WATCH].set && v[ST_WATCH].val != NULL) {
+		if (parse_seconds_ms(v[ST_WATCH].val, 86400, &ms) < 0 || ms < 100) {
+			return opt_fail(&v[ST_WATCH], d, "expected seconds (at least 0.1), got \"%s\"",
+					opt_show(b, sizeof(b), v[ST_WATCH].val));
+		}
+		o->watch_s = (double)ms / 1000.0;
+	}
+	if (v[ST_TIMEOUT].set) {
+		if (parse_seconds_ms(v[ST_TIMEOUT].val, 3600, &ms) < 0 || ms < 1) {
+			return opt_fail(&v[ST_TIMEOUT], d, "expected seconds, got \"%s\"",
+					opt_show(b, sizeof(b), v[ST_TIMEOUT].val));
+		}
+		o->timeout_ms = (int)ms;
+	}
+	return OPT_OK;
+}
+
+/* The command line (and --config's file) into @o. OPT_OK, or OPT_EXIT / OPT_USAGE printed. */
 static int parse_args(int argc, char **argv, struct status_opts *o)
 {
-	enum { S_EP = 256, S_ID, S_BACKEND, S_TOKEN, S_INSECURE, S_JSON, S_WATCH, S_TIMEOUT,
-	       S_TLS_CA, S_TLS_CERT, S_TLS_KEY, S_TLS_NAME, S_CONFIG };
-	static const struct option longopts[] = {
-		{"rdzv-endpoint", required_argument, NULL, S_EP},
-		{"rdzv-id", required_argument, NULL, S_ID},
-		{"rdzv-backend", required_argument, NULL, S_BACKEND},
-		{"token-file", required_argument, NULL, S_TOKEN},
-		{"insecure", no_argument, NULL, S_INSECURE},
-		{"json", no_argument, NULL, S_JSON},
-		{"watch", optional_argument, NULL, S_WATCH},
-		{"timeout", required_argument, NULL, S_TIMEOUT},
-		{"tls-ca", required_argument, NULL, S_TLS_CA},
-		{"tls-cert", required_argument, NULL, S_TLS_CERT},
-		{"tls-key", required_argument, NULL, S_TLS_KEY},
-		{"tls-server-name", required_argument, NULL, S_TLS_NAME},
-		{"config", required_argument, NULL, S_CONFIG},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	static const int ids[OS_COUNT] = {
+		[OS_ENDPOINT] = ST_ENDPOINT,	[OS_TOKEN_FILE] = ST_TOKEN_FILE,
+		[OS_INSECURE] = ST_INSECURE,	[OS_TLS_CA] = ST_TLS_CA,
+		[OS_TLS_CERT] = ST_TLS_CERT,	[OS_TLS_KEY] = ST_TLS_KEY,
+		[OS_TLS_SERVER_NAME] = ST_TLS_SERVER_NAME, [OS_CONFIG] = ST_CONFIG,
 	};
-	int64_t ms;
-	int opt;
+	struct opt_val v[ST_COUNT];
+	struct opt_store_flags f;
+	struct crun_diag d = {0};
+	char b[64];
+	int first, rc;
 
+	memset(v, 0, sizeof(v));
 	o->watch_s = 2.0;
 	o->timeout_ms = 10000;
-	opterr = 0;
-	optind = 1;
-	/* "+": no permutation, so "--watch 5" can take the operand after it. */
-	while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
-		switch (opt) {
-		case S_EP:
-			o->endpoint = optarg;
-			break;
-		case S_ID:
-			o->run_id = optarg;
-			break;
-		case S_BACKEND:
-			o->backend = optarg;
-			break;
-		case S_TOKEN:
-			o->token_file = optarg;
-			break;
-		case S_INSECURE:
-			o->insecure = true;
-			break;
-		case S_TLS_CA:
-			o->tls_ca = optarg;
-			break;
-		case S_TLS_CERT:
-			o->tls_cert = optarg;
-			break;
-		case S_TLS_KEY:
-			o->tls_key = optarg;
-			break;
-		case S_TLS_NAME:
-			o->tls_server_name = optarg;
-			break;
-		case S_CONFIG:
-			o->config = optarg;
-			break;
-		case S_JSON:
-			o->json = true;
-			break;
-		case S_WATCH:
-			o->watch = true;
-			/* "--watch 5" as well as "--watch=5": status takes no operands. */
-			if (optarg == NULL && optind < argc && argv[optind][0] != '-') {
-				optarg = argv[optind++];
-			}
-			if (optarg != NULL) {
-				if (parse_seconds_ms(optarg, 86400, &ms) < 0 || ms < 100) {
-					fprintf(stderr, "crun status: --watch: expected seconds (at "
-							"least 0.1), got \"%s\"\n", optarg);
-					return -EINVAL;
-				}
-				o->watch_s = (double)ms / 1000.0;
-			}
-			break;
-		case S_TIMEOUT:
-			if (parse_seconds_ms(optarg, 3600, &ms) < 0 || ms < 1) {
-				fprintf(stderr, "crun status: --timeout: expected seconds, got \"%s\"\n",
-					optarg);
-				return -EINVAL;
-			}
-			o->timeout_ms = (int)ms;
-			break;
-		case 'h':
-			usage(stdout);
-			return 1;
-		case ':':
-			fprintf(stderr, "crun status: %s needs a value (see crun status --help)\n",
-				argv[optind - 1]);
-			return -EINVAL;
-		default:
-			fprintf(stderr, "crun status: unknown option %s (see crun status --help)\n",
-				argv[optind - 1]);
-			return -EINVAL;
+	rc = opt_read_argv(&status_table, v, argc, argv, &first, &d);
+	if (rc == OPT_OK && v[ST_CONFIG].set) {
+		rc = from_jobfile(o, v, &d);
+	}
+	if (rc == OPT_OK && (rc = take_times(o, v, &d)) == OPT_OK) {
+		rc = opt_store_take(v, ids, &f, &d);
+	}
+	if (rc == OPT_OK) {
+		opt_log_level(&v[ST_VERBOSE], &v[ST_QUIET]);
+		o->endpoint = f.endpoint;
+		o->token_file = f.token_file;
+		o->insecure = f.insecure;
+		o->tls_ca = f.tls_ca;
+		o->tls_cert = f.tls_cert;
+		o->tls_key = f.tls_key;
+		o->tls_server_name = f.tls_server_name;
+		o->run_id = v[ST_RDZV_ID].set ? v[ST_RDZV_ID].val : NULL;
+		o->backend = v[ST_BACKEND].set ? v[ST_BACKEND].val : "c10d";
+		o->json = v[ST_JSON].set;
+		if (o->endpoint == NULL || o->run_id == NULL || o->run_id[0] == '\0') {
+			rc = opt_fail(NULL, &d, "--rdzv-endpoint and --rdzv-id are required (see crun "
+						"status --help)");
+		} else if (strcmp(o->backend, "c10d") != 0 && strcmp(o->backend, "tcp") != 0 &&
+			   strcmp(o->backend, "file") != 0 && strcmp(o->backend, "etcd") != 0 &&
+			   strcmp(o->backend, "etcd-v2") != 0) {
+			rc = opt_fail(&v[ST_BACKEND], &d, "unknown backend \"%s\" (use c10d, tcp, "
+							   "file or etcd)",
+				      opt_show(b, sizeof(b), o->backend));
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "crun status: unexpected argument \"%s\"\n", argv[optind]);
-		return -EINVAL;
+	if (rc != OPT_OK) {
+		opt_exit_status(&status_table, rc, &d);
 	}
-	if (o->config != NULL && from_jobfile(o) < 0) {
-		return -EINVAL;
-	}
-	if (o->backend == NULL) {
-		o->backend = "c10d";
-	}
-	if (o->endpoint == NULL || o->run_id == NULL || o->run_id[0] == '\0') {
-		fprintf(stderr, "crun status: --rdzv-endpoint and --rdzv-id are required (see crun "
-				"status --help)\n");
-		return -EINVAL;
-	}
-	if (strcmp(o->backend, "c10d") != 0 && strcmp(o->backend, "tcp") != 0 &&
-	    strcmp(o->backend, "file") != 0 && strcmp(o->backend, "etcd") != 0 &&
-	    strcmp(o->backend, "etcd-v2") != 0) {
-		fprintf(stderr, "crun status: --rdzv-backend: unknown backend \"%s\" (use c10d, tcp, "
-				"file or etcd)\n", o->backend);
-		return -EINVAL;
-	}
-	return 0;
+	return rc;
 }
 
 static int store_connect(const struct status_opts *o, struct crun_store **st)
 {
-	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
-	char ep[1024], prefix[300], path[4096], err[512];
+	char ep[1024], prefix[300];
 	bool etcd = strncmp(o->backend, "etcd", 4) == 0, tcp = !etcd && o->backend[0] != 'f';
+	struct store_settings s = {
+		.endpoint = ep,
+		.insecure = o->insecure,
+		.token_file = tcp ? o->token_file : NULL,
+		/* Read only what this run's agents may: its scope, when the run id is one. */
+		.scope = tcp && !o->insecure && token_scope_valid(o->run_id) ? o->run_id : NULL,
+		.tls_ca = o->tls_ca,
+		.tls_cert = o->tls_cert,
+		.tls_key = o->tls_key,
+		.tls_server_name = o->tls_server_name,
+		.connect_timeout_ms = o->timeout_ms,
+		.timeout_ms = o->timeout_ms,
+	};
 	struct crun_diag d = {0};
+	struct store_conf c;
 	int rc;
 
 	if (etcd && strstr(o->endpoint, "://") == NULL) {
@@ -249,33 +252,21 @@ static int store_connect(const struct status_opts *o, struct crun_store **st)
 	} else {
 		snprintf(ep, sizeof(ep), "%s", o->endpoint);
 	}
-	so.endpoint = ep;
 	if (etcd) {
-		snprintf(prefix, sizeof(prefix), "%s/", o->run_id); /* as agent_etcd_prefix() */
-		so.prefix = prefix;
+		snprintf(prefix, sizeof(prefix), "%s/", o->run_id); /* as the agent's */
+		s.prefix = prefix;
+		store_settings_etcd_env(&s);
 	}
-	if (tcp && !o->insecure) {
-		/* As the agent finds its token: --token-file, $CRUN_STORE_TOKEN, the default file. */
-		so.token = getenv("CRUN_STORE_TOKEN");
-		if (o->token_file != NULL) {
-			so.token_file = o->token_file;
-		} else if ((so.token == NULL || so.token[0] == '\0') &&
-			   token_default_path(path, sizeof(path), &d) == 0 &&
-			   access(path, F_OK) == 0) {
-			so.token_file = path;
-		}
-		/* Read only what this run's agents may: its scope, when the run id is one. */
-		so.scope = token_scope_valid(o->run_id) ? o->run_id : NULL;
+	/* The one token policy, as a client: --token-file, $CRUN_STORE_TOKEN, the default file
+	 * when it exists (never created). */
+	rc = store_conf_init(&c, &s,
+			     tcp ? STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT : STORE_TOKEN_FLAGS, &d);
+	if (rc == 0) {
+		rc = store_open_conf(&c, st, &d);
 	}
-	so.connect_timeout_ms = o->timeout_ms;
-	so.tls_ca = o->tls_ca;
-	so.tls_cert = o->tls_cert;
-	so.tls_key = o->tls_key;
-	so.tls_server_name = o->tls_server_name;
-	so.timeout_ms = o->timeout_ms;
-	rc = crun_store_open(&so, st, err, sizeof(err));
+	store_conf_finish(&c);
 	if (rc < 0) {
-		fprintf(stderr, "crun status: %s\n", err[0] != '\0' ? err : crun_strerror(rc));
+		fprintf(stderr, "crun status: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 	}
 	return rc;
 }
@@ -509,21 +500,10 @@ static void print_table(const struct status_opts *o, const struct job_view *v)
 	}
 }
 
+/* @s as a JSON string on stdout: always valid JSON, whatever bytes a worker printed. */
 static void json_str(const char *s)
 {
-	putchar('"');
-	for (; *s != '\0'; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\') {
-			printf("\\%c", ch);
-		} else if (ch < 0x20) {
-			printf("\\u%04x", ch);
-		} else {
-			putchar(ch);
-		}
-	}
-	putchar('"');
+	json_fput_str(stdout, s);
 }
 
 static void print_json(const struct status_opts *o, const struct job_view *v)
@@ -594,8 +574,8 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 	int rc, code;
 
 	rc = parse_args(argc, argv, op);
-	if (rc != 0) {
-		return rc > 0 ? 0 : STATUS_EXIT_USAGE;
+	if (rc != OPT_OK) {
+		return rc == OPT_EXIT ? 0 : STATUS_EXIT_USAGE;
 	}
 	if (store_connect(op, &st) < 0) {
 		return STATUS_EXIT_STORE;

@@ -189,9 +189,10 @@ size_t cpu_shm_describe(struct cpu *p, const struct iovec *iov, int niov, bool s
 int cpu_shm_recv(struct crun_comm *c, struct cpu *p, const struct xfer *x, struct stream *st);
 /** Receive by pulling the ranges rank - 1 describes (process_vm_readv). */
 int cpu_cma_recv(struct crun_comm *c, struct cpu *p, const struct xfer *x, struct stream *st);
-/** Sleep until a neighbour rings my bell (it was @seen), a slice passes, or the deadline. */
+/** Sleep until a neighbour rings my bell (it was @seen), a slice passes, or the deadline; a
+ * closed socket of a neighbour still needed (@need_prev, @need_next) fails the transfer. */
 int cpu_shm_wait(struct crun_comm *c, struct cpu *p, uint32_t seen, int64_t deadline,
-		 const struct xfer *x);
+		 const struct xfer *x, bool need_prev, bool need_next);
 
 /* comm_cpu_reduce.c */
 

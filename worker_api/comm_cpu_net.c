@@ -19,6 +19,7 @@
 #include "src/common/byteorder.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
+#include "src/common/fnv.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 #include "src/common/parse.h"
@@ -143,7 +144,6 @@ static uint64_t hello_host(const uint8_t *h)
 uint64_t cpu_host_id(void)
 {
 	char buf[256 + 64] = "";
-	uint64_t h = 14695981039346656037ull;
 	FILE *f;
 
 	gethostname(buf, 256);
@@ -157,10 +157,7 @@ uint64_t cpu_host_id(void)
 		}
 		fclose(f);
 	}
-	for (const char *q = buf; *q != '\0'; q++) {
-		h = (h ^ (uint8_t)*q) * 1099511628211ull;
-	}
-	return h & 0xffffffffffffull;
+	return fnv1a64_str(FNV1A64_INIT, buf) & 0xffffffffffffull;
 }
 
 /* Why hello @h (+ @name) is not from our predecessor, or NULL when it is. */

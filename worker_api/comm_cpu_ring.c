@@ -318,7 +318,15 @@ static int stream_wait(struct crun_comm *c, struct cpu *p, const struct xfer *x,
 	int np = 0, ms, rc;
 
 	if (p->shm) {
-		return cpu_shm_wait(c, p, bell, st->deadline, x);
+		/* A neighbour owed nothing more may have finished and exited (issue 18: a
+		 * "rank N is gone" for a successor that had read all it needed). */
+		bool need_prev = st->hr < CPU_HDR_LEN || st->done < st->recv_total;
+		bool need_next = st->hs < CPU_HDR_LEN || st->sent < st->send_total ||
+				 (x->cma && atomic_load(&p->shm_me->tail) !=
+						    atomic_load_explicit(&p->shm_me->head,
+									 memory_order_relaxed));
+
+		return cpu_shm_wait(c, p, bell, st->deadline, x, need_prev, need_next);
 	}
 	if (st->want_out) {
 		pf[np].fd = p->next;

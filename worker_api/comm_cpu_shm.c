@@ -279,11 +279,13 @@ size_t cpu_shm_describe(struct cpu *p, const struct iovec *iov, int niov, bool s
 
 /* Sleep until a neighbour rings my bell (it was @seen), a slice passes, or the deadline. */
 int cpu_shm_wait(struct crun_comm *c, struct cpu *p, uint32_t seen, int64_t deadline,
-		 const struct xfer *x)
+		 const struct xfer *x, bool need_prev, bool need_next)
 {
 	struct timespec ts;
-	struct pollfd pf[2] = {{.fd = p->prev, .events = POLLIN},
-			       {.fd = p->next, .events = POLLIN}};
+	/* A peer this transfer no longer needs may have finished and exited: only the ends
+	 * still owed bytes are watched (a negative fd is ignored by poll). */
+	struct pollfd pf[2] = {{.fd = need_prev ? p->prev : -1, .events = POLLIN},
+			       {.fd = need_next ? p->next : -1, .events = POLLIN}};
 	int ms = crun_ms_until(deadline);
 	long rc;
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "src/common/fnv.h"
 #include "worker_api/ddp_plan.h"
 
 static struct ddp_slot *slot_at(void *tensors, size_t stride, int i)
@@ -66,36 +67,25 @@ int ddp_plan_buckets(void *tensors, size_t stride, int nt, size_t first_bytes,
 	return 0;
 }
 
-/* FNV-1a over @v's eight bytes, least significant first: the same on every host. */
-static uint64_t fnv_u64(uint64_t h, uint64_t v)
-{
-	int i;
-
-	for (i = 0; i < 8; i++) {
-		h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ULL;
-	}
-	return h;
-}
-
 void ddp_plan_summary(const void *tensors, size_t stride, int nt, const struct ddp_bucket *b,
 		      int nb, size_t first_bytes, size_t cap_bytes, double out[DDP_PLAN_WORDS])
 {
-	uint64_t h = 14695981039346656037ULL;
+	uint64_t h = FNV1A64_INIT;
 	size_t numel = 0, n;
 	int i;
 
-	h = fnv_u64(h, (uint64_t)nt);
+	h = fnv1a64_u64(h, (uint64_t)nt);
 	for (i = 0; i < nt; i++) {
 		n = slot_at((void *)tensors, stride, i)->n;
-		h = fnv_u64(h, (uint64_t)n);
+		h = fnv1a64_u64(h, (uint64_t)n);
 		numel += n;
 	}
-	h = fnv_u64(h, (uint64_t)first_bytes);
-	h = fnv_u64(h, (uint64_t)cap_bytes);
-	h = fnv_u64(h, (uint64_t)nb);
+	h = fnv1a64_u64(h, (uint64_t)first_bytes);
+	h = fnv1a64_u64(h, (uint64_t)cap_bytes);
+	h = fnv1a64_u64(h, (uint64_t)nb);
 	for (i = 0; i < nb; i++) {
-		h = fnv_u64(h, (uint64_t)b[i].first);
-		h = fnv_u64(h, (uint64_t)b[i].count);
+		h = fnv1a64_u64(h, (uint64_t)b[i].first);
+		h = fnv1a64_u64(h, (uint64_t)b[i].count);
 	}
 	out[0] = (double)(h >> 32);
 	out[1] = (double)(h & 0xffffffffu);

@@ -18,6 +18,7 @@
 #include <crun/worker.h>
 
 #include "src/common/fs.h"
+#include "src/common/json.h"
 #include "src/common/signames.h"
 #include "worker_api/worker_internal.h"
 
@@ -59,96 +60,25 @@ static void sb_puts(struct sbuf *b, const char *s)
 	sb_putn(b, s, strlen(s));
 }
 
-/*
- * Length of the well-formed UTF-8 sequence at @s (Unicode's table 3-7: no overlong forms, no
- * surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
- */
-static size_t utf8_len(const unsigned char *s)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t n, i;
-
-	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-		n = 2;
-	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		n = 3;
-		lo = s[0] == 0xe0 ? 0xa0 : 0x80;
-		hi = s[0] == 0xed ? 0x9f : 0xbf;
-	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		n = 4;
-		lo = s[0] == 0xf0 ? 0x90 : 0x80;
-		hi = s[0] == 0xf4 ? 0x8f : 0xbf;
-	} else {
-		return 0;
-	}
-	if (s[1] < lo || s[1] > hi) {
-		return 0;
-	}
-	for (i = 2; i < n; i++) {
-		if (s[i] < 0x80 || s[i] > 0xbf) { /* also stops at the terminating NUL */
-			return 0;
-		}
-	}
-	return n;
-}
-
-/*
- * Append @s as the body of a JSON string: RFC 8259 escapes, and since JSON text is UTF-8, each
- * byte that does not belong to a well-formed UTF-8 sequence becomes \ufffd (a Latin-1 file
- * name in a message must not make the whole record unparsable).
- */
+/* Append @s as the body of a JSON string (src/common/json.h: invalid UTF-8 becomes U+FFFD). */
 static void sb_json(struct sbuf *b, const char *s)
 {
-	char esc[8];
-	size_t n;
+	char small[256], *e = small;
+	size_t n = json_escape(small, sizeof(small), s);
 
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c >= 0x80) {
-			n = utf8_len((const unsigned char *)s);
-			if (n == 0) {
-				sb_puts(b, "\\ufffd");
-			} else {
-				sb_putn(b, s, n);
-				s += n - 1;
-			}
-			continue;
+	if (n >= sizeof(small)) {
+		e = malloc(n + 1);
+		if (e == NULL) {
+			b->oom = true;
+			return;
 		}
-
-		switch (c) {
-		case '"':
-			sb_puts(b, "\\\"");
-			break;
-		case '\\':
-			sb_puts(b, "\\\\");
-			break;
-		case '\n':
-			sb_puts(b, "\\n");
-			break;
-		case '\r':
-			sb_puts(b, "\\r");
-			break;
-		case '\t':
-			sb_puts(b, "\\t");
-			break;
-		case '\b':
-			sb_puts(b, "\\b");
-			break;
-		case '\f':
-			sb_puts(b, "\\f");
-			break;
-		default:
-			if (c < 0x20 || c == 0x7f) {
-				snprintf(esc, sizeof(esc), "\\u%04x", c);
-				sb_puts(b, esc);
-			} else {
-				sb_putn(b, s, 1);
-			}
-		}
+		json_escape(e, n + 1, s);
+	}
+	sb_putn(b, e, n);
+	if (e != small) {
+		free(e);
 	}
 }
-
 
 static pthread_mutex_t errfile_lock = PTHREAD_MUTEX_INITIALIZER;
 

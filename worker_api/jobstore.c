@@ -10,6 +10,8 @@
 #include <crun/store.h>
 #include <crun/worker.h>
 
+#include "rendezvous/store/store_conf.h"
+#include "src/common/diag.h"
 #include "worker_api/worker_internal.h"
 
 static pthread_mutex_t barrier_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -19,7 +21,9 @@ static uint64_t barrier_gen;
 CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_t errlen)
 {
 	const struct worker_env *e;
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct store_settings s = {0};
+	struct crun_diag d = {0};
+	struct store_conf c;
 	int rc;
 
 	if (out == NULL) {
@@ -41,17 +45,26 @@ CRUN_EXPORT int crun_worker_store_open(struct crun_store **out, char *err, size_
 		}
 		return CRUN_ECONFIG;
 	}
-	o.endpoint = e->store_endpoint;
-	o.prefix = e->store_prefix;
-	o.token = e->store_token;
-	o.token_file = e->store_token_file; /* wins over the token */
-	o.tls_ca = e->store_tls_ca;
-	o.tls_cert = e->store_tls_cert;
-	o.tls_key = e->store_tls_key;
-	o.tls_server_name = e->store_tls_server_name;
-	o.connect_timeout_ms = 30000;
-	o.timeout_ms = e->store_timeout_ms;
-	return crun_store_open(&o, out, err, errlen);
+	/* What the agent passed (worker_env.c read it once) into the store's configuration. */
+	s.endpoint = e->store_endpoint;
+	s.prefix = e->store_prefix;
+	s.token_file = e->store_token_file; /* wins over the token */
+	s.token = e->store_token;
+	s.tls_ca = e->store_tls_ca;
+	s.tls_cert = e->store_tls_cert;
+	s.tls_key = e->store_tls_key;
+	s.tls_server_name = e->store_tls_server_name;
+	s.connect_timeout_ms = 30000;
+	s.timeout_ms = e->store_timeout_ms;
+	store_settings_etcd_env(&s);
+	/* No policy beyond what the agent passed: a worker's environment is left as it is. */
+	rc = store_conf_init(&c, &s, STORE_TOKEN_FLAGS, &d);
+	if (rc == 0) {
+		rc = store_open_conf(&c, out, &d);
+	}
+	store_conf_finish(&c);
+	diag_copy_out(&d, err, errlen);
+	return rc;
 }
 
 CRUN_EXPORT int crun_barrier(int timeout_ms)

@@ -48,6 +48,8 @@ struct store_ops {
 	const char *(*last_error)(const struct store_backend *b);
 	/* Optional (NULL: the backend cannot): delete every key that starts with @prefix. */
 	int (*del_prefix)(struct store_backend *b, const char *prefix, int timeout_ms);
+	/* Optional, with del_prefix: the command that deletes @prefix's keys by hand. */
+	void (*forget_hint)(const char *prefix, char *buf, size_t cap);
 	void (*close)(struct store_backend *b);
 };
 
@@ -74,10 +76,12 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 /*
  * The etcd v3 backend (client_etcd*.c, built when libcurl and json-c are found: then
  * CRUN_HAVE_ETCD is 1). @endpoint is the whole list, "etcd://H:P[,H:P...]",
- * "etcd+https://..." or "http(s)://H:P[,...]"; TLS files and credentials come from the
- * environment (docs/etcd.md). Nobody answering within @connect_timeout_ms is -ETIMEDOUT.
+ * "etcd+https://..." or "http(s)://H:P[,...]" (@c->endpoint); TLS files and credentials
+ * come from @c's etcd settings (docs/etcd.md), never from the environment. Nobody answering
+ * within @c->connect_timeout_ms is -ETIMEDOUT.
  */
-int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_backend **out,
+struct store_conf;
+int store_etcd_open(const struct store_conf *c, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);
 
 /**

@@ -13,6 +13,7 @@
 
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/client_etcd_internal.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 #include "src/common/parse.h"
@@ -211,20 +212,6 @@ static bool was_ours(struct store_backend *b, const char *key, int64_t rev, cons
 	return ours;
 }
 
-/* Wait a random time in [0, *@window) ms (never past @deadline), then double *@window. */
-static void conflict_pause(struct store_backend *b, int *window, int64_t deadline)
-{
-	int ms = (int)(rand_r(&b->seed) % (unsigned)*window), left = crun_ms_until(deadline);
-	struct timespec ts;
-
-	ms = ms < left ? ms : left;
-	ts.tv_sec = ms / 1000;
-	ts.tv_nsec = (long)(ms % 1000) * 1000000;
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-	}
-	*window = *window * 2 > CONFLICT_MAX_MS ? CONFLICT_MAX_MS : *window * 2;
-}
-
 /* ---- operations ---- */
 
 /* A lease of @ttl_s for @key: the one this handle last used for @key, kept alive, or a new one. */
@@ -419,8 +406,11 @@ static int update(struct store_backend *b, const char *op, const char *key, next
 	void *nv = NULL;
 	size_t nlen = 0;
 	bool ok, bad = false;
-	int rc = 0, conflicts = 0, window = CONFLICT_FIRST_MS;
+	struct backoff window; /* ms: full jitter, in [0, window) */
+	int rc = 0, conflicts = 0;
 
+	backoff_init(&window, CONFLICT_FIRST_MS, CONFLICT_MAX_MS);
+	backoff_set_jitter(&window, BACKOFF_FULL, (unsigned)rand_r(&b->seed));
 	if (fresh || !recall(b, key, &cur, &rev)) {
 		rc = read_one(b, op, key, &cur, &rev, deadline);
 	}
@@ -480,7 +470,7 @@ static int update(struct store_backend *b, const char *op, const char *key, next
 		 * retry with it would only lose again).
 		 */
 		if (conflicts > 1) {
-			conflict_pause(b, &window, deadline);
+			backoff_pause(&window, deadline);
 			free(cur.val);
 			rc = read_one(b, op, key, &cur, &rev, deadline);
 		}
@@ -876,6 +866,11 @@ void etcd_backend_free(struct store_backend *b)
 	free(b);
 }
 
+static void etcd_forget_hint(const char *prefix, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "etcdctl del --prefix %s%s", ETCD_ROOT, prefix);
+}
+
 const struct store_ops etcd_store_ops = {
 	.name = "etcd",
 	.set = etcd_set,
@@ -891,6 +886,7 @@ const struct store_ops etcd_store_ops = {
 	.multi_set = etcd_multi_set,
 	.ping = etcd_ping,
 	.del_prefix = etcd_del_prefix,
+	.forget_hint = etcd_forget_hint,
 	.last_error = store_etcd_last_error,
 	.close = etcd_backend_free,
 };

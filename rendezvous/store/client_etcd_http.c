@@ -17,6 +17,7 @@
 
 #include "rendezvous/store/client_etcd_internal.h"
 #include "rendezvous/store/wire.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 
@@ -603,21 +604,6 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	return ATT_OK;
 }
 
-static void backoff_sleep(struct store_backend *b, int *backoff, int64_t deadline)
-{
-	int ms = *backoff / 2 + (int)(rand_r(&b->seed) % (unsigned)(*backoff / 2 + 1));
-	struct timespec ts;
-
-	if (ms > crun_ms_until(deadline)) {
-		ms = crun_ms_until(deadline);
-	}
-	ts.tv_sec = ms / 1000;
-	ts.tv_nsec = (long)(ms % 1000) * 1000000;
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-	}
-	*backoff = *backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : *backoff * 2;
-}
-
 /* Append @s to the NUL-terminated @sum of @cap bytes, cutting what does not fit. */
 static void append(char *sum, size_t cap, const char *s)
 {
@@ -740,7 +726,8 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	       struct json_object **reply, int64_t deadline, bool sweep)
 {
 	int64_t start = crun_now_ms(), until = start + b->connect_timeout_ms;
-	int backoff = BACKOFF_FIRST_MS, reauths = 0, drops = 0, rc = -ETIMEDOUT;
+	int reauths = 0, drops = 0, rc = -ETIMEDOUT;
+	struct backoff bo;
 	int left, tmo, conn, cap;
 	struct sweep cur, full = {.sum = ""};
 	bool amb = false, full_seen = false;
@@ -760,6 +747,8 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	if (until > deadline || b->connect_timeout_ms <= 0) {
 		until = deadline;
 	}
+	backoff_init(&bo, BACKOFF_FIRST_MS, BACKOFF_MAX_MS);
+	backoff_set_jitter(&bo, BACKOFF_HALF, (unsigned)rand_r(&b->seed));
 	for (;;) {
 		memset(&cur, 0, sizeof(cur));
 		cur.refused = true;
@@ -837,7 +826,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 		if (crun_ms_until(until) == 0) {
 			break;
 		}
-		backoff_sleep(b, &backoff, until);
+		backoff_pause(&bo, until); /* jittered in [d/2, d] */
 	}
 	b->maybe_applied = amb;
 	rc = give_up(b, op, &full, (int)(crun_now_ms() - start));

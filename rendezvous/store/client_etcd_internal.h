@@ -9,13 +9,14 @@
 #include <stdint.h>
 
 #include "rendezvous/store/backend.h"
-#include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/etcd_endpoint.h"
 #include "src/common/diag.h"
 
 /*
  * The etcd v3 backend speaks etcd's JSON gateway (/v3/kv/range, /v3/kv/txn, /v3/watch, ...)
  * over libcurl, with json-c. docs/etcd.md describes the key layout and the semantics.
- *   client_etcd_parse.c  pure: the endpoint list, base64 (client_etcd_parse.h; always built)
+ *   etcd_endpoint.c      pure: the grammar of member lists (etcd_endpoint.h, also crun's
+ *                        --rdzv-endpoint; always built); base64 is src/common/base64.h
  *   client_etcd_http.c   one POST with fail-over between endpoints, error mapping, auth,
  *                        streamed replies, JSON helpers
  *   client_etcd.c        the store operations
@@ -66,7 +67,7 @@ struct store_backend {
 	int connect_timeout_ms;
 	bool maybe_applied;        /* the last etcd_call() retried after an answer it lost */
 	bool opening;              /* in store_etcd_open(): errors go to its caller */
-	unsigned seed;             /* backoff jitter */
+	unsigned seed;             /* rand_r(): seeds each retry loop's backoff jitter */
 	char *rx;                  /* the reply body being read */
 	size_t rx_len, rx_cap;
 	int rx_err;                /* why reading it stopped: -EMSGSIZE, -ENOMEM; 0: it did not */

@@ -8,19 +8,19 @@
 #include <string.h>
 #include <json-c/json.h>
 #include "rendezvous/store/client_etcd_internal.h"
-#include "rendezvous/store/client_etcd_parse.h"
+#include "src/common/base64.h"
 
 struct json_object *etcd_jbytes(const void *p, size_t n)
 {
 	struct json_object *o;
 	char *s;
 
-	s = malloc(etcd_b64_len(n));
+	s = malloc(base64_encoded_size(n));
 	if (s == NULL) {
 		return NULL;
 	}
-	etcd_b64_encode(p, n, s);
-	o = json_object_new_string_len(s, (int)(etcd_b64_len(n) - 1));
+	base64_encode(p, n, s);
+	o = json_object_new_string_len(s, (int)(base64_encoded_size(n) - 1));
 	free(s);
 	return o;
 }
@@ -124,11 +124,11 @@ int etcd_jget_bytes(struct json_object *o, const char *k, void **p, size_t *n)
 		s = json_object_get_string(v);
 		sl = (size_t)json_object_get_string_len(v);
 	}
-	out = malloc(sl / 4 * 3 + 4);
+	out = malloc(base64_decoded_cap(sl) + 1);
 	if (out == NULL) {
 		return -ENOMEM;
 	}
-	rc = etcd_b64_decode(s, sl, out, n);
+	rc = base64_decode(s, sl, out, n);
 	if (rc < 0) {
 		free(out);
 		return -EPROTO;

@@ -15,14 +15,16 @@
 
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/client_etcd_internal.h"
+#include "rendezvous/store/store_conf.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
 
-/* A file named by the environment variable @var, which must be readable; NULL when unset. */
-static int env_file(struct store_backend *b, const char *var, char **out, struct crun_diag *d)
+/* A file the setting @var (its variable's name, for messages) names, which must be readable;
+ * NULL when not given. */
+static int conf_file(struct store_backend *b, const char *var, const char *v, char **out,
+		     struct crun_diag *d)
 {
-	const char *v = getenv(var);
-
 	*out = NULL;
 	if (v == NULL || *v == '\0') {
 		return 0;
@@ -89,18 +91,22 @@ static int read_password(struct store_backend *b, const char *path, struct crun_
 	return b->password == NULL ? diag_set(d, -ENOMEM, "%s: out of memory", b->where) : 0;
 }
 
-/* TLS files and credentials from the environment (docs/etcd.md). */
-static int read_env(struct store_backend *b, struct crun_diag *d)
+/*
+ * TLS files and credentials from the store's configuration (docs/etcd.md): the agent's from
+ * --rdzv-conf, a worker's from the CRUN_ETCD_* variables it inherited, whose names the
+ * messages use.
+ */
+static int read_conf(struct store_backend *b, const struct store_conf *c, struct crun_diag *d)
 {
-	const char *user = getenv("CRUN_ETCD_USER"), *pwf = getenv("CRUN_ETCD_PASSWORD_FILE");
+	const char *user = c->etcd_user, *pwf = c->etcd_password_file;
 	int rc;
 
-	rc = env_file(b, "CRUN_ETCD_CACERT", &b->cacert, d);
+	rc = conf_file(b, "CRUN_ETCD_CACERT", c->etcd_cacert, &b->cacert, d);
 	if (rc == 0) {
-		rc = env_file(b, "CRUN_ETCD_CERT", &b->cert, d);
+		rc = conf_file(b, "CRUN_ETCD_CERT", c->etcd_cert, &b->cert, d);
 	}
 	if (rc == 0) {
-		rc = env_file(b, "CRUN_ETCD_KEY", &b->key, d);
+		rc = conf_file(b, "CRUN_ETCD_KEY", c->etcd_key, &b->key, d);
 	}
 	if (rc < 0) {
 		return rc;
@@ -155,9 +161,11 @@ static int probe(struct store_backend *b, int64_t deadline)
 	return rc;
 }
 
-int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_backend **out,
+int store_etcd_open(const struct store_conf *c, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d)
 {
+	const char *endpoint = c->endpoint;
+	int connect_timeout_ms = c->connect_timeout_ms;
 	struct store_backend *b;
 	int rc;
 
@@ -172,8 +180,8 @@ int store_etcd_open(const char *endpoint, int connect_timeout_ms, struct store_b
 		return rc;
 	}
 	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
-	b->seed = (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
-	rc = read_env(b, d);
+	b->seed = backoff_seed();
+	rc = read_conf(b, c, d);
 	if (rc == 0) {
 		rc = etcd_http_init(b);
 		if (rc < 0) {

@@ -13,6 +13,7 @@
 
 #include "rendezvous/store/client_etcd_internal.h"
 #include "rendezvous/store/wire.h"
+#include "src/common/base64.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 
@@ -258,11 +259,11 @@ static int on_watch(struct store_backend *b, struct json_object *res, void *arg)
 			continue;
 		}
 		kl = (size_t)json_object_get_string_len(key);
-		buf = kl / 4 * 3 + 4 <= sizeof(small) ? small : malloc(kl / 4 * 3 + 4);
+		buf = base64_decoded_cap(kl) <= sizeof(small) ? small : malloc(base64_decoded_cap(kl));
 		if (buf == NULL) {
 			return etcd_fail(b, -ENOMEM, "out of memory");
 		}
-		if (etcd_b64_decode(json_object_get_string(key), kl, buf, &kl) == 0) {
+		if (base64_decode(json_object_get_string(key), kl, buf, &kl) == 0) {
 			k = find_key(w, buf, kl);
 			/* The watch filters deletes out: every event is a write. */
 			if (k >= 0 && (w->any || !w->seen[k])) {

@@ -16,6 +16,7 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/client_file_internal.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
 #include "src/common/log.h"
@@ -118,9 +119,11 @@ static int satisfied(struct store_backend *b, const char *const *keys, size_t n,
 static int f_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
 		  int timeout_ms)
 {
-	int64_t end = crun_now_ms() + timeout_ms, left, backoff = 1000; /* us */
+	int64_t end = crun_now_ms() + timeout_ms, left, us;
+	struct backoff bo;
 	int rc, s;
 
+	backoff_init(&bo, 1000, 100000); /* us */
 	for (;;) {
 		rc = fstore_refresh(b, fstore_deadline((int)(end - crun_now_ms())));
 		if (rc < 0) {
@@ -135,12 +138,12 @@ static int f_wait(struct store_backend *b, const char *const *keys, size_t n, bo
 			return -ETIMEDOUT;
 		}
 		/* Once per wait; tests wait for this line before writing (server_wait.c's twin). */
-		if (backoff == 1000) {
+		if (bo.cur == bo.first) {
 			log_debug("store file://%s: WAIT parked (%s of %zu key%s), polling",
 				  b->path, any ? "any" : "all", n, n == 1 ? "" : "s");
 		}
-		fstore_sleep_us(backoff < left * 1000 ? backoff : left * 1000);
-		backoff = backoff * 2 > 100000 ? 100000 : backoff * 2;
+		us = backoff_step(&bo);
+		fstore_sleep_us(us < left * 1000 ? us : left * 1000);
 	}
 }
 
@@ -451,7 +454,7 @@ int store_file_open(const char *path, int connect_timeout_ms, struct store_backe
 		}
 	}
 	b->next_check = b->compact_at;
-	b->seed = (unsigned int)crun_now_ns() ^ (unsigned int)getpid();
+	b->seed = backoff_seed(); /* also names compaction files */
 	htab_init(&b->index, 64);
 	b->path = crun_strdup(path);
 	if (b->index.buckets == NULL || b->path == NULL) {

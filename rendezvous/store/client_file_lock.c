@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "rendezvous/store/client_file_internal.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
@@ -31,12 +32,6 @@ void fstore_sleep_us(int64_t us)
 	}
 }
 
-/* Jittered: between half and all of @us, so contending handles fall out of step. */
-static int64_t jitter(struct store_backend *b, int64_t us)
-{
-	return us / 2 + (int64_t)(rand_r(&b->seed) % (unsigned int)(us / 2 + 1));
-}
-
 static void mutex_release(struct store_backend *b)
 {
 	if (b->locked_mutex) {
@@ -48,13 +43,17 @@ static void mutex_release(struct store_backend *b)
 static int lock_file(struct store_backend *b, short type, int64_t deadline_ms)
 {
 	struct flock fl;
-	int64_t backoff = 20, left, us; /* microseconds */
+	struct backoff bo; /* microseconds */
+	int64_t left, us;
 	int rc;
 
 	if (b->setlk == F_SETLK) {
 		pthread_mutex_lock(&proc_lock);
 		b->locked_mutex = true;
 	}
+	/* Jittered in [d/2, d], so contending handles fall out of step. */
+	backoff_init(&bo, 20, 20000);
+	backoff_set_jitter(&bo, BACKOFF_HALF, (unsigned)rand_r(&b->seed));
 	for (;;) {
 		memset(&fl, 0, sizeof(fl));
 		fl.l_type = type;
@@ -78,9 +77,8 @@ static int lock_file(struct store_backend *b, short type, int64_t deadline_ms)
 			rc = -ETIMEDOUT;
 			break;
 		}
-		us = jitter(b, backoff);
+		us = backoff_step(&bo);
 		fstore_sleep_us(us < left * 1000 ? us : left * 1000);
-		backoff = backoff * 2 > 20000 ? 20000 : backoff * 2;
 	}
 	mutex_release(b);
 	return rc;
@@ -107,12 +105,13 @@ static void unlock_file(struct store_backend *b)
 static int reopen(struct store_backend *b, int64_t deadline_ms)
 {
 	struct stat old, cur;
-	int64_t backoff = 1000; /* us */
+	struct backoff bo;
 	int fd;
 
 	if (fstat(b->fd, &old) < 0) {
 		return -errno;
 	}
+	backoff_init(&bo, 1000, 100000); /* us */
 	for (;;) {
 		fd = open(b->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0) {
@@ -129,8 +128,7 @@ static int reopen(struct store_backend *b, int64_t deadline_ms)
 		if (crun_now_ms() >= deadline_ms) {
 			return -ETIMEDOUT;
 		}
-		fstore_sleep_us(backoff);
-		backoff = backoff * 2 > 100000 ? 100000 : backoff * 2;
+		fstore_sleep_us(backoff_step(&bo));
 	}
 	close(b->fd);
 	b->fd = fd;

@@ -18,6 +18,7 @@
 #include "rendezvous/store/client_tcp_internal.h"
 #include "rendezvous/store/tls.h"
 #include "src/common/util.h"
+#include "src/common/backoff.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
@@ -345,11 +346,6 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	return 0;
 }
 
-static unsigned jitter_seed(void)
-{
-	return (unsigned)(crun_now_ns() ^ (int64_t)getpid() << 16);
-}
-
 /* "connection refused by H:P" (@addr) or "connection refused", as a person reads it. */
 static void describe_cause(const struct store_backend *b, int rc, bool addr, char *buf,
 			   size_t cap)
@@ -386,11 +382,10 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 {
 	int64_t now = crun_now_ms(), budget, give_up, deadline, next_progress;
 	struct addrinfo hints, *res = NULL, *ai;
-	unsigned seed = jitter_seed();
-	int backoff = BACKOFF_FIRST_MS, rc = -ETIMEDOUT, gai, sleep_ms;
+	struct backoff bo;
+	int rc = -ETIMEDOUT, gai;
 	char port_s[16], cause[200];
 	bool last_try;
-	struct timespec ts;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
@@ -411,6 +406,8 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 	}
 	next_progress = b->down_since + PROGRESS_FIRST_MS;
 	snprintf(port_s, sizeof(port_s), "%d", b->port);
+	backoff_init(&bo, BACKOFF_FIRST_MS, BACKOFF_MAX_MS);
+	backoff_set_jitter(&bo, BACKOFF_HALF, backoff_seed());
 	for (;;) {
 		gai = getaddrinfo(b->host, port_s, &hints, &res);
 		if (gai == 0) {
@@ -467,16 +464,8 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 				 (long long)(budget / 1000));
 			next_progress = now + PROGRESS_EVERY_MS;
 		}
-		/* Exponential backoff with jitter in [backoff/2, backoff]. */
-		sleep_ms = backoff / 2 + (int)(rand_r(&seed) % (unsigned)(backoff / 2 + 1));
-		if (sleep_ms > crun_ms_until(deadline)) {
-			sleep_ms = crun_ms_until(deadline);
-		}
-		ts.tv_sec = sleep_ms / 1000;
-		ts.tv_nsec = (long)(sleep_ms % 1000) * 1000000;
-		while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-		}
-		backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+		/* Exponential backoff with jitter in [d/2, d]. */
+		backoff_pause(&bo, deadline);
 	}
 }
 

@@ -10,7 +10,8 @@
 
 #include "config.h"
 #include "rendezvous/store/backend.h"
-#include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/etcd_endpoint.h"
+#include "rendezvous/store/store_conf.h"
 #include "rendezvous/store/tls.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
@@ -24,13 +25,11 @@
 struct crun_store {
 	const struct store_ops *ops;
 	struct store_backend *b;
-	char *endpoint;   /* as given, for clone and messages */
-	struct token_cred cred; /* the handshake's credential; cred.set false: none */
-	struct tls_files tls;   /* malloc'd paths (NULL: none), for clones */
-	char *prefix;     /* never NULL; "" for none */
+	struct store_conf conf;  /* what it was opened with (conf.prefix: the full prefix), for
+				    clones and messages */
+	struct token_cred cred;  /* the handshake's credential; cred.set false: none */
+	const char *prefix;      /* never NULL; "" for none */
 	size_t prefix_len;
-	int connect_timeout_ms;
-	int timeout_ms;
 	char *key;        /* scratch buffer for one full key */
 	size_t key_cap;
 };
@@ -40,10 +39,11 @@ struct crun_store {
  * "etcd://H:P[,H:P...]", "etcd+https://...", "http://H:P[,...]", "https://...".
  * Anything else is -EINVAL with a message that names the endpoint.
  */
-static int open_backend(const char *endpoint, const struct token_cred *cred,
-			const struct tls_files *tls, int connect_timeout_ms,
+static int open_backend(const struct store_conf *c, const struct token_cred *cred,
 			struct store_backend **b, const struct store_ops **ops, struct crun_diag *d)
 {
+	const char *endpoint = c->endpoint;
+	const struct tls_files tls = {c->tls_cert, c->tls_key, c->tls_ca, c->tls_server_name};
 	char host[256];
 	const char *hp;
 	int port;
@@ -65,7 +65,7 @@ static int open_backend(const char *endpoint, const struct token_cred *cred,
 					"store %s: endpoint: names a directory, expected a file",
 					endpoint);
 		}
-		return store_file_open(path, connect_timeout_ms, b, ops, d);
+		return store_file_open(path, c->connect_timeout_ms, b, ops, d);
 	}
 	if (etcd_is_endpoint(endpoint)) {
 		struct etcd_ep *eps;
@@ -78,7 +78,7 @@ static int open_backend(const char *endpoint, const struct token_cred *cred,
 		}
 		free(eps);
 #if CRUN_HAVE_ETCD
-		return store_etcd_open(endpoint, connect_timeout_ms, b, ops, d);
+		return store_etcd_open(c, b, ops, d);
 #else
 		return diag_set(d, -EOPNOTSUPP,
 				"store %s: endpoint: this crun was built without the etcd backend "
@@ -102,48 +102,42 @@ static int open_backend(const char *endpoint, const struct token_cred *cred,
 				"or file:///PATH with a port in 1..65535",
 				endpoint);
 	}
-	return store_tcp_open_tls(host, port, cred, tls, connect_timeout_ms, b, ops, d);
+	return store_tcp_open_tls(host, port, cred, &tls, c->connect_timeout_ms, b, ops, d);
 }
 
-static void tls_files_free(struct tls_files *t)
+/* The credential @c names, scoped to c->scope: the token it resolved (named by where it came
+ * from), else the file open reads (a token or a scoped credential), else none. */
+static int open_cred(const struct store_conf *c, struct token_cred *cred, struct crun_diag *d)
 {
-	free((char *)t->cert);
-	free((char *)t->key);
-	free((char *)t->ca);
-	free((char *)t->server_name);
-	memset(t, 0, sizeof(*t));
-}
-
-/* A copy of @in's paths into @t (NULL stays NULL). 0 or -ENOMEM. */
-static int tls_files_copy(struct tls_files *t, const struct tls_files *in)
-{
-	memset(t, 0, sizeof(*t));
-	if (in == NULL) {
+	memset(cred, 0, sizeof(*cred));
+	if (c->insecure) {
 		return 0;
 	}
-	t->cert = in->cert != NULL ? crun_strdup(in->cert) : NULL;
-	t->key = in->key != NULL ? crun_strdup(in->key) : NULL;
-	t->ca = in->ca != NULL ? crun_strdup(in->ca) : NULL;
-	t->server_name = in->server_name != NULL ? crun_strdup(in->server_name) : NULL;
-	if ((in->cert != NULL && t->cert == NULL) || (in->key != NULL && t->key == NULL) ||
-	    (in->ca != NULL && t->ca == NULL) ||
-	    (in->server_name != NULL && t->server_name == NULL)) {
-		tls_files_free(t);
-		return -ENOMEM;
+	if (c->token != NULL && c->token[0] != '\0') {
+		return token_cred_from_token(cred, c->token, c->scope,
+					     c->token_src[0] != '\0' ? c->token_src
+								     : "the given token",
+					     d);
+	}
+	if (c->token_file != NULL && c->token_file[0] != '\0') {
+		return token_cred_load(cred, c->token_file, c->scope, d);
 	}
 	return 0;
 }
 
-static int handle_create(const char *endpoint, const struct token_cred *cred,
-			 const struct tls_files *tls, const char *prefix1, const char *prefix2,
-			 int connect_timeout_ms, int timeout_ms, struct crun_store **out,
+/* A handle on @base's store with prefix @prefix1 + @prefix2 and credential @cred (NULL: read
+ * it as @base says). */
+static int handle_create(const struct store_conf *base, const struct token_cred *cred,
+			 const char *prefix1, const char *prefix2, struct crun_store **out,
 			 struct crun_diag *d)
 {
+	struct store_conf_variant v = {0};
 	struct crun_store *st;
 	size_t l1, l2;
+	char *prefix;
 	int rc;
 
-	if (endpoint == NULL || *endpoint == '\0') {
+	if (base->endpoint == NULL || *base->endpoint == '\0') {
 		return diag_set(d, -EINVAL,
 				"store: no endpoint given (set --endpoint or CRUN_STORE_ENDPOINT)");
 	}
@@ -152,69 +146,71 @@ static int handle_create(const char *endpoint, const struct token_cred *cred,
 	if (l1 + l2 >= CRUN_STORE_MAX_KEY_LEN) {
 		return diag_set(d, -EMSGSIZE,
 				"store %s: prefix: %zu bytes, longer than the key limit of %d",
-				endpoint, l1 + l2, CRUN_STORE_MAX_KEY_LEN);
+				base->endpoint, l1 + l2, CRUN_STORE_MAX_KEY_LEN);
 	}
 	st = calloc(1, sizeof(*st));
-	if (st == NULL) {
+	prefix = malloc(l1 + l2 + 1);
+	if (st == NULL || prefix == NULL) {
+		free(st);
+		free(prefix);
 		return diag_set(d, -ENOMEM, "store: out of memory");
 	}
-	st->connect_timeout_ms =
-		connect_timeout_ms > 0 ? connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
-	st->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
-	st->endpoint = crun_strdup(endpoint);
-	if (cred != NULL) {
-		st->cred = *cred;
-	}
-	st->prefix = malloc(l1 + l2 + 1);
-	if (st->endpoint == NULL || st->prefix == NULL || tls_files_copy(&st->tls, tls) < 0) {
-		rc = diag_set(d, -ENOMEM, "store: out of memory");
-		goto err;
-	}
 	if (l1 > 0) {
-		memcpy(st->prefix, prefix1, l1);
+		memcpy(prefix, prefix1, l1);
 	}
 	if (l2 > 0) {
-		memcpy(st->prefix + l1, prefix2, l2);
+		memcpy(prefix + l1, prefix2, l2);
 	}
-	st->prefix[l1 + l2] = '\0';
-	st->prefix_len = l1 + l2;
-	rc = open_backend(endpoint, &st->cred, &st->tls, st->connect_timeout_ms, &st->b, &st->ops,
-			  d);
+	prefix[l1 + l2] = '\0';
+	v.prefix = prefix;
+	v.no_prefix = l1 + l2 == 0;
+	v.connect_timeout_ms =
+		base->connect_timeout_ms > 0 ? base->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+	v.timeout_ms = base->timeout_ms > 0 ? base->timeout_ms : DEFAULT_TIMEOUT_MS;
+	rc = store_conf_derive(&st->conf, base, &v);
+	free(prefix);
 	if (rc < 0) {
-		goto err;
+		free(st);
+		return diag_set(d, -ENOMEM, "store: out of memory");
+	}
+	st->prefix = st->conf.prefix != NULL ? st->conf.prefix : "";
+	st->prefix_len = strlen(st->prefix);
+	if (cred != NULL) {
+		st->cred = *cred;
+		rc = 0;
+	} else {
+		rc = open_cred(&st->conf, &st->cred, d);
+	}
+	if (rc == 0) {
+		rc = open_backend(&st->conf, &st->cred, &st->b, &st->ops, d);
+	}
+	if (rc < 0) {
+		explicit_bzero(&st->cred, sizeof(st->cred));
+		store_conf_finish(&st->conf);
+		free(st);
+		return rc;
 	}
 	*out = st;
 	return 0;
-err:
-	free(st->prefix);
-	tls_files_free(&st->tls);
-	memset(&st->cred, 0, sizeof(st->cred));
-	free(st->endpoint);
-	free(st);
-	return rc;
+}
+
+int store_open_conf(const struct store_conf *c, struct crun_store **out, struct crun_diag *d)
+{
+	if (c == NULL || out == NULL) {
+		return diag_set(d, -EINVAL, "store: open: no configuration or result pointer");
+	}
+	*out = NULL;
+	return handle_create(c, NULL, c->prefix, NULL, out, d);
 }
 
 /* struct crun_store_opts as crun 0.2.0 laid it out (struct_size 0): it ended with timeout_ms. */
 #define STORE_OPTS_SIZE_0_2 (offsetof(struct crun_store_opts, timeout_ms) + sizeof(int))
 
-/* The credential @o names: a token file, else a token, else none; scoped to o->scope. */
-static int open_cred(const struct crun_store_opts *o, struct token_cred *c, struct crun_diag *d)
-{
-	memset(c, 0, sizeof(*c));
-	if (o->token_file != NULL && o->token_file[0] != '\0') {
-		return token_cred_load(c, o->token_file, o->scope, d);
-	}
-	if (o->token != NULL && o->token[0] != '\0') {
-		return token_cred_from_token(c, o->token, o->scope, "the given token", d);
-	}
-	return 0;
-}
-
 CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_store **out,
 				char *err, size_t errlen)
 {
 	struct crun_store_opts o;
-	struct token_cred cred;
+	struct store_conf c;
 	struct crun_diag d;
 	int rc;
 
@@ -225,12 +221,11 @@ CRUN_EXPORT int crun_store_open(const struct crun_store_opts *opts, struct crun_
 	} else if (*out = NULL, opts_copy(&o, sizeof(o), opts, STORE_OPTS_SIZE_0_2) < 0) {
 		rc = diag_set(&d, -EINVAL, "store: open: options: bad struct_size %zu",
 			      opts->struct_size);
-	} else if ((rc = open_cred(&o, &cred, &d)) == 0) {
-		struct tls_files tls = {o.tls_cert, o.tls_key, o.tls_ca, o.tls_server_name};
-
-		rc = handle_create(o.endpoint, &cred, &tls, o.prefix, NULL, o.connect_timeout_ms,
-				   o.timeout_ms, out, &d);
-		memset(&cred, 0, sizeof(cred));
+	} else if (store_conf_from_opts(&c, &o) < 0) {
+		rc = diag_set(&d, -ENOMEM, "store: out of memory");
+	} else {
+		rc = store_open_conf(&c, out, &d);
+		store_conf_finish(&c);
 	}
 	diag_copy_out(&d, err, errlen);
 	return rc;
@@ -245,10 +240,8 @@ CRUN_EXPORT void crun_store_close(struct crun_store *st)
 		st->ops->close(st->b);
 	}
 	free(st->key);
-	free(st->prefix);
-	tls_files_free(&st->tls);
-	memset(&st->cred, 0, sizeof(st->cred));
-	free(st->endpoint);
+	explicit_bzero(&st->cred, sizeof(st->cred));
+	store_conf_finish(&st->conf);
 	free(st);
 }
 
@@ -259,8 +252,7 @@ CRUN_EXPORT int crun_store_clone(struct crun_store *st, const char *subprefix,
 		return -EINVAL;
 	}
 	*out = NULL;
-	return handle_create(st->endpoint, &st->cred, &st->tls, st->prefix, subprefix,
-			     st->connect_timeout_ms, st->timeout_ms, out, NULL);
+	return handle_create(&st->conf, &st->cred, st->prefix, subprefix, out, NULL);
 }
 
 CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st)
@@ -361,7 +353,7 @@ static int many_keys(struct crun_store *st, const char *const *keys, size_t n, b
 
 static int resolve_timeout(const struct crun_store *st, int timeout_ms)
 {
-	return timeout_ms < 0 ? st->timeout_ms : timeout_ms;
+	return timeout_ms < 0 ? st->conf.timeout_ms : timeout_ms;
 }
 
 static int check_value(const void *val, size_t len)
@@ -391,7 +383,7 @@ CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const
 	if (rc < 0) {
 		return rc;
 	}
-	return st->ops->set(st->b, k, len ? val : "", len, ttl_ms, st->timeout_ms);
+	return st->ops->set(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
 }
 
 CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const void *val,
@@ -414,7 +406,7 @@ CRUN_EXPORT int crun_store_get(struct crun_store *st, const char *key, void **va
 	if (rc < 0) {
 		return rc;
 	}
-	rc = st->ops->get(st->b, k, val, &l, st->timeout_ms);
+	rc = st->ops->get(st->b, k, val, &l, st->conf.timeout_ms);
 	if (rc == 0 && len != NULL) {
 		*len = l;
 	}
@@ -471,7 +463,7 @@ CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t d
 	if (rc < 0) {
 		return rc;
 	}
-	rc = st->ops->add(st->b, k, delta, &r, st->timeout_ms);
+	rc = st->ops->add(st->b, k, delta, &r, st->conf.timeout_ms);
 	if (rc == 0 && result != NULL) {
 		*result = r;
 	}
@@ -504,7 +496,7 @@ CRUN_EXPORT int crun_store_compare_set(struct crun_store *st, const char *key,
 		return rc;
 	}
 	rc = st->ops->compare_set(st->b, k, elen ? expected : "", elen, dlen ? desired : "", dlen,
-				  &c, &cl, st->timeout_ms);
+				  &c, &cl, st->conf.timeout_ms);
 	if (rc < 0) {
 		free(c);
 		return rc;
@@ -532,7 +524,7 @@ CRUN_EXPORT int crun_store_delete(struct crun_store *st, const char *key)
 	if (rc < 0) {
 		return rc;
 	}
-	return st->ops->del(st->b, k, st->timeout_ms);
+	return st->ops->del(st->b, k, st->conf.timeout_ms);
 }
 
 const char *store_last_error(const struct crun_store *st)
@@ -551,7 +543,42 @@ int store_delete_prefix(struct crun_store *st)
 	if (st->ops->del_prefix == NULL) {
 		return -EOPNOTSUPP;
 	}
-	return st->ops->del_prefix(st->b, st->prefix, st->timeout_ms);
+	return st->ops->del_prefix(st->b, st->prefix, st->conf.timeout_ms);
+}
+
+int store_forget_job(struct crun_store *st, int members, int left_rc, struct crun_diag *d)
+{
+	int64_t left = 0;
+	int rc = 0;
+
+	if (st == NULL || st->ops->del_prefix == NULL) {
+		return 0; /* nothing outlives its agents there: a TCP store, a user's file */
+	}
+	if (st->prefix_len == 0) {
+		return diag_set(d, -EINVAL, "store %s: no job prefix: not deleting the whole store",
+				st->conf.endpoint);
+	}
+	if (left_rc == 0) {
+		/* Everyone has read the end; only the last to say so may delete what they read. */
+		rc = crun_store_add(st, "left", 1, &left);
+		if (rc == 0 && left < members) {
+			return 0;
+		}
+	}
+	if (rc == 0) {
+		rc = store_delete_prefix(st);
+	}
+	if (rc < 0) {
+		const char *why = store_last_error(st);
+		char hint[CRUN_STORE_MAX_KEY_LEN + 64] = "";
+
+		if (st->ops->forget_hint != NULL) {
+			st->ops->forget_hint(st->prefix, hint, sizeof(hint));
+		}
+		return diag_set(d, rc, "%s%s%s", why[0] != '\0' ? why : crun_strerror(rc),
+				hint[0] != '\0' ? "; delete them by hand: " : "", hint);
+	}
+	return 1;
 }
 
 CRUN_EXPORT int crun_store_check(struct crun_store *st, const char *const *keys, size_t n,
@@ -572,7 +599,7 @@ CRUN_EXPORT int crun_store_check(struct crun_store *st, const char *const *keys,
 		*all = true;
 		return 0;
 	}
-	rc = st->ops->check(st->b, full, n, all, st->timeout_ms);
+	rc = st->ops->check(st->b, full, n, all, st->conf.timeout_ms);
 	free(full);
 	return rc;
 }
@@ -582,7 +609,7 @@ CRUN_EXPORT int crun_store_num_keys(struct crun_store *st, int64_t *n)
 	if (st == NULL || n == NULL) {
 		return -EINVAL;
 	}
-	return st->ops->num_keys(st->b, n, st->timeout_ms);
+	return st->ops->num_keys(st->b, n, st->conf.timeout_ms);
 }
 
 CRUN_EXPORT int crun_store_append(struct crun_store *st, const char *key, const void *val,
@@ -601,7 +628,7 @@ CRUN_EXPORT int crun_store_append(struct crun_store *st, const char *key, const 
 	if (rc < 0) {
 		return rc;
 	}
-	return st->ops->append(st->b, k, len ? val : "", len, st->timeout_ms);
+	return st->ops->append(st->b, k, len ? val : "", len, st->conf.timeout_ms);
 }
 
 CRUN_EXPORT int crun_store_multi_get(struct crun_store *st, const char *const *keys, size_t n,
@@ -626,7 +653,7 @@ CRUN_EXPORT int crun_store_multi_get(struct crun_store *st, const char *const *k
 		free(full);
 		return 0;
 	}
-	rc = st->ops->multi_get(st->b, full, n, vals, lens, st->timeout_ms);
+	rc = st->ops->multi_get(st->b, full, n, vals, lens, st->conf.timeout_ms);
 	free(full);
 	if (rc < 0) {
 		/* All or nothing: the caller has nothing to free after an error. */
@@ -663,7 +690,7 @@ CRUN_EXPORT int crun_store_multi_set(struct crun_store *st, const char *const *k
 		free(full);
 		return 0;
 	}
-	rc = st->ops->multi_set(st->b, full, n, vals, lens, st->timeout_ms);
+	rc = st->ops->multi_set(st->b, full, n, vals, lens, st->conf.timeout_ms);
 	free(full);
 	return rc;
 }
@@ -673,5 +700,5 @@ CRUN_EXPORT int crun_store_ping(struct crun_store *st)
 	if (st == NULL) {
 		return -EINVAL;
 	}
-	return st->ops->ping(st->b, st->timeout_ms);
+	return st->ops->ping(st->b, st->conf.timeout_ms);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/net.c: address parsing, formatting and resolution. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -76,6 +77,22 @@ int net_parse_hostport(const char *s, int default_port, char *host, size_t hostl
 		return 0;
 	}
 	return parse_port(colon + 1, port);
+}
+
+bool net_valid_host(const char *h)
+{
+	struct in6_addr a6;
+	size_t i;
+
+	if (strchr(h, ':') != NULL) {
+		return inet_pton(AF_INET6, h, &a6) == 1;
+	}
+	for (i = 0; h[i] != '\0'; i++) {
+		if (!isalnum((unsigned char)h[i]) && h[i] != '.' && h[i] != '-' && h[i] != '_') {
+			return false;
+		}
+	}
+	return i > 0 && i <= 253 && h[0] != '-' && h[0] != '.';
 }
 
 int net_join_hostport(char *out, size_t len, const char *host, int port)

@@ -18,6 +18,11 @@
  * without brackets is accepted only when no port is required. Returns 0 or -EINVAL.
  */
 int net_parse_hostport(const char *s, int default_port, char *host, size_t hostlen, int *port);
+/**
+ * Whether @h can name a host: a name of letters, digits, '.', '-' and '_' (not starting with
+ * '-' or '.', at most 253 bytes), an IPv4 literal, or an IPv6 literal (without brackets).
+ */
+bool net_valid_host(const char *h);
 /** "HOST:PORT", or "[HOST]:PORT" when @host is an IPv6 literal. Returns snprintf's count. */
 int net_join_hostport(char *out, size_t len, const char *host, int port);
 /** "1.2.3.4:5" or "[::1]:5" for an AF_INET/AF_INET6 address, "?" for anything else. */

@@ -21,13 +21,15 @@ digest() {
 }
 
 note "static, 2 nodes x 2 workers, gloo DDP: the master port alone, the next one taken"
-port=$(free_port_pair)
-[ -n "$port" ] || fail "no free pair of ports"
-# Someone else holds master port + 1 (as on a cluster that opens only the master port).
-python3 -c 'import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]) + 1)); s.listen(1); time.sleep(300)' \
-	"$port" &
+hold_port_pair port
+# Someone else listens on master port + 1 (as on a cluster that opens only the master port);
+# SO_REUSEADDR to share it with hold_ports' socket. Until the test's cleanup kills it.
+python3 -c 'import signal, socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]) + 1)); s.listen(1); print("listening", flush=True)
+signal.pause()' "$port" >"$T/other.out" &
 track $!
+wait_for 20 grep -q '^listening$' "$T/other.out"
 mkdir -p "$T/crun" "$T/torchrun"
 pids=()
 for i in 0 1; do
@@ -51,7 +53,7 @@ expect_eq "$(cat "$T"/crun/params.* | sort -u | wc -l)" 1 "distinct parameter se
 
 note "the same job under torchrun: the same parameters"
 if [ -x "$TORCHRUN" ]; then
-	tport=$(free_port_pair)
+	hold_port_pair tport
 	pids=()
 	for i in 0 1; do
 		"$PYTHON_EXEC" "$TORCHRUN" --nnodes 2 --nproc_per_node 2 --node_rank $i \
@@ -93,7 +95,7 @@ expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_
 expect_eq "$(digest "$T/c10d")" "$(digest "$T/crun")" "c10d digest vs static"
 
 note "c10d hosted by an agent: the other node asks it and meets through it too"
-port=$(free_port_pair)
+hold_port_pair port
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
@@ -131,7 +133,7 @@ expect_eq "$(value_of "$T/p.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGE
 expect_grep "does not serve PyTorch's TCPStore clients" "$T/p.1.err" "the probe's answer"
 
 note "--no-agent-store: rank 0's TCPStore on the master port, crun's store one up"
-port=$(free_port_pair)
+hold_port_pair port
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank $i --master-addr 127.0.0.1 \
@@ -148,7 +150,7 @@ expect_eq "$(value_of "$T/na.1.out" MASTER_PORT)" "$port" "MASTER_PORT"
 expect_grep "hosting the rendezvous store at 127.0.0.1:$((port + 1))" "$T/na.0.err" "store port"
 
 note "agent store on: workers get True and the master port"
-port=$(free_port_pair)
+hold_port_pair port
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank $i --master-addr 127.0.0.1 \
@@ -164,7 +166,7 @@ expect_eq "$(value_of "$T/on.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGE
 expect_eq "$(value_of "$T/on.0.out" MASTER_PORT)" "$port" "MASTER_PORT"
 
 note "a duplicate node rank 0 is named, not 'Address already in use'"
-port=$(free_port_pair)
+hold_port_pair port
 "$CRUN" --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
 	--master-port "$port" --rdzv-conf join_timeout=30 "$W" env >"$T/d0.out" 2>"$T/d0.err" &
 first=$!
@@ -182,7 +184,7 @@ kill -9 $first 2>/dev/null
 wait $first 2>/dev/null
 
 note "a duplicate node rank 1 is named (nodes 0 and 1 of 3 wait for node 2)"
-port=$(free_port_pair)
+hold_port_pair port
 "$CRUN" --nnodes 3 --nproc-per-node 1 --node-rank 0 --master-addr 127.0.0.1 \
 	--master-port "$port" --rdzv-conf join_timeout=30 "$W" env >"$T/e0.out" 2>"$T/e0.err" &
 track $!
@@ -191,7 +193,8 @@ track $!
 	>"$T/e1.out" 2>"$T/e1.err" &
 track $!
 wait_for 20 grep -q "hosting the rendezvous store" "$T/e0.err"
-sleep 2
+# Node 1 has claimed its rank in round 0 (static mode's run id is "none").
+wait_key 20 "127.0.0.1:$port" rdzv/none/r/0/node/1
 run_crun 30 "$T/e2.out" "$T/e2.err" --nnodes 3 --nproc-per-node 1 --node-rank 1 \
 	--local-addr 127.0.0.3 --master-addr 127.0.0.1 --master-port "$port" "$W" env
 [ $RC -ne 0 ] || fail "a second node rank 1 was accepted"

@@ -80,7 +80,7 @@ expect_grep "token file $T/agent.tok: refused: mode 0644" "$T/err" "loose file m
 
 note "two nodes, only the default token file (HOME in a temp dir)"
 host=127.0.0.2
-port=$(free_port "$host")
+hold_port port "$host"
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d \

@@ -18,7 +18,7 @@ expect_eq "$(value "$T/out" 0 FDS)" "0 1 2" "descriptors of a standalone worker"
 expect_eq "$(value "$T/out" 1 FDS)" "0 1 2" "descriptors of a standalone worker"
 
 note "two nodes, the first hosting the c10d store in-process: workers hold 0 1 2 on both"
-port=$(free_port)
+hold_port port 127.0.0.2
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.2:$port \
@@ -54,9 +54,8 @@ wait_pid 60 $ps
 expect_eq $RC 0 "standalone job"
 
 note "a static master whose peer never comes ends at its join timeout, naming who is missing"
-# The master port and the next one free (--no-agent-store would use both).
-port=$(free_port_pair)
-[ -n "$port" ] || fail "no free pair of ports for the static test"
+# The master port and the next one, held (--no-agent-store would use both).
+hold_port_pair port
 start=$(now_ms)
 run_crun 60 "$T/out" "$T/err" --nnodes 2 --nproc-per-node 1 --node-rank 0 \
 	--master-addr 127.0.0.1 --master-port "$port" --rdzv-conf join_timeout=2 "$W" env

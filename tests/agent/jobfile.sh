@@ -17,8 +17,8 @@ run_crun 120 "$T/one.out" "$T/one.err" --config "$JOBS/single_node_train.yaml"
 expect_digests 2 "$T/one.out"
 
 note "two_nodes_loopback.yaml: agents on 127.0.0.8 and .9, the store on 127.0.0.7"
-# A free port on 127.0.0.7 for this run: the command line overrides the file's endpoint.
-PORT=$(free_port 127.0.0.7)
+# A port of 127.0.0.7 held for this run: the command line overrides the file's endpoint.
+hold_port PORT 127.0.0.7
 pids=()
 for i in 8 9; do
 	"$CRUN" --config "$JOBS/two_nodes_loopback.yaml" --rdzv-endpoint "127.0.0.7:$PORT" \

@@ -8,6 +8,7 @@ BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
 SRC=${CRUN_SOURCE_DIR:?}
 CRUN=${CRUN_EXE:-$BUILD/src/crun}
 RDZVD=${CRUN_RDZVD_EXE:-$BUILD/src/crun-rdzvd}
+STORE_CLI=${CRUN_STORE_EXE:-$BUILD/src/crun-store}
 W=$BUILD/tests/agent/agent-test-worker
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-agent-test.XXXXXX")
 export TMPDIR=$T
@@ -27,9 +28,9 @@ fail() {
 	exit 1
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, start_rdzvd...
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, wait_key, start_rdzvd...
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_eq, expect_grep, expect_digests
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # free_port
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # hold_port, hold_port_pair
 
 # run_crun SECONDS OUT ERR ARGS...: run crun in the foreground with a time limit; sets RC.
 run_crun() {
@@ -52,18 +53,4 @@ need_torch() {
 		exit 77
 	fi
 	export GLOO_SOCKET_IFNAME=lo
-}
-
-# free_port_pair: print a port P of 127.0.0.1 with P+1 free too (static mode with
-# --no-agent-store uses both); nothing when none was found.
-free_port_pair() {
-	python3 -c 'import socket
-for _ in range(200):
-    a = socket.socket(); b = socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        if p < 65535:
-            b.bind(("127.0.0.1", p + 1)); print(p); break
-    except Exception: pass
-    finally: a.close(); b.close()'
 }

@@ -5,7 +5,7 @@
 # and says so, the other says which store it joined (before: nobody hosted it, a silent hang).
 . "$(dirname "$0")/lib.sh"
 
-PORT=$(free_port 127.0.0.7)
+hold_port PORT 127.0.0.7
 pids=()
 for i in 8 9; do
 	"$CRUN" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.7:$PORT" \

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# tests/agent/manflags.sh: every option that crun, crun-rdzvd and crun-store print in --help has
-# an entry in its man page (a line "*--flag* ..." or "*-f, --flag* ..." in man/*.scd).
+# tests/agent/manflags.sh: every option that crun, crun status, crun-rdzvd and crun-store print in
+# --help has an entry in its man page (a line "*--flag* ..." or "*-f, --flag* ..." in man/*.scd).
 # (crun.yaml(5) and the job-file keys: tests/unit/test_jobfile.c.)
 . "$(dirname "$0")/lib.sh"
 
@@ -21,7 +21,10 @@ check() { # EXE PAGE
 	note "$(basename "$exe"): $n options checked against man/$2"
 }
 
+crun_status() { "$CRUN" status "$@"; }
+
 check "$CRUN" crun.1.scd
+check crun_status crun.1.scd
 check "$RDZVD" crun-rdzvd.8.scd
 check "$BUILD/src/crun-store" crun-store.1.scd
 [ "$missing" -eq 0 ] || fail "$missing options missing from their man pages"

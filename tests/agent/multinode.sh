@@ -100,8 +100,7 @@ expect_eq "$RCS" " 5 5" "exit codes after the fail-fast stop"
 grep -q '^\[rank1\]:up$' "$T"/jff.*.out || fail "rank 1 did not outlive SIGTERM (grace not tested)"
 
 note "static backend: --node-rank/--master-addr/--master-port; workers get the master as given"
-port=$(free_port_pair)
-[ -n "$port" ] || fail "no free pair of ports for the static test"
+hold_port_pair port
 pids=()
 for i in 1 0; do
 	"$CRUN" --nnodes 2 --nproc-per-node 2 --node-rank $i --master-addr 127.0.0.1 \

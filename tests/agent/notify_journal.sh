@@ -46,8 +46,11 @@ expect_grep "^crun-rdzvd [0-9T:.-]*-08:00 $HOST info: listening" "$T/w.err" "a n
 
 note "a terminal: the short form, as before"
 if command -v script >/dev/null; then
+	# Stopped once its listening line has come through the terminal into tty.out (script
+	# copies it there as it comes), not after a guess of 0.5 s; the timeout bounds the wait.
 	timeout -s KILL 30 script -qec "'$RDZVD' --listen 127.0.0.1:0 --insecure & p=\$!;
-		sleep 0.5; kill \$p; wait \$p" /dev/null >"$T/tty.out" 2>&1
+		until grep -q 'info: listening' '$T/tty.out'; do sleep 0.05; done;
+		kill \$p; wait \$p" /dev/null >"$T/tty.out" 2>&1
 	grep -Eq "^crun-rdzvd [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} info: listening" "$T/tty.out" ||
 		{ cat "$T/tty.out" >&2; fail "the terminal format"; }
 else

@@ -14,7 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "agent/notify_status.h"
 
 static void status_record_round_trips(void **state)

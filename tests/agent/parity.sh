@@ -41,10 +41,11 @@ if os.environ.get("ARGV_OUT"):
     with open(os.path.join(os.environ["ARGV_OUT"], os.environ["LOCAL_RANK"]), "w") as f:
         f.write(line + "\n")
 PY
-# torch's launch (1.13: --local_rank) as the reference, on a free port of its own.
+# torch's launch (1.13: --local_rank) as the reference, on a port held for it.
 mkdir "$T/launch.ref"
+hold_port launch_port
 ARGV_OUT=$T/launch.ref timeout -s KILL 120 "$PY" -m torch.distributed.launch --nproc_per_node 2 \
-	$TORCH_STD --master_port "$(free_port)" "$T/argv.py" a --flag 'b c' >"$T/launch.out" \
+	$TORCH_STD --master_port "$launch_port" "$T/argv.py" a --flag 'b c' >"$T/launch.out" \
 	2>"$T/launch.err"
 [ $? -eq 0 ] || { cat "$T/launch.err" >&2; fail "torch.distributed.launch failed"; }
 cat "$T/launch.ref"/* | sort >"$T/launch.argv"
@@ -151,8 +152,9 @@ if sys.argv[1] == "kill":
     os.kill(os.getpid(), signal.SIGABRT)
 sys.exit(int(sys.argv[1]))
 PY
+hold_port run_port
 timeout -s KILL 120 "$PY" -m torch.distributed.run --nnodes 1 --nproc_per_node 1 \
-	$TORCH_STD --master_port "$(free_port)" "$T/exit.py" 7 >"$T/tr.out" 2>"$T/tr.err"
+	$TORCH_STD --master_port "$run_port" "$T/exit.py" 7 >"$T/tr.out" 2>"$T/tr.err"
 TRC=$?
 run_crun 60 "$T/out" "$T/err" --standalone --python "$PY" "$T/exit.py" 7
 expect_eq "$RC" 7 "crun: the worker's code"

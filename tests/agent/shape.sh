@@ -13,8 +13,8 @@ common=(--rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" --rdzv-id shape --nproc-
 	>"$T/a.out" 2>"$T/a.err" &
 A=$!
 track $A
-wait_for 20 grep -q "waiting\|joined\|round 0" "$T/a.err" || true
-sleep 0.5
+# It has recorded the job's shape (--nnodes, --max-restarts) that the others are checked against.
+wait_key 20 "$ENDPOINT" rdzv/shape/shape
 
 refused() { # WHAT ARGS...: crun ARGS is refused within 10 s (the join timeout is 60 s)
 	local what=$1 t0

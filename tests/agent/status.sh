@@ -98,6 +98,25 @@ assert d["state"] == "failed" and f["rank"] == 3 and f["exit_code"] == 7, d
 assert "disk on fire" in f["message"], d
 PY
 
+note "--json is valid JSON whatever bytes the failing worker's message held"
+# Latin-1, bytes never in UTF-8, an escape sequence, DEL, a quote and a backslash (JSON-escaped
+# in the error file), written raw by the worker into its error file.
+job bytes "$W" errfile:$'caf\xe9 \xff\xfe \x1b[31mred\x7f \\"q\\" \\\\ end' exit-if-rank:1:9 \
+	sleep:60000
+wait_pid 60 $J0
+wait_pid 60 $J1
+status --rdzv-id bytes --json
+expect_eq $RC 1 "exit status of the failed job (--json)"
+python3 - "$T/st" <<'PY' || fail "the JSON of a job whose message is not UTF-8"
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+d = json.loads(raw.decode("utf-8"))  # strict: invalid UTF-8 or a raw control byte fails
+f = d["last_failure"]
+assert f["rank"] == 1 and f["exit_code"] == 9, d
+m = f["message"]
+assert "caf\ufffd \ufffd\ufffd " in m and "red\x7f" in m and ' "q" \\ end' in m, m
+PY
+
 note "a node whose workers finished waits for the other: waiting; the job is still running"
 job wt "$W" exit-if-env:GROUP_RANK:0:0 wait-file:"$T/wt.go"
 # Each agent publishes on its own thread: wait until both records say so, not just node 0's.

@@ -275,17 +275,25 @@ static void spawn_env_has_torchrun_names(void **state)
 {
 	struct job_spec spec;
 	struct spawn_env e;
+	const struct store_settings ss = {
+		.endpoint = "10.0.0.1:29400", .insecure = true, .tls_ca = "/etc/ca.pem",
+		.etcd_user = "trainer",
+	};
+	struct store_conf sc;
 	struct spawn_worker_info wi = {
 		.spec = &spec, .local_rank = 1, .rank = 5, .world_size = 8, .group_rank = 1,
 		.group_world_size = 2, .restart_count = 2, .run_id = "job", .master_addr = "10.0.0.1",
-		.master_port = 29500, .store_endpoint = "10.0.0.1:29400", .store_prefix = "p/",
+		.master_port = 29500, .store = &sc, .store_prefix = "p/",
 		.error_file = "/tmp/e.json", .store_token_file = "/tmp/crun-x/store-token",
 	};
 	char e1[] = "OMP_NUM_THREADS=4", e2[] = "CUDA_VISIBLE_DEVICES=2,3", e3[] = "PATH=/bin";
+	char e4[] = "CRUN_STORE_TLS_CERT=/stale.pem", e5[] = "CRUN_STORE_TOKEN=secret";
+	char e6[] = "CRUN_ETCD_KEY=/mine.key";
 	char ifname[] = "eth7";
-	char *base[] = {e1, e2, e3, NULL};
+	char *base[] = {e1, e2, e3, e4, e5, e6, NULL};
 
 	(void)state;
+	assert_int_equal(store_conf_init(&sc, &ss, STORE_TOKEN_FLAGS, NULL), 0);
 	memset(&spec, 0, sizeof(spec));
 	spec.nproc_per_node = 4;
 	spec.max_restarts = 3;
@@ -306,7 +314,15 @@ static void spawn_env_has_torchrun_names(void **state)
 	assert_null(spawn_env_get(&e, "CRUN_STORE_TOKEN"));
 	/* The credential is a file name, never the token. */
 	assert_string_equal(spawn_env_get(&e, "CRUN_STORE_TOKEN_FILE"), "/tmp/crun-x/store-token");
+	/* What the store's configuration says workers inherit (store_conf_worker_env()): its
+	 * endpoint and TLS files, a stale TLS file removed; the user's own etcd key kept. */
+	assert_string_equal(spawn_env_get(&e, "CRUN_STORE_ENDPOINT"), "10.0.0.1:29400");
+	assert_string_equal(spawn_env_get(&e, "CRUN_STORE_TLS_CA"), "/etc/ca.pem");
+	assert_null(spawn_env_get(&e, "CRUN_STORE_TLS_CERT"));
+	assert_string_equal(spawn_env_get(&e, "CRUN_ETCD_USER"), "trainer");
+	assert_string_equal(spawn_env_get(&e, "CRUN_ETCD_KEY"), "/mine.key");
 	spawn_env_finish(&e);
+	store_conf_finish(&sc);
 }
 
 static void spawn_argv_expands_only_the_macro(void **state)

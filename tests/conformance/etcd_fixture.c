@@ -36,32 +36,34 @@ bool etcd_proc_available(const char *etcd_bin)
 	return true;
 }
 
-/* Bind a loopback port; the socket stays open (so two calls give two ports). */
+/*
+ * Bind a loopback port, SO_REUSEADDR, and keep the socket (not listening) in *@fd: while it is
+ * open the kernel gives the port to nobody else (no free-port race with parallel tests), a
+ * connection to it is refused, and etcd, which binds with SO_REUSEADDR too, can listen on it.
+ */
 static int bound_port(int *fd)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
+	int one = 1;
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (*fd < 0 || bind(*fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	if (*fd < 0 || setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(*fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    getsockname(*fd, (struct sockaddr *)&sa, &sl) < 0) {
 		if (*fd >= 0) {
 			close(*fd);
 		}
+		*fd = -1;
 		return -1;
 	}
 	return ntohs(sa.sin_port);
 }
 
-int etcd_closed_port(void)
+int etcd_closed_port(int *fd)
 {
-	int fd, port = bound_port(&fd);
-
-	if (port > 0) {
-		close(fd);
-	}
-	return port;
+	return bound_port(fd);
 }
 
 static void print_log(const struct etcd_proc *p)
@@ -151,9 +153,8 @@ static int ready(struct etcd_proc *p)
 int etcd_proc_start(const char *bin, struct etcd_proc *p)
 {
 	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-	char data[300];
 	int64_t end;
-	int fd1, fd2, peer, r = -1, tries;
+	int fd1, fd2, peer, r = -1;
 
 	p->pid = -1;
 	snprintf(p->dir, sizeof(p->dir), "%s/crun-etcd-XXXXXX", base);
@@ -161,35 +162,28 @@ int etcd_proc_start(const char *bin, struct etcd_proc *p)
 		fprintf(stderr, "etcd: mkdtemp %s: %s\n", p->dir, strerror(errno));
 		return -1;
 	}
-	/* A port could be taken between picking and etcd's bind: etcd then exits; try again. */
-	for (tries = 0; tries < 3 && r < 0; tries++) {
-		p->port = bound_port(&fd1);
-		peer = bound_port(&fd2);
-		if (p->port > 0) {
-			close(fd1);
-		}
-		if (peer > 0) {
-			close(fd2);
-		}
-		if (p->port <= 0 || peer <= 0) {
-			break;
-		}
+	/* Both ports stay bound here until etcd answers (bound_port). */
+	p->port = bound_port(&fd1);
+	peer = bound_port(&fd2);
+	if (p->port > 0 && peer > 0) {
 		snprintf(p->endpoint, sizeof(p->endpoint), "%s://127.0.0.1:%d",
 			 p->tls ? "etcd+https" : "etcd", p->port);
-		snprintf(data, sizeof(data), "%s/data", p->dir);
-		fs_rm_rf(data); /* what a failed try left */
 		p->pid = spawn(bin, p, peer);
-		if (p->pid < 0) {
-			break;
-		}
+	}
+	if (p->pid > 0) {
 		end = crun_now_ms() + 20000;
 		while ((r = ready(p)) == 0 && crun_now_ms() < end) {
 			usleep(50000); /* polling a condition, bounded by @end */
 		}
 		if (r == 0) {
 			r = -1;
-			break;
 		}
+	}
+	if (fd1 >= 0) {
+		close(fd1);
+	}
+	if (fd2 >= 0) {
+		close(fd2);
 	}
 	if (r < 0) {
 		fprintf(stderr, "etcd: %s did not come up on 127.0.0.1:%d\n", bin, p->port);

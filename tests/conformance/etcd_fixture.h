@@ -31,7 +31,8 @@ bool etcd_proc_available(const char *etcd_bin);
 int etcd_proc_start(const char *etcd_bin, struct etcd_proc *p);
 /** SIGTERM (SIGKILL after 10 s) by PID, then remove its directory. A stopped one is a no-op. */
 void etcd_proc_stop(struct etcd_proc *p);
-/** A port that was just bound and released: nothing listens there. */
-int etcd_closed_port(void);
+/** A loopback port held by a socket bound but not listening (*@fd, the caller closes it):
+ * connections to it are refused, and no one else is given it meanwhile. */
+int etcd_closed_port(int *fd);
 
 #endif

@@ -34,7 +34,8 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/backend.h"
-#include "rendezvous/store/client_etcd_parse.h"
+#include "rendezvous/store/store_conf.h"
+#include "src/common/base64.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
 #include "tests/conformance/etcd_fixture.h"
@@ -59,6 +60,25 @@ static int group_teardown(void **state)
 	etcd_proc_stop(&g_etcd);
 	fs_rm_rf(g_tmp);
 	return 0;
+}
+
+/* The etcd backend alone, configured as a worker's would be: from CRUN_ETCD_* (the backend
+ * itself never reads the environment). */
+static int backend_open(const char *endpoint, int connect_ms, struct store_backend **b,
+			const struct store_ops **ops, struct crun_diag *d)
+{
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct store_conf c;
+	int rc;
+
+	o.endpoint = endpoint;
+	o.connect_timeout_ms = connect_ms;
+	if (store_conf_from_opts(&c, &o) < 0) {
+		return -ENOMEM;
+	}
+	rc = store_etcd_open(&c, b, ops, d);
+	store_conf_finish(&c);
+	return rc;
 }
 
 static int open_ep(const char *endpoint, const char *prefix, int connect_ms, int timeout_ms,
@@ -102,9 +122,10 @@ static void failover_skips_a_closed_port(void **state)
 	char ep[128], err[512];
 	struct crun_store *st;
 	int64_t t0;
-	int closed = etcd_closed_port();
+	int fd, closed = etcd_closed_port(&fd);
 
 	(void)state;
+	assert_true(closed > 0);
 	snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d,127.0.0.1:%d", closed, g_etcd.port);
 	t0 = crun_now_ms();
 	assert_int_equal(open_ep(ep, "fo/", 5000, 5000, &st, err, sizeof(err)), 0);
@@ -118,6 +139,7 @@ static void failover_skips_a_closed_port(void **state)
 	assert_int_equal(open_ep(ep, "fo/", 5000, 5000, &st, err, sizeof(err)), 0);
 	want(st, "k", "v");
 	crun_store_close(st);
+	close(fd);
 }
 
 /* Nobody listening anywhere: a clear error, naming every endpoint, within the deadline. */
@@ -126,11 +148,12 @@ static void unreachable_list_fails_within_deadline(void **state)
 	char ep[128], err[512], a[32], b[32];
 	struct crun_store *st;
 	int64_t t0, dt;
-	int rc;
+	int rc, fa, fb;
 
 	(void)state;
-	snprintf(a, sizeof(a), "127.0.0.1:%d", etcd_closed_port());
-	snprintf(b, sizeof(b), "127.0.0.1:%d", etcd_closed_port());
+	snprintf(a, sizeof(a), "127.0.0.1:%d", etcd_closed_port(&fa));
+	snprintf(b, sizeof(b), "127.0.0.1:%d", etcd_closed_port(&fb));
+	assert_true(fa >= 0 && fb >= 0);
 	snprintf(ep, sizeof(ep), "etcd://%s,%s", a, b);
 	t0 = crun_now_ms();
 	rc = open_ep(ep, NULL, 800, 5000, &st, err, sizeof(err));
@@ -142,6 +165,8 @@ static void unreachable_list_fails_within_deadline(void **state)
 	assert_non_null(strstr(err, a));
 	assert_non_null(strstr(err, b));
 	assert_non_null(strstr(err, "no etcd endpoint could serve it"));
+	close(fa);
+	close(fb);
 }
 
 struct waiter {
@@ -182,8 +207,8 @@ static void dead_etcd_is_reported_within_deadline(void **state)
 	(void)state;
 	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
 	snprintf(name, sizeof(name), "127.0.0.1:%d", e.port);
-	assert_int_equal(store_etcd_open(e.endpoint, 1000, &b, &ops, &d), 0);
-	assert_int_equal(store_etcd_open(e.endpoint, 1000, &b2, &ops2, &d), 0);
+	assert_int_equal(backend_open(e.endpoint, 1000, &b, &ops, &d), 0);
+	assert_int_equal(backend_open(e.endpoint, 1000, &b2, &ops2, &d), 0);
 	assert_int_equal(ops->set(b, "dead/k", "v", 1, 0, 5000), 0);
 	w.b = b2;
 	w.ops = ops2;
@@ -329,7 +354,7 @@ static void txn_size_limits(void **state)
 	crun_store_close(st);
 
 	/* The message names etcd's limit. */
-	assert_int_equal(store_etcd_open(g_etcd.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(backend_open(g_etcd.endpoint, 5000, &b, &ops, &d), 0);
 	assert_int_equal(ops->multi_set(b, keys, N, vals, lens, 5000), -EMSGSIZE);
 	assert_non_null(strstr(store_etcd_last_error(b), "too many operations"));
 	ops->close(b);
@@ -556,6 +581,52 @@ static void delete_prefix_removes_a_job(void **state)
 	crun_store_close(job);
 }
 
+/*
+ * The end-of-job clean-up behind the store interface (store_forget_job()): each member counts
+ * itself out, the last deletes the job's prefix; one whose wait failed deletes at once. A file
+ * store keeps its keys (the user's file) and writes nothing.
+ */
+static void forget_job_last_member_deletes(void **state)
+{
+	struct crun_store *a, *b, *root, *f;
+	struct crun_diag d = {0};
+	char err[512], ep[512];
+	int64_t n;
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "fj/job/", 5000, 5000, &a, err, sizeof(err)),
+			 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, "fj/job/", 5000, 5000, &b, err, sizeof(err)),
+			 0);
+	assert_int_equal(open_ep(g_etcd.endpoint, NULL, 5000, 5000, &root, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(a, "rdzv/x", "1", 1), 0);
+	assert_int_equal(crun_store_set(root, "fj/other", "2", 1), 0);
+	assert_int_equal(store_forget_job(a, 2, 0, &d), 0); /* one of two: the keys stay */
+	assert_true(present(a, "rdzv/x"));
+	assert_int_equal(store_forget_job(b, 2, 0, &d), 1); /* the last: all of them go */
+	assert_false(present(a, "rdzv/x"));
+	assert_false(present(a, "left"));
+	want(root, "fj/other", "2");
+	assert_int_equal(crun_store_set(a, "rdzv/y", "1", 1), 0);
+	assert_int_equal(store_forget_job(a, 2, -ETIMEDOUT, &d), 1); /* a wait failed: at once */
+	assert_false(present(a, "rdzv/y"));
+	assert_int_equal(store_forget_job(root, 1, 0, &d), -EINVAL); /* never the whole store */
+	assert_int_equal(crun_store_delete(root, "fj/other"), 0);
+
+	snprintf(ep, sizeof(ep), "file://%s/forget.store", g_tmp);
+	assert_int_equal(open_ep(ep, "fj/job/", 5000, 5000, &f, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(f, "rdzv/x", "1", 1), 0);
+	assert_int_equal(store_forget_job(f, 1, 0, &d), 0);
+	assert_true(present(f, "rdzv/x"));
+	assert_false(present(f, "left"));
+	assert_int_equal(crun_store_num_keys(f, &n), 0);
+	assert_int_equal(n, 1);
+	crun_store_close(f);
+	crun_store_close(root);
+	crun_store_close(b);
+	crun_store_close(a);
+}
+
 /* A value over etcd's --max-request-bytes: -EMSGSIZE, with etcd's reason in the message. */
 static void value_over_etcd_limit_is_emsgsize(void **state)
 {
@@ -572,7 +643,7 @@ static void value_over_etcd_limit_is_emsgsize(void **state)
 	memset(big, 'v', n);
 	/* The fixture's own flag comes first; a later one wins in etcd's flag parsing. */
 	assert_int_equal(etcd_proc_start(g_bin, &e), 0);
-	assert_int_equal(store_etcd_open(e.endpoint, 5000, &b, &ops, &d), 0);
+	assert_int_equal(backend_open(e.endpoint, 5000, &b, &ops, &d), 0);
 	assert_int_equal(ops->set(b, "big", big, n, 0, 5000), -EMSGSIZE);
 	/* gRPC's own limit (--max-request-bytes + 512 KiB), or etcd's "request is too large" */
 	assert_true(strstr(store_etcd_last_error(b), "etcd said: grpc: received message larger "
@@ -837,8 +908,8 @@ static void auth_confines_a_role_to_its_prefix(void **state)
 	assert_int_equal(post(e.port, "/v3/auth/user/add", "{\"name\":\"job\",\"password\":\"pw\"}",
 			      NULL), 200);
 	assert_int_equal(post(e.port, "/v3/auth/role/add", "{\"name\":\"jobs\"}", NULL), 200);
-	etcd_b64_encode("/crun/job1/", 11, from);
-	etcd_b64_encode("/crun/job10", 11, to); /* the end of the prefix: '/' + 1 */
+	base64_encode("/crun/job1/", 11, from);
+	base64_encode("/crun/job10", 11, to); /* the end of the prefix: '/' + 1 */
 	snprintf(body, sizeof(body),
 		 "{\"name\":\"jobs\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"%s\","
 		 "\"range_end\":\"%s\"}}",
@@ -972,6 +1043,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(value_over_etcd_limit_is_emsgsize),
 		cmocka_unit_test(lost_answers_are_not_applied_twice),
 		cmocka_unit_test(delete_prefix_removes_a_job),
+		cmocka_unit_test(forget_job_last_member_deletes),
 		cmocka_unit_test(contended_adds_land_once_with_few_transactions),
 		cmocka_unit_test(wait_watches_each_key),
 		cmocka_unit_test(password_file_must_be_private),

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # tests/etcd/lib.sh: real etcd members for the etcd tests (sourced after tests/agent/lib.sh's
-# helpers): each member on its own 127.0.0.x address with free ports and a temp data dir,
+# helpers): each member on its own 127.0.0.x address with ports held for it and a temp data dir,
 # killed by PID on exit. Skips (77) only when there is no etcd binary or crun was built
 # without its etcd backend.
 . "$(dirname "$0")/../agent/lib.sh"
@@ -27,14 +27,6 @@ trap 'cleanup; rm -rf "$ETCD_DATA"' EXIT
 
 MEMBERS=0
 declare -a M_ADDR M_CPORT M_PPORT M_PID
-
-# two_free_ports ADDR: two ports free on ADDR now (both held while picking, so they differ).
-two_free_ports() {
-	python3 -c 'import socket, sys
-a, b = socket.socket(), socket.socket()
-a.bind((sys.argv[1], 0)); b.bind((sys.argv[1], 0))
-print(a.getsockname()[1], b.getsockname()[1])' "$1"
-}
 
 # member_url I: member I's client URL (https when ETCD_SCHEME=https; ETCD_EXTRA then holds
 # etcd's TLS flags).
@@ -71,7 +63,8 @@ start_cluster() {
 	ETCD_EP=""
 	for ((i = 0; i < n; i++)); do
 		M_ADDR[$i]=127.0.0.$((21 + i))
-		ports=$(two_free_ports "${M_ADDR[$i]}") || fail "no free ports on ${M_ADDR[$i]}"
+		# Held for the whole test: a restarted member binds them again.
+		hold_ports ports "${M_ADDR[$i]}" 2
 		M_CPORT[$i]=${ports% *}
 		M_PPORT[$i]=${ports#* }
 		ETCD_CLUSTER="$ETCD_CLUSTER${ETCD_CLUSTER:+,}m$i=http://${M_ADDR[$i]}:${M_PPORT[$i]}"

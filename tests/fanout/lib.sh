@@ -65,7 +65,7 @@ skip() {
 
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"   # note, track, alive, wait_for, wait_pid...
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/expect.sh" # expect_eq, expect_grep, expect_digests
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # free_port, netns_teardown
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/net.sh"    # hold_port, netns_teardown
 
 # run_id_pids ID: processes whose command line holds ID (a read-only look at /proc).
 run_id_pids() {

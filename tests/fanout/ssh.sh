@@ -23,10 +23,9 @@ ssh-keygen -q -t ed25519 -N '' -C crun-fanout-test-user -f "$K/id" || fail "ssh-
 cp "$K/id.pub" "$K/authorized_keys"
 echo "crun-fanout-test $(cut -d' ' -f1,2 "$K/host_key.pub")" >"$K/known_hosts"
 
-# An sshd of our own: a port nothing listens on, retried if another process takes it first.
-for try in 1 2 3 4 5; do
-	PORT=$(free_port)
-	cat >"$K/sshd_config" <<CONF
+# An sshd of our own, on a port held for this test (tests/lib/net.sh hold_port).
+hold_port PORT
+cat >"$K/sshd_config" <<CONF
 Port $PORT
 ListenAddress 127.0.0.1
 HostKey $K/host_key
@@ -42,16 +41,17 @@ X11Forwarding no
 AllowTcpForwarding no
 PrintMotd no
 CONF
-	"$SSHD" -D -e -f "$K/sshd_config" 2>"$K/sshd.log" &
-	SSHD_PID=$!
-	track $SSHD_PID
-	until [ -n "$(ss -Htln "sport = :$PORT" 2>/dev/null)" ] || ! alive $SSHD_PID; do
-		sleep 0.05
-	done
-	alive $SSHD_PID && break
-	[ $try -lt 5 ] || { cat "$K/sshd.log" >&2; fail "sshd did not start"; }
-done
-CLOSED=$(free_port)
+"$SSHD" -D -e -f "$K/sshd_config" 2>"$K/sshd.log" &
+SSHD_PID=$!
+track $SSHD_PID
+# sshd_up: sshd listens on PORT; fails the test at once when sshd exited instead.
+sshd_up() {
+	alive $SSHD_PID || { cat "$K/sshd.log" >&2; fail "sshd did not start"; }
+	[ -n "$(ss -Htln "sport = :$PORT" 2>/dev/null)" ]
+}
+wait_for 20 sshd_up
+# A port held but never listened on: connections to it are refused.
+hold_port CLOSED
 cat >"$K/config" <<CONF
 Host 127.0.0.2 127.0.0.3
 	Port $PORT

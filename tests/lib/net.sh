@@ -1,13 +1,44 @@
 # SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 # tests/lib/net.sh: network helpers the script tests share (sourced by tests/agent/lib.sh,
-# tests/faults/lib.sh, tests/faults/run.sh and tests/fanout/lib.sh): a free TCP port, and the
-# teardown of network namespaces and links a test made.
+# tests/faults/lib.sh, tests/faults/run.sh and tests/fanout/lib.sh, after tests/lib/proc.sh):
+# TCP ports held for the test, and the teardown of network namespaces and links a test made.
 
-# free_port [ADDR]: a TCP port nothing is bound to on ADDR (127.0.0.1) now.
-free_port() {
-	python3 -c 'import socket, sys
-s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
+# hold_ports VAR ADDR N [consecutive]: reserve N TCP ports of ADDR for the rest of the test
+# and set VAR (not a name starting with _) to them, separated by spaces ("consecutive": P,
+# P+1, ...). A process of the test's own (tests/lib/hold_ports.py, tracked, so cleanup kills
+# it) keeps them bound without listening: no other test can be given them, while the program
+# under test, which binds with SO_REUSEADDR, listens on them as on free ports, and until it
+# does a connection is refused. This replaces "bind port 0, close, hand the number over",
+# which raced parallel tests (issue 18).
+hold_ports() {
+	local _var=$1 _addr=$2 _n=$3 _how=${4:-} _out _pid _line
+	_out=$(mktemp "$T/ports.XXXXXX") || fail "mktemp for hold_ports"
+	python3 "$(dirname "${BASH_SOURCE[0]}")/hold_ports.py" "$_addr" "$_n" $_how >"$_out" &
+	_pid=$!
+	track $_pid
+	wait_for 20 ports_held "$_out" "$_pid"
+	read -r _line <"$_out"
+	[ "${_line% held}" != "$_line" ] || fail "could not hold $_n port(s) on $_addr (see above)"
+	printf -v "$_var" '%s' "${_line% held}"
+}
+
+# ports_held FILE PID: hold_ports.py (PID) wrote its line to FILE, or gave up.
+ports_held() {
+	grep -q ' held$' "$1" || exited "$2"
+}
+
+# hold_port VAR [ADDR]: one port of ADDR (127.0.0.1), held as hold_ports does.
+hold_port() {
+	hold_ports "$1" "${2:-127.0.0.1}" 1
+}
+
+# hold_port_pair VAR [ADDR]: a port P of ADDR (127.0.0.1) with P+1 held too (crun's static
+# mode with --no-agent-store uses both); VAR is set to P.
+hold_port_pair() {
+	local _pair
+	hold_ports _pair "${2:-127.0.0.1}" 2 consecutive
+	printf -v "$1" '%s' "${_pair%% *}"
 }
 
 # netns_teardown "NETNS..." "LINKS...": delete the network namespaces, each after SIGKILLing

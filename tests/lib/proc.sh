@@ -70,6 +70,14 @@ wait_for() {
 	done
 }
 
+# wait_key SECONDS ENDPOINT KEY: wait (crun-store's WAIT: no polling) until KEY exists in the
+# store at ENDPOINT, the token from the environment (CRUN_TOKEN_FILE); fail after SECONDS.
+# STORE_CLI is crun-store. For "the agent got this far", e.g. rdzv/RUN/shape: its first join.
+wait_key() {
+	"${STORE_CLI:?STORE_CLI must name crun-store}" --endpoint "$2" wait "$3" --timeout "$1" \
+		>/dev/null || fail "timed out after ${1}s waiting for key $3 in the store at $2"
+}
+
 # wait_pid SECONDS PID: wait for a tracked child to exit; sets RC to its status.
 wait_pid() {
 	local limit=$1 pid=$2

@@ -35,6 +35,11 @@ rss_settle() {
 	[ "$asan" -eq 1 ] || wait_for 30 rss_within_margin
 }
 
+# daemon_holds_no_connection: no established TCP connection on the daemon's port (ss).
+daemon_holds_no_connection() {
+	[ -z "$(ss -Htn state established "( sport = :${ENDPOINT##*:} )")" ]
+}
+
 # job ID: 2 agents x 2 workers of examples/train through the daemon; sets JOB_MS and DIGEST.
 job() {
 	local id=$1 i pids=() start
@@ -85,17 +90,19 @@ job quiet
 quiet_ms=$JOB_MS
 quiet_digest=$DIGEST
 client 1
-sleep 1
+# The baseline once the daemon has seen every connection of the job and the client close.
+wait_for 20 daemon_holds_no_connection
 rss_base=$(rss_kib)
 
 note "the job while $CONNS connections attack the daemon"
 attack_start=$(now_ms)
 python3 "$SRC/tests/load/attacker.py" "$ENDPOINT" --pid "$RDZVD_PID" --stop-file "$T/stop" \
-	--conns "$CONNS" --frame-timeout $FRAME_TIMEOUT --max-seconds 150 \
+	--conns "$CONNS" --frame-timeout $FRAME_TIMEOUT --max-seconds 150 --ready-file "$T/attack.ready" \
 	>"$T/attack.out" 2>"$T/attack.err" &
 ATTACKER=$!
 track $ATTACKER
-sleep 3 # the attack is at full strength when the job meets
+# The attack is at full strength when the job meets: every connection open and sending.
+wait_for 30 test -e "$T/attack.ready"
 job attacked
 attacked_ms=$JOB_MS
 expect_eq "$DIGEST" "$quiet_digest" "parameters of the job under attack vs without"

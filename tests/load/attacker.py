@@ -3,7 +3,7 @@
 # tests/load/attacker.py: many hostile connections against one store, until told to stop.
 """Hostile store clients for the load test (tests/load/attack.sh).
 
-Usage: attacker.py HOST:PORT --pid PID --stop-file F [--conns N] [--max-seconds S]
+Usage: attacker.py HOST:PORT --pid PID --stop-file F [--conns N] [--max-seconds S] [--ready-file F]
                    [--frame-timeout S] [--seed N] [--kinds K,K...]
 
 Keeps N connections (default 200) open against the store at HOST:PORT, each one of the kinds
@@ -145,6 +145,7 @@ def main():
     ap.add_argument("--frame-timeout", type=float, default=30)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset")
+    ap.add_argument("--ready-file", help="created once every connection is open and has sent")
     a = ap.parse_args()
     host, port = a.endpoint.rsplit(":", 1)
     rng = random.Random(a.seed)
@@ -232,6 +233,10 @@ def main():
                 end(i, "closed_by_us")
             elif now > c.deadline:
                 end(i, "hung")
+        if a.ready_file and all(c is not None for c in slots) and not os.path.exists(a.ready_file):
+            # Full strength: every slot holds a connection that has had its first send.
+            with open(a.ready_file, "w"):
+                pass
         for ev, _ in sel.select(timeout=0.01):
             i = ev.data
             c = slots[i]

@@ -12,6 +12,23 @@
 #include <unistd.h>
 
 #include <crun/error.h>
+#include "rendezvous/store/store_conf.h"
+
+/* rdzv_create() from plain settings (no token policy: what the settings say). */
+static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
+		       struct crun_diag *d)
+{
+	struct store_conf sc;
+	int rc;
+
+	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
+	if (rc == 0) {
+		rc = rdzv_create(&sc, c, r, d);
+	}
+	store_conf_finish(&sc);
+	return rc;
+}
+
 
 struct store_fixture fx;
 const char *server_path;
@@ -128,12 +145,12 @@ void node_init(struct node *n, int idx, int min, int max, int nproc)
 
 void node_open(struct node *n)
 {
-	struct crun_store_opts o = {0};
+	struct store_settings o = {0};
 	int rc;
 
 	o.endpoint = endpoint;
 	o.connect_timeout_ms = 10000;
-	rc = rdzv_create(&o, &n->conf, &n->r, &n->d);
+	rc = create_from(&o, &n->conf, &n->r, &n->d);
 	if (rc != 0) {
 		fail_msg("rdzv_create node %d: %s", n->idx, n->d.msg);
 	}

@@ -20,6 +20,23 @@
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "tests/rdzv/harness.h"
+#include "rendezvous/store/store_conf.h"
+
+/* rdzv_create() from plain settings (no token policy: what the settings say). */
+static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
+		       struct crun_diag *d)
+{
+	struct store_conf sc;
+	int rc;
+
+	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
+	if (rc == 0) {
+		rc = rdzv_create(&sc, c, r, d);
+	}
+	store_conf_finish(&sc);
+	return rc;
+}
+
 
 struct agent {
 	struct rdzv *r;
@@ -105,7 +122,7 @@ static double run_phase(struct agent *ags, int n, int which)
 int main(int argc, char **argv)
 {
 	struct store_fixture fx;
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct store_settings o = {0};
 	struct rlimit rl;
 	struct agent *ags;
 	const char *backend, *server = NULL;
@@ -193,7 +210,7 @@ int main(int argc, char **argv)
 		c.advertise_addr = "127.0.0.1";
 		c.hostname = host;
 		c.join_timeout_ms = 120000;
-		if (rdzv_create(&o, &c, &ags[i].r, &ags[i].d) != 0) {
+		if (create_from(&o, &c, &ags[i].r, &ags[i].d) != 0) {
 			fprintf(stderr, "rdzv_scale: agent %d: %s\n", i, ags[i].d.msg);
 			goto out;
 		}

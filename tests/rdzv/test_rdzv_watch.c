@@ -12,6 +12,23 @@
 #include <crun/error.h>
 
 #include "src/common/clock.h"
+#include "rendezvous/store/store_conf.h"
+
+/* rdzv_create() from plain settings (no token policy: what the settings say). */
+static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
+		       struct crun_diag *d)
+{
+	struct store_conf sc;
+	int rc;
+
+	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
+	if (rc == 0) {
+		rc = rdzv_create(&sc, c, r, d);
+	}
+	store_conf_finish(&sc);
+	return rc;
+}
+
 
 static void late_joiner_triggers_scale_up_and_joins_next_round(void **state)
 {
@@ -403,7 +420,7 @@ static void late_joiner_is_told_when_the_job_finishes(void **state)
 static void store_loss_is_reported_by_the_watch_thread(void **state)
 {
 	struct store_fixture own;
-	struct crun_store_opts o = {0};
+	struct store_settings o = {0};
 	struct node n;
 
 	(void)state;
@@ -417,7 +434,7 @@ static void store_loss_is_reported_by_the_watch_thread(void **state)
 	o.endpoint = own.endpoint;
 	o.connect_timeout_ms = 300;
 	o.timeout_ms = 2000;
-	assert_int_equal(rdzv_create(&o, &n.conf, &n.r, &n.d), 0);
+	assert_int_equal(create_from(&o, &n.conf, &n.r, &n.d), 0);
 	join_async(&n);
 	assert_int_equal(join_wait(&n), 0);
 	assert_int_equal(rdzv_watch_start(n.r, on_event, &n), 0);

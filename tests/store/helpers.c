@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "src/common/clock.h"
 #include "src/common/util.h"
 #include "src/common/net.h"
 #include "src/common/token.h"
@@ -428,6 +429,44 @@ void raw_expect_closed(int fd)
 	} while (k > 0 || (k < 0 && errno == EINTR));
 	/* EOF, or a reset; a timeout (EAGAIN) means the server kept the connection open. */
 	assert_true(k == 0 || errno == ECONNRESET);
+}
+
+void raw_close_seen(int fd)
+{
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	raw_expect_closed(fd);
+	close(fd);
+}
+
+/* A line of /proc/net/tcp: "sl: LOCAL REMOTE ST ...", addresses as hex IPv4:port. */
+static bool close_wait_to(int port)
+{
+	char line[512];
+	unsigned rem_ip, rem_port, st;
+	bool found = false;
+	FILE *f = fopen("/proc/net/tcp", "re");
+
+	assert_non_null(f);
+	while (!found && fgets(line, sizeof(line), f) != NULL) {
+		found = sscanf(line, " %*u: %*x:%*x %x:%x %x", &rem_ip, &rem_port, &st) == 3 &&
+			rem_ip == htonl(INADDR_LOOPBACK) && rem_port == (unsigned)port &&
+			st == 0x08; /* TCP_CLOSE_WAIT */
+	}
+	fclose(f);
+	return found;
+}
+
+bool server_closed_a_conn(int port, int timeout_ms)
+{
+	int64_t end = crun_now_ms() + timeout_ms;
+
+	while (!close_wait_to(port)) {
+		if (crun_now_ms() >= end) {
+			return false;
+		}
+		usleep(20 * 1000); /* polling a condition, bounded by @end */
+	}
+	return true;
 }
 
 void raw_expect_served(int port)

@@ -48,6 +48,13 @@ int raw_read(int fd, struct wire_hdr *h, uint8_t *buf, size_t cap);
 void raw_expect_error(int fd, uint8_t op, uint32_t id, uint16_t status, const char *msg);
 /* Check that the server closed the connection (EOF or reset within the timeout). */
 void raw_expect_closed(int fd);
+/* Close @fd once the server has seen it go: shut our side, then wait (IO_TIMEOUT_MS at
+ * most) for the server to close its end, which it does after counting the connection out. */
+void raw_close_seen(int fd);
+/* Wait (@timeout_ms at most) until a connection of this network namespace to 127.0.0.1:@port
+ * is in CLOSE_WAIT (/proc/net/tcp): the server closed its end and the client has not seen it
+ * yet. Returns true, or false at the timeout. */
+bool server_closed_a_conn(int port, int timeout_ms);
 /* A fresh connection that completes HELLO and PING: the server still serves others. */
 void raw_expect_served(int port);
 /** The same with the handshake proving @token (NULL: an --insecure daemon). */

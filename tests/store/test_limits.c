@@ -180,8 +180,7 @@ static void per_address_cap_refuses_then_serves(void **state)
 		raw_expect_closed(fd);
 		close(fd);
 	}
-	close(fds[0]);
-	usleep(300 * 1000); /* the server sees the closes */
+	raw_close_seen(fds[0]);
 	raw_expect_served(d.port);
 	close(fds[1]);
 	close(fds[2]);
@@ -238,8 +237,7 @@ static void limit_log_is_rate_limited(void **state)
 				 "too many connections from 127.0.0.1 (limit 1)");
 		close(fd);
 	}
-	close(held);
-	usleep(300 * 1000); /* the server sees the closes */
+	raw_close_seen(held);
 	raw_expect_served(d.port);
 	stop_ok(&d);
 	assert_int_equal(count_lines(log_fd, "per-address connection cap: 127.0.0.1:"), 1);
@@ -370,8 +368,7 @@ static void default_cap_follows_file_limit(void **state)
 	raw_expect_error(fd, 0, 0, WIRE_E_BUSY, "too many connections (limit 166)");
 	raw_expect_closed(fd);
 	close(fd);
-	close(fds[0]);
-	usleep(300 * 1000);
+	raw_close_seen(fds[0]);
 	raw_expect_served(d.port);
 	for (i = 1; i < CAP; i++) {
 		close(fds[i]);

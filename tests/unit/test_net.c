@@ -110,6 +110,30 @@ static void net_parse_hostport_refuses_a_host_longer_than_the_buffer(void **stat
 	assert_string_equal(host, "1:2:3:4");
 }
 
+static void net_valid_host_takes_names_and_literals(void **state)
+{
+	char longest[255];
+
+	(void)state;
+	assert_true(net_valid_host("node-7.example_net"));
+	assert_true(net_valid_host("10.0.0.1"));
+	assert_true(net_valid_host("::1"));
+	assert_true(net_valid_host("fe80::1"));
+	assert_false(net_valid_host(""));
+	assert_false(net_valid_host("-h"));
+	assert_false(net_valid_host(".h"));
+	assert_false(net_valid_host("my host"));
+	assert_false(net_valid_host("u@h"));
+	assert_false(net_valid_host("h/x"));
+	assert_false(net_valid_host("1:2:3"));
+	memset(longest, 'a', 253);
+	longest[253] = '\0';
+	assert_true(net_valid_host(longest));
+	longest[253] = 'a';
+	longest[254] = '\0';
+	assert_false(net_valid_host(longest));
+}
+
 static void net_join_hostport_brackets_ipv6(void **state)
 {
 	char out[NET_ADDRSTRLEN], tiny[6];
@@ -321,6 +345,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(net_parse_hostport_splits_host_and_port),
 		cmocka_unit_test(net_parse_hostport_refuses_a_host_longer_than_the_buffer),
+		cmocka_unit_test(net_valid_host_takes_names_and_literals),
 		cmocka_unit_test(net_join_hostport_brackets_ipv6),
 		cmocka_unit_test(net_join_then_parse_round_trips),
 		cmocka_unit_test(net_format_sockaddr_prints_v4_and_v6),

@@ -29,6 +29,7 @@
 
 #include <crun/crun.h>
 
+#include "src/common/fnv.h"
 #include "tests/lib/hashf.h"
 
 static int check(int rc, const char *what)
@@ -122,7 +123,7 @@ static int cmd_ddp_equiv(int steps)
 	struct crun_store *st;
 	struct crun_comm *comm;
 	struct crun_ddp *ddp;
-	uint64_t h = 1469598103934665603ULL;
+	uint64_t h = FNV1A64_INIT;
 	double maxerr = 0.0, e;
 	char err[256];
 	size_t i, off;
@@ -196,9 +197,7 @@ static int cmd_ddp_equiv(int steps)
 			e = fabs((double)p[t][i] - (double)rp[t][i]) / (1.0 + fabs((double)rp[t][i]));
 			maxerr = e > maxerr ? e : maxerr;
 		}
-		for (i = 0; i < sizes[t] * sizeof(float); i++) {
-			h = (h ^ ((unsigned char *)p[t])[i]) * 1099511628211ULL;
-		}
+		h = fnv1a64(h, p[t], sizes[t] * sizeof(float));
 	}
 	printf("rank %d ddp-equiv buckets %d max_rel_err %.3g digest %016" PRIx64 "\n", rank,
 	       crun_ddp_bucket_count(ddp), maxerr, h);

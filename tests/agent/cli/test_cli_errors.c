@@ -83,6 +83,8 @@ static void bad_command_lines_fail_with_one_line(void **state)
 		 false},
 		{{"--rdzv-backend", "etcd", "--rdzv-endpoint", ",", "true"},
 		 "--rdzv-endpoint: no etcd member in \",\"", false},
+		{{"--rdzv-backend", "etcd", "--rdzv-endpoint", "a,,b", "true"},
+		 "--rdzv-endpoint: an empty etcd member in \"a,,b\"", false},
 		{{"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://a", "--rdzv-conf",
 		  "protocol=http", "true"},
 		 "--rdzv-conf: protocol: http, but --rdzv-endpoint says https", false},

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* agent/notify.c: sd_notify(3)'s datagram protocol in a few lines, and the watchdog thread. */
+/* src/common/notify.c: sd_notify(3)'s datagram protocol in a few lines, and the watchdog thread. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/notify.h"
+#include "src/common/notify.h"
 #include "src/common/log.h"
 
 /*

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* agent/notify.h: systemd's service notification protocol ($NOTIFY_SOCKET, sd_notify(3)). */
-#ifndef CRUN_AGENT_NOTIFY_H
-#define CRUN_AGENT_NOTIFY_H
+/* src/common/notify.h: systemd's service notification protocol ($NOTIFY_SOCKET, sd_notify(3)). */
+#ifndef CRUN_SRC_COMMON_NOTIFY_H
+#define CRUN_SRC_COMMON_NOTIFY_H
 
 #include <stdbool.h>
 #include <stdint.h>
