@@ -478,7 +478,7 @@ int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t 
 	return mkdtemp(out) != NULL ? 0 : -errno;
 }
 
-/* rename(), or a copy when @dst is on another file system. */
+/* rename(), or a copy when @dst is on another file system; private (0600) either way. */
 static int move_file(const char *src, const char *dst)
 {
 	char buf[8192];
@@ -486,7 +486,7 @@ static int move_file(const char *src, const char *dst)
 	int in, out, rc = 0;
 
 	if (rename(src, dst) == 0) {
-		return 0;
+		return chmod(dst, 0600) == 0 ? 0 : -errno; /* in our own 0700 folder */
 	}
 	if (errno != EXDEV) {
 		return -errno;
