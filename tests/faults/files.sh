@@ -3,7 +3,7 @@
 # tests/faults/files.sh [CASE...]: another local user attacks the files a root job creates
 # (issue 20). A throwaway unprivileged user (crunatk<PID>, removed at exit) plants links and
 # names in shared directories; root then runs real jobs: checkpoints through the C worker API
-# (tests/worker/worker_helper ckpt-write), crun --standalone jobs with --log-dir and
+# (tests/worker/worker_helper ckpt-write), crun jobs with a shared or open --log-dir and
 # --token-file. Each case checks the root-only target file is unchanged and that the job either
 # did its work safely or refused naming the directory. Exit 1 if a case failed, 77 when it
 # cannot run here (not root, no useradd/runuser/unshare).
@@ -141,6 +141,20 @@ if cases $CASE; then
 	log=$(find "$L" -user 0 -name stdout.log | head -n1)
 	[ -n "$log" ] && grep -qx logged "$log" || fail "no log with the job's output"
 	[ -z "$log" ] || [ "$(stat -c %a "$log")" = 600 ] || fail "$log is not 0600"
+fi
+
+CASE=logdir-world-writable
+if cases $CASE; then
+	echo "=== $CASE: a world-writable --log-dir without the sticky bit (0777)"
+	L=$ROOT/open-logs
+	mkdir "$L" && chmod 0777 "$L"
+	timeout -s KILL "$LIMIT" "$CRUN" "${JOB[@]}" --log-dir "$L" "$W" print:logged \
+		>"$ROOT/out" 2>"$ROOT/err"
+	rc=$?
+	[ "$rc" -ne 0 ] || fail "root's job wrote its logs into a 0777 directory"
+	grep -q -- "--log-dir $L: refused: mode 0777" "$ROOT/err" ||
+		fail "no refusal naming $L and its mode: $(cat "$ROOT/err")"
+	[ -z "$(ls -A "$L")" ] || fail "something was created in $L: $(ls -A "$L")"
 fi
 
 CASE=token-symlink
