@@ -82,8 +82,9 @@ static bool ours(DIR *d, const char *dir, const char *name)
 	if (sb.st_uid == geteuid() || sb.st_uid == 0) {
 		return true;
 	}
-	fprintf(stderr, "libcrun-worker: checkpoint %s/%s: ignored: owned by uid %u, not by uid %u\n",
-		dir, name, (unsigned)sb.st_uid, (unsigned)geteuid());
+	fprintf(stderr,
+		"libcrun-worker: checkpoint %s/%s: ignored: owned by uid %u, not by uid %u\n", dir,
+		name, (unsigned)sb.st_uid, (unsigned)geteuid());
 	return false;
 }
 

@@ -146,8 +146,8 @@ static void remove_stale(const struct store_backend *b)
 			continue;
 		}
 		if (unlinkat(dirfd(d), de->d_name, 0) == 0) {
-			log_info("store file://%s: removed %s/%s, left by a compaction that was "
-				 "killed", b->path, dir, de->d_name);
+			log_info("store file://%s: removed %s/%s, left by a killed compaction",
+				 b->path, dir, de->d_name);
 		}
 	}
 	closedir(d);
