@@ -7,6 +7,7 @@
 # --token-file. Each case checks the root-only target file is unchanged and that the job either
 # did its work safely or refused naming the directory. Exit 1 if a case failed, 77 when it
 # cannot run here (not root, no useradd/runuser/unshare).
+# shellcheck disable=SC2016 # the attacker's scripts expand in the attacker's shell
 set -u
 : "${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}"
 CRUN=${CRUN_EXE:-$CRUN_BUILD_DIR/src/crun}
@@ -83,7 +84,7 @@ if cases $CASE; then
 	victim_intact
 	[ "$rc" -eq 0 ] || fail "the save failed (exit $rc): $(cat "$ROOT/err")"
 	f=$D/ckpt-00000000000000000007.bin
-	[ -f "$f" ] && [ ! -L "$f" ] || fail "no checkpoint file $f"
+	if [ ! -f "$f" ] || [ -L "$f" ]; then fail "no checkpoint file $f"; fi
 	[ "$(stat -c %u "$f" 2>/dev/null)" = 0 ] || fail "$f is not root's"
 	[ "$(find "$D" -maxdepth 1 -type l | wc -l)" -eq 65 ] || fail "planted links were touched"
 fi
@@ -139,7 +140,7 @@ if cases $CASE; then
 	[ "$(echo "$mine" | grep -c .)" -eq 1 ] || fail "root's run folder: '$mine' in $(find "$L" -maxdepth 1 -user 0)"
 	[ -z "$mine" ] || [ "$(stat -c %a "$mine")" = 700 ] || fail "$mine is not 0700"
 	log=$(find "$L" -user 0 -name stdout.log | head -n1)
-	[ -n "$log" ] && grep -qx logged "$log" || fail "no log with the job's output"
+	if [ -z "$log" ] || ! grep -qx logged "$log"; then fail "no log with the job's output"; fi
 	[ -z "$log" ] || [ "$(stat -c %a "$log")" = 600 ] || fail "$log is not 0600"
 fi
 
