@@ -137,6 +137,15 @@ struct store_env_var {
 size_t store_conf_worker_env(const struct store_conf *c, const char *cred_file,
 			     struct store_env_var out[STORE_CONF_ENV_MAX]);
 
+struct store_server_opts;
+
+/**
+ * The credential and TLS files a store's host serves with, from @c (borrowed, valid while @c
+ * is): the one place that fills them in struct store_server_opts (rendezvous/store/server.h);
+ * the listen address, limits and TCPStore settings are the host's own.
+ */
+void store_conf_server_opts(const struct store_conf *c, struct store_server_opts *o);
+
 /** Replace @c's endpoint (the agent learns it once its store is bound). 0 or -ENOMEM. */
 int store_conf_set_endpoint(struct store_conf *c, const char *endpoint);
 
