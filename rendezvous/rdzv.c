@@ -18,7 +18,6 @@
 #include "rendezvous/rdzv_internal.h"
 #include "rendezvous/rdzv_keys.h"
 #include "src/common/util.h"
-#include "rendezvous/store/backend.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"

@@ -167,4 +167,11 @@ int store_open_conf(const struct store_conf *c, struct crun_store **out, struct 
  */
 int store_forget_job(struct crun_store *st, int members, int left_rc, struct crun_diag *d);
 
+/**
+ * store.c: the message of @st's last failed operation, where the backend keeps one: which
+ * store, and what happened ("store H:P: connection refused by H:P (...)", "store file://P:
+ * damaged record at byte offset N ..."). "" when it has none. Valid until the next call on @st.
+ */
+const char *store_last_error(const struct crun_store *st);
+
 #endif
