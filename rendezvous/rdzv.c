@@ -40,6 +40,8 @@ void rdzv_conf_defaults(struct rdzv_conf *c)
 	c->keep_alive_max_attempt = 3;
 	c->read_timeout_ms = 60000;
 	c->progress_interval_ms = 5000;
+	c->master_fn = NULL; /* rank 0's TCPStore at its address, a free port */
+	c->master_arg = NULL;
 }
 
 /* ---- small store helpers -------------------------------------------------------------- */
