@@ -518,6 +518,9 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 	/* Before any thread: it takes $CRUN_STORE_TOKEN out of the environment. */
 	rc = agent_store_conf(a, d);
 	if (rc < 0) {
+		/* A credential the user must fix (a token file others can read, a missing one):
+		 * a usage error, exit 2, as in crun-rdzvd, crun-store and crun status. */
+		a->exit_code = 2;
 		return rc;
 	}
 	tmp = getenv("TMPDIR");

@@ -42,15 +42,12 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 
 	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
-	so.token = a->sc.token;
+	store_conf_server_opts(&a->sc, &so);
 	if (a->plan.tcpstore_refusal != NULL) {
 		so.tcpstore_refusal = a->plan.tcpstore_refusal;
 	} else if (rdzv_key_tcpstore(prefix, sizeof(prefix), a->spec->rdzv_id) == 0) {
 		so.tcpstore_prefix = prefix;
 	}
-	so.tls_cert = a->spec->tls_cert;
-	so.tls_key = a->spec->tls_key;
-	so.tls_ca = a->spec->tls_ca;
 	rc = store_server_thread_start(&so, &a->srv, d);
 	if (rc < 0) {
 		return rc;

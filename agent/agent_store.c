@@ -14,51 +14,51 @@
 
 #include "agent/agent_store.h"
 #include "rendezvous/store/store_conf.h"
+#include "rendezvous/store/tcpstore_codec.h"
+#include "src/common/byteorder.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 
-#define PROBE_MAGIC 0x3c85f7ceu /* PyTorch 2.x TCPStore's VALIDATE */
-#define PROBE_VALIDATE 0u
-#define PROBE_PING 13u
 #define PROBE_NONCE 0x6372756eu	      /* "crun" */
 #define NODE0_KEY "crun/static/node0" /* "host NAME" of the static node rank 0 agent */
 #define NODE0_TIMEOUT_MS 2000
 
-static void le32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
-/* One connection to @ai, probed; 1: served, 0: not, <0: could not tell. */
+/*
+ * One connection to @ai, probed as a PyTorch 2.x client would (VALIDATE, then PING), encoded
+ * by the TCPStore codec the server decodes with; 1: served, 0: not, <0: could not tell.
+ */
 static int probe_one(const struct addrinfo *ai, int timeout_ms)
 {
-	uint8_t req[10], ans[4];
+	struct wire_buf req = {0};
+	uint8_t ans[4];
 	int64_t until = crun_now_ms() + timeout_ms;
 	struct pollfd pfd;
 	size_t got = 0;
 	ssize_t n;
 	int fd, rc = -ETIMEDOUT;
 
+	ts_put_query(&req, TS_PROTO_V2, TS_OP_VALIDATE);
+	ts_put_u32(&req, TS_MAGIC);
+	ts_put_query(&req, TS_PROTO_V2, TS_OP_PING);
+	ts_put_u32(&req, PROBE_NONCE);
+	if (req.oom) {
+		wire_buf_finish(&req);
+		return -ENOMEM;
+	}
 	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
 	if (fd < 0) {
-		return -errno;
+		rc = -errno;
+		wire_buf_finish(&req);
+		return rc;
 	}
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		rc = -errno;
-		close(fd);
-		return rc;
+		goto out;
 	}
-	req[0] = PROBE_VALIDATE;
-	le32(req + 1, PROBE_MAGIC);
-	req[5] = PROBE_PING;
-	le32(req + 6, PROBE_NONCE);
-	if (send(fd, req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req)) {
-		close(fd);
-		return -EIO;
+	if (send(fd, req.p, req.len, MSG_NOSIGNAL) != (ssize_t)req.len) {
+		rc = -EIO;
+		goto out;
 	}
 	pfd.fd = fd;
 	pfd.events = POLLIN;
@@ -76,10 +76,11 @@ static int probe_one(const struct addrinfo *ai, int timeout_ms)
 		got += (size_t)n;
 	}
 	if (got == sizeof(ans)) {
-		le32(req, PROBE_NONCE);
-		rc = memcmp(ans, req, 4) == 0 ? 1 : 0;
+		rc = get_le32(ans) == PROBE_NONCE ? 1 : 0; /* PING's answer: the nonce */
 	}
+out:
 	close(fd);
+	wire_buf_finish(&req);
 	return rc;
 }
 

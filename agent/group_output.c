@@ -195,7 +195,7 @@ static int open_log(const char *dir, const char *name, int *fd, struct crun_diag
 	char path[PATH_MAX];
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	*fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+	*fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND | O_NOFOLLOW, 0600);
 	if (*fd < 0) {
 		return diag_set(d, -errno, "log file %s: open: %s", path, strerror(errno));
 	}
@@ -240,7 +240,7 @@ int group_output_routes(struct group *g, struct worker *w, const struct group_op
 		char dir[PATH_MAX];
 
 		snprintf(dir, sizeof(dir), "%s/%d", o->logdir, w->rank);
-		rc = fs_mkdir_p(dir, 0755);
+		rc = fs_mkdir_p(dir, 0700); /* private, like the run folder (logroute_run_dir()) */
 		if (rc < 0) {
 			return diag_set(d, rc, "--log-dir: mkdir %s: %s", dir, strerror(-rc));
 		}

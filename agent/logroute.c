@@ -439,10 +439,11 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
 
 int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len)
 {
+	struct crun_diag d = {0};
 	char ts[32];
 	struct tm tm;
 	time_t now = time(NULL);
-	int rc, n, k;
+	int rc, k;
 
 	if (localtime_r(&now, &tm) == NULL || strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", &tm) == 0) {
 		snprintf(ts, sizeof(ts), "%lld", (long long)now);
@@ -451,23 +452,33 @@ int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t 
 	if (rc < 0) {
 		return rc;
 	}
-	for (n = 0; n < 1000; n++) {
-		k = n == 0 ? snprintf(out, len, "%s/%s_%s", log_dir, run_id, ts)
-			   : snprintf(out, len, "%s/%s_%s.%d", log_dir, run_id, ts, n);
-		if (k < 0 || (size_t)k >= len) {
-			return -ENAMETOOLONG;
-		}
-		if (mkdir(out, 0755) == 0) {
-			return 0;
-		}
-		if (errno != EEXIST) {
-			return -errno;
-		}
+	/* Others must not be able to swap our run folder or logs (ssh's StrictModes rule). */
+	rc = fs_check_dir_safe(log_dir, "--log-dir", &d);
+	if (rc < 0) {
+		log_error("%s", d.msg);
+		return rc;
 	}
-	return -EEXIST;
+	if (rc > 0) {
+		log_warn("%s", d.msg);
+	}
+	/* Private (torchrun's are too): the logs say what the job printed. */
+	k = snprintf(out, len, "%s/%s_%s", log_dir, run_id, ts);
+	if (k < 0 || (size_t)k + 7 >= len) {
+		return -ENAMETOOLONG;
+	}
+	if (mkdir(out, 0700) == 0) {
+		return 0;
+	}
+	if (errno != EEXIST) {
+		return -errno;
+	}
+	/* Taken (a rerun within the second, or a name someone planted): a random suffix, as
+	 * mkdtemp(3) makes it, which nobody can guess in advance. */
+	strcat(out, ".XXXXXX");
+	return mkdtemp(out) != NULL ? 0 : -errno;
 }
 
-/* rename(), or a copy when @dst is on another file system. */
+/* rename(), or a copy when @dst is on another file system; private (0600) either way. */
 static int move_file(const char *src, const char *dst)
 {
 	char buf[8192];
@@ -475,7 +486,7 @@ static int move_file(const char *src, const char *dst)
 	int in, out, rc = 0;
 
 	if (rename(src, dst) == 0) {
-		return 0;
+		return chmod(dst, 0600) == 0 ? 0 : -errno; /* in our own 0700 folder */
 	}
 	if (errno != EXDEV) {
 		return -errno;
@@ -484,7 +495,7 @@ static int move_file(const char *src, const char *dst)
 	if (in < 0) {
 		return -errno;
 	}
-	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (out < 0) {
 		rc = -errno;
 		close(in);
@@ -535,7 +546,7 @@ int logroute_keep_errfiles(const char *errdir, const char *run_dir, int attempt)
 			rc = -ENAMETOOLONG;
 			break;
 		}
-		if (moved == 0 && (rc = fs_mkdir_p(dir, 0755)) < 0) {
+		if (moved == 0 && (rc = fs_mkdir_p(dir, 0700)) < 0) {
 			break;
 		}
 		rc = move_file(src, dst);

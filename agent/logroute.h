@@ -88,8 +88,11 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
 
 /**
  * Claim this run's folder under --log-dir @log_dir (created with its parents): a fresh
- * "<run_id>_<YYYYmmdd-HHMMSS>" (local time), with ".1", ".2", ... when that exists already, so
- * that reruns with the same run id never share attempt folders (torchrun adds a suffix too).
+ * "<run_id>_<YYYYmmdd-HHMMSS>" (local time), mode 0700, or "<run_id>_<YYYYmmdd-HHMMSS>.XXXXXX"
+ * (mkdtemp(3): random) when that name is taken, so that reruns with the same run id never
+ * share attempt folders and names planted in a shared @log_dir cannot stop the job (torchrun
+ * uses mkdtemp too). @log_dir is refused (-EPERM, logged naming it and its mode) when others
+ * could replace what is in it (fs_check_dir_safe()), warned about when its group can.
  * The path goes to @out. Returns 0 or a negative errno.
  */
 int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len);

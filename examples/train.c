@@ -59,168 +59,127 @@ static void bench(struct model *m, struct crun_ddp *ddp, const struct dataset *d
 	free(idx);
 }
 
-int main(int argc, char **argv)
+/*
+ * The host DDP over a cpu communicator and the model registered with it, in the same start
+ * state on every rank (resumed from the newest checkpoint with --checkpoint-dir).
+ */
+static struct crun_ddp *setup_ddp(struct run *r)
 {
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_CPU, .timeout_ms = 120000};
 	struct crun_ddp_opts dopts = {0};
-	struct crun_sampler smp;
-	struct crun_store *st = NULL;
-	struct crun_comm *comm = NULL;
 	struct crun_ddp *ddp = NULL;
-	struct dataset d = {0};
-	struct model m = {0};
-	struct opts o;
-	char err[512], hex[65];
-	size_t ntrain, *idx, nb, pos, micro_sz;
-	uint64_t epoch0 = 0, step = 0;
-	struct scratch sc;
-	float *hid, lr_now;
-	double ev[3], tl[2], loss_sum;
-	int rank, world, rc, e, micro;
+	struct model *m = &r->m;
+	int rc;
 
-	parse_args(argc, argv, &o);
-	if (o.gradcheck) {
-		return gradcheck(&o);
-	}
-	rc = crun_init(NULL, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "train: %s\n", err);
-		return 2;
-	}
-	crun_error_install_signal_handler();
-	rank = crun_rank();
-	world = crun_world_size();
-	g_rank = rank;
-
-	ntrain = data_prepare(&o, rank, &d);
-
-	rc = crun_worker_store_open(&st, err, sizeof(err));
-	if (rc < 0) {
-		die("%s", err);
-	}
-	rc = crun_comm_create(st, rank, world, &copts, &comm);
+	rc = crun_comm_create(r->st, r->rank, r->world, &copts, &r->comm);
 	if (rc < 0) {
 		die("communicator: %s", crun_strerror(rc));
 	}
-	if (o.bucket_kib > 0) {
-		dopts.bucket_cap_bytes = o.bucket_kib << 10;
-		dopts.first_bucket_bytes = o.bucket_kib << 10;
-	}
-	rc = crun_ddp_create(comm, &dopts, &ddp);
+	run_ddp_opts(r, &dopts);
+	rc = crun_ddp_create(r->comm, &dopts, &ddp);
 	if (rc < 0) {
 		die("ddp: %s", crun_strerror(rc));
 	}
-	model_init(&m, o.hidden, o.seed);
-	if (crun_ddp_register(ddp, m.w1, m.gw1, (size_t)m.h * NFEAT) != 0 ||
-	    crun_ddp_register(ddp, m.b1, m.gb1, (size_t)m.h) != 1 ||
-	    crun_ddp_register(ddp, m.w2, m.gw2, (size_t)NCLASS * m.h) != 2 ||
-	    crun_ddp_register(ddp, m.b2, m.gb2, NCLASS) != 3) {
+	model_init(m, r->o.hidden, r->o.seed);
+	if (crun_ddp_register(ddp, m->w1, m->gw1, (size_t)m->h * NFEAT) != 0 ||
+	    crun_ddp_register(ddp, m->b1, m->gb1, (size_t)m->h) != 1 ||
+	    crun_ddp_register(ddp, m->w2, m->gw2, (size_t)NCLASS * m->h) != 2 ||
+	    crun_ddp_register(ddp, m->b2, m->gb2, NCLASS) != 3) {
 		die("ddp: register failed");
 	}
 
-	if (o.ckpt_dir != NULL) {
-		resume_from_checkpoint(&o, &m, rank, &epoch0, &step);
+	if (r->o.ckpt_dir != NULL) {
+		resume_from_checkpoint(&r->o, m, r->rank, &r->epoch0, &r->step);
 	}
 	rc = crun_ddp_broadcast_params(ddp);
 	if (rc < 0) {
 		die("ddp: broadcast parameters: %s", crun_strerror(rc));
 	}
+	return ddp;
+}
 
-	rc = crun_sampler_init(&smp, ntrain, rank, world, o.seed, true, false);
+/* One optimiser step on the @nb samples from @pos of the epoch, their losses added to @loss_sum. */
+static void train_step(struct run *r, struct crun_ddp *ddp, struct scratch *sc, size_t pos,
+		       size_t nb, float lr, double *loss_sum)
+{
+	/* Gradient accumulation: micro-batches without communication, then one synchronised
+	 * step. */
+	size_t micro_sz = (nb + (size_t)r->o.accum - 1) / (size_t)r->o.accum;
+	int micro, rc;
+
+	crun_ddp_set_no_sync(ddp, r->o.accum > 1);
+	for (micro = 0; (size_t)micro * micro_sz < nb; micro++) {
+		size_t off = (size_t)micro * micro_sz;
+		size_t cnt = nb - off < micro_sz ? nb - off : micro_sz;
+		bool last = off + cnt >= nb;
+
+		if (last) {
+			crun_ddp_set_no_sync(ddp, false);
+		}
+		*loss_sum += train_batch(&r->m, ddp, &r->d, r->idx + pos + off, cnt,
+					 1.0f / (float)nb, last, sc);
+	}
+	rc = crun_ddp_sync(ddp);
 	if (rc < 0) {
-		die("sampler: %s", crun_strerror(rc));
+		die("ddp: sync: %s", crun_strerror(rc));
 	}
-	idx = malloc(smp.num_samples * sizeof(*idx));
-	hid = malloc((size_t)m.h * sizeof(float));
-	scratch_alloc(&sc, m.h, o.batch);
-	if (idx == NULL || hid == NULL) {
-		die("out of memory");
-	}
-	if (rank == 0) {
-		printf("train: world %d, %zu train / %zu test samples, hidden %d, batch %d per rank, "
-		       "lr %g, %d buckets\n",
-		       world, ntrain, d.n - ntrain, m.h, o.batch, o.lr, crun_ddp_bucket_count(ddp));
-		fflush(stdout);
-	}
+	sgd_step(&r->m, lr, (float)r->o.momentum);
+	r->step++;
+}
 
-	if (o.bench) {
-		bench(&m, ddp, &d, ntrain, &o, rank, world, &sc);
-		o.epochs = 0;
-	}
-	for (e = (int)epoch0; e < o.epochs; e++) {
-		rc = crun_sampler_indices(&smp, (uint64_t)e, idx);
-		if (rc < 0) {
-			die("sampler: %s", crun_strerror(rc));
-		}
-		loss_sum = 0.0;
-		/* Cosine decay of the learning rate over the run. */
-		lr_now = (float)(o.lr * 0.5 * (1.0 + cos(M_PI * e / o.epochs)));
-		for (pos = 0; pos < smp.num_samples; pos += nb) {
-			nb = smp.num_samples - pos < (size_t)o.batch ? smp.num_samples - pos
-								    : (size_t)o.batch;
-			/* Gradient accumulation: micro-batches without communication, then one
-			 * synchronised step. */
-			micro_sz = (nb + (size_t)o.accum - 1) / (size_t)o.accum;
-			crun_ddp_set_no_sync(ddp, o.accum > 1);
-			for (micro = 0; (size_t)micro * micro_sz < nb; micro++) {
-				size_t off = (size_t)micro * micro_sz;
-				size_t cnt = nb - off < micro_sz ? nb - off : micro_sz;
-				bool last = off + cnt >= nb;
+/* Epoch @e: its steps, its line, its checkpoint, and the fault injection point. */
+static void train_epoch(struct run *r, struct crun_ddp *ddp, struct scratch *sc, int e)
+{
+	float lr_now = run_epoch_begin(r, e);
+	double loss_sum = 0.0, tl[2];
+	size_t pos, nb;
 
-				if (last) {
-					crun_ddp_set_no_sync(ddp, false);
-				}
-				loss_sum += train_batch(&m, ddp, &d, idx + pos + off, cnt,
-							1.0f / (float)nb, last, &sc);
-			}
-			rc = crun_ddp_sync(ddp);
-			if (rc < 0) {
-				die("ddp: sync: %s", crun_strerror(rc));
-			}
-			sgd_step(&m, lr_now, (float)o.momentum);
-			step++;
-		}
-		tl[0] = loss_sum;
-		tl[1] = (double)smp.num_samples;
-		rc = crun_comm_allreduce(comm, tl, tl, 2, CRUN_DTYPE_FLOAT64, CRUN_REDOP_SUM);
-		if (rc < 0) {
-			die("train loss: allreduce: %s", crun_strerror(rc));
-		}
-		evaluate(&m, comm, &d, ntrain, rank, world, ev, hid);
-		if (rank == 0) {
-			printf("epoch %d step %" PRIu64 " train_loss %.4f test_loss %.4f "
-			       "test_acc %.4f\n",
-			       e + 1, step, tl[0] / tl[1], ev[0] / ev[2], ev[1] / ev[2]);
-			fflush(stdout);
-		}
-		if (o.ckpt_dir != NULL && ((e + 1) % o.ckpt_every == 0 || e + 1 == o.epochs)) {
-			checkpoint_save(&o, &m, e, step);
-		}
-		/* Fault injection for restart tests: one rank crashes on the first attempt. */
-		if (o.fault_epoch == e + 1 && rank == o.fault_rank % world &&
-		    crun_restart_count() == 0) {
-			fprintf(stderr, "train: rank %d: --fault-epoch %d: aborting\n", rank, e + 1);
-			abort();
-		}
+	for (pos = 0; pos < r->smp.num_samples; pos += nb) {
+		nb = run_batch_len(r, pos);
+		train_step(r, ddp, sc, pos, nb, lr_now, &loss_sum);
 	}
-	if (!o.bench) {
-		evaluate(&m, comm, &d, ntrain, rank, world, ev, hid);
-		printf("rank %d final test_loss %.4f test_acc %.4f\n", rank, ev[0] / ev[2],
-		       ev[1] / ev[2]);
+	run_train_loss(r, loss_sum, tl);
+	run_report_epoch(r, e, tl);
+	if (run_checkpoint_due(r, e)) {
+		checkpoint_save(&r->o, &r->m, e, r->step);
 	}
-	sha256_hex(m.p, m.np * sizeof(float), hex);
-	printf("rank %d params sha256 %s\n", rank, hex);
-	fflush(stdout);
+	run_fault_point(r, e);
+}
 
-	free(idx);
-	free(hid);
+int main(int argc, char **argv)
+{
+	struct run r = {0};
+	struct crun_ddp *ddp;
+	struct scratch sc;
+	int rc, e;
+
+	parse_args(argc, argv, &r.o);
+	if (r.o.gradcheck) {
+		return gradcheck(&r.o);
+	}
+	rc = run_init(&r);
+	if (rc != 0) {
+		return rc;
+	}
+	r.ntrain = data_prepare(&r.o, r.rank, &r.d);
+	run_open_store(&r);
+	ddp = setup_ddp(&r);
+	run_alloc(&r);
+	scratch_alloc(&sc, r.m.h, r.o.batch);
+	run_print_banner(&r, crun_ddp_bucket_count(ddp));
+
+	if (r.o.bench) {
+		bench(&r.m, ddp, &r.d, r.ntrain, &r.o, r.rank, r.world, &sc);
+		r.o.epochs = 0;
+	}
+	for (e = (int)r.epoch0; e < r.o.epochs; e++) {
+		train_epoch(&r, ddp, &sc, e);
+	}
+	run_report_final(&r);
+
 	scratch_free(&sc);
 	crun_ddp_destroy(ddp);
-	crun_comm_destroy(comm);
-	crun_store_close(st);
-	model_free(&m);
-	free(d.x);
-	free(d.y);
-	crun_finish();
+	crun_comm_destroy(r.comm);
+	run_end(&r);
 	return 0;
 }

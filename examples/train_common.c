@@ -520,32 +520,32 @@ static double parse_real(const char *opt, const char *s, double lo, double hi)
 	return v;
 }
 
-void parse_args(int argc, char **argv, struct opts *o)
-{
-	static const struct option longs[] = {
-		{"epochs", required_argument, NULL, 'e'},
-		{"batch-size", required_argument, NULL, 'b'},
-		{"lr", required_argument, NULL, 'l'},
-		{"momentum", required_argument, NULL, 'm'},
-		{"hidden", required_argument, NULL, 'H'},
-		{"seed", required_argument, NULL, 's'},
-		{"checkpoint-dir", required_argument, NULL, 'c'},
-		{"checkpoint-every", required_argument, NULL, 'C'},
-		{"data", required_argument, NULL, 'd'},
-		{"synthetic", no_argument, NULL, 'S'},
-		{"samples", required_argument, NULL, 'n'},
-		{"accum", required_argument, NULL, 'a'},
-		{"bucket-kib", required_argument, NULL, 'k'},
-		{"bench", required_argument, NULL, 'B'},
-		{"fault-epoch", required_argument, NULL, 'F'},
-		{"fault-rank", required_argument, NULL, 'R'},
-		{"gradcheck", no_argument, NULL, 'G'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *name;
-	int c, li;
+/* The long options of parse_args() (no short ones but -h). */
+static const struct option train_longs[] = {
+	{"epochs", required_argument, NULL, 'e'},
+	{"batch-size", required_argument, NULL, 'b'},
+	{"lr", required_argument, NULL, 'l'},
+	{"momentum", required_argument, NULL, 'm'},
+	{"hidden", required_argument, NULL, 'H'},
+	{"seed", required_argument, NULL, 's'},
+	{"checkpoint-dir", required_argument, NULL, 'c'},
+	{"checkpoint-every", required_argument, NULL, 'C'},
+	{"data", required_argument, NULL, 'd'},
+	{"synthetic", no_argument, NULL, 'S'},
+	{"samples", required_argument, NULL, 'n'},
+	{"accum", required_argument, NULL, 'a'},
+	{"bucket-kib", required_argument, NULL, 'k'},
+	{"bench", required_argument, NULL, 'B'},
+	{"fault-epoch", required_argument, NULL, 'F'},
+	{"fault-rank", required_argument, NULL, 'R'},
+	{"gradcheck", no_argument, NULL, 'G'},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
 
+/* Every option's default (--data: $CRUN_DIGITS, else the digits file of the source tree). */
+static void opts_default(struct opts *o)
+{
 	memset(o, 0, sizeof(*o));
 	o->epochs = 30;
 	o->batch = 32;
@@ -558,68 +558,83 @@ void parse_args(int argc, char **argv, struct opts *o)
 	o->accum = 1;
 	o->samples = 1797;
 	o->fault_rank = 1;
-	while ((c = getopt_long(argc, argv, "h", longs, &li)) != -1) {
-		name = c == '?' || c == 'h' ? "" : longs[li].name;
-		switch (c) {
-		case 'e':
-			o->epochs = (int)parse_num(name, optarg, 0, 100000);
-			break;
-		case 'b':
-			o->batch = (int)parse_num(name, optarg, 1, 1 << 20);
-			break;
-		case 'l':
-			o->lr = parse_real(name, optarg, 0.0, 100.0);
-			break;
-		case 'm':
-			o->momentum = parse_real(name, optarg, 0.0, 0.999);
-			break;
-		case 'H':
-			o->hidden = (int)parse_num(name, optarg, 1, 1 << 16);
-			break;
-		case 's':
-			o->seed = (uint64_t)parse_num(name, optarg, 0, 0x7fffffffL);
-			break;
-		case 'c':
-			o->ckpt_dir = optarg;
-			break;
-		case 'C':
-			o->ckpt_every = (int)parse_num(name, optarg, 1, 100000);
-			break;
-		case 'd':
-			o->data = optarg;
-			break;
-		case 'S':
-			o->synthetic = true;
-			break;
-		case 'n':
-			o->samples = (int)parse_num(name, optarg, 100, 1 << 24);
-			break;
-		case 'a':
-			o->accum = (int)parse_num(name, optarg, 1, 1024);
-			break;
-		case 'k':
-			o->bucket_kib = (size_t)parse_num(name, optarg, 1, 1 << 20);
-			break;
-		case 'B':
-			o->bench = true;
-			o->bench_steps = (int)parse_num(name, optarg, 1, 1 << 20);
-			break;
-		case 'F':
-			o->fault_epoch = (int)parse_num(name, optarg, 1, 100000);
-			break;
-		case 'R':
-			o->fault_rank = (int)parse_num(name, optarg, 0, 1 << 24);
-			break;
-		case 'G':
-			o->gradcheck = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			exit(2);
-		}
+}
+
+/*
+ * One option from getopt_long(): its code @c, long name @name ("" for -h and unknown options)
+ * and optarg, into @o. --help exits 0, an unknown option or a bad value exits 2.
+ */
+static void parse_opt(struct opts *o, int c, const char *name)
+{
+	switch (c) {
+	case 'e':
+		o->epochs = (int)parse_num(name, optarg, 0, 100000);
+		break;
+	case 'b':
+		o->batch = (int)parse_num(name, optarg, 1, 1 << 20);
+		break;
+	case 'l':
+		o->lr = parse_real(name, optarg, 0.0, 100.0);
+		break;
+	case 'm':
+		o->momentum = parse_real(name, optarg, 0.0, 0.999);
+		break;
+	case 'H':
+		o->hidden = (int)parse_num(name, optarg, 1, 1 << 16);
+		break;
+	case 's':
+		o->seed = (uint64_t)parse_num(name, optarg, 0, 0x7fffffffL);
+		break;
+	case 'c':
+		o->ckpt_dir = optarg;
+		break;
+	case 'C':
+		o->ckpt_every = (int)parse_num(name, optarg, 1, 100000);
+		break;
+	case 'd':
+		o->data = optarg;
+		break;
+	case 'S':
+		o->synthetic = true;
+		break;
+	case 'n':
+		o->samples = (int)parse_num(name, optarg, 100, 1 << 24);
+		break;
+	case 'a':
+		o->accum = (int)parse_num(name, optarg, 1, 1024);
+		break;
+	case 'k':
+		o->bucket_kib = (size_t)parse_num(name, optarg, 1, 1 << 20);
+		break;
+	case 'B':
+		o->bench = true;
+		o->bench_steps = (int)parse_num(name, optarg, 1, 1 << 20);
+		break;
+	case 'F':
+		o->fault_epoch = (int)parse_num(name, optarg, 1, 100000);
+		break;
+	case 'R':
+		o->fault_rank = (int)parse_num(name, optarg, 0, 1 << 24);
+		break;
+	case 'G':
+		o->gradcheck = true;
+		break;
+	case 'h':
+		usage(stdout);
+		exit(0);
+	default:
+		usage(stderr);
+		exit(2);
+	}
+}
+
+void parse_args(int argc, char **argv, struct opts *o)
+{
+	int c, li;
+
+	opts_default(o);
+	while ((c = getopt_long(argc, argv, "h", train_longs, &li)) != -1) {
+		parse_opt(o, c, c == '?' || c == 'h' ? "" : train_longs[li].name);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "train: unexpected argument \"%s\"\n", argv[optind]);
@@ -811,4 +826,151 @@ void checkpoint_save(const struct opts *o, struct model *m, int e, uint64_t step
 	if (rc < 0) {
 		die("checkpoint %s: %s", o->ckpt_dir, crun_strerror(rc));
 	}
+}
+
+/* ---- the steps of one run, shared by train and train_gpu ------------------------------ */
+
+int run_init(struct run *r)
+{
+	char err[512];
+	int rc;
+
+	rc = crun_init(NULL, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "train: %s\n", err);
+		return 2;
+	}
+	crun_error_install_signal_handler();
+	r->rank = crun_rank();
+	r->world = crun_world_size();
+	g_rank = r->rank;
+	return 0;
+}
+
+void run_open_store(struct run *r)
+{
+	char err[512];
+	int rc;
+
+	rc = crun_worker_store_open(&r->st, err, sizeof(err));
+	if (rc < 0) {
+		die("%s", err);
+	}
+}
+
+void run_ddp_opts(const struct run *r, struct crun_ddp_opts *dopts)
+{
+	if (r->o.bucket_kib > 0) {
+		dopts->bucket_cap_bytes = r->o.bucket_kib << 10;
+		dopts->first_bucket_bytes = r->o.bucket_kib << 10;
+	}
+}
+
+void run_alloc(struct run *r)
+{
+	int rc;
+
+	rc = crun_sampler_init(&r->smp, r->ntrain, r->rank, r->world, r->o.seed, true, false);
+	if (rc < 0) {
+		die("sampler: %s", crun_strerror(rc));
+	}
+	r->idx = malloc(r->smp.num_samples * sizeof(*r->idx));
+	r->hid = malloc((size_t)r->m.h * sizeof(float));
+	if (r->idx == NULL || r->hid == NULL) {
+		die("out of memory");
+	}
+}
+
+void run_print_banner(const struct run *r, int nbuckets)
+{
+	if (r->rank == 0) {
+		printf("train: world %d, %zu train / %zu test samples, hidden %d, "
+		       "batch %d per rank, lr %g, %d buckets\n",
+		       r->world, r->ntrain, r->d.n - r->ntrain, r->m.h, r->o.batch, r->o.lr,
+		       nbuckets);
+		fflush(stdout);
+	}
+}
+
+float run_epoch_begin(struct run *r, int e)
+{
+	int rc;
+
+	rc = crun_sampler_indices(&r->smp, (uint64_t)e, r->idx);
+	if (rc < 0) {
+		die("sampler: %s", crun_strerror(rc));
+	}
+	/* Cosine decay of the learning rate over the run. */
+	return (float)(r->o.lr * 0.5 * (1.0 + cos(M_PI * e / r->o.epochs)));
+}
+
+size_t run_batch_len(const struct run *r, size_t pos)
+{
+	return r->smp.num_samples - pos < (size_t)r->o.batch ? r->smp.num_samples - pos
+							     : (size_t)r->o.batch;
+}
+
+void run_train_loss(struct run *r, double loss_sum, double tl[2])
+{
+	int rc;
+
+	tl[0] = loss_sum;
+	tl[1] = (double)r->smp.num_samples;
+	rc = crun_comm_allreduce(r->comm, tl, tl, 2, CRUN_DTYPE_FLOAT64, CRUN_REDOP_SUM);
+	if (rc < 0) {
+		die("train loss: allreduce: %s", crun_strerror(rc));
+	}
+}
+
+void run_report_epoch(struct run *r, int e, const double tl[2])
+{
+	double ev[3];
+
+	evaluate(&r->m, r->comm, &r->d, r->ntrain, r->rank, r->world, ev, r->hid);
+	if (r->rank == 0) {
+		printf("epoch %d step %" PRIu64 " train_loss %.4f test_loss %.4f test_acc %.4f\n",
+		       e + 1, r->step, tl[0] / tl[1], ev[0] / ev[2], ev[1] / ev[2]);
+		fflush(stdout);
+	}
+}
+
+bool run_checkpoint_due(const struct run *r, int e)
+{
+	return r->o.ckpt_dir != NULL && ((e + 1) % r->o.ckpt_every == 0 || e + 1 == r->o.epochs);
+}
+
+void run_fault_point(const struct run *r, int e)
+{
+	/* Fault injection for restart tests: one rank crashes on the first attempt. */
+	if (r->o.fault_epoch == e + 1 && r->rank == r->o.fault_rank % r->world &&
+	    crun_restart_count() == 0) {
+		fprintf(stderr, "train: rank %d: --fault-epoch %d: aborting\n", r->rank, e + 1);
+		abort();
+	}
+}
+
+void run_report_final(struct run *r)
+{
+	double ev[3];
+	char hex[65];
+
+	if (!r->o.bench) {
+		evaluate(&r->m, r->comm, &r->d, r->ntrain, r->rank, r->world, ev, r->hid);
+		printf("rank %d final test_loss %.4f test_acc %.4f\n", r->rank, ev[0] / ev[2],
+		       ev[1] / ev[2]);
+	}
+	sha256_hex(r->m.p, r->m.np * sizeof(float), hex);
+	printf("rank %d params sha256 %s\n", r->rank, hex);
+	fflush(stdout);
+}
+
+void run_end(struct run *r)
+{
+	free(r->idx);
+	free(r->hid);
+	crun_store_close(r->st);
+	model_free(&r->m);
+	free(r->d.x);
+	free(r->d.y);
+	crun_finish();
 }

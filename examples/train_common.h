@@ -55,6 +55,24 @@ struct scratch {
 	float *z;   /* NCLASS x batch: logits, then d loss / d logits */
 };
 
+/*
+ * One run of train or train_gpu: what both programs hold besides their DDP engine, and what
+ * the shared steps below (run_*) work on.
+ */
+struct run {
+	struct opts o;
+	int rank, world;
+	struct dataset d;
+	size_t ntrain; /* d's first ntrain samples train; the rest are held out */
+	struct model m;
+	struct crun_store *st;
+	struct crun_comm *comm; /* the host (cpu) communicator: train loss, evaluation */
+	struct crun_sampler smp;
+	size_t *idx; /* smp.num_samples: this rank's samples of the epoch, in order */
+	float *hid;  /* m.h floats for evaluate() */
+	uint64_t epoch0, step;
+};
+
 /* This process's rank in messages (-1 before crun_init()). */
 extern int g_rank;
 
@@ -108,5 +126,35 @@ void resume_from_checkpoint(const struct opts *o, struct model *m, int rank, uin
 			    uint64_t *step);
 /** Save m->p and m->v as the checkpoint of epoch @e (0-based) at @step (every rank calls). */
 void checkpoint_save(const struct opts *o, struct model *m, int e, uint64_t step);
+
+/**
+ * crun_init(), the error-file signal handler, r->rank, r->world and g_rank; 0, or 2 (the exit
+ * status) with the message on stderr.
+ */
+int run_init(struct run *r);
+/** Open the worker's store into r->st; dies on failure. */
+void run_open_store(struct run *r);
+/** DDP options from --bucket-kib (the first bucket and the others alike). */
+void run_ddp_opts(const struct run *r, struct crun_ddp_opts *dopts);
+/** The sampler over the training samples, r->idx and r->hid; dies on failure. */
+void run_alloc(struct run *r);
+/** Rank 0's first line: world, samples, model, batch, learning rate, @nbuckets. */
+void run_print_banner(const struct run *r, int nbuckets);
+/** Epoch @e's samples into r->idx; returns its learning rate (cosine decay over the run). */
+float run_epoch_begin(struct run *r, int e);
+/** A step's samples from @pos of the epoch: --batch-size, or what is left. */
+size_t run_batch_len(const struct run *r, size_t pos);
+/** The epoch's train loss summed over the ranks: @tl[0] the loss, @tl[1] the samples. */
+void run_train_loss(struct run *r, double loss_sum, double tl[2]);
+/** Evaluate (r->m must hold the current parameters) and print epoch @e's line on rank 0. */
+void run_report_epoch(struct run *r, int e, const double tl[2]);
+/** Whether epoch @e (0-based) ends with a checkpoint. */
+bool run_checkpoint_due(const struct run *r, int e);
+/** --fault-epoch: the chosen rank aborts after epoch @e on the first attempt. */
+void run_fault_point(const struct run *r, int e);
+/** The final evaluation (not after --bench) and every rank's parameter checksum. */
+void run_report_final(struct run *r);
+/** Free the buffers, close the store, crun_finish(): the DDP and communicators are gone. */
+void run_end(struct run *r);
 
 #endif

@@ -122,210 +122,195 @@ static void ckpt_save(struct gpu_model *g, struct model *m, const struct opts *o
 	checkpoint_save(o, m, e, step);
 }
 
-int main(int argc, char **argv)
-{
-	struct crun_comm_opts nopts = {.backend = CRUN_BACKEND_NCCL, .timeout_ms = 120000,
-				       .name = "train_gpu"};
-	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_CPU, .timeout_ms = 120000,
-				       .name = "train_host"};
-	struct crun_ddp_opts dopts = {0};
-	struct crun_sampler smp;
-	struct crun_store *st = NULL;
-	struct crun_comm *comm = NULL, *ncomm = NULL;
-	struct crun_ddp_cuda *ddp = NULL;
-	struct gpu_model *g = NULL;
-	struct dataset d = {0};
-	struct model m = {0};
-	struct opts o;
-	char err[512], hex[65], devname[128];
-	size_t ntrain, *idx, nb = 0, pos, micro_sz;
-	uint64_t epoch0 = 0, step = 0;
-	float *hid, lr_now;
-	double ev[3], tl[2], loss_sum;
-	int rank, world, rc, e, micro, ndev, device;
-	cudaError_t ce;
+/* The device side of a run: the model on the GPU, the nccl communicator, the DDP engine. */
+struct gpu_run {
+	int device;
+	struct gpu_model *g;
+	struct crun_comm *ncomm;
+	struct crun_ddp_cuda *ddp;
+};
 
-	parse_args(argc, argv, &o);
-	if (o.gradcheck) {
-		/* The analytic gradients are the host step's; the device's are compared with
-		 * them through the loss curve (tests/gpu). */
-		return gradcheck(&o);
-	}
-	ndev = gpu_device_count(err, sizeof(err));
-	if (ndev <= 0) {
+/*
+ * A usable GPU, crun_init() (run_init()), and this rank's device made current; 0, or the exit
+ * status (EXIT_NO_GPU, 2) with the message on stderr.
+ */
+static int gpu_start(struct run *r, struct gpu_run *gr)
+{
+	char err[512];
+	cudaError_t ce;
+	int rc;
+
+	if (gpu_device_count(err, sizeof(err)) <= 0) {
 		fprintf(stderr, "train_gpu: no GPU available: %s\n", err);
 		return EXIT_NO_GPU;
 	}
-	rc = crun_init(NULL, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "train: %s\n", err);
-		return 2;
+	rc = run_init(r);
+	if (rc != 0) {
+		return rc;
 	}
-	crun_error_install_signal_handler();
-	rank = crun_rank();
-	world = crun_world_size();
-	g_rank = rank;
 	/*
 	 * The one rule for "my device" (crun_cuda_device(): the local rank among the visible
 	 * GPUs; more local ranks than GPUs refused unless CRUN_GPU_SHARING=1), made current
 	 * before anything is created: the nccl communicator requires it to be this thread's
 	 * current device, and the DDP takes the current device as its own.
 	 */
-	device = crun_cuda_device(err, sizeof(err));
-	if (device == CRUN_ENODEV || device == CRUN_EBACKEND) {
+	gr->device = crun_cuda_device(err, sizeof(err));
+	if (gr->device == CRUN_ENODEV || gr->device == CRUN_EBACKEND) {
 		fprintf(stderr, "train_gpu: no GPU available: %s\n", err);
 		return EXIT_NO_GPU;
 	}
-	if (device < 0) {
+	if (gr->device < 0) {
 		fprintf(stderr, "train_gpu: %s\n", err);
 		return 2;
 	}
-	ce = cudaSetDevice(device);
+	ce = cudaSetDevice(gr->device);
 	if (ce != cudaSuccess) {
-		die("cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+		die("cudaSetDevice(%d): %s", gr->device, cudaGetErrorString(ce));
 	}
+	return 0;
+}
 
-	ntrain = data_prepare(&o, rank, &d);
+/* The host model (the initialisation of train) and its copy on the device, with the data. */
+static void gpu_setup_model(struct run *r, struct gpu_run *gr)
+{
+	char err[512], devname[128];
+	int rc;
 
-	model_init(&m, o.hidden, o.seed);
-	rc = gpu_model_create(device, m.h, (size_t)o.batch, d.x, d.y, d.n, &g, err, sizeof(err));
+	model_init(&r->m, r->o.hidden, r->o.seed);
+	rc = gpu_model_create(gr->device, r->m.h, (size_t)r->o.batch, r->d.x, r->d.y, r->d.n,
+			      &gr->g, err, sizeof(err));
 	if (rc < 0) {
 		die("%s", err);
 	}
-	gpu_device_name(device, devname, sizeof(devname));
-	fprintf(stderr, "train_gpu: rank %d: device %d: %s\n", rank, device, devname);
+	gpu_device_name(gr->device, devname, sizeof(devname));
+	fprintf(stderr, "train_gpu: rank %d: device %d: %s\n", r->rank, gr->device, devname);
+}
 
-	rc = crun_worker_store_open(&st, err, sizeof(err));
-	if (rc < 0) {
-		die("%s", err);
-	}
-	rc = crun_comm_create(st, rank, world, &nopts, &ncomm);
+/* The nccl and host communicators, and the DDP over the device's parameters and gradients. */
+static void gpu_setup_ddp(struct run *r, struct gpu_run *gr)
+{
+	struct crun_comm_opts nopts = {
+		.backend = CRUN_BACKEND_NCCL, .timeout_ms = 120000, .name = "train_gpu"};
+	struct crun_comm_opts copts = {
+		.backend = CRUN_BACKEND_CPU, .timeout_ms = 120000, .name = "train_host"};
+	struct crun_ddp_opts dopts = {0};
+	float *p = gpu_model_params(gr->g), *g = gpu_model_grads(gr->g);
+	size_t h = (size_t)r->m.h, o1 = h * NFEAT, o2 = o1 + h, o3 = o2 + (size_t)NCLASS * h;
+	int rc;
+
+	rc = crun_comm_create(r->st, r->rank, r->world, &nopts, &gr->ncomm);
 	if (rc < 0) {
 		die("nccl communicator: %s", crun_strerror(rc));
 	}
-	rc = crun_comm_create(st, rank, world, &copts, &comm);
+	rc = crun_comm_create(r->st, r->rank, r->world, &copts, &r->comm);
 	if (rc < 0) {
 		die("host communicator: %s", crun_strerror(rc));
 	}
-	if (o.bucket_kib > 0) {
-		dopts.bucket_cap_bytes = o.bucket_kib << 10;
-		dopts.first_bucket_bytes = o.bucket_kib << 10;
-	}
-	rc = crun_ddp_cuda_create(ncomm, &dopts, gpu_model_stream(g), &ddp);
+	run_ddp_opts(r, &dopts);
+	rc = crun_ddp_cuda_create(gr->ncomm, &dopts, gpu_model_stream(gr->g), &gr->ddp);
 	if (rc < 0) {
 		die("ddp: %s", crun_strerror(rc));
 	}
-	{
-		float *p = gpu_model_params(g), *gr = gpu_model_grads(g);
-		size_t o1 = (size_t)m.h * NFEAT, o2 = o1 + (size_t)m.h, o3 = o2 + (size_t)NCLASS * m.h;
-
-		if (crun_ddp_cuda_register(ddp, p, gr, o1) != 0 ||
-		    crun_ddp_cuda_register(ddp, p + o1, gr + o1, (size_t)m.h) != 1 ||
-		    crun_ddp_cuda_register(ddp, p + o2, gr + o2, (size_t)NCLASS * m.h) != 2 ||
-		    crun_ddp_cuda_register(ddp, p + o3, gr + o3, NCLASS) != 3) {
-			die("ddp: register failed: %s", crun_ddp_cuda_last_error(ddp));
-		}
+	if (crun_ddp_cuda_register(gr->ddp, p, g, o1) != 0 ||
+	    crun_ddp_cuda_register(gr->ddp, p + o1, g + o1, h) != 1 ||
+	    crun_ddp_cuda_register(gr->ddp, p + o2, g + o2, (size_t)NCLASS * h) != 2 ||
+	    crun_ddp_cuda_register(gr->ddp, p + o3, g + o3, NCLASS) != 3) {
+		die("ddp: register failed: %s", crun_ddp_cuda_last_error(gr->ddp));
 	}
+}
 
-	if (o.ckpt_dir != NULL) {
-		resume_from_checkpoint(&o, &m, rank, &epoch0, &step);
+/* The same start on every rank: resumed (or initial) host parameters, uploaded, broadcast. */
+static void gpu_start_state(struct run *r, struct gpu_run *gr)
+{
+	if (r->o.ckpt_dir != NULL) {
+		resume_from_checkpoint(&r->o, &r->m, r->rank, &r->epoch0, &r->step);
 	}
 	/* Bit-identical start: the host's initial (or resumed) parameters go to the device. */
-	gpu_check(g, gpu_model_upload(g, m.p, m.v), "upload");
-	rc = crun_ddp_cuda_broadcast_params(ddp);
-	ddp_check(ddp, rc, "broadcast parameters");
+	gpu_check(gr->g, gpu_model_upload(gr->g, r->m.p, r->m.v), "upload");
+	ddp_check(gr->ddp, crun_ddp_cuda_broadcast_params(gr->ddp), "broadcast parameters");
+}
 
-	rc = crun_sampler_init(&smp, ntrain, rank, world, o.seed, true, false);
-	if (rc < 0) {
-		die("sampler: %s", crun_strerror(rc));
-	}
-	idx = malloc(smp.num_samples * sizeof(*idx));
-	hid = malloc((size_t)m.h * sizeof(float));
-	if (idx == NULL || hid == NULL) {
-		die("out of memory");
-	}
-	if (rank == 0) {
-		printf("train: world %d, %zu train / %zu test samples, hidden %d, batch %d per rank, "
-		       "lr %g, %d buckets\n",
-		       world, ntrain, d.n - ntrain, m.h, o.batch, o.lr,
-		       crun_ddp_cuda_bucket_count(ddp));
-		fflush(stdout);
-	}
+/* One optimiser step on the @nb samples from @pos of the epoch (the loss stays on the device). */
+static void gpu_train_step(struct run *r, struct gpu_run *gr, size_t pos, size_t nb, float lr)
+{
+	size_t micro_sz = (nb + (size_t)r->o.accum - 1) / (size_t)r->o.accum;
+	int micro;
 
-	if (o.bench) {
-		gpu_bench(g, ddp, ntrain, &o, rank, world);
-		o.epochs = 0;
-	}
-	for (e = (int)epoch0; e < o.epochs; e++) {
-		rc = crun_sampler_indices(&smp, (uint64_t)e, idx);
-		if (rc < 0) {
-			die("sampler: %s", crun_strerror(rc));
-		}
-		lr_now = (float)(o.lr * 0.5 * (1.0 + cos(M_PI * e / o.epochs)));
-		for (pos = 0; pos < smp.num_samples; pos += nb) {
-			nb = smp.num_samples - pos < (size_t)o.batch ? smp.num_samples - pos
-								    : (size_t)o.batch;
-			micro_sz = (nb + (size_t)o.accum - 1) / (size_t)o.accum;
-			crun_ddp_cuda_set_no_sync(ddp, o.accum > 1);
-			for (micro = 0; (size_t)micro * micro_sz < nb; micro++) {
-				size_t off = (size_t)micro * micro_sz;
-				size_t cnt = nb - off < micro_sz ? nb - off : micro_sz;
-				bool last = off + cnt >= nb;
+	crun_ddp_cuda_set_no_sync(gr->ddp, r->o.accum > 1);
+	for (micro = 0; (size_t)micro * micro_sz < nb; micro++) {
+		size_t off = (size_t)micro * micro_sz;
+		size_t cnt = nb - off < micro_sz ? nb - off : micro_sz;
+		bool last = off + cnt >= nb;
 
-				if (last) {
-					crun_ddp_cuda_set_no_sync(ddp, false);
-				}
-				gpu_train_batch(g, ddp, idx + pos + off, cnt, 1.0f / (float)nb,
-						last);
-			}
-			ddp_check(ddp, crun_ddp_cuda_sync(ddp), "sync");
-			gpu_check(g, gpu_model_sgd(g, lr_now, (float)o.momentum), "sgd");
-			step++;
+		if (last) {
+			crun_ddp_cuda_set_no_sync(gr->ddp, false);
 		}
-		gpu_check(g, gpu_model_take_loss(g, &loss_sum), "train loss");
-		tl[0] = loss_sum;
-		tl[1] = (double)smp.num_samples;
-		rc = crun_comm_allreduce(comm, tl, tl, 2, CRUN_DTYPE_FLOAT64, CRUN_REDOP_SUM);
-		if (rc < 0) {
-			die("train loss: allreduce: %s", crun_strerror(rc));
-		}
-		gpu_check(g, gpu_model_download(g, m.p, NULL), "download");
-		evaluate(&m, comm, &d, ntrain, rank, world, ev, hid);
-		if (rank == 0) {
-			printf("epoch %d step %" PRIu64 " train_loss %.4f test_loss %.4f "
-			       "test_acc %.4f\n",
-			       e + 1, step, tl[0] / tl[1], ev[0] / ev[2], ev[1] / ev[2]);
-			fflush(stdout);
-		}
-		if (o.ckpt_dir != NULL && ((e + 1) % o.ckpt_every == 0 || e + 1 == o.epochs)) {
-			ckpt_save(g, &m, &o, e, step);
-		}
-		if (o.fault_epoch == e + 1 && rank == o.fault_rank % world &&
-		    crun_restart_count() == 0) {
-			fprintf(stderr, "train: rank %d: --fault-epoch %d: aborting\n", rank, e + 1);
-			abort();
-		}
+		gpu_train_batch(gr->g, gr->ddp, r->idx + pos + off, cnt, 1.0f / (float)nb, last);
 	}
-	gpu_check(g, gpu_model_download(g, m.p, m.v), "download");
-	if (!o.bench) {
-		evaluate(&m, comm, &d, ntrain, rank, world, ev, hid);
-		printf("rank %d final test_loss %.4f test_acc %.4f\n", rank, ev[0] / ev[2],
-		       ev[1] / ev[2]);
-	}
-	sha256_hex(m.p, m.np * sizeof(float), hex);
-	printf("rank %d params sha256 %s\n", rank, hex);
-	fflush(stdout);
+	ddp_check(gr->ddp, crun_ddp_cuda_sync(gr->ddp), "sync");
+	gpu_check(gr->g, gpu_model_sgd(gr->g, lr, (float)r->o.momentum), "sgd");
+	r->step++;
+}
 
-	free(idx);
-	free(hid);
-	crun_ddp_cuda_destroy(ddp);
-	crun_comm_destroy(comm);
-	crun_comm_destroy(ncomm);
-	gpu_model_destroy(g);
-	crun_store_close(st);
-	model_free(&m);
-	free(d.x);
-	free(d.y);
-	crun_finish();
+/* Epoch @e: its steps, its line (evaluated on the host), its checkpoint, the fault point. */
+static void gpu_train_epoch(struct run *r, struct gpu_run *gr, int e)
+{
+	float lr_now = run_epoch_begin(r, e);
+	double loss_sum, tl[2];
+	size_t pos, nb;
+
+	for (pos = 0; pos < r->smp.num_samples; pos += nb) {
+		nb = run_batch_len(r, pos);
+		gpu_train_step(r, gr, pos, nb, lr_now);
+	}
+	gpu_check(gr->g, gpu_model_take_loss(gr->g, &loss_sum), "train loss");
+	run_train_loss(r, loss_sum, tl);
+	gpu_check(gr->g, gpu_model_download(gr->g, r->m.p, NULL), "download");
+	run_report_epoch(r, e, tl);
+	if (run_checkpoint_due(r, e)) {
+		ckpt_save(gr->g, &r->m, &r->o, e, r->step);
+	}
+	run_fault_point(r, e);
+}
+
+int main(int argc, char **argv)
+{
+	struct gpu_run gr = {0};
+	struct run r = {0};
+	int rc, e;
+
+	parse_args(argc, argv, &r.o);
+	if (r.o.gradcheck) {
+		/* The analytic gradients are the host step's; the device's are compared with
+		 * them through the loss curve (tests/gpu). */
+		return gradcheck(&r.o);
+	}
+	rc = gpu_start(&r, &gr);
+	if (rc != 0) {
+		return rc;
+	}
+	r.ntrain = data_prepare(&r.o, r.rank, &r.d);
+	gpu_setup_model(&r, &gr);
+	run_open_store(&r);
+	gpu_setup_ddp(&r, &gr);
+	gpu_start_state(&r, &gr);
+	run_alloc(&r);
+	run_print_banner(&r, crun_ddp_cuda_bucket_count(gr.ddp));
+
+	if (r.o.bench) {
+		gpu_bench(gr.g, gr.ddp, r.ntrain, &r.o, r.rank, r.world);
+		r.o.epochs = 0;
+	}
+	for (e = (int)r.epoch0; e < r.o.epochs; e++) {
+		gpu_train_epoch(&r, &gr, e);
+	}
+	gpu_check(gr.g, gpu_model_download(gr.g, r.m.p, r.m.v), "download");
+	run_report_final(&r);
+
+	crun_ddp_cuda_destroy(gr.ddp);
+	crun_comm_destroy(r.comm);
+	crun_comm_destroy(gr.ncomm);
+	gpu_model_destroy(gr.g);
+	run_end(&r);
 	return 0;
 }

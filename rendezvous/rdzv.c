@@ -18,7 +18,6 @@
 #include "rendezvous/rdzv_internal.h"
 #include "rendezvous/rdzv_keys.h"
 #include "src/common/util.h"
-#include "rendezvous/store/backend.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
@@ -41,6 +40,8 @@ void rdzv_conf_defaults(struct rdzv_conf *c)
 	c->keep_alive_max_attempt = 3;
 	c->read_timeout_ms = 60000;
 	c->progress_interval_ms = 5000;
+	c->master_fn = NULL; /* rank 0's TCPStore at its address, a free port */
+	c->master_arg = NULL;
 }
 
 /* ---- small store helpers -------------------------------------------------------------- */
@@ -348,21 +349,16 @@ void rdzv_note_gone(struct rdzv *r)
 	}
 }
 
-int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
+/*
+ * rdzv_finish(), record: this node's "fin/<rank>" and its one count in "done" (a call after a
+ * timeout counts nothing more); the node that completes the count writes "alldone" and "end".
+ */
+static int finish_record(struct rdzv *r, struct crun_diag *d)
 {
-	const struct rdzv_conf *c = &r->conf;
-	char key[KEY_MAX], k_all[KEY_MAX], k_failed[KEY_MAX], cur[REC_MAX], desc[REC_MAX + 64];
-	char lost[512];
-	const char *wkeys[2];
-	struct rdzv_ring ring;
-	int64_t done, deadline, next_ring, next_progress, now;
-	bool won;
+	char key[KEY_MAX], cur[REC_MAX];
+	int64_t done;
 	int rc;
 
-	if (!r->in_round) {
-		return diag_set(d, -EINVAL, "rendezvous %s: finish: not in a round", r->run_id);
-	}
-	deadline = crun_now_ms() + (timeout_ms > 0 ? timeout_ms : 86400000);
 	rdzv_rkey(key, r->round, "fin/%d", r->group_rank);
 	rc = r->finished ? 0 : rdzv_set_str(r->st, key, "1");
 	rdzv_rkey(key, r->round, "done");
@@ -379,12 +375,11 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 		return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id, r->round,
 				rdzv_why(r->st, rc));
 	}
-	rdzv_rkey(k_all, r->round, "alldone");
-	rdzv_rkey(k_failed, r->round, "failed");
 	if (done == r->count) {
 		snprintf(cur, sizeof(cur), "done round %d finished on all %d nodes", r->round,
 			 r->count);
-		rc = rdzv_set_str(r->st, k_all, "1");
+		rdzv_rkey(key, r->round, "alldone");
+		rc = rdzv_set_str(r->st, key, "1");
 		if (rc == 0) {
 			rc = rdzv_set_str(r->st, "end", cur);
 		}
@@ -393,12 +388,84 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 					r->round, rdzv_why(r->st, rc));
 		}
 	}
+	return 0;
+}
+
+/*
+ * rdzv_finish(), while waiting: the keep-alive ring. 0 while the watched node is alive; a lost
+ * one marks the round failed and ends the wait with CRUN_EPEERFAIL (or the store's error).
+ */
+static int finish_check_ring(struct rdzv *r, struct rdzv_ring *ring, struct crun_diag *d)
+{
+	char lost[512], cur[REC_MAX], desc[REC_MAX + 64];
+	bool won;
+	int rc;
+
+	rc = rdzv_ring_check(r, r->st, ring, lost, sizeof(lost));
+	if (rc < 0) {
+		return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id, r->round,
+				rdzv_why(r->st, rc));
+	}
+	if (rc == 1) {
+		rc = rdzv_mark_failed(r, r->st, KIND_LOST, lost, cur, sizeof(cur), &won);
+		if (rc < 0) {
+			return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id,
+					r->round, rdzv_why(r->st, rc));
+		}
+		rdzv_describe_failed(cur, desc, sizeof(desc));
+		return diag_set(d, CRUN_EPEERFAIL, "rendezvous %s round %d: %s", r->run_id,
+				r->round, desc);
+	}
+	return 0;
+}
+
+/*
+ * rdzv_finish(), judge: crun_store_wait_any() on {"alldone", "failed"} returned @which. 0 when
+ * the round finished everywhere (this node counted in "gone"), else the failure, described.
+ */
+static int finish_judge(struct rdzv *r, int which, const char *k_failed, struct crun_diag *d)
+{
+	char cur[REC_MAX], desc[REC_MAX + 64];
+	int rc;
+
+	if (which == 0) {
+		rdzv_note_gone(r);
+		return 0;
+	}
+	rc = rdzv_get_str(r->st, k_failed, cur, sizeof(cur));
+	if (rc < 0) {
+		return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id, r->round,
+				rdzv_why(r->st, rc));
+	}
+	rdzv_describe_failed(cur, desc, sizeof(desc));
+	return diag_set(d, CRUN_EPEERFAIL, "rendezvous %s round %d: round failed: %s", r->run_id,
+			r->round, desc);
+}
+
+int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
+{
+	const struct rdzv_conf *c = &r->conf;
+	char k_done[KEY_MAX], k_all[KEY_MAX], k_failed[KEY_MAX];
+	const char *wkeys[2] = {k_all, k_failed};
+	struct rdzv_ring ring;
+	int64_t deadline, next_ring, next_progress, now;
+	int rc;
+
+	if (!r->in_round) {
+		return diag_set(d, -EINVAL, "rendezvous %s: finish: not in a round", r->run_id);
+	}
+	deadline = crun_now_ms() + (timeout_ms > 0 ? timeout_ms : 86400000);
+	rc = finish_record(r, d);
+	if (rc != 0) {
+		return rc;
+	}
+	rdzv_rkey(k_done, r->round, "done");
+	rdzv_rkey(k_all, r->round, "alldone");
+	rdzv_rkey(k_failed, r->round, "failed");
 	rdzv_ring_init(r, &ring);
 	now = crun_now_ms();
 	next_ring = now + c->keep_alive_interval_ms;
 	next_progress = now + c->progress_interval_ms;
-	wkeys[0] = k_all;
-	wkeys[1] = k_failed;
 	for (;;) {
 		now = crun_now_ms();
 		if (now >= deadline) {
@@ -408,28 +475,16 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 					r->run_id, r->round, timeout_ms);
 		}
 		if (now >= next_ring) {
-			rc = rdzv_ring_check(r, r->st, &ring, lost, sizeof(lost));
-			if (rc < 0) {
-				return diag_set(d, rc, "rendezvous %s round %d: finish: %s",
-						r->run_id, r->round, rdzv_why(r->st, rc));
-			}
-			if (rc == 1) {
-				rc = rdzv_mark_failed(r, r->st, KIND_LOST, lost, cur, sizeof(cur),
-						      &won);
-				if (rc < 0) {
-					return diag_set(d, rc, "rendezvous %s round %d: finish: %s",
-							r->run_id, r->round, rdzv_why(r->st, rc));
-				}
-				rdzv_describe_failed(cur, desc, sizeof(desc));
-				return diag_set(d, CRUN_EPEERFAIL, "rendezvous %s round %d: %s",
-						r->run_id, r->round, desc);
+			rc = finish_check_ring(r, &ring, d);
+			if (rc != 0) {
+				return rc;
 			}
 			next_ring = now + c->keep_alive_interval_ms;
 		}
 		if (now >= next_progress) {
 			int64_t n = 0;
 
-			(void)crun_store_add(r->st, key, 0, &n);
+			(void)crun_store_add(r->st, k_done, 0, &n);
 			log_info("rendezvous %s round %d: this node finished; waiting for %" PRId64
 				 " of %d nodes",
 				 r->run_id, r->round, r->count - n, r->count);
@@ -445,18 +500,7 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 			return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id,
 					r->round, rdzv_why(r->st, rc));
 		}
-		if (rc == 0) {
-			rdzv_note_gone(r);
-			return 0;
-		}
-		rc = rdzv_get_str(r->st, k_failed, cur, sizeof(cur));
-		if (rc < 0) {
-			return diag_set(d, rc, "rendezvous %s round %d: finish: %s", r->run_id,
-					r->round, rdzv_why(r->st, rc));
-		}
-		rdzv_describe_failed(cur, desc, sizeof(desc));
-		return diag_set(d, CRUN_EPEERFAIL, "rendezvous %s round %d: round failed: %s",
-				r->run_id, r->round, desc);
+		return finish_judge(r, rc, k_failed, d);
 	}
 }
 

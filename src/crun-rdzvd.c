@@ -176,7 +176,8 @@ static void on_signal(uv_signal_t *h, int signum)
 /* What the command line asks for, checked. */
 struct config {
 	struct store_server_opts o;
-	char *token;       /* owned; NULL: none given (yet) */
+	struct store_settings ss; /* the store flags, for the one token policy */
+	struct store_conf sc;	  /* what they resolve to: the token and TLS files served */
 	bool insecure;
 	char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
 };
@@ -250,14 +251,13 @@ static int take_limits(const struct opt_val *v, struct config *c, struct crun_di
 	return 0;
 }
 
-/* --token, --token-file (the later one wins) and --insecure. */
+/* --token, --token-file (the later one wins) and --insecure, for the token policy. */
 static int take_token(const struct opt_val *v, const struct opt_store_flags *f, struct config *c,
 		      struct crun_diag *d)
 {
 	const struct opt_val *tok = &v[R_TOKEN], *file = &v[R_TOKEN_FILE];
-	struct crun_diag td = {0};
 
-	c->insecure = f->insecure;
+	c->insecure = c->ss.insecure = f->insecure;
 	if (c->insecure && tok->set) {
 		return opt_fail(&v[R_INSECURE], d, "cannot be combined with --token or --token-file");
 	}
@@ -267,12 +267,9 @@ static int take_token(const struct opt_val *v, const struct opt_store_flags *f, 
 		if (*tok->val == '\0') {
 			return opt_fail(tok, d, "the token must not be empty");
 		}
-		c->token = strdup(tok->val);
-		if (c->token == NULL) {
-			return opt_fail(NULL, d, "out of memory");
-		}
-	} else if (f->token_file != NULL && token_file_read(f->token_file, &c->token, &td) < 0) {
-		return opt_fail(file, d, "%s", td.msg);
+		c->ss.token = tok->val;
+	} else {
+		c->ss.token_file = f->token_file;
 	}
 	return 0;
 }
@@ -302,9 +299,9 @@ static int parse(int argc, char **argv, struct config *c)
 		return rc;
 	}
 	c->o.listen = v[R_LISTEN].set ? v[R_LISTEN].val : NULL;
-	c->o.tls_cert = f.tls_cert;
-	c->o.tls_key = f.tls_key;
-	c->o.tls_ca = f.tls_ca;
+	c->ss.tls_cert = f.tls_cert;
+	c->ss.tls_key = f.tls_key;
+	c->ss.tls_ca = f.tls_ca;
 	if (v[R_TCPSTORE_RUN].set) {
 		if (!token_scope_valid(v[R_TCPSTORE_RUN].val) ||
 		    rdzv_key_tcpstore(c->tsprefix, sizeof(c->tsprefix), v[R_TCPSTORE_RUN].val) < 0) {
@@ -318,10 +315,10 @@ static int parse(int argc, char **argv, struct config *c)
 	}
 	if (c->o.listen == NULL || *c->o.listen == '\0') {
 		rc = opt_fail(NULL, &d, "--listen ADDR:PORT is required (see crun-rdzvd --help)");
-	} else if (c->o.tls_ca != NULL && c->o.tls_cert == NULL) {
+	} else if (c->ss.tls_ca != NULL && c->ss.tls_cert == NULL) {
 		rc = opt_fail(&v[R_TLS_CA], &d, "needs --tls-cert and --tls-key (mutual TLS is "
 						 "served with a certificate)");
-	} else if (c->o.tls_cert != NULL && c->o.tcpstore_prefix != NULL) {
+	} else if (c->ss.tls_cert != NULL && c->o.tcpstore_prefix != NULL) {
 		rc = opt_fail(&v[R_TCPSTORE_RUN], &d, "PyTorch's TCPStore clients cannot speak TLS, "
 						      "and this store is given --tls-cert");
 	}
@@ -332,38 +329,31 @@ static int parse(int argc, char **argv, struct config *c)
 	return OPT_OK;
 }
 
-/* No token given and not --insecure: $CRUN_STORE_TOKEN, else the per-user token file. */
-static int default_token(struct config *c)
+/*
+ * The one token policy, as a store's host: the flags, then $CRUN_STORE_TOKEN, else the per-user
+ * token file, made on first use (authentication is on by default); then the token and TLS files
+ * served. 0, or EXIT_USAGE after saying why.
+ */
+static int resolve_store_conf(struct config *c)
 {
 	struct crun_diag diag = {0};
-	struct store_settings ss = {0};
-	struct store_conf sc;
 	int rc;
 
-	if (c->token != NULL || c->insecure) {
-		return 0;
-	}
-	/* The one token policy, as a store's host: $CRUN_STORE_TOKEN, else the per-user token
-	 * file, made on first use: authentication is on by default. */
-	rc = store_conf_init(&sc, &ss,
+	rc = store_conf_init(&c->sc, &c->ss,
 			     STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT | STORE_TOKEN_CREATE |
 				     STORE_TOKEN_READ,
 			     &diag);
 	if (rc < 0) {
-		store_conf_finish(&sc);
 		fprintf(stderr, "crun-rdzvd: %s\n(give --token-file FILE, or --insecure to run "
 				"without authentication)\n", diag.msg);
 		return EXIT_USAGE;
 	}
-	if (sc.token != NULL && (c->token = strdup(sc.token)) == NULL) {
-		store_conf_finish(&sc);
-		return -ENOMEM;
+	if (c->sc.token_created) {
+		log_info("token from %s (created now, mode 0600)", c->sc.token_file);
+	} else if (c->sc.token != NULL) {
+		log_info("token from %s", c->sc.token_src);
 	}
-	if (sc.token_file != NULL) {
-		log_info("token from %s%s", sc.token_file,
-			 sc.token_created ? " (created now, mode 0600)" : "");
-	}
-	store_conf_finish(&sc);
+	store_conf_server_opts(&c->sc, &c->o);
 	return 0;
 }
 
@@ -415,7 +405,7 @@ static int setup(struct daemon *d, struct config *c)
 /* Say where we listen (stdout's first line, the log, systemd), then serve until a signal. */
 static int run(struct daemon *d, const struct config *c)
 {
-	const char *auth = c->token != NULL ? " (token required)" : " (no authentication)";
+	const char *auth = c->sc.token != NULL ? " (token required)" : " (no authentication)";
 	int rc;
 
 	printf("%s\n", store_server_address(d->srv));
@@ -449,16 +439,14 @@ int main(int argc, char **argv)
 	if (rc == OPT_EXIT) {
 		return 0; /* --help, --version */
 	}
-	if (rc == OPT_OK && (rc = default_token(&c)) == -ENOMEM) {
-		fprintf(stderr, "crun-rdzvd: out of memory\n");
-		rc = 1;
+	if (rc == OPT_OK) {
+		rc = resolve_store_conf(&c);
 	}
 	if (rc == OPT_OK) {
 		if (c.insecure) {
 			log_warn("--insecure: any client that reaches this address may read and "
 				 "write every key (no authentication)");
 		}
-		c.o.token = c.token;
 		if (c.o.tcpstore_prefix == NULL) {
 			c.o.tcpstore_refusal = "crun-rdzvd serves them only with --tcpstore-run RUN";
 		}
@@ -468,8 +456,6 @@ int main(int argc, char **argv)
 		}
 	}
 	notify_finish();
-	if (c.token != NULL) {
-		token_wipe(c.token);
-	}
+	store_conf_finish(&c.sc);
 	return rc;
 }

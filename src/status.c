@@ -262,14 +262,20 @@ static int store_connect(const struct status_opts *o, struct crun_store **st)
 	 * when it exists (never created). */
 	rc = store_conf_init(&c, &s,
 			     tcp ? STORE_TOKEN_ENV | STORE_TOKEN_DEFAULT : STORE_TOKEN_FLAGS, &d);
-	if (rc == 0) {
-		rc = store_open_conf(&c, st, &d);
+	if (rc < 0) {
+		/* A credential the user must fix: a usage error, as in every program of crun. */
+		fprintf(stderr, "crun status: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		store_conf_finish(&c);
+		return STATUS_EXIT_USAGE;
 	}
+	rc = store_open_conf(&c, st, &d);
 	store_conf_finish(&c);
 	if (rc < 0) {
 		fprintf(stderr, "crun status: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+		/* -EACCES: our own credential file was refused (its mode or owner), not the store. */
+		return rc == -EACCES ? STATUS_EXIT_USAGE : STATUS_EXIT_STORE;
 	}
-	return rc;
+	return 0;
 }
 
 static void free_vals(void **vals, size_t n)
@@ -581,8 +587,9 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 	if (rc != OPT_OK) {
 		return rc == OPT_EXIT ? 0 : STATUS_EXIT_USAGE;
 	}
-	if (store_connect(op, &st) < 0) {
-		return STATUS_EXIT_STORE;
+	rc = store_connect(op, &st);
+	if (rc != 0) {
+		return rc;
 	}
 	if (op->watch) {
 		signal(SIGINT, on_int);

@@ -18,6 +18,7 @@
 
 #include "src/common/byteorder.h"
 #include "src/common/crc32.h"
+#include "src/common/diag.h"
 #include "src/common/fs.h"
 #include "src/common/io.h"
 #include "worker_api/worker_internal.h"
@@ -66,7 +67,28 @@ static int cmp_desc(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Steps of every checkpoint in @dir, newest first. *out malloc'd (caller frees). */
+/*
+ * A file another user planted (in a sticky shared directory they may create names in) is not
+ * ours to load or remove: false, said once, for a checkpoint-named entry owned by anyone but
+ * us or root.
+ */
+static bool ours(DIR *d, const char *dir, const char *name)
+{
+	struct stat sb;
+
+	if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+		return false;
+	}
+	if (sb.st_uid == geteuid() || sb.st_uid == 0) {
+		return true;
+	}
+	fprintf(stderr,
+		"libcrun-worker: checkpoint %s/%s: ignored: owned by uid %u, not by uid %u\n", dir,
+		name, (unsigned)sb.st_uid, (unsigned)geteuid());
+	return false;
+}
+
+/* Steps of every checkpoint of ours in @dir, newest first. *out malloc'd (caller frees). */
 static int list_steps(const char *dir, uint64_t **out, size_t *n)
 {
 	struct dirent *de;
@@ -80,7 +102,7 @@ static int list_steps(const char *dir, uint64_t **out, size_t *n)
 		return -errno;
 	}
 	while ((de = readdir(d)) != NULL) {
-		if (!parse_name(de->d_name, &step)) {
+		if (!parse_name(de->d_name, &step) || !ours(d, dir, de->d_name)) {
 			continue;
 		}
 		if (cnt == cap) {
@@ -104,6 +126,25 @@ static int list_steps(const char *dir, uint64_t **out, size_t *n)
 	return 0;
 }
 
+/*
+ * @dir must be a directory nobody else can plant files in or replace ours in
+ * (fs_check_dir_safe()): refused with a message naming it, or warned about once per process.
+ */
+static int check_dir(const char *dir)
+{
+	static char warned[PATH_MAX];
+	struct crun_diag d = {0};
+	int rc = fs_check_dir_safe(dir, "libcrun-worker: checkpoint directory", &d);
+
+	if (rc < 0) {
+		fprintf(stderr, "%s\n", d.msg);
+	} else if (rc > 0 && strcmp(warned, dir) != 0) {
+		fprintf(stderr, "%s\n", d.msg);
+		snprintf(warned, sizeof(warned), "%s", dir);
+	}
+	return rc < 0 ? rc : 0;
+}
+
 static int write_file(const char *dir, uint64_t epoch, uint64_t step,
 		      const struct crun_ckpt_seg *segs, size_t nsegs)
 {
@@ -119,9 +160,14 @@ static int write_file(const char *dir, uint64_t epoch, uint64_t step,
 	if (rc < 0) {
 		return rc;
 	}
-	/* The temporary name starts with '.' so list_steps() never takes it for a checkpoint,
-	 * and names the writer's pid so the next save can remove what a killed writer left. */
-	snprintf(tmp, sizeof(tmp), ".ckpt-%020" PRIu64 ".bin.tmp.%ld", step, (long)getpid());
+	rc = check_dir(dir);
+	if (rc < 0) {
+		return rc;
+	}
+	/* The temporary name starts with '.' so list_steps() never takes it for a checkpoint;
+	 * fs_write_atomic() adds a random suffix. The next save removes what a writer killed
+	 * mid-write left (only where O_TMPFILE is unavailable: an unnamed file leaves nothing). */
+	snprintf(tmp, sizeof(tmp), ".ckpt-%020" PRIu64 ".bin.tmp.", step);
 	if ((size_t)snprintf(final, sizeof(final), "%s/ckpt-%020" PRIu64 ".bin", dir, step) >=
 	    sizeof(final)) {
 		return -ENAMETOOLONG;
@@ -154,7 +200,7 @@ static int write_file(const char *dir, uint64_t epoch, uint64_t step,
 	return rc;
 }
 
-/* ".ckpt-<20 digits>.bin.tmp.<pid>": a temporary file of write_file(). */
+/* ".ckpt-<20 digits>.bin.tmp.<random>": a temporary file of write_file(). */
 static bool is_temp_name(const char *name)
 {
 	size_t i;
@@ -277,12 +323,16 @@ out:
 	return rc;
 }
 
-/* Remove temporary files that writers killed mid-write left behind (only rank 0 writes, one
- * save at a time, and its own temp file has just been renamed, so any temp file here is stale). */
+/*
+ * Remove temporary files that writers killed mid-write left behind (only rank 0 writes, one
+ * save at a time, and its own temp file has just been renamed, so any temp file here is stale).
+ * Relative to the directory, never following a link; only our own (a sticky directory refuses
+ * the others anyway).
+ */
 static void remove_temps(const char *dir)
 {
-	char path[PATH_MAX];
 	struct dirent *de;
+	struct stat sb;
 	DIR *d;
 
 	d = opendir(dir);
@@ -291,8 +341,9 @@ static void remove_temps(const char *dir)
 	}
 	while ((de = readdir(d)) != NULL) {
 		if (is_temp_name(de->d_name) &&
-		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < sizeof(path)) {
-			unlink(path);
+		    fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    sb.st_uid == geteuid()) {
+			unlinkat(dirfd(d), de->d_name, 0);
 		}
 	}
 	closedir(d);

@@ -160,7 +160,7 @@ static const char *sig_name(int sig)
 	return n != NULL ? n : "signal";
 }
 
-/* Async-signal-safe only: open, write, fsync, close, rename, getpid, clock_gettime,
+/* Async-signal-safe only: open, write, fsync, close, rename, unlink, getpid, clock_gettime,
  * sigaction, raise. */
 static void on_fatal_signal(int sig)
 {
@@ -194,7 +194,9 @@ static void on_fatal_signal(int sig)
 		num[fmt_u(num, (unsigned long long)now.tv_sec)] = '\0';
 		put(buf, &len, sizeof(buf), num);
 		put(buf, &len, sizeof(buf), "\"}}}\n");
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		/* A fresh file, never one planted (or left) at the name, never through a link. */
+		unlink(tmp);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 		if (fd >= 0) {
 			if (write(fd, buf, len) == (ssize_t)len && fsync(fd) == 0) {
 				close(fd);

@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/fs.h"
+
 /*
  * stamp DIR MODE
  *   DIR/start.<RANK>.<RESTART_COUNT> gets the CLOCK_REALTIME ns at which this worker started.
@@ -30,19 +32,15 @@ static int env_int(const char *k)
 	return v != NULL ? atoi(v) : 0;
 }
 
+/* The one atomic writer (src/common/fs.c): never a predictable temp name, never a link. */
 static void put(const char *path, long long v)
 {
-	char tmp[4200];
-	FILE *f;
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%lld\n", v);
 
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	if (f == NULL) {
+	if (fs_write_atomic(path, &(struct fs_chunk){buf, (size_t)n}, 1, 0644, NULL) < 0) {
 		exit(3);
 	}
-	fprintf(f, "%lld\n", v);
-	fclose(f);
-	rename(tmp, path);
 }
 
 int main(int argc, char **argv)

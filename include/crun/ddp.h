@@ -200,7 +200,9 @@ CRUN_EXPORT int crun_sampler_indices(const struct crun_sampler *s, uint64_t epoc
  * checkpoints that validate are kept, the one just written always among them: a file that fails
  * validation is removed and never pushes a valid one out. Temporary files left by a writer
  * killed mid-write are removed by the next save and never carry a checkpoint's name, so an
- * interrupted write never leaves a file that validates.
+ * interrupted write never leaves a file that validates. The temporary file is never opened
+ * through a link or under a name someone else made (O_TMPFILE, else a random name with
+ * O_EXCL|O_NOFOLLOW); a directory others could write is refused (docs/security.md, "Files").
  */
 struct crun_ckpt_seg {
 	void *data; /* borrowed: read by save, written by load */
@@ -209,7 +211,9 @@ struct crun_ckpt_seg {
 
 /**
  * Save (rank 0 writes; all ranks call). @dir is created if missing, with its parents; @segs
- * borrowed. Returns 0, -EINVAL (NULL @dir, more than 1024 segments), a crun_init() code,
+ * borrowed. Returns 0, -EINVAL (NULL @dir, more than 1024 segments), -EPERM (@dir is owned by
+ * another user than us or root, or anyone may write it and it has no sticky bit: refused with
+ * a line on stderr naming it and its mode), a crun_init() code,
  * -errno (rank 0's file system error; the other ranks still return after the barrier), or a
  * barrier error (-ETIMEDOUT after @timeout_ms).
  */

@@ -9,6 +9,8 @@
 
 #include <crun/store.h>
 
+#include "rendezvous/store/store_conf.h"
+
 #include "src/common/diag.h"
 
 /*
@@ -91,12 +93,7 @@ int store_etcd_open(const struct store_conf *c, struct store_backend **out,
  */
 int store_delete_prefix(struct crun_store *st);
 
-/**
- * store.c: the message of @st's last failed operation, where the backend keeps one: which
- * store, and what happened ("store H:P: connection refused by H:P (...)", "store file://P:
- * damaged record at byte offset N ..."). "" when it has none. Valid until the next call on @st.
- */
-const char *store_last_error(const struct crun_store *st);
+/* store_last_error(): declared in store_conf.h, crun's own store interface. */
 
 /** client_tcp.c: the last error message of a TCP backend handle ("store H:P: OP: why"). */
 const char *store_tcp_last_error(const struct store_backend *b);

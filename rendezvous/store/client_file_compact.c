@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* rendezvous/store/client_file_compact.c: move the file store to a compacted new file. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <crun/error.h>
@@ -104,6 +107,53 @@ static ssize_t write_snapshot(struct store_backend *b, int fd)
 }
 
 /*
+ * Remove what compactions of writers killed mid-way left behind ("<path>.compact.<pid>.<n>",
+ * and its ".old" second name of a former store file: up to the store's size each). Called with
+ * the exclusive lock held, which every compaction holds from creating its file to renaming it,
+ * so any such file now is stale. Only regular files of ours, looked at and removed relative to
+ * the directory without following links.
+ */
+static void remove_stale(const struct store_backend *b)
+{
+	char dir[PATH_MAX], prefix[NAME_MAX + 1];
+	const char *slash = strrchr(b->path, '/');
+	struct dirent *de;
+	struct stat sb;
+	size_t plen;
+	DIR *d;
+
+	if (slash == NULL) {
+		snprintf(dir, sizeof(dir), ".");
+	} else if ((size_t)(slash - b->path) < sizeof(dir)) {
+		memcpy(dir, b->path, (size_t)(slash - b->path));
+		dir[slash == b->path ? 1 : slash - b->path] = '\0';
+	} else {
+		return;
+	}
+	if ((size_t)snprintf(prefix, sizeof(prefix), "%s.compact.",
+			     slash == NULL ? b->path : slash + 1) >= sizeof(prefix)) {
+		return;
+	}
+	plen = strlen(prefix);
+	d = opendir(dir);
+	if (d == NULL) {
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, plen) != 0 ||
+		    fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
+			continue;
+		}
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0) {
+			log_info("store file://%s: removed %s/%s, left by a killed compaction",
+				 b->path, dir, de->d_name);
+		}
+	}
+	closedir(d);
+}
+
+/*
  * Called with the exclusive lock held and the index caught up to the end of the file. Moves the
  * store to a compacted new file (see the top of this file). Failure leaves the old file in use.
  */
@@ -117,6 +167,7 @@ void fstore_compact(struct store_backend *b)
 	const char *what = "create";
 	int rc;
 
+	remove_stale(b);
 	if (asprintf(&tmp, "%s.compact.%d.%u", b->path, (int)getpid(),
 		     (unsigned int)rand_r(&b->seed)) < 0) {
 		return;

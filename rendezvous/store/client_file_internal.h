@@ -178,7 +178,7 @@ void fstore_compact(struct store_backend *b);
 
 static inline uint64_t hash_key(const char *k, size_t n)
 {
-	return htab_hash(k, n, 0);
+	return htab_hash(k, n, NULL); /* the file's own keys: no secret needed */
 }
 
 static inline struct entry *entry_of(struct htab_node *n)

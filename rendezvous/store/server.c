@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <crun/error.h>
 #include <crun/store.h>
 
 #include "rendezvous/store/server_internal.h"
@@ -29,10 +30,8 @@ void srv_server_unref(struct store_server *s)
 	if (--s->refs > 0) {
 		return;
 	}
-	htab_finish(&s->keys);
+	ks_finish(&s->ks);
 	srv_limits_finish(s);
-	free(s->ttl.a);
-	free(s->waits.a);
 	free(s->rbuf);
 	free(s->token);
 	free(s->ts_prefix);
@@ -142,7 +141,6 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		close(fd);
 		return diag_set(d, -ENOMEM, "store: out of memory");
 	}
-	htab_init(&s->keys, 1024);
 	htab_init(&s->peers, 64);
 	s->rbuf = malloc(READ_BUF_LEN);
 	if (opts->token != NULL && opts->token[0] != '\0') {
@@ -163,15 +161,25 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	    (s->ts_refusal = strdup(opts->tcpstore_refusal)) == NULL) {
 		goto oom;
 	}
-	if (s->keys.buckets == NULL || s->peers.buckets == NULL || s->rbuf == NULL) {
+	if (s->peers.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
+	}
+	rc = ks_init(&s->ks, opts->max_value_len > 0 ? (uint32_t)opts->max_value_len
+						   : CRUN_STORE_MAX_VALUE_LEN,
+		     srv_on_wait_done, s);
+	if (rc == -ENOMEM) {
+		goto oom;
+	}
+	if (rc < 0) {
+		diag_set(d, rc, "store: no random seed for the key table: getrandom: %s",
+			 crun_strerror(rc));
+		goto err;
 	}
 	rc = srv_tls_init(s, opts, d);
 	if (rc < 0) {
 		goto err;
 	}
 	s->loop = loop;
-	s->seed = (uint64_t)crun_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
 	srv_limits_init(s, opts);
 	s->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 0;
 	s->max_pending = opts->max_pending_per_conn > 0 ? (uint32_t)opts->max_pending_per_conn
@@ -183,11 +191,11 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	s->refs = 1;
 
 	uv_tcp_init(loop, &s->listener);
-	uv_timer_init(loop, &s->ttl_timer);
-	uv_timer_init(loop, &s->wait_timer);
+	uv_timer_init(loop, &s->ks_timer);
 	uv_timer_init(loop, &s->sweep_timer);
-	s->listener.data = s->ttl_timer.data = s->wait_timer.data = s->sweep_timer.data = s;
-	s->refs += 4;
+	s->listener.data = s->ks_timer.data = s->sweep_timer.data = s;
+	s->ks_armed = KS_NO_DEADLINE;
+	s->refs += 3;
 	rc = uv_tcp_open(&s->listener, fd);
 	if (rc == 0) {
 		fd = -1;
@@ -209,7 +217,7 @@ oom:
 	rc = diag_set(d, -ENOMEM, "store: out of memory");
 err:
 	close(fd);
-	htab_finish(&s->keys);
+	ks_finish(&s->ks);
 	htab_finish(&s->peers);
 	free(s->rbuf);
 	free(s->token);
@@ -233,15 +241,14 @@ int store_server_port(const struct store_server *s)
 void store_server_close(struct store_server *s)
 {
 	struct conn *c;
-	struct wait *w;
+	struct ks_wait *w;
 
 	if (s == NULL || s->closing) {
 		return;
 	}
 	s->closing = true;
 	uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
-	uv_close((uv_handle_t *)&s->ttl_timer, on_server_handle_closed);
-	uv_close((uv_handle_t *)&s->wait_timer, on_server_handle_closed);
+	uv_close((uv_handle_t *)&s->ks_timer, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
 	/* Every held wait gets an explicit answer, then every connection closes. */
 	for (c = s->conns; c != NULL; c = c->next) {
@@ -256,7 +263,5 @@ void store_server_close(struct store_server *s)
 		c->in_flush = false;
 		srv_conn_close(c);
 	}
-	s->waits.n = 0;
-	srv_free_table(s);
 	srv_server_unref(s);
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "rendezvous/store/server_internal.h"
-#include "rendezvous/store/server_tcpstore.h"
+#include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 
@@ -164,6 +164,7 @@ void srv_flush_all(struct store_server *s)
 		c->flush_next = NULL;
 		srv_flush(c);
 	}
+	srv_ks_arm(s); /* after every batch of work: a SET with a TTL, a held wait */
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -209,6 +210,14 @@ static void conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, 
 	if (!quiet) {
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
+	}
+	if (c->proto == TS_PROTO_V1 || c->proto == TS_PROTO_V2) {
+		/* TCPStore has no error replies: its client would read a crun frame as the answer
+		 * to its request (a value of some length). Just close. */
+		in_free(c);
+		backlog_free(c);
+		srv_conn_close(c);
+		return;
 	}
 	c->failing = true;
 	c->drain_until = (int64_t)uv_now(c->s->loop) + DRAIN_TIMEOUT_MS;
@@ -551,6 +560,20 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 }
 
+/*
+ * A connection that has sent nothing at all to a store serving TCPStore clients may be one:
+ * PyTorch 1.x opens a second connection for callbacks and never writes to it, and its server
+ * keeps it for the whole job. Closing it made that client's callback thread spin on poll() for
+ * ever (a core per worker), so such connections stay, bounded by the connection caps (total
+ * and per address, server_limits.c). With TLS, no TCPStore client can be served, and the
+ * handshake deadline applies to every connection.
+ */
+static bool ts_silent_kept(const struct conn *c)
+{
+	return c->s->ts_prefix != NULL && c->ssl == NULL && c->s->tls_ctx == NULL &&
+	       c->proto == TS_PROTO_UNKNOWN && c->npeek == 0;
+}
+
 /* Held wrong proofs, handshake deadline, idle timeout, end of the drain after an error reply,
  * heap trim. */
 void srv_on_sweep(uv_timer_t *t)
@@ -568,17 +591,11 @@ void srv_on_sweep(uv_timer_t *t)
 			if (now >= c->drain_until) {
 				srv_conn_close(c);
 			}
-		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS) {
+		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS &&
+			   !ts_silent_kept(c)) {
 			srv_conn_peer(c, peer, sizeof(peer));
-			if (s->ts_prefix != NULL && c->proto == TS_PROTO_UNKNOWN && c->npeek == 0) {
-				/* Silent: PyTorch 1.x opens a second connection for callbacks that
-				 * it uses only for watch_key (not served): not worth a line each. */
-				log_debug("store: closing %s: sent nothing within %d ms", peer,
-					  HANDSHAKE_TIMEOUT_MS);
-			} else {
-				log_info("store: dropping %s: no handshake within %d ms", peer,
-					 HANDSHAKE_TIMEOUT_MS);
-			}
+			log_info("store: dropping %s: no handshake within %d ms", peer,
+				 HANDSHAKE_TIMEOUT_MS);
 			srv_conn_close(c);
 		} else if (c->in_len > 0 && !c->paused &&
 			   now - c->frame_start >= s->frame_timeout_ms) {

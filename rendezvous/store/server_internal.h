@@ -2,9 +2,11 @@
 /* rendezvous/store/server_internal.h: what the store server's files share (private). */
 /*
  * The server is one libuv loop (server.c: listen, accept, shutdown) over connections
- * (server_conn.c: read, frame, write, backpressure, limits) whose requests run in
- * server_ops.c against the key table and TTL heap (server_data.c); WAIT parks in
- * server_wait.c. Small helpers on the per-request path are static inline here.
+ * (server_conn.c: read, frame, write, backpressure, limits) whose requests are decoded by one
+ * of two codecs, crun's frames (server_ops.c) or PyTorch's TCPStore (server_tcpstore.c), and
+ * run against the one keyspace (keyspace.c: keys, TTLs, held waits; no sockets). Held waits
+ * belong to their connection through server_wait.c, which also runs the keyspace's clock.
+ * Small helpers on the per-request path are static inline here.
  */
 #ifndef CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
 #define CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
@@ -16,6 +18,7 @@
 
 #include <uv.h>
 
+#include "rendezvous/store/keyspace.h"
 #include "rendezvous/store/server.h"
 #include "rendezvous/store/wire.h"
 #include "src/common/htab.h"
@@ -23,22 +26,8 @@
 
 #define READ_BUF_LEN (64 * 1024)
 
-/* ---- a binary min-heap of deadlines (TTL keys, wait deadlines) ---- */
-
-struct hnode {
-	int64_t at;
-	size_t idx; /* SIZE_MAX when not in a heap */
-};
-
-struct heap {
-	struct hnode **a;
-	size_t n;
-	size_t cap;
-};
-
 /* ---- data ---- */
 
-struct wait;
 struct conn;
 struct ssl_st;     /* OpenSSL's SSL: only server_tls.c looks inside */
 struct ssl_ctx_st; /* SSL_CTX */
@@ -66,42 +55,6 @@ struct peer {
 	char name[80];          /* the address, for messages */
 };
 
-/* One key of one wait, linked into the key's entry while the key is still awaited. */
-struct link {
-	struct link *prev;
-	struct link *next;
-	struct entry *e; /* NULL when not linked */
-	struct wait *w;
-	uint32_t index;
-};
-
-struct entry {
-	struct htab_node node; /* in server->keys, by htab_hash(key, seed) */
-	uint8_t *val;       /* malloc'd when present (NULL for an empty value) */
-	uint32_t vlen;
-	uint32_t vcap;
-	bool present;       /* false: only waiters keep this entry alive */
-	struct hnode ttl;   /* in server->ttl while the key has a TTL */
-	struct link *watchers;
-	uint32_t klen;
-	uint8_t key[];
-};
-
-struct wait {
-	struct wait *prev;
-	struct wait *next; /* in conn->waits */
-	struct conn *c;
-	struct hnode dl;   /* in server->waits when it has a deadline */
-	int64_t timeout_ms;
-	size_t cost;       /* bytes charged to the memory budget */
-	uint32_t id;
-	uint8_t mode;
-	bool untimed;      /* counted in conn->nuntimed and server->nuntimed */
-	uint32_t n;
-	uint32_t missing;
-	struct link links[];
-};
-
 struct conn {
 	uv_tcp_t tcp;             /* tcp.data == this */
 	struct store_server *s;
@@ -115,7 +68,7 @@ struct conn {
 	struct wire_buf out;      /* replies not yet handed to the socket */
 	uint8_t *backlog;         /* input read but not processed while the peer was not reading */
 	uint32_t backlog_len;
-	struct wait *waits;
+	struct ks_wait *waits;    /* held, linked by their owner's prev/next */
 	uint32_t nwaits;
 	uint32_t nuntimed;        /* waits without a deadline */
 	struct peer *peer;        /* NULL when unknown (the per-address limit then skips it) */
@@ -152,18 +105,14 @@ struct wreq {
 struct store_server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
-	uv_timer_t ttl_timer;
-	uv_timer_t wait_timer;
+	uv_timer_t ks_timer;      /* the keyspace's next deadline (TTL or wait) */
+	int64_t ks_armed;         /* the deadline ks_timer is set for; KS_NO_DEADLINE: none */
 	uv_timer_t sweep_timer;
 	unsigned refs; /* open server handles + live connections + 1 until close */
 	struct conn *conns;
 	size_t nconns;
 	struct conn *flush;
-	struct htab keys;         /* struct entry: present keys and keys only waited on */
-	int64_t nkeys;
-	uint64_t seed;
-	struct heap ttl;
-	struct heap waits;
+	struct keyspace ks;       /* keys, TTLs, held waits: both protocols operate on it */
 	uint8_t *rbuf;
 	char *token;
 	size_t token_len;
@@ -195,44 +144,27 @@ struct store_server {
 	char *ts_refusal;         /* why they are refused (log line); NULL: a default */
 };
 
-/* ---- server_data.c: the key table, key writes and the TTL heap ---- */
+/* ---- server_wait.c: held waits of connections, the keyspace's clock ---- */
 
-/** Add @x to @h; -ENOMEM leaves @h as it was. */
-int srv_heap_push(struct heap *h, struct hnode *x);
-/** Remove @x from @h; a no-op when it is in no heap. */
-void srv_heap_remove(struct heap *h, struct hnode *x);
-/** Find or create the entry for @k (created absent). NULL only when out of memory. */
-struct entry *srv_entry_get(struct store_server *s, struct wire_str k);
-/** Unlink @e from the table and free it. */
-void srv_entry_unhash(struct store_server *s, struct entry *e);
-/** Give @e the value @v (@n bytes) and no TTL. 0 or -ENOMEM. */
-int srv_key_store(struct store_server *s, struct entry *e, const uint8_t *v, uint32_t n);
-/**
- * Append @hlen bytes of @head then @vlen of @v to @e's value (created empty when absent), and
- * clear its TTL; the caller wakes its waiters (srv_key_written()). 0, -EMSGSIZE (the value would
- * pass max_value_len: *@newlen says how long), or -ENOMEM; on failure @e is unchanged.
- */
-int srv_key_append(struct store_server *s, struct entry *e, const uint8_t *head, uint32_t hlen,
-		   const uint8_t *v, uint32_t vlen, uint64_t *newlen);
-/** Make @e absent (freeing it when nobody waits on it). */
-void srv_key_delete(struct store_server *s, struct entry *e);
-/** (Re)start timer @t for the earliest deadline in @h, or stop it. */
-void srv_timer_arm(struct store_server *s, uv_timer_t *t, struct heap *h, uv_timer_cb cb);
-void srv_ttl_arm(struct store_server *s);
-/** Free every entry (shutdown); the bucket array stays for srv_server_unref(). */
-void srv_free_table(struct store_server *s);
-
-/* ---- server_wait.c: waits on keys ---- */
-
+/** The keyspace's callback: answer the ended wait @w on its connection. */
+void srv_on_wait_done(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t index);
 /** Unlink and free @w without replying. */
-void srv_wait_destroy(struct store_server *s, struct wait *w);
+void srv_wait_destroy(struct store_server *s, struct ks_wait *w);
 /** Answer @w with an error reply, then destroy it. */
-void srv_wait_fail(struct store_server *s, struct wait *w, uint16_t status, const char *msg);
-/** @e was just written: wake every wait on it. */
-void srv_key_written(struct store_server *s, struct entry *e);
-void srv_wait_arm(struct store_server *s);
-/** WAIT: answer now, or park a wait until its keys are written or its deadline. */
+void srv_wait_fail(struct store_server *s, struct ks_wait *w, uint16_t status, const char *msg);
+/**
+ * Hold a wait of @c on @l (its memory charged to @c) until @timeout_ms (< 0: none); the
+ * caller has checked it is not ready and within its limits. 0: held; 1: the memory budget
+ * dropped @c (stop using it); -ENOMEM.
+ */
+int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, int64_t timeout_ms,
+		  uint32_t id);
+/** (Re)start the keyspace's timer for its next deadline (after every batch of work). */
+void srv_ks_arm(struct store_server *s);
+/** WAIT (crun): answer now, or hold a wait until its keys are written or its deadline. */
 void srv_op_wait(struct conn *c, const struct wire_req *r);
+/** Queue @c to be flushed by srv_flush_all(). */
+void srv_flush_later(struct conn *c);
 
 /* ---- server_auth.c: the handshake, its rate limit, and scopes ---- */
 
@@ -336,49 +268,6 @@ void srv_accept_log(struct store_server *s, int status);
 void srv_server_unref(struct store_server *s);
 
 /* ---- inline helpers of the request path ---- */
-
-static inline struct hnode *heap_min(const struct heap *h)
-{
-	return h->n ? h->a[0] : NULL;
-}
-
-static inline uint64_t hash_key(const struct store_server *s, const uint8_t *k, size_t n)
-{
-	return htab_hash(k, n, s->seed);
-}
-
-static inline struct entry *entry_find(struct store_server *s, const uint8_t *k, uint32_t n,
-				       uint64_t h)
-{
-	struct htab_node *node;
-	struct entry *e;
-
-	for (node = htab_chain(&s->keys, h); node != NULL; node = node->next) {
-		e = container_of(node, struct entry, node);
-		if (node->hash == h && e->klen == n && memcmp(e->key, k, n) == 0) {
-			return e;
-		}
-	}
-	return NULL;
-}
-
-static inline struct entry *entry_lookup(struct store_server *s, struct wire_str k)
-{
-	return entry_find(s, k.p, k.len, hash_key(s, k.p, k.len));
-}
-
-/* An absent entry with nobody waiting on it has no reason to exist. */
-static inline void entry_maybe_free(struct store_server *s, struct entry *e)
-{
-	if (!e->present && e->watchers == NULL) {
-		srv_entry_unhash(s, e);
-	}
-}
-
-static inline void key_clear_ttl(struct store_server *s, struct entry *e)
-{
-	srv_heap_remove(&s->ttl, &e->ttl);
-}
 
 static inline size_t reply_begin(struct conn *c, const struct wire_req *r)
 {

@@ -150,7 +150,7 @@ bool srv_peer_attach(struct conn *c)
 	if (!peer_key(c, key, &klen, name, sizeof(name))) {
 		return true;
 	}
-	h = htab_hash(key, klen, s->seed);
+	h = htab_hash(key, klen, &s->ks.seed);
 	for (node = htab_chain(&s->peers, h); node != NULL; node = node->next) {
 		struct peer *q = container_of(node, struct peer, node);
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/server_ops.c: one handler per request op, and the dispatcher. */
+/* rendezvous/store/server_ops.c: crun's frames as a codec over the keyspace: one handler per
+ * op, and the dispatcher. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,34 +11,41 @@
 
 #include "rendezvous/store/server_internal.h"
 #include "src/common/diag.h"
-#include "src/common/parse.h"
+
+/* The crun codec over the keyspace: decode (wire.c), one keyspace call, encode the answer. */
+
+static struct ks_str ks(struct wire_str k)
+{
+	return (struct ks_str){k.p, k.len};
+}
+
+static struct ks_str crun_key(const uint8_t **cur)
+{
+	return ks(wire_list_next(cur));
+}
+
+/* The keys (or key, value pairs) of @r as the keyspace walks them. */
+static struct ks_list key_list(const struct wire_req *r)
+{
+	return (struct ks_list){r->n, r->list, crun_key, NULL, 0};
+}
 
 static void op_set(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
-	struct entry *e = srv_entry_get(s, r->key);
+	int64_t at = r->num > 0 ? deadline_after(s, r->num) : KS_NO_DEADLINE;
 
-	if (e == NULL || srv_key_store(s, e, r->val.p, r->val.len) < 0) {
-		if (e != NULL) {
-			entry_maybe_free(s, e);
-		}
+	if (ks_set(&s->ks, ks(r->key), ks(r->val), at) < 0) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "SET: out of memory");
 		return;
 	}
-	if (r->num > 0) {
-		e->ttl.at = deadline_after(s, r->num);
-		if (srv_heap_push(&s->ttl, &e->ttl) == 0) {
-			srv_ttl_arm(s);
-		}
-	}
-	srv_key_written(s, e);
 	reply_empty(c, r);
 }
 
 /* u8 found, then the value when found: GET and each MULTI_GET item. */
-static void put_found(struct conn *c, const struct entry *e)
+static void put_found(struct conn *c, const struct ks_entry *e)
 {
-	if (e != NULL && e->present) {
+	if (e != NULL) {
 		wire_put_u8(&c->out, 1);
 		wire_put_bytes(&c->out, e->val, e->vlen);
 	} else {
@@ -49,87 +57,55 @@ static void op_get(struct conn *c, const struct wire_req *r)
 {
 	size_t off = reply_begin(c, r);
 
-	put_found(c, entry_lookup(c->s, r->key));
+	put_found(c, ks_get(&c->s->ks, ks(r->key)));
 	wire_frame_end(&c->out, off);
 }
 
 static void op_add(struct conn *c, const struct wire_req *r)
 {
-	struct store_server *s = c->s;
-	struct entry *e = srv_entry_get(s, r->key);
-	int64_t v = 0;
-	char buf[32], msg[CRUN_STORE_MAX_KEY_LEN + 64];
+	char msg[CRUN_STORE_MAX_KEY_LEN + 64];
+	int64_t v;
 	size_t off;
-	int n;
+	int rc;
 
-	if (e == NULL) {
-		reply_error(c, r, WIRE_E_NO_MEMORY, "ADD: out of memory");
-		return;
-	}
-	if (e->present && parse_i64_bytes(e->val, e->vlen, &v) < 0) {
+	rc = ks_add(&c->s->ks, ks(r->key), r->num, &v);
+	if (rc == -EINVAL) {
 		snprintf(msg, sizeof(msg), "ADD: value of %.*s is not an integer",
 			 (int)(r->key.len > 200 ? 200 : r->key.len), (const char *)r->key.p);
 		reply_error(c, r, WIRE_E_NOT_NUMBER, msg);
-		return;
-	}
-	if (__builtin_add_overflow(v, r->num, &v)) {
-		entry_maybe_free(s, e);
+	} else if (rc == -EOVERFLOW) {
 		reply_error(c, r, WIRE_E_OVERFLOW, "ADD: overflow");
-		return;
-	}
-	n = snprintf(buf, sizeof(buf), "%" PRId64, v);
-	if (srv_key_store(s, e, (const uint8_t *)buf, (uint32_t)n) < 0) {
-		entry_maybe_free(s, e);
+	} else if (rc < 0) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "ADD: out of memory");
-		return;
+	} else {
+		off = reply_begin(c, r);
+		wire_put_i64(&c->out, v);
+		wire_frame_end(&c->out, off);
 	}
-	srv_key_written(s, e);
-	off = reply_begin(c, r);
-	wire_put_i64(&c->out, v);
-	wire_frame_end(&c->out, off);
 }
 
 static void op_cas(struct conn *c, const struct wire_req *r)
 {
-	struct store_server *s = c->s;
-	struct entry *e = srv_entry_get(s, r->key);
+	const struct ks_entry *e;
 	bool match;
 	size_t off;
 
-	if (e == NULL) {
+	if (ks_cas(&c->s->ks, ks(r->key), ks(r->expected), ks(r->val), &match) < 0) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "COMPARE_SET: out of memory");
 		return;
 	}
-	if (e->present) {
-		match = e->vlen == r->expected.len &&
-			(e->vlen == 0 || memcmp(e->val, r->expected.p, e->vlen) == 0);
-	} else {
-		match = r->expected.len == 0;
-	}
-	if (match) {
-		if (srv_key_store(s, e, r->val.p, r->val.len) < 0) {
-			entry_maybe_free(s, e);
-			reply_error(c, r, WIRE_E_NO_MEMORY, "COMPARE_SET: out of memory");
-			return;
-		}
-		srv_key_written(s, e);
-	}
+	e = ks_get(&c->s->ks, ks(r->key));
 	off = reply_begin(c, r);
 	wire_put_u8(&c->out, match);
-	wire_put_bytes(&c->out, e->present ? e->val : NULL, e->present ? e->vlen : 0);
+	wire_put_bytes(&c->out, e != NULL ? e->val : NULL, e != NULL ? e->vlen : 0);
 	wire_frame_end(&c->out, off);
-	entry_maybe_free(s, e);
 }
 
 static void op_delete(struct conn *c, const struct wire_req *r)
 {
-	struct entry *e = entry_lookup(c->s, r->key);
-	bool existed = e != NULL && e->present;
+	bool existed = ks_delete(&c->s->ks, ks(r->key));
 	size_t off;
 
-	if (existed) {
-		srv_key_delete(c->s, e);
-	}
 	off = reply_begin(c, r);
 	wire_put_u8(&c->out, existed);
 	wire_frame_end(&c->out, off);
@@ -137,16 +113,10 @@ static void op_delete(struct conn *c, const struct wire_req *r)
 
 static void op_check(struct conn *c, const struct wire_req *r)
 {
-	const uint8_t *cur = r->list;
-	struct entry *e;
-	bool all = true;
-	uint32_t i;
+	const struct ks_list l = key_list(r);
+	bool all = ks_check(&c->s->ks, &l);
 	size_t off;
 
-	for (i = 0; i < r->n && all; i++) {
-		e = entry_lookup(c->s, wire_list_next(&cur));
-		all = e != NULL && e->present;
-	}
 	off = reply_begin(c, r);
 	wire_put_u8(&c->out, all);
 	wire_frame_end(&c->out, off);
@@ -156,42 +126,33 @@ static void op_num_keys(struct conn *c, const struct wire_req *r)
 {
 	size_t off = reply_begin(c, r);
 
-	wire_put_i64(&c->out, c->s->nkeys);
+	wire_put_i64(&c->out, ks_num_keys(&c->s->ks, NULL, 0));
 	wire_frame_end(&c->out, off);
 }
 
 static void op_append(struct conn *c, const struct wire_req *r)
 {
-	struct store_server *s = c->s;
-	struct entry *e = srv_entry_get(s, r->key);
 	uint64_t n;
 	char msg[96];
 	int rc;
 
-	if (e == NULL) {
+	rc = ks_append(&c->s->ks, ks(r->key), NULL, 0, ks(r->val), &n);
+	if (rc == -EMSGSIZE) {
+		snprintf(msg, sizeof(msg), "APPEND: value length %" PRIu64 " exceeds limit %u", n,
+			 c->s->lim.max_value_len);
+		reply_error(c, r, WIRE_E_TOO_BIG, msg);
+	} else if (rc < 0) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "APPEND: out of memory");
-		return;
+	} else {
+		reply_empty(c, r);
 	}
-	rc = srv_key_append(s, e, NULL, 0, r->val.p, r->val.len, &n);
-	if (rc < 0) {
-		entry_maybe_free(s, e);
-		if (rc == -EMSGSIZE) {
-			snprintf(msg, sizeof(msg), "APPEND: value length %" PRIu64 " exceeds limit %u",
-				 n, s->lim.max_value_len);
-			reply_error(c, r, WIRE_E_TOO_BIG, msg);
-		} else {
-			reply_error(c, r, WIRE_E_NO_MEMORY, "APPEND: out of memory");
-		}
-		return;
-	}
-	srv_key_written(s, e);
-	reply_empty(c, r);
 }
 
 static void op_multi_get(struct conn *c, const struct wire_req *r)
 {
+	const struct ks_list l = key_list(r);
 	const uint8_t *cur = r->list;
-	struct entry *e;
+	const struct ks_entry *e;
 	uint64_t total = 4;
 	uint32_t i;
 	size_t off;
@@ -199,8 +160,8 @@ static void op_multi_get(struct conn *c, const struct wire_req *r)
 
 	/* Size the reply first: no partial reply, no unbounded frame. */
 	for (i = 0; i < r->n; i++) {
-		e = entry_lookup(c->s, wire_list_next(&cur));
-		total += 1 + (e != NULL && e->present ? 4 + (uint64_t)e->vlen : 0);
+		e = ks_get_next(&c->s->ks, &l, &cur);
+		total += 1 + (e != NULL ? 4 + (uint64_t)e->vlen : 0);
 	}
 	if (total + 8 > WIRE_MAX_FRAME) {
 		snprintf(msg, sizeof(msg), "MULTI_GET: reply of %" PRIu64
@@ -212,32 +173,19 @@ static void op_multi_get(struct conn *c, const struct wire_req *r)
 	wire_put_u32(&c->out, r->n);
 	cur = r->list;
 	for (i = 0; i < r->n; i++) {
-		put_found(c, entry_lookup(c->s, wire_list_next(&cur)));
+		put_found(c, ks_get_next(&c->s->ks, &l, &cur));
 	}
 	wire_frame_end(&c->out, off);
 }
 
 static void op_multi_set(struct conn *c, const struct wire_req *r)
 {
-	struct store_server *s = c->s;
-	const uint8_t *cur = r->list;
-	struct wire_str k, v;
-	struct entry *e;
-	uint32_t i;
+	const struct ks_list l = key_list(r);
 
-	/* All writes land in this one callback, so no client sees a partial multi_set. */
-	for (i = 0; i < r->n; i++) {
-		k = wire_list_next(&cur);
-		v = wire_list_next(&cur);
-		e = srv_entry_get(s, k);
-		if (e == NULL || srv_key_store(s, e, v.p, v.len) < 0) {
-			if (e != NULL) {
-				entry_maybe_free(s, e);
-			}
-			reply_error(c, r, WIRE_E_NO_MEMORY, "MULTI_SET: out of memory");
-			return;
-		}
-		srv_key_written(s, e);
+	/* Waiters' answers are only queued: none goes out before every pair is written. */
+	if (ks_multi_set(&c->s->ks, &l) < 0) {
+		reply_error(c, r, WIRE_E_NO_MEMORY, "MULTI_SET: out of memory");
+		return;
 	}
 	reply_empty(c, r);
 }

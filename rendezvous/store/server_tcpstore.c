@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* rendezvous/store/server_tcpstore.c: serve PyTorch TCPStore clients in one run's namespace. */
 /*
- * A connection whose first bytes are a TCPStore client's (server_tcpstore_wire.c) is served
- * here instead of by the frame path of server_conn.c: each request's keys get the server's
- * TCPStore prefix ("<run>/tcpstore/"), so such a connection, which cannot authenticate, reads
- * and writes nothing else. The key table, its waits and the memory budget are the ones crun's
- * own clients use; WAIT parks through server_wait.c, which answers a TCPStore connection with
- * srv_ts_wait_done(). TCPStore has no error replies: a request the server cannot answer ends
- * the connection, with a log line that says why (the client then raises a connection error).
+ * A connection whose first bytes are a TCPStore client's (tcpstore_codec.c) is served
+ * here instead of by the frame path of server_conn.c: the TCPStore codec over the keyspace
+ * (keyspace.c) that crun's frames use too. Each request's keys get the server's TCPStore
+ * prefix ("<run>/tcpstore/"), so such a connection, which cannot authenticate, reads and
+ * writes nothing else. Waits are held through server_wait.c, which answers a TCPStore
+ * connection with srv_ts_wait_done(), under the same memory budget as crun's clients.
+ * TCPStore has no error replies: a request the server cannot answer ends the connection,
+ * with a log line that says why (the client then raises a connection error).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,24 +18,43 @@
 #include <string.h>
 
 #include "rendezvous/store/server_internal.h"
-#include "rendezvous/store/server_tcpstore.h"
+#include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/log.h"
-#include "src/common/parse.h"
 
 #define TS_OUT_LIMIT (64u << 20) /* replies a client left unread: it never reads, drop it */
 #define TS_KEY_BUF (CRUN_STORE_MAX_KEY_LEN + STORE_TCPSTORE_MAX_PREFIX)
 
 /* A prefixed key, in a caller's buffer of TS_KEY_BUF bytes. */
-static struct wire_str pkey(const struct store_server *s, struct wire_str k, uint8_t *buf)
+static struct ks_str pkey(const struct store_server *s, struct wire_str k, uint8_t *buf)
 {
-	struct wire_str r = {buf, (uint32_t)s->ts_prefix_len + k.len};
-
 	memcpy(buf, s->ts_prefix, s->ts_prefix_len);
 	if (k.len > 0) {
 		memcpy(buf + s->ts_prefix_len, k.p, k.len);
 	}
-	return r;
+	return (struct ks_str){buf, (uint32_t)s->ts_prefix_len + k.len};
 }
+
+static struct ks_str ts_key(const uint8_t **cur)
+{
+	struct wire_str k = ts_list_next(cur);
+
+	return (struct ks_str){k.p, k.len};
+}
+
+/* The keys (or pairs) of @r, each in the server's TCPStore namespace. */
+static struct ks_list key_list(const struct store_server *s, const struct ts_req *r)
+{
+	return (struct ks_list){r->n, r->list, ts_key, (const uint8_t *)s->ts_prefix,
+				(uint32_t)s->ts_prefix_len};
+}
+
+static struct ks_str raw(struct wire_str v)
+{
+	return (struct ks_str){v.p, v.len};
+}
+
+/* At most 200 bytes of a key, for messages. */
+#define KEYF(k) (int)((k).len > 200 ? 200 : (k).len), (const char *)(k).p
 
 /* End @c with a log line: TCPStore has no way to tell the client. */
 static void ts_drop(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -54,102 +74,50 @@ static void ts_drop(struct conn *c, const char *fmt, ...)
 	srv_conn_close(c);
 }
 
-static void put_le64(struct wire_buf *b, uint64_t v)
-{
-	uint8_t x[8];
-	int i;
-
-	for (i = 0; i < 8; i++) {
-		x[i] = (uint8_t)(v >> (8 * i));
-	}
-	wire_put_raw(b, x, 8);
-}
-
-static void put_le32(struct wire_buf *b, uint32_t v)
-{
-	uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-
-	wire_put_raw(b, x, 4);
-}
-
-static void put_vec(struct wire_buf *b, const uint8_t *p, uint32_t n)
-{
-	put_le64(b, n);
-	if (n > 0) {
-		wire_put_raw(b, p, n);
-	}
-}
-
-static struct entry *present(struct store_server *s, struct wire_str k)
+static const struct ks_entry *present(struct conn *c, struct wire_str k)
 {
 	uint8_t buf[TS_KEY_BUF];
-	struct entry *e = entry_lookup(s, pkey(s, k, buf));
 
-	return e != NULL && e->present ? e : NULL;
+	return ks_get(&c->s->ks, pkey(c->s, k, buf));
 }
 
-/* Give the prefixed @k the value @v; false after dropping @c. */
-static bool store_key(struct conn *c, struct wire_str k, struct wire_str v)
+static void op_set(struct conn *c, const struct ts_req *r)
 {
-	struct store_server *s = c->s;
 	uint8_t buf[TS_KEY_BUF];
-	struct entry *e = srv_entry_get(s, pkey(s, k, buf));
 
-	if (e == NULL || srv_key_store(s, e, v.p, v.len) < 0) {
-		if (e != NULL) {
-			entry_maybe_free(s, e);
-		}
-		ts_drop(c, "out of memory");
-		return false;
+	if (ks_set(&c->s->ks, pkey(c->s, r->key, buf), raw(r->a), KS_NO_DEADLINE) < 0) {
+		ts_drop(c, "SET: out of memory");
 	}
-	srv_key_written(s, e);
-	return true;
 }
 
 static void op_get(struct conn *c, const struct ts_req *r)
 {
-	struct entry *e = present(c->s, r->key);
+	const struct ks_entry *e = present(c, r->key);
 
 	if (e == NULL) {
 		/* The client waits for the key first: only a delete in between gets here. */
-		ts_drop(c, "GET: key %.*s is not set", (int)(r->key.len > 200 ? 200 : r->key.len),
-			(const char *)r->key.p);
+		ts_drop(c, "GET: key %.*s is not set", KEYF(r->key));
 		return;
 	}
-	put_vec(&c->out, e->val, e->vlen);
+	ts_put_vec(&c->out, e->val, e->vlen);
 }
 
 static void op_add(struct conn *c, const struct ts_req *r)
 {
-	struct store_server *s = c->s;
 	uint8_t buf[TS_KEY_BUF];
-	struct entry *e = srv_entry_get(s, pkey(s, r->key, buf));
-	char num[32];
-	int64_t v = 0;
-	int n;
+	int64_t v;
+	int rc;
 
-	if (e == NULL) {
-		ts_drop(c, "ADD: out of memory");
-		return;
-	}
-	if (e->present && parse_i64_bytes(e->val, e->vlen, &v) < 0) {
-		ts_drop(c, "ADD: value of %.*s is not an integer",
-			(int)(r->key.len > 200 ? 200 : r->key.len), (const char *)r->key.p);
-		return;
-	}
-	if (__builtin_add_overflow(v, r->num, &v)) {
-		entry_maybe_free(s, e);
+	rc = ks_add(&c->s->ks, pkey(c->s, r->key, buf), r->num, &v);
+	if (rc == -EINVAL) {
+		ts_drop(c, "ADD: value of %.*s is not an integer", KEYF(r->key));
+	} else if (rc == -EOVERFLOW) {
 		ts_drop(c, "ADD: overflow");
-		return;
-	}
-	n = snprintf(num, sizeof(num), "%" PRId64, v);
-	if (srv_key_store(s, e, (const uint8_t *)num, (uint32_t)n) < 0) {
-		entry_maybe_free(s, e);
+	} else if (rc < 0) {
 		ts_drop(c, "ADD: out of memory");
-		return;
+	} else {
+		ts_put_u64(&c->out, (uint64_t)v);
 	}
-	srv_key_written(s, e);
-	put_le64(&c->out, (uint64_t)v);
 }
 
 /*
@@ -158,77 +126,42 @@ static void op_add(struct conn *c, const struct ts_req *r)
  */
 static void op_compare_set(struct conn *c, const struct ts_req *r)
 {
-	struct entry *e = present(c->s, r->key);
+	uint8_t buf[TS_KEY_BUF];
+	struct ks_str k = pkey(c->s, r->key, buf);
+	const struct ks_entry *e;
+	bool match;
 
-	if (e == NULL) {
-		if (r->a.len != 0) {
-			put_vec(&c->out, r->a.p, r->a.len);
-			return;
-		}
-	} else if (e->vlen != r->a.len || (e->vlen > 0 && memcmp(e->val, r->a.p, e->vlen))) {
-		put_vec(&c->out, e->val, e->vlen);
+	if (ks_cas(&c->s->ks, k, raw(r->a), raw(r->b), &match) < 0) {
+		ts_drop(c, "COMPARE_SET: out of memory");
 		return;
 	}
-	if (store_key(c, r->key, r->b)) {
-		put_vec(&c->out, r->b.p, r->b.len);
+	e = ks_get(&c->s->ks, k);
+	if (e != NULL) {
+		ts_put_vec(&c->out, e->val, e->vlen);
+	} else {
+		ts_put_vec(&c->out, r->a.p, r->a.len);
 	}
 }
 
 static void op_delete(struct conn *c, const struct ts_req *r)
 {
-	struct entry *e = present(c->s, r->key);
+	uint8_t buf[TS_KEY_BUF];
 
-	if (e != NULL) {
-		srv_key_delete(c->s, e);
-	}
-	put_le64(&c->out, e != NULL ? 1 : 0);
-}
-
-static bool all_present(struct conn *c, const struct ts_req *r)
-{
-	const uint8_t *cur = r->list;
-	uint32_t i;
-
-	for (i = 0; i < r->n; i++) {
-		if (present(c->s, ts_list_next(&cur)) == NULL) {
-			return false;
-		}
-	}
-	return true;
-}
-
-/* Keys of the namespace: a scan, as GETNUMKEYS is rare. */
-static void op_num_keys(struct conn *c)
-{
-	struct store_server *s = c->s;
-	struct htab_node *node, *next;
-	struct entry *e;
-	int64_t n = 0;
-	size_t b;
-
-	htab_for_each_safe(&s->keys, b, node, next) {
-		e = container_of(node, struct entry, node);
-		n += e->present && e->klen >= s->ts_prefix_len &&
-		     memcmp(e->key, s->ts_prefix, s->ts_prefix_len) == 0;
-	}
-	put_le64(&c->out, (uint64_t)n);
+	ts_put_u64(&c->out, ks_delete(&c->s->ks, pkey(c->s, r->key, buf)) ? 1 : 0);
 }
 
 /*
- * WAIT: answered now when every key is there, else parked through srv_op_wait() with the
- * prefixed keys and no deadline (the client keeps its own; 2.x sends CANCEL_WAIT at it).
+ * WAIT: answered now when every key is there, else held with the prefixed keys and no
+ * deadline (the client keeps its own; 2.x sends CANCEL_WAIT at it).
  */
 static void op_wait(struct conn *c, const struct ts_req *r)
 {
 	struct store_server *s = c->s;
-	const uint8_t *cur = r->list;
-	struct wire_req w = {0};
-	struct wire_str k;
-	size_t len = 0, before;
-	uint8_t *list, *p;
-	uint32_t i;
+	const struct ks_list l = key_list(s, r);
+	uint32_t index;
+	int rc;
 
-	if (all_present(c, r)) {
+	if (r->n == 0 || ks_wait_ready(&s->ks, &l, KS_WAIT_ALL, &index)) {
 		wire_put_u8(&c->out, TS_WAIT_STOP);
 		return;
 	}
@@ -239,39 +172,8 @@ static void op_wait(struct conn *c, const struct ts_req *r)
 			s->max_untimed_per_conn, s->max_untimed);
 		return;
 	}
-	for (i = 0; i < r->n; i++) {
-		len += 4 + s->ts_prefix_len + ts_list_next(&cur).len;
-	}
-	list = malloc(len ? len : 1);
-	if (list == NULL) {
-		ts_drop(c, "WAIT: out of memory");
-		return;
-	}
-	cur = r->list;
-	for (p = list, i = 0; i < r->n; i++) {
-		k = ts_list_next(&cur);
-		p[0] = (uint8_t)((s->ts_prefix_len + k.len) >> 24);
-		p[1] = (uint8_t)((s->ts_prefix_len + k.len) >> 16);
-		p[2] = (uint8_t)((s->ts_prefix_len + k.len) >> 8);
-		p[3] = (uint8_t)(s->ts_prefix_len + k.len);
-		memcpy(p + 4, s->ts_prefix, s->ts_prefix_len);
-		if (k.len > 0) {
-			memcpy(p + 4 + s->ts_prefix_len, k.p, k.len);
-		}
-		p += 4 + s->ts_prefix_len + k.len;
-	}
-	w.op = WIRE_OP_WAIT;
-	w.mode = WIRE_WAIT_ALL;
-	w.num = -1;
-	w.n = r->n;
-	w.list = list;
-	w.list_end = list + len;
-	before = c->out.len;
-	srv_op_wait(c, &w);
-	free(list);
-	if (!c->closing && c->out.len > before + 1) {
-		/* A crun error reply (out of memory): not for this client. */
-		c->out.len = before;
+	rc = srv_wait_hold(c, &l, KS_WAIT_ALL, s->max_wait_ms > 0 ? s->max_wait_ms : -1, 0);
+	if (rc == -ENOMEM) {
 		ts_drop(c, "WAIT: out of memory");
 	}
 }
@@ -281,6 +183,7 @@ void srv_ts_wait_done(struct conn *c, bool ok, const char *why)
 {
 	if (ok) {
 		wire_put_u8(&c->out, TS_WAIT_STOP);
+		srv_flush_later(c);
 	} else {
 		ts_drop(c, "WAIT: %s", why);
 	}
@@ -296,129 +199,91 @@ static void op_cancel_wait(struct conn *c)
 
 static void op_multi_get(struct conn *c, const struct ts_req *r)
 {
+	const struct ks_list l = key_list(c->s, r);
 	const uint8_t *cur = r->list;
-	struct entry *e;
+	const struct ks_entry *e;
 	uint32_t i;
 
-	if (!all_present(c, r)) {
+	if (!ks_check(&c->s->ks, &l)) {
 		ts_drop(c, "MULTI_GET: a key is not set");
 		return;
 	}
 	for (i = 0; i < r->n; i++) {
-		e = present(c->s, ts_list_next(&cur));
-		put_vec(&c->out, e->val, e->vlen);
+		e = ks_get_next(&c->s->ks, &l, &cur);
+		ts_put_vec(&c->out, e->val, e->vlen);
 	}
 }
 
 static void op_multi_set(struct conn *c, const struct ts_req *r)
 {
-	const uint8_t *cur = r->list;
-	struct wire_str k, v;
-	uint32_t i;
+	const struct ks_list l = key_list(c->s, r);
 
-	for (i = 0; i < r->n; i++) {
-		k = ts_list_next(&cur);
-		v = ts_list_next(&cur);
-		if (!store_key(c, k, v)) {
-			return;
-		}
+	if (ks_multi_set(&c->s->ks, &l) < 0) {
+		ts_drop(c, "MULTI_SET: out of memory");
 	}
 }
 
-/* APPEND, and QUEUE_PUSH with @framed: each item as a big-endian u32 length and its bytes. */
-static void op_append(struct conn *c, const struct ts_req *r, bool framed)
+/* APPEND, and QUEUE_PUSH with @queue: each item as a big-endian u32 length and its bytes. */
+static void op_append(struct conn *c, const struct ts_req *r, bool queue)
 {
 	struct store_server *s = c->s;
-	const char *op = framed ? "QUEUE_PUSH" : "APPEND";
-	uint8_t buf[TS_KEY_BUF], head[4];
-	struct entry *e = srv_entry_get(s, pkey(s, r->key, buf));
+	const char *op = queue ? "QUEUE_PUSH" : "APPEND";
+	uint8_t buf[TS_KEY_BUF];
+	struct ks_str k = pkey(s, r->key, buf);
 	uint64_t n;
 	int rc;
 
-	if (e == NULL) {
+	rc = queue ? ks_queue_push(&s->ks, k, raw(r->a), &n)
+		   : ks_append(&s->ks, k, NULL, 0, raw(r->a), &n);
+	if (rc == -EMSGSIZE) {
+		ts_drop(c, "%s: value length %" PRIu64 " exceeds limit %u", op, n,
+			s->lim.max_value_len);
+	} else if (rc < 0) {
 		ts_drop(c, "%s: out of memory", op);
-		return;
 	}
-	head[0] = (uint8_t)(r->a.len >> 24);
-	head[1] = (uint8_t)(r->a.len >> 16);
-	head[2] = (uint8_t)(r->a.len >> 8);
-	head[3] = (uint8_t)r->a.len;
-	rc = srv_key_append(s, e, head, framed ? 4 : 0, r->a.p, r->a.len, &n);
-	if (rc < 0) {
-		entry_maybe_free(s, e);
-		if (rc == -EMSGSIZE) {
-			ts_drop(c, "%s: value length %" PRIu64 " exceeds limit %u", op, n,
-				s->lim.max_value_len);
-		} else {
-			ts_drop(c, "%s: out of memory", op);
-		}
-		return;
-	}
-	srv_key_written(s, e);
-}
-
-/* Items of a queue value; -1 when it is not one (a plain SET wrote it). */
-static int64_t queue_items(const struct entry *e)
-{
-	uint32_t off = 0, len;
-	int64_t n = 0;
-
-	while (off < e->vlen) {
-		if (e->vlen - off < 4) {
-			return -1;
-		}
-		len = (uint32_t)e->val[off] << 24 | (uint32_t)e->val[off + 1] << 16 |
-		      (uint32_t)e->val[off + 2] << 8 | e->val[off + 3];
-		if (len > e->vlen - off - 4) {
-			return -1;
-		}
-		off += 4 + len;
-		n++;
-	}
-	return n;
 }
 
 static void op_queue(struct conn *c, const struct ts_req *r)
 {
-	struct entry *e = present(c->s, r->key);
-	int64_t n = e != NULL ? queue_items(e) : 0;
+	uint8_t buf[TS_KEY_BUF], *item;
+	int64_t n;
 	uint32_t len;
+	int rc;
 
-	if (n < 0) {
-		ts_drop(c, "%s: %.*s is not a queue", ts_op_name(r->op),
-			(int)(r->key.len > 200 ? 200 : r->key.len), (const char *)r->key.p);
-		return;
-	}
 	if (r->op == TS_OP_QUEUE_LEN) {
-		put_le64(&c->out, (uint64_t)n);
+		n = ks_queue_len(present(c, r->key));
+		if (n < 0) {
+			ts_drop(c, "QUEUE_LEN: %.*s is not a queue", KEYF(r->key));
+			return;
+		}
+		ts_put_u64(&c->out, (uint64_t)n);
 		return;
 	}
-	if (n == 0) {
-		ts_drop(c, "QUEUE_POP: queue %.*s is empty",
-			(int)(r->key.len > 200 ? 200 : r->key.len), (const char *)r->key.p);
-		return;
+	rc = ks_queue_pop(&c->s->ks, pkey(c->s, r->key, buf), &item, &len);
+	if (rc == -EINVAL) {
+		ts_drop(c, "QUEUE_POP: %.*s is not a queue", KEYF(r->key));
+	} else if (rc == -ENOENT) {
+		ts_drop(c, "QUEUE_POP: queue %.*s is empty", KEYF(r->key));
+	} else if (rc < 0) {
+		ts_drop(c, "QUEUE_POP: out of memory");
+	} else {
+		ts_put_vec(&c->out, item, len);
+		free(item);
 	}
-	len = (uint32_t)e->val[0] << 24 | (uint32_t)e->val[1] << 16 | (uint32_t)e->val[2] << 8 |
-	      e->val[3];
-	put_vec(&c->out, e->val + 4, len);
-	if (n == 1) {
-		srv_key_delete(c->s, e); /* an empty queue is no key: WAIT waits for a push */
-		return;
-	}
-	memmove(e->val, e->val + 4 + len, e->vlen - 4 - len);
-	e->vlen -= 4 + len;
 }
 
 static void ts_run(struct conn *c, const struct ts_req *r)
 {
+	const struct ks_list l = key_list(c->s, r);
+
 	switch (r->op) {
 	case TS_OP_VALIDATE:
 		break;
 	case TS_OP_PING:
-		put_le32(&c->out, (uint32_t)r->num);
+		ts_put_u32(&c->out, (uint32_t)r->num);
 		break;
 	case TS_OP_SET:
-		store_key(c, r->key, r->a);
+		op_set(c, r);
 		break;
 	case TS_OP_GET:
 		op_get(c, r);
@@ -433,13 +298,14 @@ static void ts_run(struct conn *c, const struct ts_req *r)
 		op_delete(c, r);
 		break;
 	case TS_OP_CHECK:
-		wire_put_u8(&c->out, all_present(c, r) ? TS_CHECK_READY : TS_CHECK_NOT_READY);
+		wire_put_u8(&c->out,
+			    ks_check(&c->s->ks, &l) ? TS_CHECK_READY : TS_CHECK_NOT_READY);
 		break;
 	case TS_OP_WAIT:
 		op_wait(c, r);
 		break;
 	case TS_OP_GETNUMKEYS:
-		op_num_keys(c);
+		ts_put_u64(&c->out, (uint64_t)ks_num_keys(&c->s->ks, l.prefix, l.prefix_len));
 		break;
 	case TS_OP_CANCEL_WAIT:
 		op_cancel_wait(c);

@@ -1,64 +1,24 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/server_wait.c: WAIT: parked requests, their keys and deadlines. */
+/* rendezvous/store/server_wait.c: held waits of connections, and the keyspace's clock. */
+/*
+ * The keyspace (keyspace.c) holds a wait on its keys and deadline; here it also belongs to a
+ * connection: listed on it (so closing the connection drops its waits), counted against the
+ * per-connection and store-wide bounds, and charged to the memory budget. When the keyspace
+ * ends a wait, srv_on_wait_done() answers it in the connection's own protocol.
+ */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "rendezvous/store/server_internal.h"
-#include "rendezvous/store/server_tcpstore.h"
+#include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/log.h"
 
-static void link_unlink(struct link *l)
-{
-	struct entry *e = l->e;
+_Static_assert((int)WIRE_WAIT_ALL == (int)KS_WAIT_ALL && (int)WIRE_WAIT_ANY == (int)KS_WAIT_ANY,
+	       "crun's WAIT modes are the keyspace's");
 
-	if (e == NULL) {
-		return;
-	}
-	if (l->prev != NULL) {
-		l->prev->next = l->next;
-	} else {
-		e->watchers = l->next;
-	}
-	if (l->next != NULL) {
-		l->next->prev = l->prev;
-	}
-	l->prev = l->next = NULL;
-	l->e = NULL;
-}
-
-/* Unlink and free @w without replying. */
-void srv_wait_destroy(struct store_server *s, struct wait *w)
-{
-	struct entry *e;
-	uint32_t i;
-
-	for (i = 0; i < w->n; i++) {
-		e = w->links[i].e;
-		if (e != NULL) {
-			link_unlink(&w->links[i]);
-			entry_maybe_free(s, e);
-		}
-	}
-	srv_heap_remove(&s->waits, &w->dl);
-	if (w->prev != NULL) {
-		w->prev->next = w->next;
-	} else {
-		w->c->waits = w->next;
-	}
-	if (w->next != NULL) {
-		w->next->prev = w->prev;
-	}
-	w->c->nwaits--;
-	if (w->untimed) {
-		w->c->nuntimed--;
-		s->nuntimed--;
-	}
-	srv_mem_release(w->c, w->cost);
-	free(w);
-}
-
-static void flush_later(struct conn *c)
+void srv_flush_later(struct conn *c)
 {
 	if (!c->in_flush && !c->closing) {
 		c->in_flush = true;
@@ -67,124 +27,142 @@ static void flush_later(struct conn *c)
 	}
 }
 
-static void wait_reply(struct store_server *s, struct wait *w, uint32_t index)
+/* Take @w off its connection's list and bounds (the keyspace is done with it or will be). */
+static void detach(struct store_server *s, struct ks_wait *w)
 {
-	struct conn *c = w->c;
-	size_t off;
+	struct conn *c = w->owner;
 
-	if (c->proto == TS_PROTO_CRUN) {
-		off = wire_frame_begin(&c->out, WIRE_OP_WAIT, WIRE_FLAG_REPLY, WIRE_OK, w->id);
-		wire_put_u32(&c->out, index);
-		wire_frame_end(&c->out, off);
+	if (w->prev != NULL) {
+		w->prev->next = w->next;
 	} else {
-		srv_ts_wait_done(c, true, NULL); /* a PyTorch TCPStore client */
+		c->waits = w->next;
 	}
-	flush_later(c);
-	srv_wait_destroy(s, w);
+	if (w->next != NULL) {
+		w->next->prev = w->prev;
+	}
+	c->nwaits--;
+	if (w->untimed) {
+		c->nuntimed--;
+		s->nuntimed--;
+	}
+	srv_mem_release(c, w->cost);
 }
 
-void srv_wait_fail(struct store_server *s, struct wait *w, uint16_t status, const char *msg)
+void srv_wait_destroy(struct store_server *s, struct ks_wait *w)
 {
-	struct conn *c = w->c;
+	detach(s, w);
+	ks_wait_cancel(&s->ks, w);
+}
+
+/* Answer @w's connection: @status WIRE_OK with @index, or an error with @msg. */
+static void answer(struct conn *c, uint32_t id, uint16_t status, uint32_t index, const char *msg)
+{
+	size_t off;
 
 	if (c->proto != TS_PROTO_CRUN) {
-		srv_wait_destroy(s, w);
-		srv_ts_wait_done(c, false, msg); /* no error replies in TCPStore: dropped */
+		srv_ts_wait_done(c, status == WIRE_OK, msg); /* a PyTorch TCPStore client */
 		return;
 	}
-	wire_put_error(&c->out, WIRE_OP_WAIT, w->id, status, msg);
-	flush_later(c);
-	srv_wait_destroy(s, w);
-}
-
-/* @e was just written: wake every wait on it. */
-void srv_key_written(struct store_server *s, struct entry *e)
-{
-	struct link *l;
-	struct wait *w;
-
-	while ((l = e->watchers) != NULL) {
-		w = l->w;
-		link_unlink(l);
-		if (w->mode == WIRE_WAIT_ANY) {
-			wait_reply(s, w, l->index);
-		} else if (--w->missing == 0) {
-			wait_reply(s, w, 0);
-		}
+	if (status != WIRE_OK) {
+		wire_put_error(&c->out, WIRE_OP_WAIT, id, status, msg);
+	} else {
+		off = wire_frame_begin(&c->out, WIRE_OP_WAIT, WIRE_FLAG_REPLY, WIRE_OK, id);
+		wire_put_u32(&c->out, index);
+		wire_frame_end(&c->out, off);
 	}
+	srv_flush_later(c);
 }
 
-static void on_wait_deadline(uv_timer_t *t)
+void srv_wait_fail(struct store_server *s, struct ks_wait *w, uint16_t status, const char *msg)
 {
-	struct store_server *s = t->data;
-	int64_t now = (int64_t)uv_now(s->loop);
-	struct hnode *m;
-	struct wait *w;
+	struct conn *c = w->owner;
+	uint32_t id = w->id;
+
+	srv_wait_destroy(s, w);
+	answer(c, id, status, 0, msg);
+}
+
+void srv_on_wait_done(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t index)
+{
+	struct store_server *s = ks->data;
+	struct conn *c = w->owner;
 	char msg[64];
 
-	while ((m = heap_min(&s->waits)) != NULL && m->at <= now) {
-		w = container_of(m, struct wait, dl);
-		snprintf(msg, sizeof(msg), "wait timed out after %" PRId64 " ms", w->timeout_ms);
-		srv_wait_fail(s, w, WIRE_E_TIMEOUT, msg);
+	detach(s, w); /* first: answering may close the connection, dropping its other waits */
+	if (rc == 0) {
+		answer(c, w->id, WIRE_OK, index, NULL);
+		return;
 	}
-	srv_wait_arm(s);
-	srv_flush_all(s);
+	snprintf(msg, sizeof(msg), "wait timed out after %" PRId64 " ms", w->timeout_ms);
+	answer(c, w->id, WIRE_E_TIMEOUT, 0, msg);
 }
 
-void srv_wait_arm(struct store_server *s)
+static void on_ks_timer(uv_timer_t *t)
 {
-	srv_timer_arm(s, &s->wait_timer, &s->waits, on_wait_deadline);
+	struct store_server *s = t->data;
+
+	s->ks_armed = KS_NO_DEADLINE;
+	ks_expire(&s->ks, (int64_t)uv_now(s->loop));
+	srv_flush_all(s); /* re-arms */
 }
 
-/*
- * Answer a WAIT whose keys already exist (ALL: every key; ANY: the first one present, by
- * index) at once, without allocating a wait: the common case of a barrier's late arrivals
- * and of a blocking get. Returns false when the request has to wait.
- */
-static bool wait_now(struct conn *c, const struct wire_req *r)
+void srv_ks_arm(struct store_server *s)
 {
-	const uint8_t *cur = r->list;
-	struct entry *e;
-	size_t off;
-	uint32_t i, index = 0;
+	int64_t at = ks_next_deadline(&s->ks), now;
 
-	if (r->n == 0) {
-		return false; /* the general path answers it */
+	if (at == s->ks_armed || s->closing) {
+		return;
 	}
-	for (i = 0; i < r->n; i++) {
-		e = entry_lookup(c->s, wire_list_next(&cur));
-		if (e != NULL && e->present) {
-			if (r->mode == WIRE_WAIT_ANY) {
-				index = i;
-				break;
-			}
-		} else if (r->mode != WIRE_WAIT_ANY) {
-			return false;
-		}
+	s->ks_armed = at;
+	if (at == KS_NO_DEADLINE) {
+		uv_timer_stop(&s->ks_timer);
+		return;
 	}
-	if (i == r->n && r->mode == WIRE_WAIT_ANY) {
-		return false;
-	}
-	off = reply_begin(c, r);
-	wire_put_u32(&c->out, index);
-	wire_frame_end(&c->out, off);
-	return true;
+	now = (int64_t)uv_now(s->loop);
+	uv_timer_start(&s->ks_timer, on_ks_timer, at > now ? (uint64_t)(at - now) : 0, 0);
 }
 
-/*
- * What a held wait costs: itself, and at most one entry per key (the key bytes inline), which
- * it keeps alive while nobody writes the key. Charged to the memory budget.
- */
-static size_t wait_cost(const struct wire_req *r)
+int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, int64_t timeout_ms,
+		  uint32_t id)
 {
-	const uint8_t *cur = r->list;
-	size_t n = sizeof(struct wait);
-	uint32_t i;
+	struct store_server *s = c->s;
+	size_t cost = ks_wait_cost(l);
+	int64_t at = timeout_ms < 0 ? KS_NO_DEADLINE : deadline_after(s, timeout_ms);
+	struct ks_wait *w;
 
-	for (i = 0; i < r->n; i++) {
-		n += sizeof(struct link) + sizeof(struct entry) + wire_list_next(&cur).len;
+	/* Charge first: going over the budget may drop this connection or the biggest other. */
+	if (!srv_mem_charge(c, cost)) {
+		return 1;
 	}
-	return n;
+	if (ks_wait_start(&s->ks, l, mode, at, &w) < 0) {
+		srv_mem_release(c, cost);
+		return -ENOMEM;
+	}
+	w->owner = c;
+	w->id = id;
+	w->cost = cost;
+	w->timeout_ms = timeout_ms;
+	w->untimed = timeout_ms < 0;
+	if (w->untimed) {
+		c->nuntimed++;
+		s->nuntimed++;
+	}
+	w->next = c->waits;
+	if (c->waits != NULL) {
+		c->waits->prev = w;
+	}
+	c->waits = w;
+	c->nwaits++;
+	return 0;
+}
+
+/* ---- crun's WAIT ---- */
+
+static struct ks_str crun_key(const uint8_t **cur)
+{
+	struct wire_str k = wire_list_next(cur);
+
+	return (struct ks_str){k.p, k.len};
 }
 
 /*
@@ -221,14 +199,12 @@ static int64_t wait_timeout(struct conn *c, const struct wire_req *r)
 void srv_op_wait(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
-	const uint8_t *cur = r->list;
-	struct wire_str k;
-	struct entry *e;
-	struct wait *w;
+	const struct ks_list l = {r->n, r->list, crun_key, NULL, 0};
 	char msg[96];
 	int64_t timeout;
-	size_t cost;
-	uint32_t i;
+	uint32_t index;
+	size_t off;
+	int rc;
 
 	if (c->nwaits >= s->max_pending) {
 		snprintf(msg, sizeof(msg),
@@ -236,84 +212,33 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 		reply_error(c, r, WIRE_E_BUSY, msg);
 		return;
 	}
-	if (wait_now(c, r)) {
+	/* Keys already there (a barrier's late arrivals, a blocking get): no wait allocated. */
+	if (ks_wait_ready(&s->ks, &l, r->mode, &index)) {
+		off = reply_begin(c, r);
+		wire_put_u32(&c->out, index);
+		wire_frame_end(&c->out, off);
 		return;
 	}
 	timeout = wait_timeout(c, r);
 	if (timeout == INT64_MIN) {
 		return;
 	}
-	/* Charge first: going over the budget may drop this connection or the biggest other. */
-	cost = wait_cost(r);
-	if (!srv_mem_charge(c, cost)) {
-		return;
-	}
-	w = calloc(1, sizeof(*w) + (size_t)r->n * sizeof(w->links[0]));
-	if (w == NULL) {
-		srv_mem_release(c, cost);
-		reply_error(c, r, WIRE_E_NO_MEMORY, "WAIT: out of memory");
-		return;
-	}
-	w->cost = cost;
-	w->untimed = timeout < 0;
-	if (w->untimed) {
-		c->nuntimed++;
-		s->nuntimed++;
-	}
-	w->c = c;
-	w->id = r->id;
-	w->mode = r->mode;
-	w->n = r->n;
-	w->timeout_ms = timeout;
-	w->dl.idx = SIZE_MAX;
-	w->next = c->waits;
-	if (c->waits != NULL) {
-		c->waits->prev = w;
-	}
-	c->waits = w;
-	c->nwaits++;
-	for (i = 0; i < r->n; i++) {
-		k = wire_list_next(&cur);
-		w->links[i].w = w;
-		w->links[i].index = i;
-		e = entry_lookup(s, k);
-		if (e != NULL && e->present) {
-			if (w->mode == WIRE_WAIT_ANY) {
-				wait_reply(s, w, i);
-				return;
-			}
-			continue;
-		}
-		w->missing++;
-		e = srv_entry_get(s, k);
-		if (e == NULL) {
-			srv_wait_fail(s, w, WIRE_E_NO_MEMORY, "WAIT: out of memory");
-			return;
-		}
-		w->links[i].e = e;
-		w->links[i].next = e->watchers;
-		if (e->watchers != NULL) {
-			e->watchers->prev = &w->links[i];
-		}
-		e->watchers = &w->links[i];
-	}
-	if (w->missing == 0) {
-		wait_reply(s, w, 0);
+	if (r->n == 0) {
+		off = reply_begin(c, r); /* all of no keys are there */
+		wire_put_u32(&c->out, 0);
+		wire_frame_end(&c->out, off);
 		return;
 	}
 	if (timeout == 0) {
-		srv_wait_fail(s, w, WIRE_E_TIMEOUT, "wait timed out after 0 ms");
+		reply_error(c, r, WIRE_E_TIMEOUT, "wait timed out after 0 ms");
 		return;
 	}
-	if (timeout > 0) {
-		w->dl.at = deadline_after(s, timeout);
-		if (srv_heap_push(&s->waits, &w->dl) < 0) {
-			srv_wait_fail(s, w, WIRE_E_NO_MEMORY, "WAIT: out of memory");
-			return;
-		}
-		if (w->dl.idx == 0) {
-			srv_wait_arm(s);
-		}
+	rc = srv_wait_hold(c, &l, r->mode, timeout, r->id);
+	if (rc == -ENOMEM) {
+		reply_error(c, r, WIRE_E_NO_MEMORY, "WAIT: out of memory");
+	}
+	if (rc != 0) {
+		return;
 	}
 	/*
 	 * Held until a write or the deadline. Tests wait for this line before writing, so that
@@ -325,7 +250,7 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_debug("store: %s: WAIT parked (%s of %" PRIu32 " key%s, %" PRIu32 " missing)",
-			  peer, w->mode == WIRE_WAIT_ANY ? "any" : "all", w->n,
-			  w->n == 1 ? "" : "s", w->missing);
+			  peer, r->mode == WIRE_WAIT_ANY ? "any" : "all", r->n,
+			  r->n == 1 ? "" : "s", c->waits->missing);
 	}
 }

@@ -10,6 +10,7 @@
 #include <crun/error.h>
 
 #include "rendezvous/store/store_conf.h"
+#include "rendezvous/store/server.h"
 #include "src/common/log.h"
 #include "src/common/token.h"
 
@@ -233,6 +234,14 @@ void store_conf_opts(const struct store_conf *c, struct crun_store_opts *o)
 	o->tls_cert = c->tls_cert;
 	o->tls_key = c->tls_key;
 	o->tls_server_name = c->tls_server_name;
+}
+
+void store_conf_server_opts(const struct store_conf *c, struct store_server_opts *o)
+{
+	o->token = c->token;
+	o->tls_cert = c->tls_cert;
+	o->tls_key = c->tls_key;
+	o->tls_ca = c->tls_ca;
 }
 
 void store_settings_etcd_env(struct store_settings *s)

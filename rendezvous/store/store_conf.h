@@ -137,6 +137,15 @@ struct store_env_var {
 size_t store_conf_worker_env(const struct store_conf *c, const char *cred_file,
 			     struct store_env_var out[STORE_CONF_ENV_MAX]);
 
+struct store_server_opts;
+
+/**
+ * The credential and TLS files a store's host serves with, from @c (borrowed, valid while @c
+ * is): the one place that fills them in struct store_server_opts (rendezvous/store/server.h);
+ * the listen address, limits and TCPStore settings are the host's own.
+ */
+void store_conf_server_opts(const struct store_conf *c, struct store_server_opts *o);
+
 /** Replace @c's endpoint (the agent learns it once its store is bound). 0 or -ENOMEM. */
 int store_conf_set_endpoint(struct store_conf *c, const char *endpoint);
 
@@ -157,5 +166,12 @@ int store_open_conf(const struct store_conf *c, struct crun_store **out, struct 
  * saying how to delete them by hand.
  */
 int store_forget_job(struct crun_store *st, int members, int left_rc, struct crun_diag *d);
+
+/**
+ * store.c: the message of @st's last failed operation, where the backend keeps one: which
+ * store, and what happened ("store H:P: connection refused by H:P (...)", "store file://P:
+ * damaged record at byte offset N ..."). "" when it has none. Valid until the next call on @st.
+ */
+const char *store_last_error(const struct crun_store *st);
 
 #endif

@@ -5,7 +5,9 @@
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +34,45 @@ int fs_check_private(int fd, const char *what, const char *path, struct crun_dia
 				(unsigned)geteuid(), path);
 	}
 	return 0;
+}
+
+int fs_check_dir_safe(const char *dir, const char *what, struct crun_diag *d)
+{
+	struct stat sb;
+	unsigned mode;
+	int rc;
+
+	if (stat(dir, &sb) < 0) {
+		rc = -errno;
+		return diag_set(d, rc, "%s %s: %s", what, dir, strerror(-rc));
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		return diag_set(d, -ENOTDIR, "%s %s: not a directory", what, dir);
+	}
+	mode = (unsigned)(sb.st_mode & 07777);
+	if (sb.st_uid != geteuid() && sb.st_uid != 0) {
+		return diag_set(d, -EPERM,
+				"%s %s: refused: owned by uid %u (mode %04o), not by uid %u or "
+				"root: its owner could replace what crun writes there (use a "
+				"directory of your own)",
+				what, dir, (unsigned)sb.st_uid, mode, (unsigned)geteuid());
+	}
+	if ((mode & S_ISVTX) != 0 || (mode & 022) == 0) {
+		return 0;
+	}
+	if ((mode & 002) != 0) {
+		return diag_set(d, -EPERM,
+				"%s %s: refused: mode %04o: anyone can write it and it has no "
+				"sticky bit, so anyone could replace or remove what crun writes "
+				"there (chmod o-w or +t %s)",
+				what, dir, mode, dir);
+	}
+	diag_set(d, 0,
+		 "%s %s: warning: mode %04o: members of group %u can write it and it has no "
+		 "sticky bit, so they could replace or remove what crun writes there (chmod "
+		 "g-w or +t %s)",
+		 what, dir, mode, (unsigned)sb.st_gid, dir);
+	return 1;
 }
 
 int fs_mkdir_p(const char *path, mode_t mode)
@@ -159,13 +200,175 @@ static int split_path(const char *path, char *dir, size_t dirlen, const char **b
 	return 0;
 }
 
-int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchunks, mode_t mode,
-		    const char *tmp_name)
+/* @n random lowercase hex characters into @out (NUL-terminated). */
+static int random_hex(char *out, size_t n)
 {
-	char dir[PATH_MAX], tmp[PATH_MAX];
-	const char *base;
+	static const char hex[] = "0123456789abcdef";
+	unsigned char raw[16];
 	size_t i;
-	int fd, rc, n;
+	ssize_t got;
+
+	if (n > 2 * sizeof(raw)) {
+		return -EINVAL;
+	}
+	do {
+		got = getrandom(raw, (n + 1) / 2, 0);
+	} while (got < 0 && errno == EINTR);
+	if (got != (ssize_t)((n + 1) / 2)) {
+		return got < 0 ? -errno : -EIO;
+	}
+	for (i = 0; i < n; i++) {
+		out[i] = hex[(raw[i / 2] >> (i % 2 ? 0 : 4)) & 0xf];
+	}
+	out[n] = '\0';
+	return 0;
+}
+
+/* "<prefix><12 random hex digits>" into @buf. */
+static int temp_name(char *buf, size_t len, const char *prefix)
+{
+	char rnd[13];
+	int rc = random_hex(rnd, 12);
+
+	if (rc < 0) {
+		return rc;
+	}
+	if ((size_t)snprintf(buf, len, "%s%s", prefix, rnd) >= len) {
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+/*
+ * Give the unnamed O_TMPFILE file @fd the fresh name @name in @dfd: linkat() never follows or
+ * replaces what is at the new name, so a planted name is EEXIST. AT_EMPTY_PATH needs
+ * CAP_DAC_READ_SEARCH; the /proc/self/fd link works for everyone else where /proc is mounted.
+ */
+static int link_tmpfile(int fd, int dfd, const char *name)
+{
+	char proc[64];
+
+	if (linkat(fd, "", dfd, name, AT_EMPTY_PATH) == 0) {
+		return 0;
+	}
+	if (errno == EEXIST) {
+		return -EEXIST;
+	}
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
+}
+
+/*
+ * Create the temporary file in @dfd, named *@name on return (a fresh random name, never an
+ * existing one: O_CREAT|O_EXCL|O_NOFOLLOW). With @tmpfile set it is an O_TMPFILE file that
+ * gets its name only once written (see publish_temp()), so a writer killed mid-write leaves
+ * nothing behind; otherwise it is named at once. Returns the fd or -errno.
+ */
+static int open_temp(int dfd, const char *prefix, mode_t mode, bool tmpfile, char *name,
+		     size_t namelen)
+{
+	int fd, rc, tries;
+
+	if (tmpfile) {
+		fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+		return fd < 0 ? -errno : fd;
+	}
+	for (tries = 0; tries < 16; tries++) {
+		rc = temp_name(name, namelen, prefix);
+		if (rc < 0) {
+			return rc;
+		}
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+		if (fd >= 0 || errno != EEXIST) {
+			return fd < 0 ? -errno : fd;
+		}
+	}
+	return -EEXIST;
+}
+
+/* An O_TMPFILE file's fresh random name in @dfd (see link_tmpfile()). */
+static int publish_temp(int fd, int dfd, const char *prefix, char *name, size_t namelen)
+{
+	int rc = -EEXIST, tries;
+
+	for (tries = 0; tries < 16 && rc == -EEXIST; tries++) {
+		rc = temp_name(name, namelen, prefix);
+		if (rc == 0) {
+			rc = link_tmpfile(fd, dfd, name);
+		}
+	}
+	return rc;
+}
+
+/* Write @chunks to @fd and fsync it. */
+static int write_chunks(int fd, const struct fs_chunk *chunks, size_t nchunks)
+{
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; rc == 0 && i < nchunks; i++) {
+		rc = io_write_full(fd, chunks[i].data, chunks[i].len);
+	}
+	if (rc == 0 && fsync(fd) < 0) {
+		rc = -errno;
+	}
+	return rc;
+}
+
+/* O_TMPFILE refused by the file system or the kernel, or no way to link it (no /proc). */
+static bool tmpfile_unsupported(int rc)
+{
+	return rc == -EOPNOTSUPP || rc == -EISDIR || rc == -EINVAL || rc == -ENOENT ||
+	       rc == -EPERM || rc == -EXDEV || rc == -ENOSYS;
+}
+
+/*
+ * One attempt with O_TMPFILE (@tmpfile) or with a named temporary file. *@fallback is set when
+ * O_TMPFILE is not available here and nothing was changed: the caller tries a name instead.
+ */
+static int write_via_temp(int dfd, const char *base, const char *prefix,
+			  const struct fs_chunk *chunks, size_t nchunks, mode_t mode, bool tmpfile,
+			  bool *fallback)
+{
+	char name[NAME_MAX + 1] = "";
+	int fd, rc;
+
+	*fallback = false;
+	fd = open_temp(dfd, prefix, mode, tmpfile, name, sizeof(name));
+	if (fd < 0) {
+		*fallback = tmpfile && tmpfile_unsupported(fd);
+		return fd;
+	}
+	rc = write_chunks(fd, chunks, nchunks);
+	if (rc == 0 && tmpfile) {
+		rc = publish_temp(fd, dfd, prefix, name, sizeof(name));
+		if (rc < 0) {
+			*fallback = rc != -EEXIST && tmpfile_unsupported(rc);
+			name[0] = '\0'; /* nothing named to remove */
+		}
+	}
+	if (close(fd) < 0 && rc == 0) {
+		rc = -errno;
+	}
+	if (rc == 0 && renameat(dfd, name, dfd, base) < 0) {
+		rc = -errno;
+	}
+	if (rc < 0 && name[0] != '\0') {
+		unlinkat(dfd, name, 0);
+	}
+	if (rc == 0 && fsync(dfd) < 0) {
+		rc = -errno;
+	}
+	return rc;
+}
+
+int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchunks, mode_t mode,
+		    const char *tmp_prefix)
+{
+	char dir[PATH_MAX], prefix[NAME_MAX + 1];
+	const char *base;
+	bool fallback;
+	int dfd, rc;
 
 	rc = split_path(path, dir, sizeof(dir), &base);
 	if (rc < 0) {
@@ -174,34 +377,23 @@ int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchu
 	if (*base == '\0') {
 		return -EINVAL;
 	}
-	if (tmp_name != NULL) {
-		n = snprintf(tmp, sizeof(tmp), "%s/%s", dir, tmp_name);
+	if (tmp_prefix == NULL) {
+		rc = snprintf(prefix, sizeof(prefix), ".%s.tmp.", base);
 	} else {
-		n = snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%ld", dir, base, (long)getpid());
+		rc = snprintf(prefix, sizeof(prefix), "%s", tmp_prefix);
 	}
-	if (n < 0 || (size_t)n >= sizeof(tmp)) {
+	/* Room for the 12 random characters. */
+	if (rc < 0 || (size_t)rc + 12 >= sizeof(prefix)) {
 		return -ENAMETOOLONG;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-	if (fd < 0) {
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
 		return -errno;
 	}
-	rc = 0;
-	for (i = 0; rc == 0 && i < nchunks; i++) {
-		rc = io_write_full(fd, chunks[i].data, chunks[i].len);
+	rc = write_via_temp(dfd, base, prefix, chunks, nchunks, mode, true, &fallback);
+	if (fallback) {
+		rc = write_via_temp(dfd, base, prefix, chunks, nchunks, mode, false, &fallback);
 	}
-	if (rc == 0 && fsync(fd) < 0) {
-		rc = -errno;
-	}
-	if (close(fd) < 0 && rc == 0) {
-		rc = -errno;
-	}
-	if (rc == 0 && rename(tmp, path) < 0) {
-		rc = -errno;
-	}
-	if (rc < 0) {
-		unlink(tmp);
-		return rc;
-	}
-	return fs_fsync_dir(dir);
+	close(dfd);
+	return rc;
 }

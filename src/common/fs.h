@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/fs.h: directories, durable files (write-temp-fsync-rename), private-file checks. */
+/* src/common/fs.h: directories, durable files (write-temp-fsync-rename), private-file and
+ * shared-directory checks. */
 #ifndef CRUN_SRC_COMMON_FS_H
 #define CRUN_SRC_COMMON_FS_H
 
@@ -28,6 +29,19 @@ int fs_fsync_dir(const char *dir);
  */
 int fs_check_private(int fd, const char *what, const char *path, struct crun_diag *d);
 
+/**
+ * Whether others can plant, replace or remove files in the directory @dir (its final component
+ * followed), where this process is about to write @what ("checkpoint directory", "--log-dir").
+ * Judged as ssh's StrictModes judges a home directory:
+ * - refused, -EPERM, when it is owned by a user other than this one or root, or anyone may
+ *   write it and it has no sticky bit;
+ * - 1, a warning, when its group may write it and it has no sticky bit (a team directory);
+ * - 0 when only its owner (or a sticky bit's rule) decides what happens to our files.
+ * @d holds the refusal or the warning, naming @dir, its mode and owner; -errno (-ENOENT,
+ * -ENOTDIR) when it cannot be looked at.
+ */
+int fs_check_dir_safe(const char *dir, const char *what, struct crun_diag *d);
+
 /* One piece of a file written by fs_write_atomic(). */
 struct fs_chunk {
 	const void *data; /* borrowed */
@@ -35,13 +49,18 @@ struct fs_chunk {
 };
 
 /**
- * Replace @path atomically and durably with the concatenation of @chunks: write them to a
- * temporary file beside @path named "<dir>/.<base>.tmp.<pid>" (or @tmp_name when not NULL),
- * fsync it, rename it over @path, then fsync the directory. A reader sees the old file or the
- * whole new one, never a part; on failure the temporary file is removed and @path is
- * untouched. @mode is the new file's mode. Returns 0 or -errno (-ENAMETOOLONG).
+ * Replace @path atomically and durably with the concatenation of @chunks, safely in a
+ * directory others may write: everything happens relative to the directory opened once; the
+ * data goes to an unnamed O_TMPFILE file that is fsync'd and then linked in under a fresh
+ * random name (where the file system cannot, a file created under such a name with
+ * O_CREAT|O_EXCL|O_NOFOLLOW), renamed over @path, and the directory fsync'd. The temporary
+ * name is "<prefix><12 random hex digits>", prefix "." <base> ".tmp." or @tmp_prefix when not
+ * NULL; a name or link planted in advance is never opened, followed or overwritten. A reader
+ * sees the old file or the whole new one, never a part; on failure the temporary file is
+ * removed and @path untouched. @mode is the new file's mode (less the umask).
+ * Returns 0 or -errno (-ENAMETOOLONG).
  */
 int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchunks, mode_t mode,
-		    const char *tmp_name);
+		    const char *tmp_prefix);
 
 #endif

@@ -2,24 +2,87 @@
 /* src/common/htab.c: the intrusive hash table (the store server's keys, the file store's index). */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
+#include "src/common/byteorder.h"
 #include "src/common/htab.h"
 #include "src/common/util.h"
 
-uint64_t htab_hash(const void *key, size_t len, uint64_t seed)
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+#define SIPROUND(v0, v1, v2, v3)                                                               \
+	do {                                                                                   \
+		v0 += v1;                                                                      \
+		v1 = ROTL(v1, 13);                                                             \
+		v1 ^= v0;                                                                      \
+		v0 = ROTL(v0, 32);                                                             \
+		v2 += v3;                                                                      \
+		v3 = ROTL(v3, 16);                                                             \
+		v3 ^= v2;                                                                      \
+		v0 += v3;                                                                      \
+		v3 = ROTL(v3, 21);                                                             \
+		v3 ^= v0;                                                                      \
+		v2 += v1;                                                                      \
+		v1 = ROTL(v1, 17);                                                             \
+		v1 ^= v2;                                                                      \
+		v2 = ROTL(v2, 32);                                                             \
+	} while (0)
+
+/* SipHash-2-4, as in the reference implementation (github.com/veorq/SipHash), 64-bit output. */
+uint64_t htab_hash(const void *key, size_t len, const struct htab_seed *seed)
 {
-	const uint8_t *k = key;
-	uint64_t h = 0xcbf29ce484222325ull ^ seed;
+	static const struct htab_seed zero;
+	const struct htab_seed *k = seed != NULL ? seed : &zero;
+	const uint8_t *p = len > 0 ? key : (const void *)"";
+	const uint8_t *end = p + (len - len % 8);
+	uint64_t v0 = 0x736f6d6570736575ull ^ k->k0;
+	uint64_t v1 = 0x646f72616e646f6dull ^ k->k1;
+	uint64_t v2 = 0x6c7967656e657261ull ^ k->k0;
+	uint64_t v3 = 0x7465646279746573ull ^ k->k1;
+	uint64_t m, b = (uint64_t)len << 56;
 	size_t i;
 
-	for (i = 0; i < len; i++) {
-		h ^= k[i];
-		h *= 0x100000001b3ull;
+	for (; p != end; p += 8) {
+		m = get_le64(p);
+		v3 ^= m;
+		SIPROUND(v0, v1, v2, v3);
+		SIPROUND(v0, v1, v2, v3);
+		v0 ^= m;
 	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
+	for (i = 0; i < len % 8; i++) {
+		b |= (uint64_t)p[i] << (8 * i);
+	}
+	v3 ^= b;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+int htab_seed_random(struct htab_seed *seed)
+{
+	uint8_t buf[16];
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < sizeof(buf)) {
+		n = getrandom(buf + got, sizeof(buf) - got, 0);
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			return -errno;
+		}
+		got += (size_t)n;
+	}
+	seed->k0 = get_le64(buf);
+	seed->k1 = get_le64(buf + 8);
+	return 0;
 }
 
 int htab_init(struct htab *t, size_t nbuckets)

@@ -24,8 +24,20 @@ struct htab {
 	size_t count;
 };
 
-/** FNV-1a over @len bytes mixed with @seed, then a 64-bit finaliser (murmur3's fmix64). */
-uint64_t htab_hash(const void *key, size_t len, uint64_t seed);
+/* A hash key: tables whose keys a peer chooses (the store server's) use a secret random one,
+ * so that nobody can compute colliding keys and turn lookups into chain walks. */
+struct htab_seed {
+	uint64_t k0;
+	uint64_t k1;
+};
+
+/**
+ * SipHash-2-4 (Aumasson and Bernstein) of @len bytes at @key under @seed (borrowed; NULL: the
+ * all-zero key, for tables whose keys no peer chooses). Deterministic for a given seed.
+ */
+uint64_t htab_hash(const void *key, size_t len, const struct htab_seed *seed);
+/** Fill @seed with secret random bits from getrandom(2). 0 or a negative errno. */
+int htab_seed_random(struct htab_seed *seed);
 
 /** Start with @nbuckets (rounded up to a power of two, at least 16). 0 or -ENOMEM. */
 int htab_init(struct htab *t, size_t nbuckets);

@@ -19,6 +19,7 @@
 
 #include "src/common/fs.h"
 #include "src/common/io.h"
+#include "src/common/log.h"
 #include "src/common/token.h"
 
 #define PROOF_CONTEXT_CLIENT "crun-store-v2 client proof"
@@ -133,6 +134,53 @@ int token_cred_from_token(struct token_cred *c, const char *tok, const char *sco
 	return 0;
 }
 
+/* The directory holding @file: others must not be able to replace what is in it. */
+static int check_dir_of(const char *file, const char *path, struct crun_diag *d)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	int rc;
+
+	if (snprintf(dir, sizeof(dir), "%s", file) >= (int)sizeof(dir)) {
+		return diag_set(d, -ENAMETOOLONG, "token file %s: path too long", path);
+	}
+	slash = strrchr(dir, '/');
+	if (slash == NULL) {
+		snprintf(dir, sizeof(dir), ".");
+	} else {
+		slash[slash == dir ? 1 : 0] = '\0';
+	}
+	rc = fs_check_dir_safe(dir, "token file directory", d);
+	if (rc > 0) {
+		log_warn("token file %s: %s", path, d->msg);
+		diag_clear(d);
+		return 0;
+	}
+	return rc < 0 ? diag_prefix(d, "token file %s", path) : 0;
+}
+
+/*
+ * A token file may be a symbolic link (to a secrets mount, say): it is followed, and what is
+ * checked is the file it leads to (fs_check_private() on the open file), the directory of
+ * the name given and, for a link, the directory of its target (fs_check_dir_safe()).
+ */
+static int check_token_dirs(const char *path, struct crun_diag *d)
+{
+	char real[PATH_MAX];
+	struct stat sb;
+	int rc;
+
+	rc = check_dir_of(path, path, d);
+	if (rc < 0 || lstat(path, &sb) < 0 || !S_ISLNK(sb.st_mode)) {
+		return rc;
+	}
+	if (realpath(path, real) == NULL) {
+		rc = -errno;
+		return diag_set(d, rc, "token file %s: %s", path, strerror(-rc));
+	}
+	return check_dir_of(real, path, d);
+}
+
 /* The first line of @path (at most TOKEN_MAX_LEN + 1 bytes read) after the permission check. */
 static int read_private(const char *path, char *buf, size_t cap, struct crun_diag *d)
 {
@@ -140,12 +188,16 @@ static int read_private(const char *path, char *buf, size_t cap, struct crun_dia
 	int fd, rc;
 	char *nl;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO planted at the name is refused below rather than waited on. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		rc = -errno;
 		return diag_set(d, rc, "token file %s: %s", path, strerror(-rc));
 	}
 	rc = fs_check_private(fd, "token file", path, d);
+	if (rc == 0) {
+		rc = check_token_dirs(path, d);
+	}
 	if (rc < 0) {
 		close(fd);
 		return rc;

@@ -1,8 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # tests/agent/logdir.sh: --log-dir reruns with the same run id: each run gets its own folder
-# DIR/<run_id>_<YYYYmmdd-HHMMSS>[.N], so attempts of different runs never mix; the error files of
-# failed attempts are kept next to their logs and no temporary folder is left behind.
+# DIR/<run_id>_<YYYYmmdd-HHMMSS>[.XXXXXX] (a random suffix when the name is taken), so attempts
+# of different runs never mix; the error files of failed attempts are kept next to their logs
+# and no temporary folder is left behind.
 . "$(dirname "$0")/lib.sh"
 
 ONE=(--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:0 --rdzv-id rerun --nproc-per-node 2)
@@ -19,8 +20,8 @@ expect_eq "$RC" 5 "run 2: exit status"
 runs=$(ls -d "$T"/logs/rerun_* | wc -l)
 expect_eq "$runs" 2 "run folders under --log-dir ($(ls "$T/logs" | tr '\n' ' '))"
 for d in "$T"/logs/rerun_*; do
-	basename "$d" | grep -Eq '^rerun_[0-9]{8}-[0-9]{6}(\.[0-9]+)?$' ||
-		fail "run folder $d: expected rerun_YYYYmmdd-HHMMSS[.N]"
+	basename "$d" | grep -Eq '^rerun_[0-9]{8}-[0-9]{6}(\.[A-Za-z0-9]{6})?$' ||
+		fail "run folder $d: expected rerun_YYYYmmdd-HHMMSS[.XXXXXX]"
 done
 # run_of TEXT: the run folder whose logs hold the line TEXT (.../RUN/attempt_N/RANK/stdout.log).
 run_of() {
@@ -35,6 +36,12 @@ expect_eq "$(ls -d "$R1"/attempt_* | wc -l)" 2 "attempts of run 1"
 expect_eq "$(ls -d "$R2"/attempt_* | wc -l)" 1 "attempts of run 2"
 expect_grep "worker logs go to $R1" "$T/err1" "run 1 says where its logs go"
 expect_grep "worker logs go to $R2" "$T/err2" "run 2 says where its logs go"
+
+note "private, as torchrun's: run folders 0700, logs and kept error files 0600"
+expect_eq "$(stat -c %a "$R1")" 700 "mode of run folder $R1"
+expect_eq "$(stat -c %a "$R1/attempt_0/0")" 700 "mode of rank folder $R1/attempt_0/0"
+expect_eq "$(stat -c %a "$R1/attempt_0/0/stdout.log")" 600 "mode of $R1/attempt_0/0/stdout.log"
+expect_eq "$(stat -c %a "$R2/attempt_0/error_1.json")" 600 "mode of the kept error file"
 
 note "error files are kept next to the logs; no temporary folder is left behind"
 expect_grep "run-two-broke" "$R2/attempt_0/error_1.json" "run 2's error file"

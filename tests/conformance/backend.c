@@ -311,9 +311,19 @@ static void *compact_adder_main(void *p)
  * handles opened before keep reading and writing (adds stay exact), TTLs, appends and deletes
  * survive, and the file stays small.
  */
+/* @path now holds @text. */
+static void put(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
 void file_compaction_keeps_every_key(void **state)
 {
-	char ep[700], tpath[600];
+	char ep[700], tpath[600], stale[640], stale_old[660], victim[640], link_name[640];
 	struct compact_adder ad[COMPACT_THREADS];
 	pthread_t th[COMPACT_THREADS];
 	struct crun_store *a, *b, *c;
@@ -331,6 +341,16 @@ void file_compaction_keeps_every_key(void **state)
 	snprintf(tpath, sizeof(tpath), "%s.compact", g_path);
 	snprintf(ep, sizeof(ep), "file://%s", tpath);
 	unlink(tpath);
+	/* What a writer killed mid-compaction leaves (its new file and the old file's second
+	 * name) goes at the next compaction; a link planted at such a name is not followed. */
+	snprintf(stale, sizeof(stale), "%s.compact.99999.7", tpath);
+	snprintf(stale_old, sizeof(stale_old), "%s.old", stale);
+	snprintf(victim, sizeof(victim), "%s.victim", tpath);
+	snprintf(link_name, sizeof(link_name), "%s.compact.99998.8", tpath);
+	put(stale, "stale new file");
+	put(stale_old, "stale old file");
+	put(victim, "untouched");
+	assert_int_equal(symlink(victim, link_name), 0);
 	setenv("CRUN_STORE_FILE_COMPACT_BYTES", "65536", 1);
 	a = open_with(ep, "c/", 30000);
 	b = open_with(ep, "c/", 30000);
@@ -384,5 +404,13 @@ void file_compaction_keeps_every_key(void **state)
 	crun_store_close(c);
 	crun_store_close(b);
 	crun_store_close(a);
+	assert_int_equal(access(stale, F_OK), -1);
+	assert_int_equal(access(stale_old, F_OK), -1);
+	assert_int_equal(lstat(link_name, &sb), 0);
+	assert_true(S_ISLNK(sb.st_mode));
+	assert_int_equal(stat(victim, &sb), 0);
+	assert_int_equal(sb.st_size, 9);
+	unlink(link_name);
+	unlink(victim);
 	unlink(tpath);
 }

@@ -66,6 +66,8 @@ log_has() {
 start --tcpstore-run r1
 client ops
 client barrier 8
+# torch's own clients doing gloo's exchange, every value checked (tcpstore_stress.c does more)
+client stress 8 10
 client v2
 
 # The namespace: what crun's own clients wrote is out of reach, and the other way round.
@@ -88,8 +90,13 @@ client alive
 kill "$PID"
 
 # An idle TCPStore connection outlives --idle-timeout: PyTorch holds one for a whole job.
+# And the handshake deadline (10 s): torch 1.x's callback connection sends nothing, and once
+# the store closed it the client spun a core (issue 19); 20 s idle must cost < 1 s of CPU.
 start --tcpstore-run r1 --idle-timeout 1
+client idle_cpu 20 &
+IDLE_CPU=$!
 client idle
+wait "$IDLE_CPU" || fail "idle_cpu"
 kill "$PID"
 
 # Without --tcpstore-run: refused, and said so.

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
 # against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
-# alive, idle, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
+# alive, idle, idle_cpu SECONDS, stress N ROUNDS, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
 import datetime
 import multiprocessing
 import socket
@@ -62,6 +62,62 @@ def idle():
     time.sleep(2.5)  # past the daemon's --idle-timeout 1
     assert st.get("before") == b"1"
     print("idle: ok")
+
+
+def idle_cpu(seconds):
+    # PyTorch 1.x opens a second connection for callbacks and never writes to it; a store that
+    # closed it after its handshake deadline (10 s) left the client's callback thread spinning
+    # on poll() for ever. Past that deadline: the process stays idle, and the store still
+    # holds a silent raw connection as well as answering the client.
+    st = client()
+    silent = socket.create_connection(("127.0.0.1", PORT))
+    st.set("idle", "1")
+    cpu = time.process_time()
+    time.sleep(seconds)
+    used = time.process_time() - cpu
+    assert used < 1.0, "%.2f s of CPU in %d s idle" % (used, seconds)
+    try:
+        closed = silent.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        closed = False
+    assert not closed, "the store closed a silent connection"
+    assert st.get("idle") == b"1"
+    print("idle_cpu: ok (%.2f s of CPU in %d s)" % (used, seconds))
+
+
+def stress_value(r, i):
+    n = 45 + (r * 31 + i * 17) % 200
+    return bytes([i, r]) + bytes((k * 131 + i * 7 + r * 13) & 0xFF for k in range(n - 2))
+
+
+def stress_member(i, n, rounds, q):
+    # gloo's full-mesh exchange through torch's own client: set mine, get every peer's (get
+    # is WAIT then GET), checked byte for byte; then a barrier (add, set, wait).
+    st = client(datetime.timedelta(seconds=60))
+    for r in range(rounds):
+        st.set("s/r%d/addr/%d" % (r, i), stress_value(r, i))
+        for j in range(1, n):
+            peer = (i + j) % n
+            got = st.get("s/r%d/addr/%d" % (r, peer))
+            assert got == stress_value(r, peer), "round %d: rank %d read %d bytes for rank %d" % (
+                r, i, len(got), peer)
+        if st.add("s/r%d/count" % r, 1) == n:
+            st.set("s/r%d/done" % r, "1")
+        st.wait(["s/r%d/done" % r])
+    q.put(i)
+
+
+def stress(n, rounds):
+    client()  # import torch once, before the fork
+    q = multiprocessing.Queue()
+    ps = [multiprocessing.Process(target=stress_member, args=(i, n, rounds, q)) for i in range(n)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(120)
+        assert p.exitcode == 0, p.exitcode
+    assert sorted(q.get() for _ in range(n)) == list(range(n))
+    print("stress %d x %d rounds: ok" % (n, rounds))
 
 
 def barrier_member(i, n, q):
@@ -213,6 +269,10 @@ if __name__ == "__main__":
         barrier(int(sys.argv[3]))
     elif mode == "idle":
         idle()
+    elif mode == "stress":
+        stress(int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "idle_cpu":
+        idle_cpu(int(sys.argv[3]))
     elif mode == "alive":
         alive()
     elif mode == "ns":

@@ -376,21 +376,67 @@ static void fs_write_atomic_failing_rename_leaves_no_temp_file(void **state)
 	assert_int_equal(entries(""), 1);
 }
 
-/* The temporary file cannot be created: nothing changes. */
-static void fs_write_atomic_failing_open_keeps_the_old_file(void **state)
+/*
+ * Links planted at the names a writer used to use (".keep.tmp.<pid>", the prefix itself) and
+ * at the final name are never followed: the file they point to is unchanged, the new file is
+ * a regular file, and the planted temp-name links are still there (not ours to remove).
+ */
+static void fs_write_atomic_never_follows_a_planted_link(void **state)
 {
 	const struct fs_chunk c[] = {{"new", 3}};
+	char p[PATH_MAX], link[PATH_MAX], victim[PATH_MAX];
+	struct stat sb;
+
+	(void)state;
+	snprintf(victim, sizeof(victim), "%s", at("victim"));
+	put_file(victim, "secret\n");
+	snprintf(link, sizeof(link), "%s/.keep.tmp.%ld", tmp, (long)getpid());
+	assert_int_equal(symlink(victim, link), 0);
+	snprintf(link, sizeof(link), "%s/.keep.tmp.", tmp);
+	assert_int_equal(symlink(victim, link), 0);
+	snprintf(p, sizeof(p), "%s", at("keep"));
+	assert_int_equal(fs_write_atomic(p, c, 1, 0644, NULL), 0);
+	assert_string_equal(slurp(victim), "secret\n");
+	assert_string_equal(slurp(p), "new");
+	assert_int_equal(entries(""), 4);
+	/* A link at the final name is replaced, not written through. */
+	assert_int_equal(unlink(p), 0);
+	assert_int_equal(symlink(victim, p), 0);
+	assert_int_equal(fs_write_atomic(p, c, 1, 0644, NULL), 0);
+	assert_int_equal(lstat(p, &sb), 0);
+	assert_true(S_ISREG(sb.st_mode));
+	assert_string_equal(slurp(victim), "secret\n");
+}
+
+/* fs_check_dir_safe() judges a directory as ssh's StrictModes would, naming it and its mode. */
+static void fs_check_dir_safe_refuses_what_others_can_write(void **state)
+{
+	struct crun_diag d = {0};
 	char p[PATH_MAX];
 
 	(void)state;
-	snprintf(p, sizeof(p), "%s", at("keep"));
-	put_file(p, "old\n");
-	snprintf(p, sizeof(p), "%s", at("tmpdir"));
-	assert_int_equal(mkdir(p, 0755), 0);
-	snprintf(p, sizeof(p), "%s", at("keep"));
-	assert_int_equal(fs_write_atomic(p, c, 1, 0644, "tmpdir"), -EISDIR);
-	assert_string_equal(slurp(p), "old\n");
-	assert_int_equal(entries(""), 2);
+	snprintf(p, sizeof(p), "%s", at("d"));
+	assert_int_equal(mkdir(p, 0700), 0);
+	assert_int_equal(fs_check_dir_safe(p, "checkpoint directory", &d), 0);
+	assert_int_equal(chmod(p, 01777), 0);
+	assert_int_equal(fs_check_dir_safe(p, "checkpoint directory", &d), 0);
+	assert_int_equal(chmod(p, 0770), 0);
+	assert_int_equal(fs_check_dir_safe(p, "checkpoint directory", &d), 1);
+	assert_non_null(strstr(d.msg, "warning: mode 0770"));
+	assert_non_null(strstr(d.msg, p));
+	assert_int_equal(chmod(p, 0777), 0);
+	assert_int_equal(fs_check_dir_safe(p, "checkpoint directory", &d), -EPERM);
+	assert_non_null(strstr(d.msg, "refused: mode 0777"));
+	assert_non_null(strstr(d.msg, p));
+	assert_int_equal(fs_check_dir_safe(at("missing"), "x", &d), -ENOENT);
+	put_file(at("f"), "");
+	assert_int_equal(fs_check_dir_safe(at("f"), "x", &d), -ENOTDIR);
+	if (geteuid() == 0) { /* another owner: only root can make one */
+		assert_int_equal(chmod(p, 0755), 0);
+		assert_int_equal(chown(p, 54321, 0), 0);
+		assert_int_equal(fs_check_dir_safe(p, "checkpoint directory", &d), -EPERM);
+		assert_non_null(strstr(d.msg, "owned by uid 54321"));
+	}
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, tmp_setup, tmp_teardown)
@@ -412,7 +458,8 @@ int main(int argc, char **argv)
 		T(fs_write_atomic_refuses_a_directory_name),
 		T(fs_write_atomic_failing_mid_write_keeps_the_old_file),
 		T(fs_write_atomic_failing_rename_leaves_no_temp_file),
-		T(fs_write_atomic_failing_open_keeps_the_old_file),
+		T(fs_write_atomic_never_follows_a_planted_link),
+		T(fs_check_dir_safe_refuses_what_others_can_write),
 	};
 
 	return test_run_group("unit-fs", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);

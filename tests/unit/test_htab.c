@@ -21,9 +21,11 @@ struct item {
 	int visits;
 };
 
+static const struct htab_seed seed1 = {1, 0}, seed2 = {2, 0};
+
 static uint64_t key_hash(int key)
 {
-	return htab_hash(&key, sizeof(key), 0x5eed);
+	return htab_hash(&key, sizeof(key), &seed1);
 }
 
 /* The lookup every user writes: walk the chain, compare the hash, then the key. */
@@ -232,19 +234,52 @@ static void htab_hash_depends_on_every_byte_and_the_seed(void **state)
 {
 	const char key[] = "rendezvous/round/7";
 	char copy[sizeof(key)];
-	uint64_t h = htab_hash(key, sizeof(key) - 1, 1);
+	uint64_t h = htab_hash(key, sizeof(key) - 1, &seed1);
 	size_t i;
 
 	(void)state;
-	assert_true(htab_hash(key, sizeof(key) - 1, 1) == h);
-	assert_true(htab_hash(key, sizeof(key) - 1, 2) != h);
-	assert_true(htab_hash(key, sizeof(key) - 2, 1) != h);
-	assert_true(htab_hash("", 0, 1) == htab_hash(NULL, 0, 1));
+	assert_true(htab_hash(key, sizeof(key) - 1, &seed1) == h);
+	assert_true(htab_hash(key, sizeof(key) - 1, &seed2) != h);
+	assert_true(htab_hash(key, sizeof(key) - 2, &seed1) != h);
+	assert_true(htab_hash("", 0, &seed1) == htab_hash(NULL, 0, &seed1));
 	for (i = 0; i < sizeof(key) - 1; i++) {
 		memcpy(copy, key, sizeof(key));
 		copy[i] ^= 1;
-		assert_true(htab_hash(copy, sizeof(key) - 1, 1) != h);
+		assert_true(htab_hash(copy, sizeof(key) - 1, &seed1) != h);
 	}
+}
+
+/* The reference vectors of SipHash-2-4 (key 00..0f, messages 00..(n-1)), from the paper's
+ * appendix and the reference implementation's vectors.h. */
+static void htab_hash_is_siphash_2_4(void **state)
+{
+	const struct htab_seed k = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+	uint8_t msg[64];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(msg); i++) {
+		msg[i] = (uint8_t)i;
+	}
+	assert_true(htab_hash(msg, 0, &k) == 0x726fdb47dd0e0e31ull);
+	assert_true(htab_hash(msg, 1, &k) == 0x74f839c593dc67fdull);
+	assert_true(htab_hash(msg, 8, &k) == 0x93f5f5799a932462ull);
+	assert_true(htab_hash(msg, 15, &k) == 0xa129ca6149be45e5ull);
+	assert_true(htab_hash(msg, 63, &k) == 0x958a324ceb064572ull);
+	/* NULL is the all-zero key */
+	assert_true(htab_hash(msg, 15, NULL) == htab_hash(msg, 15, &(struct htab_seed){0, 0}));
+}
+
+/* Two random seeds differ, and so do the hashes of one key under them. */
+static void htab_seed_random_gives_secret_distinct_seeds(void **state)
+{
+	struct htab_seed a, b;
+
+	(void)state;
+	assert_int_equal(htab_seed_random(&a), 0);
+	assert_int_equal(htab_seed_random(&b), 0);
+	assert_false(a.k0 == b.k0 && a.k1 == b.k1);
+	assert_true(htab_hash("key", 3, &a) != htab_hash("key", 3, &b));
 }
 
 int main(int argc, char **argv)
@@ -256,6 +291,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(htab_for_each_safe_visits_each_node_once_and_allows_removal),
 		cmocka_unit_test(htab_colliding_hashes_stay_distinct),
 		cmocka_unit_test(htab_hash_depends_on_every_byte_and_the_seed),
+		cmocka_unit_test(htab_hash_is_siphash_2_4),
+		cmocka_unit_test(htab_seed_random_gives_secret_distinct_seeds),
 	};
 
 	return test_run_group("unit-htab", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,50 @@ static void loose_or_foreign_files_are_refused(void **state)
 	unlink(path);
 }
 
+/*
+ * A token file that is a symbolic link is followed and its target checked (mode, owner); a
+ * directory anyone may write without a sticky bit, holding the link or its target, is refused
+ * naming it and its mode.
+ */
+static void links_are_followed_and_their_target_checked(void **state)
+{
+	struct crun_diag d = {0};
+	char real[PATH_MAX], link[PATH_MAX], sub[128], path2[PATH_MAX];
+	char *tok = NULL;
+	int fd;
+
+	(void)state;
+	snprintf(sub, sizeof(sub), "%s/secrets", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	snprintf(real, sizeof(real), "%s/real", sub);
+	fd = open(real, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "linked\n", 7), 7);
+	close(fd);
+	snprintf(link, sizeof(link), "%s/link", dir);
+	assert_int_equal(symlink(real, link), 0);
+	assert_int_equal(token_file_read(link, &tok, &d), 0);
+	assert_string_equal(tok, "linked");
+	token_wipe(tok);
+	tok = NULL;
+	assert_int_equal(chmod(real, 0644), 0);
+	assert_int_equal(token_file_read(link, &tok, &d), -EACCES);
+	assert_non_null(strstr(d.msg, "mode 0644"));
+	assert_int_equal(chmod(real, 0600), 0);
+	assert_int_equal(chmod(sub, 0777), 0);
+	assert_int_equal(token_file_read(link, &tok, &d), -EPERM);
+	assert_non_null(strstr(d.msg, sub));
+	assert_non_null(strstr(d.msg, "mode 0777"));
+	assert_null(tok);
+	assert_int_equal(chmod(sub, 0700), 0);
+	snprintf(path2, sizeof(path2), "%s/real", sub);
+	assert_int_equal(token_file_read(path2, &tok, &d), 0);
+	token_wipe(tok);
+	unlink(link);
+	unlink(real);
+	rmdir(sub);
+}
+
 static void concurrent_creators_end_with_one_token(void **state)
 {
 	enum { N = 8 };
@@ -155,6 +200,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(fingerprint_is_sha256_prefix),
 		cmocka_unit_test(keys_differ_by_scope_and_proofs_by_role),
 		cmocka_unit_test(loose_or_foreign_files_are_refused),
+		cmocka_unit_test(links_are_followed_and_their_target_checked),
 		cmocka_unit_test(concurrent_creators_end_with_one_token),
 		cmocka_unit_test(job_credential_round_trips),
 	};

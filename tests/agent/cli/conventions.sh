@@ -102,4 +102,14 @@ for w in --watch=0.01 "--watch 0.01"; do
 	try 2 "crun status" --rdzv-endpoint 127.0.0.1:1 --rdzv-id x $w
 	one_line "crun status" '--watch: expected seconds (at least 0.1), got "0.01"'
 done
+note "the default token file (the one policy's, not a flag's) with a loose mode: exit 2 in all four"
+printf 'abcdefabcdefabcdefabcdefabcdef12\n' >"$T/default-loose.tok"
+chmod 0644 "$T/default-loose.tok"
+export CRUN_TOKEN_FILE="$T/default-loose.tok"
+try 2 crun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:1 --rdzv-id x
+try 2 crun-rdzvd --listen 127.0.0.1:0
+try 2 crun-store -e 127.0.0.1:1
+try 2 "crun status" --rdzv-endpoint 127.0.0.1:1 --rdzv-id x
+unset CRUN_TOKEN_FILE
+
 echo "conventions: OK"

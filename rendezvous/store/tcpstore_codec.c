@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/server_tcpstore_wire.c: tell and decode PyTorch's TCPStore requests. */
+/* rendezvous/store/tcpstore_codec.c: tell, decode and encode PyTorch's TCPStore requests. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "rendezvous/store/server_tcpstore.h"
+#include "rendezvous/store/tcpstore_codec.h"
+#include "src/common/byteorder.h"
 
 /*
  * The query numbers of each version, from PyTorch's TCPStore sources (1.13:
  * TCPStore.cpp; 2.x: TCPStoreBackend.hpp). NO_OP: the version has no such query.
  */
-#define NO_OP 0xff
+#define NO_OP TS_NO_QUERY
 static const uint8_t v1_code[TS_OP_COUNT] = {
 	[TS_OP_SET] = 0,	   [TS_OP_COMPARE_SET] = 1,
 	[TS_OP_GET] = 2,	   [TS_OP_ADD] = 3,
@@ -60,22 +61,6 @@ const char *ts_op_name(enum ts_op op)
 const char *ts_proto_name(enum ts_proto p)
 {
 	return p == TS_PROTO_V1 ? "1.x" : p == TS_PROTO_V2 ? "2.x" : "crun";
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	int i;
-
-	for (i = 7; i >= 0; i--) {
-		v = v << 8 | p[i];
-	}
-	return v;
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /*
@@ -207,6 +192,9 @@ static int to_op(enum ts_proto proto, uint8_t code, enum ts_op *op)
 	const uint8_t *map = proto == TS_PROTO_V1 ? v1_code : v2_code;
 	int i;
 
+	if (code == NO_OP) {
+		return -1; /* the marker of a query the version lacks, not a query */
+	}
 	for (i = 0; i < TS_OP_COUNT; i++) {
 		if (map[i] == code) {
 			*op = (enum ts_op)i;
@@ -322,4 +310,39 @@ int ts_decode_stream(const uint8_t *data, size_t len, enum ts_proto *proto)
 		n++;
 	}
 	return n;
+}
+
+uint8_t ts_query_code(enum ts_proto proto, enum ts_op op)
+{
+	if ((unsigned)op >= TS_OP_COUNT || (proto != TS_PROTO_V1 && proto != TS_PROTO_V2)) {
+		return TS_NO_QUERY;
+	}
+	return proto == TS_PROTO_V1 ? v1_code[op] : v2_code[op];
+}
+
+void ts_put_query(struct wire_buf *b, enum ts_proto proto, enum ts_op op)
+{
+	wire_put_u8(b, ts_query_code(proto, op));
+}
+
+void ts_put_u32(struct wire_buf *b, uint32_t v)
+{
+	uint8_t x[4];
+
+	put_le32(x, v);
+	wire_put_raw(b, x, sizeof(x));
+}
+
+void ts_put_u64(struct wire_buf *b, uint64_t v)
+{
+	uint8_t x[8];
+
+	put_le64(x, v);
+	wire_put_raw(b, x, sizeof(x));
+}
+
+void ts_put_vec(struct wire_buf *b, const void *p, uint64_t n)
+{
+	ts_put_u64(b, n);
+	wire_put_raw(b, p, (size_t)n);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/server_tcpstore.h: PyTorch's TCPStore wire protocol, decoded (private). */
+/* rendezvous/store/tcpstore_codec.h: PyTorch's TCPStore wire protocol: tell, decode, encode. */
 /*
  * PyTorch's TCPStore client (torch.distributed.TCPStore) speaks a protocol of its own: no
  * frames, a query type byte and then its arguments, little-endian, strings and byte vectors as
@@ -7,12 +7,14 @@
  * the query, SET = 0) and the one of PyTorch 2.x, which opens with VALIDATE (0) and a u32
  * magic and numbers its queries differently. docs/protocol.md ("TCPStore") describes both.
  *
- * server_tcpstore_wire.c tells a connection's protocol from its first bytes and decodes one
+ * tcpstore_codec.c tells a connection's protocol from its first bytes and decodes one
  * request at a time: pure, bounded (every length checked against the limits below before a
- * byte of it is waited for), no allocation. server_tcpstore.c runs the requests.
+ * byte of it is waited for), no allocation. It also encodes: the server's replies and the
+ * requests of clients that speak TCPStore themselves (the agent's probe, the tests), so both
+ * sides use one definition of the format. server_tcpstore.c runs requests on the keyspace.
  */
-#ifndef CRUN_RENDEZVOUS_STORE_SERVER_TCPSTORE_H
-#define CRUN_RENDEZVOUS_STORE_SERVER_TCPSTORE_H
+#ifndef CRUN_RENDEZVOUS_STORE_TCPSTORE_CODEC_H
+#define CRUN_RENDEZVOUS_STORE_TCPSTORE_CODEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -113,5 +115,18 @@ struct wire_str ts_list_next(const uint8_t **cur);
  * and the fuzzer.
  */
 int ts_decode_stream(const uint8_t *data, size_t len, enum ts_proto *proto);
+
+/* ---- encoding, into a wire_buf (wire.h); little-endian as PyTorch's SendBuffer ---- */
+
+#define TS_NO_QUERY 0xffu
+
+/** The query byte of @op in @proto, or TS_NO_QUERY when that version has no such query. */
+uint8_t ts_query_code(enum ts_proto proto, enum ts_op op);
+/** A request's first byte: @op's query in @proto (which must have it). */
+void ts_put_query(struct wire_buf *b, enum ts_proto proto, enum ts_op op);
+void ts_put_u32(struct wire_buf *b, uint32_t v);
+void ts_put_u64(struct wire_buf *b, uint64_t v);
+/** A u64 length, then @n bytes of @p (borrowed): keys, values, GET's answer. */
+void ts_put_vec(struct wire_buf *b, const void *p, uint64_t n);
 
 #endif
