@@ -27,6 +27,13 @@ WORLD = int(os.environ["WORLD_SIZE"])
 TIMEOUT = datetime.timedelta(seconds=50)
 
 
+def say(line):
+    # One write per line: torchrun's workers share its stdout, and python -u writes print()'s
+    # text and its newline separately, so two ranks' lines could interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def all_reduce_line():
     t = torch.tensor([float(RANK + 1)])
     dist.all_reduce(t)
@@ -48,7 +55,7 @@ def case_setup():
     torch.nn.functional.mse_loss(ddp(x), y).backward()
     opt.step()
     total = sum(float(p.detach().double().sum()) for p in model.parameters())
-    print("rank %d: parameters after one step %.6f" % (RANK, total), flush=True)
+    say("rank %d: parameters after one step %.6f" % (RANK, total))
     dist.destroy_process_group()
 
 
@@ -56,7 +63,7 @@ def case_tcp():
     url = "tcp://127.0.0.1:%s" % os.environ["TUTORIAL_PORT"]
     dist.init_process_group("gloo", init_method=url, rank=RANK, world_size=WORLD,
                             timeout=TIMEOUT)
-    print(all_reduce_line(), flush=True)
+    say(all_reduce_line())
     dist.destroy_process_group()
 
 
@@ -64,7 +71,7 @@ def case_file():
     url = "file://" + os.environ["TUTORIAL_FILE"]
     dist.init_process_group("gloo", init_method=url, rank=RANK, world_size=WORLD,
                             timeout=TIMEOUT)
-    print(all_reduce_line(), flush=True)
+    say(all_reduce_line())
     dist.destroy_process_group()
 
 
@@ -73,7 +80,7 @@ def case_store():
                           RANK == 0, TIMEOUT)
     store.set("from/%d" % RANK, "hello from rank %d" % RANK)
     for r in range(WORLD):
-        print("rank %d read: %s" % (RANK, store.get("from/%d" % r).decode()), flush=True)
+        say("rank %d read: %s" % (RANK, store.get("from/%d" % r).decode()))
     # Rank 0 serves the store: it leaves only once every rank has read everything.
     store.add("done", 1)
     if RANK == 0:
@@ -86,7 +93,7 @@ def case_store():
 
 def case_env():
     dist.init_process_group("gloo", timeout=TIMEOUT)
-    print(all_reduce_line(), flush=True)
+    say(all_reduce_line())
     dist.destroy_process_group()
 
 
@@ -101,7 +108,7 @@ def case_idle():
         if time.monotonic() > deadline:
             sys.exit("idle: no stop file in 60 s")
         time.sleep(0.2)
-    print(all_reduce_line(), flush=True)
+    say(all_reduce_line())
     dist.destroy_process_group()
 
 
