@@ -113,7 +113,8 @@ static void plan_input(const struct job_spec *spec, struct rdzv_plan_in *in)
 		in->agent_store = RDZV_AGENT_STORE_ON;
 	} else {
 		in->agent_store = RDZV_AGENT_STORE_RULE;
-		in->torch_shares = spec->rdzv_kind == RDZV_KIND_C10D && torch_probe_shares_store(spec);
+		in->torch_shares =
+			spec->rdzv_kind == RDZV_KIND_C10D && torch_probe_shares_store(spec);
 	}
 	in->is_host = spec->is_host;
 	in->tls = spec->tls_ca != NULL || spec->tls_cert != NULL;

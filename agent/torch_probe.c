@@ -29,7 +29,8 @@ static const char probe_script[] =
 	"    for d in spec.submodule_search_locations or []:\n"
 	"        try:\n"
 	"            with open(os.path.join(d, 'version.py')) as f:\n"
-	"                m = re.search(r'''^__version__\\s*=\\s*['\"]([^'\"]+)['\"]''', f.read(), re.M)\n"
+	"                m = re.search(r'''^__version__\\s*=\\s*['\"]([^'\"]+)['\"]''',\n"
+	"                              f.read(), re.M)\n"
 	"        except OSError:\n"
 	"            continue\n"
 	"        if m:\n"
@@ -106,21 +107,22 @@ bool torch_probe_shares_store(const struct job_spec *spec)
 	int rc;
 
 	if (spec->program_kind == PROGRAM_EXEC || py == NULL) {
-		log_debug("workers are not Python: rank 0's TCPStore for PyTorch, should they use it "
-			  "(--agent-store to use crun's store)");
+		log_debug("workers are not Python: rank 0's TCPStore for PyTorch, should they "
+			  "use it (--agent-store to use crun's store)");
 		return false;
 	}
 	rc = torch_probe_version(py, TORCH_PROBE_TIMEOUT_MS, ver, why, sizeof(ver));
 	if (rc == 1 && torch_version_at_least(ver, TORCH_SHARES_MAJOR, TORCH_SHARES_MINOR) &&
 	    disabled != NULL && strcmp(disabled, "1") == 0) {
-		log_info("the workers' python %s has torch %s, and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
-			 "keeps its torchrun's c10d store from its workers: so does crun",
+		log_info("the workers' python %s has torch %s, and "
+			 "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 keeps its torchrun's c10d store "
+			 "from its workers: so does crun",
 			 py, ver);
 		return false;
 	}
 	if (rc == 1 && torch_version_at_least(ver, TORCH_SHARES_MAJOR, TORCH_SHARES_MINOR)) {
-		log_info("the workers' python %s has torch %s, whose torchrun shares its c10d store "
-			 "with its workers: so does crun (--no-agent-store to opt out)",
+		log_info("the workers' python %s has torch %s, whose torchrun shares its c10d "
+			 "store with its workers: so does crun (--no-agent-store to opt out)",
 			 py, ver);
 		return true;
 	}

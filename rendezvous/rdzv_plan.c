@@ -131,8 +131,8 @@ int rdzv_plan_make(const struct rdzv_plan_in *in, struct rdzv_plan *p, struct cr
 	/* A store whose job's workers do not meet through it serves no TCPStore client. */
 	if (p->host != RDZV_HOST_NO && p->workers == RDZV_WORKERS_RANK0) {
 		if (in->tls) {
-			p->tcpstore_refusal = "the store requires TLS, which TCPStore clients cannot "
-					      "speak";
+			p->tcpstore_refusal = "the store requires TLS, which TCPStore clients "
+					      "cannot speak";
 		} else if (in->agent_store == RDZV_AGENT_STORE_OFF) {
 			p->tcpstore_refusal = "the job runs with --no-agent-store";
 		} else {

@@ -48,8 +48,9 @@ struct rdzv_plan_in {
 	const char *master_addr; /* static: --master-addr, --master-port */
 	int master_port;
 	enum rdzv_agent_store agent_store;
-	bool torch_shares; /* c10d: the workers' torch is 2.4 or later, whose torchrun shares its
-			    * c10d store with its workers (asked once, at set-up: agent/torch_probe.h) */
+	bool torch_shares; /* c10d: the workers' torch is 2.4 or later, whose torchrun shares
+			    * its c10d store with its workers (asked once, at set-up:
+			    * agent/torch_probe.h) */
 	int is_host;		    /* --rdzv-conf is_host: 1, 0, or -1 (by address) */
 	bool endpoint_local;	    /* endpoint_host is this node's address or a loopback one */
 	bool tls;		    /* the store requires TLS (--tls-*) */

@@ -352,9 +352,9 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
 		if (spec->agent_store) {
 			return cli_fail(p, O_AGENT_STORE,
-					"PyTorch's TCPStore clients cannot speak TLS, which the store "
-					"requires here (--tls-ca/--tls-cert): their store stays rank "
-					"0's own");
+					"PyTorch's TCPStore clients cannot speak TLS, which the "
+					"store requires here (--tls-ca/--tls-cert): their store "
+					"stays rank 0's own");
 		}
 		spec->no_agent_store = true;
 	}
