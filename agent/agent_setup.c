@@ -20,6 +20,7 @@
 #include "agent/agent_internal.h"
 #include "agent/spawn.h"
 #include "agent/agent_store.h"
+#include "agent/torch_probe.h"
 #include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/fs.h"
@@ -83,7 +84,10 @@ static bool is_loopback(const char *host)
 	return loop;
 }
 
-/* The planning function's input, from the job spec (and, for c10d, this host's addresses). */
+/*
+ * The planning function's input, from the job spec (and, for c10d, this host's addresses and,
+ * by the rule, the workers' torch, asked once here: the plan is made once).
+ */
 static void plan_input(const struct job_spec *spec, struct rdzv_plan_in *in)
 {
 	static const enum rdzv_plan_backend backends[] = {
@@ -103,7 +107,15 @@ static void plan_input(const struct job_spec *spec, struct rdzv_plan_in *in)
 	in->node_rank = spec->node_rank;
 	in->master_addr = spec->master_addr;
 	in->master_port = spec->master_port;
-	in->no_agent_store = spec->no_agent_store;
+	if (spec->no_agent_store) {
+		in->agent_store = RDZV_AGENT_STORE_OFF;
+	} else if (spec->agent_store) {
+		in->agent_store = RDZV_AGENT_STORE_ON;
+	} else {
+		in->agent_store = RDZV_AGENT_STORE_RULE;
+		in->torch_shares =
+			spec->rdzv_kind == RDZV_KIND_C10D && torch_probe_shares_store(spec);
+	}
 	in->is_host = spec->is_host;
 	in->tls = spec->tls_ca != NULL || spec->tls_cert != NULL;
 	in->advertise_addr = spec->advertise_addr;
@@ -226,6 +238,10 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
 			log_warn("--no-agent-store: group rank 0 runs without it, so this node's "
 				 "workers meet through the agent store too; give every node the "
 				 "same --no-agent-store");
+		} else if (m.how == RDZV_BOOT_RANK0 && a->spec->agent_store && !a->workers_set) {
+			log_warn("--agent-store: group rank 0 runs without it, so this node's "
+				 "workers meet on rank 0's own TCPStore too; give every node the "
+				 "same --agent-store");
 		}
 	} else {
 		/* Group rank 0 runs an older crun that does not say: decide here, as it did. */

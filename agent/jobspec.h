@@ -60,7 +60,9 @@ struct job_spec {
 	int is_host;                /* rdzv-conf is_host: -1 unset, 0, 1 */
 	struct rdzv_conf rdzv;      /* timeouts from --rdzv-conf (identity fields filled later) */
 	bool standalone;
-	bool no_agent_store;        /* workers' PyTorch bootstrap on rank 0's TCPStore */
+	bool no_agent_store;        /* workers' PyTorch bootstrap on rank 0's TCPStore (also TLS) */
+	bool agent_store;           /* --agent-store: on the job's store in c10d mode too; neither:
+				     * by the rule (rendezvous/rdzv_plan.h, docs/agent.md) */
 	int node_rank;              /* -1 unless given (static) */
 	/* etcd's TLS files and user (--rdzv-conf), absolute paths; NULL: from CRUN_ETCD_* or none.
 	 * The agent exports them as CRUN_ETCD_* for its own store and its workers'. */

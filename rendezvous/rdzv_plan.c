@@ -15,6 +15,26 @@ static void set_str(char *dst, size_t cap, const char *src)
 	snprintf(dst, cap, "%s", src != NULL ? src : "");
 }
 
+/*
+ * c10d: torchrun 1.x to 2.3 gave its workers rank 0's own TCPStore; 2.4 and later share the
+ * rendezvous store with them (TORCHELASTIC_USE_AGENT_STORE=True). With the variable True, torch
+ * 1.x makes every rank a client of whatever port init_process_group is given, so a program
+ * that picks its own (init_method="tcp://...", a setup() that sets MASTER_PORT) would hang:
+ * follow the workers' torch unless told.
+ */
+static bool c10d_agent_store(const struct rdzv_plan_in *in)
+{
+	switch (in->agent_store) {
+	case RDZV_AGENT_STORE_ON:
+		return true;
+	case RDZV_AGENT_STORE_OFF:
+		return false;
+	case RDZV_AGENT_STORE_RULE:
+	default:
+		return in->torch_shares;
+	}
+}
+
 /* Static mode: the store sits on the master port, as torchrun 2.x's agent store does; with
  * --no-agent-store worker rank 0's own TCPStore takes that port and the store goes one up. */
 static int plan_static(const struct rdzv_plan_in *in, struct rdzv_plan *p, struct crun_diag *d)
@@ -22,7 +42,8 @@ static int plan_static(const struct rdzv_plan_in *in, struct rdzv_plan *p, struc
 	p->master_fixed = true;
 	set_str(p->master_addr, sizeof(p->master_addr), in->master_addr);
 	p->master_port = in->master_port;
-	p->workers = in->no_agent_store ? RDZV_WORKERS_RANK0 : RDZV_WORKERS_AGENT_STORE;
+	p->workers = in->agent_store == RDZV_AGENT_STORE_OFF ? RDZV_WORKERS_RANK0
+							     : RDZV_WORKERS_AGENT_STORE;
 	if (in->max_nodes <= 1) {
 		/* Nobody else needs to find it: a private port (the workers' too). */
 		p->host = RDZV_HOST_YES;
@@ -31,14 +52,14 @@ static int plan_static(const struct rdzv_plan_in *in, struct rdzv_plan *p, struc
 		p->advertise = in->advertise_addr != NULL ? RDZV_ADV_GIVEN : RDZV_ADV_FALLBACK;
 		return 0;
 	}
-	if (in->no_agent_store && in->master_port + 1 > 65535) {
+	if (p->workers == RDZV_WORKERS_RANK0 && in->master_port + 1 > 65535) {
 		return diag_set(d, CRUN_ECONFIG,
 				"--master-port: %d leaves no port for the store (--no-agent-store "
 				"puts it one port up)",
 				in->master_port);
 	}
 	set_str(p->store_host, sizeof(p->store_host), in->master_addr);
-	p->store_port = in->master_port + (in->no_agent_store ? 1 : 0);
+	p->store_port = in->master_port + (p->workers == RDZV_WORKERS_RANK0 ? 1 : 0);
 	p->host = in->node_rank == 0 ? RDZV_HOST_YES : RDZV_HOST_NO;
 	return 0;
 }
@@ -58,7 +79,7 @@ static void plan_c10d(const struct rdzv_plan_in *in, struct rdzv_plan *p)
 	} else {
 		p->host = RDZV_HOST_NO;
 	}
-	if (in->no_agent_store) {
+	if (!c10d_agent_store(in)) {
 		p->workers = RDZV_WORKERS_RANK0;
 	} else {
 		p->workers = p->host == RDZV_HOST_NO ? RDZV_WORKERS_ASK : RDZV_WORKERS_AGENT_STORE;
@@ -107,10 +128,17 @@ int rdzv_plan_make(const struct rdzv_plan_in *in, struct rdzv_plan *p, struct cr
 		return diag_set(d, CRUN_ECONFIG, "--rdzv-backend: unknown backend %d",
 				(int)in->backend);
 	}
-	if (p->host != RDZV_HOST_NO && in->no_agent_store) {
-		p->tcpstore_refusal = in->tls ? "the store requires TLS, which TCPStore clients "
-						"cannot speak"
-					      : "the job runs with --no-agent-store";
+	/* A store whose job's workers do not meet through it serves no TCPStore client. */
+	if (p->host != RDZV_HOST_NO && p->workers == RDZV_WORKERS_RANK0) {
+		if (in->tls) {
+			p->tcpstore_refusal = "the store requires TLS, which TCPStore clients "
+					      "cannot speak";
+		} else if (in->agent_store == RDZV_AGENT_STORE_OFF) {
+			p->tcpstore_refusal = "the job runs with --no-agent-store";
+		} else {
+			p->tcpstore_refusal = "the job's workers use rank 0's own TCPStore (c10d "
+					      "without --agent-store, as torchrun before 2.4)";
+		}
 	}
 	return 0;
 }

@@ -14,7 +14,8 @@
  * Two decisions, made in two places:
  *  - rdzv_plan_make(), on every node, before anything starts: does this node host the store,
  *    where does it listen, which address does it advertise, and how its workers meet when this
- *    node alone could tell (static mode; --no-agent-store; a store it hosts itself);
+ *    node alone could tell (static mode; --no-agent-store; c10d without --agent-store when
+ *    the workers' torch is older than 2.4; a store it hosts itself);
  *  - rdzv_plan_master(), on group rank 0 only, once it has joined the round through the store:
  *    what EVERY node hands its workers (agent store or not, MASTER_ADDR, MASTER_PORT). The round
  *    carries that answer in rank 0's node record (struct rdzv_master), so every node gives the
@@ -28,6 +29,14 @@ enum rdzv_plan_backend {
 	RDZV_PLAN_ETCD,
 };
 
+/* Whether workers meet through the job's store (TORCHELASTIC_USE_AGENT_STORE=True). */
+enum rdzv_agent_store {
+	RDZV_AGENT_STORE_RULE = 0, /* by the rule (docs/agent.md, "The agent store"): static yes;
+				    * c10d only when the workers' torch shares its store (2.4+) */
+	RDZV_AGENT_STORE_ON,	   /* --agent-store */
+	RDZV_AGENT_STORE_OFF,	   /* --no-agent-store (also implied by TLS) */
+};
+
 /* The job's settings the plan reads. Strings are borrowed. */
 struct rdzv_plan_in {
 	enum rdzv_plan_backend backend;
@@ -38,7 +47,10 @@ struct rdzv_plan_in {
 	int node_rank;		 /* static: --node-rank */
 	const char *master_addr; /* static: --master-addr, --master-port */
 	int master_port;
-	bool no_agent_store;
+	enum rdzv_agent_store agent_store;
+	bool torch_shares; /* c10d: the workers' torch is 2.4 or later, whose torchrun shares
+			    * its c10d store with its workers (asked once, at set-up:
+			    * agent/torch_probe.h) */
 	int is_host;		    /* --rdzv-conf is_host: 1, 0, or -1 (by address) */
 	bool endpoint_local;	    /* endpoint_host is this node's address or a loopback one */
 	bool tls;		    /* the store requires TLS (--tls-*) */

@@ -350,6 +350,12 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	/* PyTorch's TCPStore client cannot speak TLS: with TLS the workers keep rank 0's own
 	 * TCPStore, as with --no-agent-store (docs/security.md). */
 	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
+		if (spec->agent_store) {
+			return cli_fail(p, O_AGENT_STORE,
+					"PyTorch's TCPStore clients cannot speak TLS, which the "
+					"store requires here (--tls-ca/--tls-cert): their store "
+					"stays rank 0's own");
+		}
 		spec->no_agent_store = true;
 	}
 	if ((rc = cli_do_stdio(p)) != 0) {
@@ -412,8 +418,13 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 		return rc;
 	}
 	spec->standalone = standalone;
-	if ((rc = cli_flag_value(&p, O_NO_AGENT_STORE, &spec->no_agent_store)) != 0) {
+	if ((rc = cli_flag_value(&p, O_NO_AGENT_STORE, &spec->no_agent_store)) != 0 ||
+	    (rc = cli_flag_value(&p, O_AGENT_STORE, &spec->agent_store)) != 0) {
 		return rc;
+	}
+	if (spec->agent_store && spec->no_agent_store) {
+		return cli_fail(&p, O_AGENT_STORE, "cannot be combined with %s: choose one",
+				p.v[O_NO_AGENT_STORE].origin);
 	}
 	if (standalone && (rc = take_standalone(&p)) != 0) {
 		return rc;

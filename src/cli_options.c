@@ -44,6 +44,11 @@ const struct opt cli_opts[O_COUNT] = {
 			      "workers' PyTorch bootstrap opens rank 0's own TCPStore on the master "
 			      "port (TORCHELASTIC_USE_AGENT_STORE=False) instead of using crun's store; "
 			      "static mode then puts crun's store one port up", NULL},
+	[O_AGENT_STORE] = {"agent-store", 0, false, true, NULL,
+			   "workers' PyTorch bootstrap uses crun's store in c10d mode too "
+			   "(TORCHELASTIC_USE_AGENT_STORE=True); the default there follows the "
+			   "workers' torch, as its torchrun does: 2.4 and later yes, else rank 0's "
+			   "own TCPStore (static mode: always crun's store)", NULL},
 	[O_MAX_RESTARTS] = {"max-restarts", 0, true, true, "N",
 			    "job-wide restarts after worker failures (default 0)",
 			    "Restarts and shutdown"},

@@ -2,26 +2,19 @@
 /* src/slurm.c: a Slurm job step as crun sees it: SLURM_* variables, hostlists, node addresses. */
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <crun/error.h>
 
-#include "src/common/clock.h"
 #include "src/common/parse.h"
+#include "src/common/run.h"
 #include "src/slurm.h"
-
-extern char **environ;
 
 #define SCONTROL_OUTPUT_MAX (256 * 1024) /* `scontrol -o show node` is ~700 bytes a node */
 
@@ -358,74 +351,6 @@ int slurm_parse_node_addr(const char *text, const char *name, char *out, size_t 
 	return -ENOENT;
 }
 
-/*
- * Run @argv (PATH search), its stdout and stderr into @out (NUL-terminated, at most @cap - 1
- * bytes kept, the rest read and dropped) for at most @timeout_ms. *@status: waitpid's.
- * Returns 0, -ETIMEDOUT (the child was killed) or -errno (it could not start).
- */
-static int run_capture(char *const argv[], char *out, size_t cap, int timeout_ms, int *status)
-{
-	posix_spawn_file_actions_t fa;
-	int64_t deadline = crun_now_ms() + timeout_ms;
-	struct pollfd pfd;
-	size_t n = 0;
-	char drop[4096];
-	ssize_t k;
-	pid_t pid;
-	int p[2], rc, left;
-
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		return -errno;
-	}
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-	posix_spawn_file_actions_adddup2(&fa, p[1], 2);
-	rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	close(p[1]);
-	if (rc != 0) {
-		close(p[0]);
-		return -rc;
-	}
-	rc = 0;
-	pfd.fd = p[0];
-	pfd.events = POLLIN;
-	for (;;) {
-		left = crun_ms_until(deadline);
-		if (left <= 0) {
-			rc = -ETIMEDOUT;
-			break;
-		}
-		k = poll(&pfd, 1, left);
-		if (k < 0 && errno == EINTR) {
-			continue;
-		}
-		if (k <= 0) {
-			rc = k == 0 ? -ETIMEDOUT : -errno;
-			break;
-		}
-		k = n + 1 < cap ? read(p[0], out + n, cap - 1 - n) : read(p[0], drop, sizeof(drop));
-		if (k < 0 && errno == EINTR) {
-			continue;
-		}
-		if (k <= 0) {
-			break; /* end of output (or a read error: take what came) */
-		}
-		if (n + 1 < cap) {
-			n += (size_t)k;
-		}
-	}
-	out[n] = '\0';
-	close(p[0]);
-	if (rc < 0) {
-		kill(pid, SIGKILL); /* our own child, by pid */
-	}
-	while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
-	}
-	return rc;
-}
-
 /* The first line of @s, for a message. */
 static int first_line_len(const char *s)
 {
@@ -454,7 +379,7 @@ int slurm_node_addrs(const char *a, const char *b, char *addr_a, char *addr_b, i
 	if (out == NULL) {
 		return diag_set(d, -ENOMEM, "scontrol: out of memory");
 	}
-	rc = run_capture(argv, out, SCONTROL_OUTPUT_MAX, timeout_ms, &status);
+	rc = crun_run_capture(argv, out, SCONTROL_OUTPUT_MAX, timeout_ms, &status);
 	if (rc == -ENOENT) {
 		diag_set(d, rc,
 			 "scontrol: not found on PATH (the Slurm backend reads node "

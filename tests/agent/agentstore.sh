@@ -72,7 +72,7 @@ else
 	echo "no torchrun at $TORCHRUN: digest comparison skipped"
 fi
 
-note "c10d through crun-rdzvd --tcpstore-run: the same job meets through the daemon"
+note "c10d --agent-store through crun-rdzvd --tcpstore-run: the same job meets through the daemon"
 "$RDZVD" --listen 127.0.0.1:0 -q --tcpstore-run asrun >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 track $!
 wait_for 20 test -s "$T/rdzvd.out"
@@ -81,7 +81,7 @@ mkdir -p "$T/c10d"
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
-		--rdzv-id asrun --local-addr 127.0.0.$((i + 2)) "$SRC/tests/agent/ddp_train.py" \
+		--agent-store --rdzv-id asrun --local-addr 127.0.0.$((i + 2)) "$SRC/tests/agent/ddp_train.py" \
 		"$T/c10d" >"$T/c.$i.out" 2>"$T/c.$i.err" &
 	pids+=($!)
 	track $!
@@ -94,12 +94,12 @@ expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_
 	"$T/c.1.err" "c10d agent store"
 expect_eq "$(digest "$T/c10d")" "$(digest "$T/crun")" "c10d digest vs static"
 
-note "c10d hosted by an agent: the other node asks it and meets through it too"
+note "c10d --agent-store hosted by an agent: the other node asks it and meets through it too"
 hold_port_pair port
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
-		--rdzv-id hosted --local-addr 127.0.0.$((i + 2)) "$W" env \
+		--agent-store --rdzv-id hosted --local-addr 127.0.0.$((i + 2)) "$W" env \
 		>"$T/h.$i.out" 2>"$T/h.$i.err" &
 	pids+=($!)
 	track $!
@@ -115,12 +115,12 @@ expect_eq "$(value_of "$T/h.0.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGEN
 expect_eq "$(value_of "$T/h.1.out" MASTER_PORT)" "$port" "MASTER_PORT (client)"
 expect_eq "$(value_of "$T/h.0.out" MASTER_PORT)" "$port" "MASTER_PORT (host)"
 
-note "c10d through a crun-rdzvd without --tcpstore-run: rank 0's TCPStore, as before"
+note "c10d --agent-store through a crun-rdzvd without --tcpstore-run: rank 0's TCPStore"
 start_rdzvd
 pids=()
 for i in 0 1; do
 	"$CRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
-		--rdzv-id plain --local-addr 127.0.0.$((i + 2)) "$W" env \
+		--agent-store --rdzv-id plain --local-addr 127.0.0.$((i + 2)) "$W" env \
 		>"$T/p.$i.out" 2>"$T/p.$i.err" &
 	pids+=($!)
 	track $!

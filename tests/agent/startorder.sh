@@ -4,9 +4,10 @@
 # same MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE, and an unchanged PyTorch gloo
 # DDP job succeeds (issue 18). Two "hosts" are network namespaces on a bridge, so only host A
 # can host the store at its address (on loopback every agent could). Orders: the node that does
-# not host the store first, the hosting node first, random; the agent store, --no-agent-store,
-# and crun-rdzvd --tcpstore-run in a third namespace as the store (also started after both
-# nodes). Root and torch only (77).
+# not host the store first, the hosting node first, random; the agent store (--agent-store),
+# --no-agent-store, the default (rank 0's TCPStore for torch 1.13), and crun-rdzvd
+# --tcpstore-run in a third namespace as the store (also started after both nodes). Root and
+# torch only (77).
 . "$(dirname "$0")/lib.sh"
 
 need_torch
@@ -127,9 +128,13 @@ n=0
 for ((k = 0; k < REPEAT; k++)); do
 	for order in ba ab random; do
 		n=$((n + 1))
-		job $order "as$n" "$A:$PORT" True "$A"
+		job $order "as$n" "$A:$PORT" True "$A" --agent-store
 	done
 done
+
+note "by default (torch 1.13 workers, as torchrun 1.13): rank 0's node hosts their TCPStore"
+job random "df1" "$A:$PORT" False ""
+expect_grep "has torch 1\.13" "$T/df1.a.err" "the workers' torch, seen and logged"
 
 note "--no-agent-store: rank 0's node hosts the workers' TCPStore"
 n=0
@@ -165,7 +170,7 @@ for order in ba ab random late; do
 	else
 		rdzvd "$id"
 	fi
-	job $order "$id" "$C:$PORT" True "$C"
+	job $order "$id" "$C:$PORT" True "$C" --agent-store
 	AFTER_START=""
 	kill "$RPID"
 	wait_pid 20 "$RPID"

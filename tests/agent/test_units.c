@@ -18,6 +18,7 @@
 #include "agent/jobspec.h"
 #include "agent/logroute.h"
 #include "agent/spawn.h"
+#include "agent/torch_probe.h"
 #include "tests/lib/cmocka_skip.h"
 
 static int parse(const char *doc, char *msg, size_t len)
@@ -390,6 +391,41 @@ static void errfile_summary_round_trips(void **state)
 	free(partial);
 }
 
+/* torch versions as version.py and pip write them: 2.4 is the first whose torchrun shares its
+ * c10d store with its workers. */
+static void torch_versions_compare_by_major_and_minor(void **state)
+{
+	(void)state;
+	assert_false(torch_version_at_least("1.13.0a0", 2, 4));
+	assert_false(torch_version_at_least("1.13.1+cu117", 2, 4));
+	assert_false(torch_version_at_least("2.3.1", 2, 4));
+	assert_true(torch_version_at_least("2.4.0", 2, 4));
+	assert_true(torch_version_at_least("2.4.0a0+git1234", 2, 4));
+	assert_true(torch_version_at_least("2.4.0.dev20240601", 2, 4));
+	assert_true(torch_version_at_least("2.10.1", 2, 4)); /* not "2.1" */
+	assert_true(torch_version_at_least("3.0", 2, 4));
+	assert_false(torch_version_at_least("", 2, 4));
+	assert_false(torch_version_at_least("2", 2, 4));
+	assert_false(torch_version_at_least("v2.5", 2, 4));
+	assert_false(torch_version_at_least("2.x", 2, 4));
+}
+
+/* The probe against processes that answer badly: nothing, garbage, a failure, no answer. */
+static void torch_probe_survives_bad_answers(void **state)
+{
+	char ver[64], why[64];
+
+	(void)state;
+	assert_int_equal(torch_probe_version("/bin/true", 5000, ver, why, sizeof(ver)), -EPROTO);
+	assert_string_equal(ver, "");
+	assert_string_equal(why, "no output");
+	assert_int_equal(torch_probe_version("/bin/false", 5000, ver, why, sizeof(ver)), -EPROTO);
+	assert_int_equal(torch_probe_version("/nonexistent/python", 5000, ver, why, sizeof(ver)),
+			 -ENOENT);
+	/* `sleep -c ...` fails at once; the timeout itself is tests/agent/storedefault.sh's. */
+	assert_true(torch_probe_version("sleep", 5000, ver, why, sizeof(ver)) < 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -408,6 +444,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(logroute_formats_prefix_templates),
 		cmocka_unit_test(spawn_env_has_torchrun_names),
 		cmocka_unit_test(spawn_argv_expands_only_the_macro),
+		cmocka_unit_test(torch_versions_compare_by_major_and_minor),
+		cmocka_unit_test(torch_probe_survives_bad_answers),
 	};
 
 	return test_run_group("agent-units", tests, argc > 1 ? argv[1] : NULL, NULL, NULL);

@@ -192,7 +192,8 @@ WRAP
 		mkdir -p "$T/pw$run"
 		LAST_HOST=$last PYWRAP_DIR=$T/pw$run timeout -s KILL 180 bash "$PDSH_TOOL" -R exec \
 			--exec-prefix "$T/pywrap %h" --crun "$CRUN" --rdzv-id "$id-$R" -w "$PAIR" -- \
-			--nproc-per-node 1 "$SRC/tests/agent/ddp_order.py" >"$T/$id.out" 2>"$T/$id.err"
+			--agent-store --nproc-per-node 1 "$SRC/tests/agent/ddp_order.py" >"$T/$id.out" \
+			2>"$T/$id.err"
 		RC=$?
 		order="both at once"
 		[ -z "$last" ] || order="the store's host last"

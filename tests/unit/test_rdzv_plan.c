@@ -16,11 +16,12 @@
 #include "rendezvous/rdzv_plan.h"
 #include "tests/lib/cmocka_skip.h"
 
-/* A 2-node c10d job whose endpoint is host A's address. */
+/* A 2-node c10d job whose endpoint is host A's address, run with --agent-store. */
 static struct rdzv_plan_in c10d(bool local)
 {
 	struct rdzv_plan_in in = {
 		.backend = RDZV_PLAN_C10D,
+		.agent_store = RDZV_AGENT_STORE_ON,
 		.endpoint_host = "10.0.0.1",
 		.endpoint_port = 29400,
 		.max_nodes = 2,
@@ -39,7 +40,7 @@ static struct rdzv_plan_in static_job(int node_rank, bool no_agent_store)
 		.node_rank = node_rank,
 		.master_addr = "10.0.0.1",
 		.master_port = 29500,
-		.no_agent_store = no_agent_store,
+		.agent_store = no_agent_store ? RDZV_AGENT_STORE_OFF : RDZV_AGENT_STORE_RULE,
 		.is_host = -1,
 	};
 	return in;
@@ -119,7 +120,7 @@ static void no_agent_store_means_rank0_and_a_refusal(void **state)
 	struct rdzv_plan p;
 
 	(void)state;
-	in.no_agent_store = true;
+	in.agent_store = RDZV_AGENT_STORE_OFF;
 	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
 	assert_int_equal(p.workers, RDZV_WORKERS_RANK0);
 	assert_non_null(p.tcpstore_refusal);
@@ -129,10 +130,82 @@ static void no_agent_store_means_rank0_and_a_refusal(void **state)
 	assert_non_null(strstr(p.tcpstore_refusal, "TLS"));
 	/* A client's plan refuses nobody: it serves nothing. */
 	in = c10d(false);
-	in.no_agent_store = true;
+	in.agent_store = RDZV_AGENT_STORE_OFF;
 	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
 	assert_int_equal(p.workers, RDZV_WORKERS_RANK0);
 	assert_null(p.tcpstore_refusal);
+}
+
+/* c10d by the rule: the agent store only when the workers' torch shares its store (2.4+). */
+static void c10d_rule_follows_the_workers_torch(void **state)
+{
+	struct rdzv_plan_in in = c10d(true);
+	struct rdzv_plan p;
+	struct rdzv_master m;
+
+	(void)state;
+	in.agent_store = RDZV_AGENT_STORE_RULE;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.host, RDZV_HOST_TRY);
+	assert_int_equal(p.workers, RDZV_WORKERS_RANK0);
+	assert_non_null(p.tcpstore_refusal);
+	assert_non_null(strstr(p.tcpstore_refusal, "--agent-store"));
+	rdzv_plan_master(&p, "10.0.0.2", 41005, 1, &m);
+	assert_int_equal(m.how, RDZV_BOOT_RANK0);
+	assert_string_equal(m.addr, "10.0.0.2");
+	assert_int_equal(m.port, 41005);
+	/* A client decides without asking the store. */
+	in = c10d(false);
+	in.agent_store = RDZV_AGENT_STORE_RULE;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_RANK0);
+	assert_null(p.tcpstore_refusal);
+	/* torch 2.4+: as --agent-store. */
+	in.torch_shares = true;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_ASK);
+	in = c10d(true);
+	in.agent_store = RDZV_AGENT_STORE_RULE;
+	in.torch_shares = true;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_AGENT_STORE);
+	assert_null(p.tcpstore_refusal);
+	/* --no-agent-store wins over what the workers' torch would do. */
+	in.agent_store = RDZV_AGENT_STORE_OFF;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_RANK0);
+	assert_non_null(strstr(p.tcpstore_refusal, "--no-agent-store"));
+	/* --standalone is c10d: the same rule. */
+	in = c10d(false);
+	in.agent_store = RDZV_AGENT_STORE_RULE;
+	in.standalone = true;
+	in.endpoint_host = "127.0.0.1";
+	in.endpoint_port = 0;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.host, RDZV_HOST_YES);
+	assert_int_equal(p.workers, RDZV_WORKERS_RANK0);
+	in.agent_store = RDZV_AGENT_STORE_ON;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_AGENT_STORE);
+}
+
+/* Static mode keeps the agent store by the rule, whatever the workers' torch (torchrun 1.x's
+ * static mode used it too). */
+static void static_rule_keeps_the_agent_store(void **state)
+{
+	struct rdzv_plan_in in = static_job(1, false);
+	struct rdzv_plan p;
+
+	(void)state;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_AGENT_STORE);
+	in.torch_shares = true;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_AGENT_STORE);
+	in.agent_store = RDZV_AGENT_STORE_ON;
+	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
+	assert_int_equal(p.workers, RDZV_WORKERS_AGENT_STORE);
+	assert_int_equal(p.store_port, 29500);
 }
 
 static void static_node0_hosts_on_the_master_port(void **state)
@@ -256,7 +329,7 @@ static void an_unserving_store_gives_rank0s_tcpstore(void **state)
 	assert_int_equal(m.port, 41002);
 	rdzv_plan_master(&p, "10.0.0.2", 41002, -1, &m);
 	assert_int_equal(m.how, RDZV_BOOT_RANK0_UNSERVED);
-	in.no_agent_store = true;
+	in.agent_store = RDZV_AGENT_STORE_OFF;
 	assert_int_equal(rdzv_plan_make(&in, &p, NULL), 0);
 	rdzv_plan_master(&p, "10.0.0.2", 41002, 1, &m);
 	assert_int_equal(m.how, RDZV_BOOT_RANK0);
@@ -358,6 +431,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(c10d_is_host_overrides_the_address),
 		cmocka_unit_test(c10d_standalone_hosts_a_private_store),
 		cmocka_unit_test(no_agent_store_means_rank0_and_a_refusal),
+		cmocka_unit_test(c10d_rule_follows_the_workers_torch),
+		cmocka_unit_test(static_rule_keeps_the_agent_store),
 		cmocka_unit_test(static_node0_hosts_on_the_master_port),
 		cmocka_unit_test(static_no_agent_store_moves_the_store_one_up),
 		cmocka_unit_test(static_one_node_uses_a_private_port),
