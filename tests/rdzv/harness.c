@@ -14,6 +14,8 @@
 
 #include "src/common/clock.h"
 #include "src/common/fs.h"
+#include "rendezvous/rdzv.h"
+#include "rendezvous/store/store_conf.h"
 #include "tests/rdzv/harness.h"
 
 /* Read one line from @fd within @timeout_ms. Returns its length or -1. */
@@ -149,4 +151,18 @@ void fixture_stop(struct store_fixture *f)
 		(void)fs_rm_rf(f->dir);
 		f->dir[0] = '\0';
 	}
+}
+
+int harness_rdzv_create(const struct store_settings *s, const struct rdzv_conf *c,
+			struct rdzv **r, struct crun_diag *d)
+{
+	struct store_conf sc;
+	int rc;
+
+	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
+	if (rc == 0) {
+		rc = rdzv_create(&sc, c, r, d);
+	}
+	store_conf_finish(&sc);
+	return rc;
 }

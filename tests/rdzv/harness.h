@@ -34,4 +34,12 @@ void fixture_endpoint(const struct store_fixture *f, const char *name, char *out
 /** SIGTERM the server (SIGKILL after 5 s) and reap it; remove the temp dir and its files. */
 void fixture_stop(struct store_fixture *f);
 
+struct store_settings;
+struct rdzv_conf;
+struct rdzv;
+struct crun_diag;
+/** rdzv_create() from plain settings (no token policy: what the settings say). */
+int harness_rdzv_create(const struct store_settings *s, const struct rdzv_conf *c,
+			struct rdzv **r, struct crun_diag *d);
+
 #endif

@@ -13,21 +13,7 @@
 
 #include <crun/error.h>
 #include "rendezvous/store/store_conf.h"
-
-/* rdzv_create() from plain settings (no token policy: what the settings say). */
-static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
-		       struct crun_diag *d)
-{
-	struct store_conf sc;
-	int rc;
-
-	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
-	if (rc == 0) {
-		rc = rdzv_create(&sc, c, r, d);
-	}
-	store_conf_finish(&sc);
-	return rc;
-}
+#include "tests/rdzv/harness.h"
 
 
 struct store_fixture fx;
@@ -150,7 +136,7 @@ void node_open(struct node *n)
 
 	o.endpoint = endpoint;
 	o.connect_timeout_ms = 10000;
-	rc = create_from(&o, &n->conf, &n->r, &n->d);
+	rc = harness_rdzv_create(&o, &n->conf, &n->r, &n->d);
 	if (rc != 0) {
 		fail_msg("rdzv_create node %d: %s", n->idx, n->d.msg);
 	}

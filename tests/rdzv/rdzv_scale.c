@@ -22,21 +22,6 @@
 #include "tests/rdzv/harness.h"
 #include "rendezvous/store/store_conf.h"
 
-/* rdzv_create() from plain settings (no token policy: what the settings say). */
-static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
-		       struct crun_diag *d)
-{
-	struct store_conf sc;
-	int rc;
-
-	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
-	if (rc == 0) {
-		rc = rdzv_create(&sc, c, r, d);
-	}
-	store_conf_finish(&sc);
-	return rc;
-}
-
 
 struct agent {
 	struct rdzv *r;
@@ -210,7 +195,7 @@ int main(int argc, char **argv)
 		c.advertise_addr = "127.0.0.1";
 		c.hostname = host;
 		c.join_timeout_ms = 120000;
-		if (create_from(&o, &c, &ags[i].r, &ags[i].d) != 0) {
+		if (harness_rdzv_create(&o, &c, &ags[i].r, &ags[i].d) != 0) {
 			fprintf(stderr, "rdzv_scale: agent %d: %s\n", i, ags[i].d.msg);
 			goto out;
 		}

@@ -14,21 +14,7 @@
 
 #include "src/common/clock.h"
 #include "rendezvous/store/store_conf.h"
-
-/* rdzv_create() from plain settings (no token policy: what the settings say). */
-static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
-		       struct crun_diag *d)
-{
-	struct store_conf sc;
-	int rc;
-
-	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
-	if (rc == 0) {
-		rc = rdzv_create(&sc, c, r, d);
-	}
-	store_conf_finish(&sc);
-	return rc;
-}
+#include "tests/rdzv/harness.h"
 
 
 static void run_fixed(int k)
@@ -561,17 +547,17 @@ static void bad_configuration_is_refused_with_a_message(void **state)
 	c.run_id = run_id;
 	c.min_nodes = 3;
 	c.max_nodes = 2;
-	assert_int_equal(create_from(&o, &c, &r, &d), CRUN_ECONFIG);
+	assert_int_equal(harness_rdzv_create(&o, &c, &r, &d), CRUN_ECONFIG);
 	assert_null(r);
 	assert_non_null(strstr(d.msg, "3:2"));
 	c.min_nodes = 2;
 	c.max_nodes = 2;
 	c.node_rank = 2;
-	assert_int_equal(create_from(&o, &c, &r, &d), CRUN_ECONFIG);
+	assert_int_equal(harness_rdzv_create(&o, &c, &r, &d), CRUN_ECONFIG);
 	assert_non_null(strstr(d.msg, "node rank"));
 	c.node_rank = -1;
 	c.run_id = "";
-	assert_int_equal(create_from(&o, &c, &r, &d), CRUN_ECONFIG);
+	assert_int_equal(harness_rdzv_create(&o, &c, &r, &d), CRUN_ECONFIG);
 	assert_non_null(strstr(d.msg, "run id"));
 }
 

@@ -13,21 +13,7 @@
 
 #include "src/common/clock.h"
 #include "rendezvous/store/store_conf.h"
-
-/* rdzv_create() from plain settings (no token policy: what the settings say). */
-static int create_from(const struct store_settings *s, const struct rdzv_conf *c, struct rdzv **r,
-		       struct crun_diag *d)
-{
-	struct store_conf sc;
-	int rc;
-
-	rc = store_conf_init(&sc, s, STORE_TOKEN_FLAGS, d);
-	if (rc == 0) {
-		rc = rdzv_create(&sc, c, r, d);
-	}
-	store_conf_finish(&sc);
-	return rc;
-}
+#include "tests/rdzv/harness.h"
 
 
 static void late_joiner_triggers_scale_up_and_joins_next_round(void **state)
@@ -434,7 +420,7 @@ static void store_loss_is_reported_by_the_watch_thread(void **state)
 	o.endpoint = own.endpoint;
 	o.connect_timeout_ms = 300;
 	o.timeout_ms = 2000;
-	assert_int_equal(create_from(&o, &n.conf, &n.r, &n.d), 0);
+	assert_int_equal(harness_rdzv_create(&o, &n.conf, &n.r, &n.d), 0);
 	join_async(&n);
 	assert_int_equal(join_wait(&n), 0);
 	assert_int_equal(rdzv_watch_start(n.r, on_event, &n), 0);
