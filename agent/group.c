@@ -351,7 +351,7 @@ static void on_exit_cb(uv_poll_t *h, int status, int events)
 			g->failed = true;
 			g->in_window = true;
 			uv_timer_stop(&g->watch);
-			uv_timer_start(&g->window, on_window, GROUP_FAILURE_WINDOW_MS, 0);
+			uv_timer_start(&g->window, on_window, (uint64_t)g->spec->failure_window_ms, 0);
 		}
 	}
 	uv_close((uv_handle_t *)h, on_closed);

@@ -34,7 +34,7 @@ struct group_opts {
 	char *const *base_env; /* the agent's environment (borrowed) */
 	/*
 	 * Optional: runs once on the loop when the first worker fails (after the failure window,
-	 * GROUP_FAILURE_WINDOW_MS, in which the others may fail too), right after SIGTERM went to
+	 * the spec's failure_window_ms, in which the others may fail too), right after SIGTERM went to
 	 * every worker, while they are still stopping (the agent publishes the failure then, so
 	 * other nodes stop theirs without waiting for this node's grace period). Gets group_start's
 	 * @arg; group_failures() already holds the first failure.

@@ -22,12 +22,12 @@
 #define GROUP_READ_BUF (64u * 1024u)
 #define GROUP_STACK_MAX (64u * 1024u) /* a traceback read from an error file, its end kept */
 /*
- * After the first worker fails, the others get SIGTERM this much later, so that ranks failing
- * at the same moment (after one barrier, on one bad batch) end with their own codes and are all
- * listed, as torchrun 2.x lists the failures its monitor pass (every 0.1 s) sees. Signalled at
- * once, a rank still unwinding its own exception would be reported as killed by SIGTERM.
+ * After the first worker fails, the others get SIGTERM spec->failure_window_ms later (10 ms, or
+ * --monitor-interval), so that ranks failing at the same moment (after one barrier, on one bad
+ * batch) end with their own codes and are all listed, as torchrun lists the failures one monitor
+ * pass sees. Signalled at once, a rank still unwinding its own error would be reported as killed
+ * by SIGTERM; a longer default would delay every restart (bench/launch).
  */
-#define GROUP_FAILURE_WINDOW_MS 100
 
 struct worker {
 	struct group *g;
@@ -71,7 +71,7 @@ struct group {
 	uv_timer_t drain;   /* bound on pipes held open by stray descendants */
 	uv_timer_t watch;   /* the hang watchdog (--worker-timeout), stopped when off */
 	uv_timer_t partial; /* live partial lines: runs while one waits (LOGROUTE_PARTIAL_MS) */
-	uv_timer_t window;  /* GROUP_FAILURE_WINDOW_MS from the first failure to the stop */
+	uv_timer_t window;  /* spec->failure_window_ms from the first failure to the stop */
 	bool in_window;     /* the window runs: failures are collected, nothing signalled yet */
 	uv_signal_t winch;  /* crun's terminal was resized: so are the workers' ptys */
 	bool stopping, failed, stopped_outside, finishing, reaped;

@@ -23,6 +23,7 @@ int jobspec_defaults(struct job_spec *spec)
 	spec->max_restarts = 0;
 	spec->shutdown_timeout_ms = 30 * 1000;
 	spec->monitor_interval_s = 5.0;
+	spec->failure_window_ms = JOBSPEC_FAILURE_WINDOW_MS;
 	spec->restart_backoff_ms = 1000;
 	spec->restart_backoff_max_ms = 30 * 1000;
 	spec->worker_timeout_ms = 0;

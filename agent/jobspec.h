@@ -75,6 +75,10 @@ struct job_spec {
 	int max_restarts;           /* default 0 */
 	int64_t shutdown_timeout_ms;  /* grace between SIGTERM and SIGKILL; default 30 s */
 	double monitor_interval_s;  /* accepted for compatibility; crun is event-driven */
+	/* After a worker fails, how long the others may still fail on their own (and be listed)
+	 * before they are stopped: JOBSPEC_FAILURE_WINDOW_MS, or --monitor-interval when given
+	 * (torchrun lists what one monitor pass sees), at most 5 s. */
+	int64_t failure_window_ms;
 	int64_t restart_backoff_ms;     /* first wait before a restart; doubles; default 1 s */
 	int64_t restart_backoff_max_ms; /* the doubling's cap; default 30 s */
 	int64_t worker_timeout_ms;  /* hang watchdog: a silent worker fails the group; 0: off */
@@ -129,5 +133,9 @@ int jobspec_defaults(struct job_spec *spec);
 
 /** Free everything a spec owns (not the struct itself); a zeroed spec is a no-op. */
 void jobspec_finish(struct job_spec *spec);
+
+/* The default failure window: ranks failing at the same instant are all listed, and a restart
+ * costs no more than this. */
+#define JOBSPEC_FAILURE_WINDOW_MS 10
 
 #endif

@@ -300,6 +300,7 @@ static int take_restarts(struct cli_parser *p)
 			return rc;
 		}
 		spec->monitor_interval_s = (double)ms / 1000.0;
+		spec->failure_window_ms = ms < 5000 ? ms : 5000;
 	}
 	if (p->v[O_START_METHOD].set && strcmp(p->v[O_START_METHOD].val, "spawn") != 0 &&
 	    strcmp(p->v[O_START_METHOD].val, "fork") != 0 &&

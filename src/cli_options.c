@@ -63,7 +63,9 @@ const struct opt cli_opts[O_COUNT] = {
 			      "$CRUN_HEARTBEAT_FILE) for this long is hung: the group fails and "
 			      "restarts (default 0: off)", NULL},
 	[O_MONITOR_INTERVAL] = {"monitor-interval", 0, true, true, "SECONDS",
-				"accepted for torchrun compatibility; crun is event-driven", NULL},
+				"how long others may still fail (and be listed) after the first "
+				"failure before they are stopped (default 0.01; crun does not poll)",
+				NULL},
 	[O_START_METHOD] = {"start-method", 0, true, true, "spawn|fork|forkserver",
 			    "accepted for torchrun compatibility; workers are always exec'd",
 			    NULL},
