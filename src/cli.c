@@ -27,11 +27,8 @@ int cli_fail(struct cli_parser *p, enum cli_opt_id id, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	if (id == O_COUNT) {
-		diag_set(p->d, CRUN_ECONFIG, "%s", what);
-	} else {
-		diag_set(p->d, CRUN_ECONFIG, "%s: %s", p->v[id].origin, what);
-	}
+	/* The engine's one error form: "ORIGIN: what". */
+	opt_fail(id == O_COUNT ? NULL : &p->v[id], p->d, "%s", what);
 	return CLI_USAGE;
 }
 

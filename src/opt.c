@@ -213,7 +213,7 @@ static bool missing(const char *next)
 	return next == NULL || (next[0] == '-' && next[1] == '-' && next[2] != '\0');
 }
 
-/* One "--name[=value]" at argv[*i]; takes argv[*i + 1] as its value when it needs one. */
+/* One "--OPTION[=value]" at argv[*i]; takes argv[*i + 1] as its value when it needs one. */
 static int read_long(const struct opt_table *t, struct opt_val *v, int argc, char **argv, int *i,
 		     struct crun_diag *d)
 {

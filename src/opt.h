@@ -16,13 +16,13 @@
  * "job.yaml:3:9: nnodes"), so that every error line names what the user wrote. The program
  * then checks each value itself. The conventions are the engine's, the same in every program:
  *
- *   --name VALUE and --name=VALUE; dashes and underscores in a name alike (--nproc_per_node);
+ *   --OPTION VALUE and --OPTION=VALUE; dashes and underscores in a name alike (--nproc_per_node);
  *   -x VALUE, -xVALUE and -x=VALUE for an option with a short letter;
  *   -- ends the options; "-" is an operand;
  *   with the table's abbrev, a unique prefix of a long name (--stand for --standalone);
  *   -h/--help prints the help on stdout (first line "Usage: ...") and exits 0;
  *   -V/--version prints "PROGRAM VERSION" on stdout and exits 0;
- *   every mistake is one line "PROGRAM: --name: what" on stderr and exit status 2.
+ *   every mistake is one line "PROGRAM: --OPTION: what" on stderr and exit status 2.
  */
 
 /* Room for an origin: "--nproc_per_node", "PET_NNODES" or "FILE:LINE:COLUMN: key". */

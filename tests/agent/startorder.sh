@@ -32,17 +32,10 @@ LINKS=$BR
 i=0
 for h in a b c; do
 	i=$((i + 1))
-	ip netns add "$TAG$h" || fail "ip netns add $TAG$h"
-	NETNS="$NETNS $TAG$h"
-	ip link add "${TAG}r$i" type veth peer name "${TAG}n$i" || fail "ip link add veth"
-	LINKS="${TAG}r$i $LINKS"
-	ip link set "${TAG}n$i" netns "$TAG$h" || fail "moving the veth into $TAG$h"
-	ip link set "${TAG}r$i" master "$BR" up || fail "adding the veth to the bridge"
-	ip -n "$TAG$h" link set lo up || fail "lo up in $TAG$h"
 	# One interface name in every namespace, for GLOO_SOCKET_IFNAME.
-	ip -n "$TAG$h" link set "${TAG}n$i" name crun0 || fail "renaming the veth in $TAG$h"
-	ip -n "$TAG$h" addr add "$NET.$i/24" dev crun0 || fail "address in $TAG$h"
-	ip -n "$TAG$h" link set crun0 up || fail "link up in $TAG$h"
+	NETNS="$NETNS $TAG$h" # recorded first: a step that fails still leaves it to teardown
+	LINKS="${TAG}r$i $LINKS"
+	netns_on_bridge "$TAG$h" "$BR" "${TAG}r$i" "${TAG}n$i" "$NET.$i/24" crun0
 done
 ip link set "$BR" up || fail "bridge up"
 export GLOO_SOCKET_IFNAME=crun0

@@ -22,15 +22,9 @@ ip link add "$BR" type bridge || skip "no bridge support (ip link add type bridg
 LINKS=$BR
 for i in 1 2 3; do
 	h=$NET.$i
-	ip netns add "$h" || fail "ip netns add $h"
-	NETNS="$NETNS $h"
-	ip link add "${TAG}r$i" type veth peer name "${TAG}n$i" || fail "ip link add veth"
+	NETNS="$NETNS $h" # recorded first: a step that fails still leaves it to teardown
 	LINKS="${TAG}r$i $LINKS"
-	ip link set "${TAG}n$i" netns "$h" || fail "moving the veth into $h"
-	ip link set "${TAG}r$i" master "$BR" up || fail "adding the veth to the bridge"
-	ip -n "$h" link set lo up || fail "lo up in $h"
-	ip -n "$h" addr add "$h/24" dev "${TAG}n$i" || fail "address in $h"
-	ip -n "$h" link set "${TAG}n$i" up || fail "link up in $h"
+	netns_on_bridge "$h" "$BR" "${TAG}r$i" "${TAG}n$i" "$h/24"
 	HOSTS+=("$h")
 done
 ip link set "$BR" up || fail "bridge up"

@@ -41,6 +41,24 @@ hold_port_pair() {
 	printf -v "$1" '%s' "${_pair%% *}"
 }
 
+# netns_on_bridge NS BRIDGE VETH_HOST VETH_NS ADDR/PREFIX [IFNAME]: create namespace NS and put
+# it on BRIDGE through a veth pair (VETH_HOST stays here, VETH_NS moves into NS, renamed IFNAME
+# when given), with lo and the link up and ADDR/PREFIX on it. Fails (through `fail`) naming the
+# step that was refused. The caller records NS and VETH_HOST for netns_teardown.
+netns_on_bridge() {
+	local ns=$1 br=$2 vh=$3 vn=$4 addr=$5 ifname=${6:-$4}
+	ip netns add "$ns" || fail "ip netns add $ns"
+	ip link add "$vh" type veth peer name "$vn" || fail "ip link add veth $vh"
+	ip link set "$vn" netns "$ns" || fail "moving the veth into $ns"
+	ip link set "$vh" master "$br" up || fail "adding the veth to the bridge"
+	ip -n "$ns" link set lo up || fail "lo up in $ns"
+	if [ "$ifname" != "$vn" ]; then
+		ip -n "$ns" link set "$vn" name "$ifname" || fail "renaming the veth in $ns"
+	fi
+	ip -n "$ns" addr add "$addr" dev "$ifname" || fail "address in $ns"
+	ip -n "$ns" link set "$ifname" up || fail "link up in $ns"
+}
+
 # netns_teardown "NETNS..." "LINKS...": delete the network namespaces, each after SIGKILLing
 # every process inside it (one left there would keep it alive), then the links (a veth whose
 # peer went with its namespace may be gone already: errors are quiet).
