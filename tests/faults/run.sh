@@ -26,8 +26,8 @@ CASES=(
 	"store-full|case_disk.sh|60|file store on a full tmpfs|exit 1 naming file and offset (ENOSPC); the file unchanged (<30 s)"
 	"ckpt-full|case_disk.sh|180|checkpoint tmpfs filled while training (a save fails)|restarted; every rank resumes the newest complete checkpoint; digests agree (<120 s)"
 	"store-damaged|case_disk.sh|60|one byte flipped in a file store's first record|exit 1 naming the file and offset 16; the file unchanged (<30 s)"
-	"clock-ahead|case_proc.sh|180|node 1's wall clock +1 h, jumps to -1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<120 s)"
-	"clock-behind|case_proc.sh|180|node 1's wall clock -1 h, jumps to +1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<120 s)"
+	"clock-ahead|case_proc.sh|300|node 1's wall clock +1 h, jumps to -1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<240 s)"
+	"clock-behind|case_proc.sh|300|node 1's wall clock -1 h, jumps to +1 h mid-run (libfaketime)|forms and finishes, no restart; digests agree (<240 s)"
 )
 
 if [ "$(id -u)" -ne 0 ]; then
