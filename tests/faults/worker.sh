@@ -4,7 +4,9 @@
 # fault on rank $FAULT_RANK: on the first attempt only, or on every one with FAULT_ALWAYS=1.
 #   FAULT=exit   exit 3 after FAULT_AFTER seconds of training (train is killed first)
 #   FAULT=segv   train gets SIGSEGV after FAULT_AFTER s; the worker dies of SIGSEGV too
-#   FAULT=hang   train is SIGSTOPped after FAULT_AFTER s; the worker waits for it for ever
+#   FAULT=hang   train is SIGSTOPped after FAULT_AFTER s, then the worker stops itself; it has a
+#                SIGTERM handler (as Python programs that clean up do), which a stopped process
+#                cannot run until it is continued
 # FAULT_PIDDIR: write this worker's PID to FAULT_PIDDIR/pid.$FAULT_NODE.$RANK (the worker is
 # this process; train is exec'd into it when no fault applies).
 set -u
@@ -29,7 +31,9 @@ segv)
 	exec "$FAULT_W" raise:11
 	;;
 hang)
+	trap 'kill -9 $child; trap - TERM; kill -TERM $$' TERM
 	kill -STOP $child
+	kill -STOP $$
 	wait $child
 	;;
 esac
