@@ -375,6 +375,16 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	if (count_later && (rc = cli_count_nproc(p)) != 0) {
 		return rc;
 	}
+	/* Only now is the world's size known: a rank past it would leave stdin unread. */
+	if (spec->stdin_rank >= 0 &&
+	    (long long)spec->stdin_rank >= (long long)spec->max_nodes * spec->nproc_per_node) {
+		return cli_fail(p, O_STDIN,
+				"rank %d is not in the job: %d node%s x --nproc-per-node %d "
+				"makes ranks 0..%lld",
+				spec->stdin_rank, spec->max_nodes, spec->max_nodes == 1 ? "" : "s",
+				spec->nproc_per_node,
+				(long long)spec->max_nodes * spec->nproc_per_node - 1);
+	}
 	if ((rc = cli_do_ranks_filter(p)) != 0) {
 		return rc;
 	}
