@@ -56,10 +56,13 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, char *er
 		*out = def;
 		return 0;
 	}
-	/* Leading white space is allowed, as strtol() (0.1) and Python's int() allow it. */
-	while (isspace((unsigned char)*s)) {
-		s++;
-	}
+	/*
+	 * Decimal digits only, with an optional sign: Python's int(), which torch applies to
+	 * these variables, also takes white space around them and "1_0", but crun and torchrun
+	 * only ever write plain digits, so anything else was set by hand or by mistake (RANK=" 1"
+	 * accepted on one rank and refused by another program on the next is worse than a clear
+	 * error at the start).
+	 */
 	if (parse_int(s, lo, hi, out) != 0) {
 		return fail(err, errlen, CRUN_ECONFIG,
 			    "libcrun-worker: environment: %s: expected an integer in [%d, %d], "
