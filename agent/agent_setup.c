@@ -274,6 +274,17 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
 			 m.addr, m.port);
 		break;
 	}
+	if (m.how != RDZV_BOOT_AGENT_STORE &&
+	    (a->spec->tls_ca != NULL || a->spec->tls_cert != NULL)) {
+		/* MASTER_ADDR is the rank-0 node's advertised address; what torch binds is not
+		 * ours to choose (torch 1.13's TCPStore server listens on every interface). */
+		log_warn("TLS covers crun's store, not PyTorch's: the workers' TCPStore on rank 0 "
+			 "(MASTER_ADDR=%s MASTER_PORT=%d) has no TLS and no token, torch listens for "
+			 "it on every interface of that node, and gloo/NCCL traffic is plain too: "
+			 "run the job on a private network or firewall those ports "
+			 "(docs/security.md, \"What TLS covers\")",
+			 m.addr, m.port);
+	}
 }
 
 /* ---- the store's token (docs/security.md) ---- */
