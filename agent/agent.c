@@ -77,6 +77,31 @@ static void close_loop_handles(struct agent *a)
 	}
 	a->nsigs = 0;
 	uv_close((uv_handle_t *)&a->async, NULL);
+	if (a->guard_polled) {
+		uv_close((uv_handle_t *)&a->guard, NULL);
+		a->guard_polled = false;
+	}
+}
+
+/* The process-group guard exited while this attempt runs: name it (spawn_guard_check). */
+static void on_guard_exit(uv_poll_t *h, int status, int events)
+{
+	(void)status;
+	(void)events;
+	uv_poll_stop(h); /* before spawn_guard_check() closes the pidfd */
+	if (spawn_guard_check()) {
+		uv_poll_start(h, UV_READABLE, on_guard_exit); /* not gone after all */
+	}
+}
+
+static void watch_guard(struct agent *a)
+{
+	int fd = spawn_guard_pidfd();
+
+	if (fd >= 0 && uv_poll_init(&a->loop, &a->guard, fd) == 0) {
+		a->guard_polled = true;
+		uv_poll_start(&a->guard, UV_READABLE, on_guard_exit);
+	}
 }
 
 static void report_join(struct agent *a)
@@ -331,6 +356,7 @@ static int attempt_start(struct agent *a)
 	a->at.ev_seen = false;
 	uv_async_init(&a->loop, &a->async, on_async);
 	a->async.data = a;
+	watch_guard(a);
 	for (i = 0; i < spec->nsignals && i < JOBSPEC_MAX_SIGNALS; i++) {
 		uv_signal_init(&a->loop, &a->sigs[i]);
 		a->sigs[i].data = a;

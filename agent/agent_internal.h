@@ -89,6 +89,8 @@ struct agent {
 	bool loop_ok;
 	uv_async_t async;
 	uv_signal_t sigs[JOBSPEC_MAX_SIGNALS];
+	uv_poll_t guard;   /* spawn_guard_pidfd(): the guard's death, named at once */
+	bool guard_polled;
 	int nsigs;
 	struct rdzv *r;
 	struct notify_status *ns; /* this node's state for systemd and `crun status` */
