@@ -22,6 +22,7 @@
 #include "agent/agent_store.h"
 #include "agent/torch_probe.h"
 #include "rendezvous/rdzv_keys.h"
+#include "rendezvous/store/etcd_endpoint.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
@@ -287,6 +288,36 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
 	}
 }
 
+/*
+ * An etcd password sent over plain http: anyone on the path reads it and can log in as that
+ * user. Said once, naming the members that are not https (the endpoint as the store reads it).
+ */
+static void warn_plain_etcd(const struct store_conf *c)
+{
+	struct crun_diag d = {0};
+	struct etcd_ep *eps = NULL;
+	char plain[512] = "";
+	size_t n = 0, i, used = 0;
+
+	if (c->etcd_user == NULL || c->etcd_password_file == NULL ||
+	    etcd_parse_endpoints(c->endpoint, &eps, &n, &d) < 0) {
+		return; /* no password, or an endpoint open will name */
+	}
+	for (i = 0; i < n && used < sizeof(plain); i++) {
+		if (!eps[i].tls) {
+			used += (size_t)snprintf(plain + used, sizeof(plain) - used, "%s%s",
+						 used > 0 ? ", " : "", eps[i].url);
+		}
+	}
+	free(eps);
+	if (plain[0] != '\0') {
+		log_warn("etcd: the password of user %s (%s) goes to %s over plain http: anyone on "
+			 "the path can read it and log in as that user; use https "
+			 "(etcd+https://, --rdzv-conf cacert=...)",
+			 c->etcd_user, c->etcd_password_file, plain);
+	}
+}
+
 /* ---- the store's token (docs/security.md) ---- */
 
 /* This agent hosts the store for itself alone: a fresh token nobody else needs. */
@@ -348,6 +379,9 @@ int agent_store_conf(struct agent *a, struct crun_diag *d)
 			 "change this job's rendezvous and stop it");
 	}
 	rc = store_conf_init(&a->sc, &s, policy, d);
+	if (rc == 0 && spec->rdzv_kind == RDZV_KIND_ETCD) {
+		warn_plain_etcd(&a->sc);
+	}
 	if (rc == 0 && a->sc.env_token_dropped && spec->rdzv_kind == RDZV_KIND_ETCD) {
 		log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own users and "
 			 "TLS: --rdzv-conf user=,password_file=,cacert=,cert=,key=); workers do "
