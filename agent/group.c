@@ -207,27 +207,6 @@ static void stop(struct group *g, int sig)
 	}
 }
 
-/* One named rank for the watchdog's line: "1 (no heartbeat for 3.2 s, last step 17)". */
-static void hung_item(char *buf, size_t len, const struct worker *w, int64_t silent)
-{
-	size_t used = strlen(buf);
-
-	if (used >= len) {
-		return;
-	}
-	snprintf(buf + used, len - used, "%s%d (no heartbeat for %.1f s", used > 0 ? ", " : "",
-		 w->rank, (double)silent / 1000.0);
-	used = strlen(buf);
-	if (w->beat.step != 0 && used < len) {
-		snprintf(buf + used, len - used, ", last step %llu",
-			 (unsigned long long)w->beat.step);
-	}
-	used = strlen(buf);
-	if (used < len) {
-		snprintf(buf + used, len - used, ")");
-	}
-}
-
 /*
  * The hang watchdog: once a running worker has not touched its heartbeat file for
  * --worker-timeout, the group fails as if it had exited: ranks blocked in a collective behind a
@@ -265,12 +244,18 @@ static void on_watch(uv_timer_t *t)
 		int64_t silent = now - w->beat.last_ms;
 		char step[40] = "";
 
+		size_t used = strlen(names);
+
 		log_error("worker rank %d (pid %d): no heartbeat for %.1f s (--worker-timeout "
 			  "%.1f s)", w->rank, w->pid, (double)silent / 1000.0, (double)tmo / 1000.0);
-		hung_item(names, sizeof(names), w, silent);
 		if (w->beat.step != 0) {
 			snprintf(step, sizeof(step), ", last step %llu",
 				 (unsigned long long)w->beat.step);
+		}
+		/* the summary: "1 (no heartbeat for 3.2 s, last step 17), 0 (...)" */
+		if (used < sizeof(names)) {
+			snprintf(names + used, sizeof(names) - used, "%s%d (no heartbeat for %.1f s%s)",
+				 used > 0 ? ", " : "", w->rank, (double)silent / 1000.0, step);
 		}
 		snprintf(w->message, sizeof(w->message),
 			 "hung: no heartbeat for %.1f s%s (--worker-timeout %.1f s)",
