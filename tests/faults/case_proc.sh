@@ -60,11 +60,11 @@ worker_case() {
 }
 
 # hang_named: the watchdog named rank 1 (the stopped one) among the ranks silent since the
-# oldest step, with its silence and step, and the stopped worker went at once on SIGTERM and
+# oldest step, with its silence and step (none when stopped before its first collective), and the stopped worker went at once on SIGTERM and
 # SIGCONT: no "sending SIGKILL" after the 30 s --shutdown-timeout.
 hang_named() {
 	local t1 t2
-	grep -aE "silent since the oldest step: ranks? (.*, )?1 \(no heartbeat for [0-9.]+ s, last step [0-9]+\)" \
+	grep -aE "silent since the oldest step: ranks? (.*, )?1 \(no heartbeat for [0-9.]+ s(, last step [0-9]+)?\)" \
 		"$T/err" >/dev/null || { tail -n 20 "$T/err" >&2; fail "the watchdog does not name rank 1"; }
 	! grep -aq "sending SIGKILL" "$T/err" || fail "the hung worker waited for SIGKILL"
 	# From the watchdog's verdict to the restart (or the end), by the log lines' own clock:
