@@ -73,7 +73,9 @@ hang_named() {
 	t1=$(grep -a -m1 " silent since the oldest step" "$T/err" | awk '{print $2}')
 	t2=$(grep -aE "restarting the workers|job failed, restart budget" "$T/err" | head -n1 |
 		awk '{print $2}')
-	[ -n "$t1" ] && [ -n "$t2" ] || fail "no timestamps for the hang and the restart"
+	if [ -z "$t1" ] || [ -z "$t2" ]; then
+		fail "no timestamps for the hang and the restart"
+	fi
 	t1=$(date -d "$t1" +%s%3N) t2=$(date -d "$t2" +%s%3N)
 	[ $((t2 - t1)) -lt 10000 ] ||
 		fail "$((t2 - t1)) ms from the hang report to the restart (expected < 10 s)"
