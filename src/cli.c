@@ -440,6 +440,10 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	spec->rdzv.local_world_size = spec->nproc_per_node;
 	spec->rdzv.advertise_addr = spec->advertise_addr;
 	spec->rdzv.max_restarts = spec->max_restarts;
+	if (p.v[O_CHECK].set) {
+		cli_check_print(&p, stdout);
+		return CLI_EXIT;
+	}
 	return CLI_OK;
 }
 
