@@ -567,6 +567,10 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	if (rc < 0) {
 		return rc;
 	}
+	if (spec->metrics_listen != NULL && a->srv == NULL) {
+		log_info("--metrics %s: this node does not host the job's store; the node that "
+			 "does serves the metrics", spec->metrics_listen);
+	}
 	if (a->plan.advertise == RDZV_ADV_GIVEN) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
 	} else if (a->plan.advertise == RDZV_ADV_FALLBACK ||

@@ -165,6 +165,10 @@ const struct opt cli_opts[O_COUNT] = {
 		     "check the command line, job file and PET_ variables together, print the "
 		     "job as it would start with each value's source, and exit (0, or 2 on a "
 		     "mistake); nothing starts", NULL},
+	[O_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
+		       "on the node that hosts the job's store: serve Prometheus metrics at "
+		       "http://ADDR:PORT/metrics (a scrape sends the store's token as "
+		       "Authorization: Bearer); other nodes serve none", NULL},
 	[O_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log crun's own messages at debug level (as "
 						 "CRUN_LOG_LEVEL=debug)"),
 	[O_QUIET] = OPT_QUIET_ENTRY,

@@ -70,6 +70,7 @@ enum cli_opt_id {
 	O_TLS_SERVER_NAME,
 	O_CONFIG,
 	O_CHECK,
+	O_METRICS,
 	O_VERBOSE,
 	O_QUIET,
 	O_HELP,
@@ -161,6 +162,7 @@ bool cli_python_exec_set(void);
 /* --stdin and --tty (issue 11): which worker reads stdin, whether workers get a terminal. */
 int cli_do_stdio(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
+int cli_do_metrics(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);
 /* -m, --no-python, --run-path, --python and PROGRAM ARGS (program.c finds it). */
 int cli_do_program(struct cli_parser *p);
