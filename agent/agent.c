@@ -26,6 +26,7 @@
 #include "agent/logroute.h"
 #include "src/common/notify.h"
 #include "agent/notify_status.h"
+#include "agent/run_record.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
@@ -592,6 +593,10 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	if (rc < 0) {
 		return rc;
 	}
+	if (spec->metrics_listen != NULL && a->srv == NULL) {
+		log_info("--metrics %s: this node does not host the job's store; the node that "
+			 "does serves the metrics", spec->metrics_listen);
+	}
 	if (a->plan.advertise == RDZV_ADV_GIVEN) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
 	} else if (a->plan.advertise == RDZV_ADV_FALLBACK ||
@@ -815,6 +820,38 @@ static const state_fn state_handlers[NODE_STATE_COUNT] = {
 	[NODE_WAITING] = on_waiting,
 };
 
+/*
+ * The run record this node leaves (agent/run_record.h): in the state dir, and in the run's log
+ * folder with --log-dir. A record that cannot be written is a warning: the job's result stands.
+ */
+static void write_run_record(struct agent *a, enum node_state st)
+{
+	struct run_record r = {0};
+	struct crun_diag d = {0};
+	char dir[PATH_MAX];
+
+	if (a->ns == NULL || notify_status_snapshot(a->ns, &r.last, &r.ev, &r.n, &r.dropped) < 0) {
+		return;
+	}
+	snprintf(r.run_id, sizeof(r.run_id), "%s", a->spec->rdzv_id);
+	r.nproc = a->spec->nproc_per_node;
+	r.rank_offset = r.last.round >= 0 ? a->at.as.rank_offset : -1;
+	r.start_ms = a->start_wall_ms;
+	r.end_ms = crun_wall_ms();
+	r.end = st == NODE_FINISHED ? RUN_END_FINISHED
+		: st == NODE_STOPPING ? RUN_END_CANCELLED
+				      : RUN_END_FAILED;
+	r.exit_code = a->exit_code;
+	if (run_record_dir(dir, sizeof(dir), true, &d) < 0 ||
+	    run_record_write(&r, dir, false, &d) < 0) {
+		log_warn("%s", d.msg);
+	}
+	if (a->logrun[0] != '\0' && run_record_write(&r, a->logrun, true, &d) < 0) {
+		log_warn("%s", d.msg);
+	}
+	free(r.ev);
+}
+
 /* The job's end, whatever state it ended in: the last record, the store, the temp dir. */
 static void agent_end(struct agent *a, enum node_state st)
 {
@@ -836,6 +873,7 @@ static void agent_end(struct agent *a, enum node_state st)
 		st = NODE_STOPPING;
 	}
 	enter_state(a, st);
+	write_run_record(a, st);
 	/* The last record goes out now: before the store stops or etcd forgets the job. */
 	notify_status_destroy(a->ns);
 	a->ns = NULL;
@@ -873,6 +911,7 @@ int agent_run(const struct job_spec *spec)
 	}
 	a->state = NODE_STATE_COUNT;
 	a->exit_code = 1;
+	a->start_wall_ms = crun_wall_ms();
 	/* A closed console must not kill the agent; workers get default dispositions back. */
 	signal(SIGPIPE, SIG_IGN);
 	/* Orphaned grandchildren come to us, and the guard kills the groups if we die. */

@@ -103,6 +103,7 @@ struct agent {
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	int exit_code;
+	int64_t start_wall_ms; /* when the agent started: its run record's start */
 	bool keep_tmp;         /* keep the temp dir: it holds a failed attempt's error files */
 	char log_err[PATH_MAX + 128]; /* the first --log-dir file that lost output; "" if none */
 

@@ -43,6 +43,7 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 
 	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
+	so.metrics_listen = a->spec->metrics_listen;
 	store_conf_server_opts(&a->sc, &so);
 	if (a->plan.tcpstore_refusal != NULL) {
 		so.tcpstore_refusal = a->plan.tcpstore_refusal;

@@ -64,6 +64,12 @@ static inline int rdzv_key_status_node(char *buf, size_t cap, const char *run, c
 	return rdzv_key_fmt(buf, cap, "rdzv/%s/status/node/%s", run, id);
 }
 
+/** "rdzv/<run>/status/hist/<id>": one agent's history, an event a line (notify_status.h). */
+static inline int rdzv_key_status_hist(char *buf, size_t cap, const char *run, const char *id)
+{
+	return rdzv_key_fmt(buf, cap, "rdzv/%s/status/hist/%s", run, id);
+}
+
 /** "<base><run>/attempt/<round>/": round @round's workers' keys (@base: the store prefix). */
 static inline int rdzv_key_workers(char *buf, size_t cap, const char *base, const char *run,
 				   int round)

@@ -57,6 +57,7 @@ enum rdzvd_opt {
 	R_UNTIMED_TOTAL,
 	R_MAX_WAIT,
 	R_TCPSTORE_RUN,
+	R_METRICS,
 	R_VERBOSE,
 	R_QUIET,
 	R_HELP,
@@ -116,6 +117,9 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 			    "serve PyTorch TCPStore clients (torch.distributed.TCPStore, 1.x and "
 			    "2.x) on the same port, confined to the keys under RUN/tcpstore/ (they "
 			    "cannot authenticate); default: refused", "PyTorch"},
+	[R_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
+		       "serve Prometheus metrics at http://ADDR:PORT/metrics (a scrape sends "
+		       "the store's token as Authorization: Bearer); default: none", "Monitoring"},
 	[R_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log at debug level (dropped connections are "
 						 "logged at info level either way)"),
 	[R_QUIET] = OPT_QUIET_ENTRY,
@@ -299,6 +303,7 @@ static int parse(int argc, char **argv, struct config *c)
 		return rc;
 	}
 	c->o.listen = v[R_LISTEN].set ? v[R_LISTEN].val : NULL;
+	c->o.metrics_listen = v[R_METRICS].set ? v[R_METRICS].val : NULL;
 	c->ss.tls_cert = f.tls_cert;
 	c->ss.tls_key = f.tls_key;
 	c->ss.tls_ca = f.tls_ca;

@@ -41,14 +41,14 @@ void srv_server_unref(struct store_server *s)
 	free(s);
 }
 
-static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
+int srv_bind_socket(const char *addr, const char *what, int *fd_out, struct crun_diag *d)
 {
 	struct addrinfo hints, *res = NULL;
 	char host[256], port_s[16];
 	int port, fd, one = 1, rc;
 
 	if (addr == NULL || net_parse_hostport(addr, -1, host, sizeof(host), &port) < 0) {
-		return diag_set(d, -EINVAL, "store: listen address %s: expected ADDR:PORT",
+		return diag_set(d, -EINVAL, "%s: listen address %s: expected ADDR:PORT", what,
 				addr ? addr : "(null)");
 	}
 	memset(&hints, 0, sizeof(hints));
@@ -58,14 +58,14 @@ static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
 	snprintf(port_s, sizeof(port_s), "%d", port);
 	rc = getaddrinfo(host, port_s, &hints, &res);
 	if (rc != 0 || res == NULL) {
-		return diag_set(d, -EINVAL, "store: listen address %s: %s", addr,
+		return diag_set(d, -EINVAL, "%s: listen address %s: %s", what, addr,
 				gai_strerror(rc));
 	}
 	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		rc = -errno;
 		freeaddrinfo(res);
-		return diag_set(d, rc, "store: listen %s: socket: %s", addr, strerror(-rc));
+		return diag_set(d, rc, "%s: listen %s: socket: %s", what, addr, strerror(-rc));
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (res->ai_family == AF_INET6) {
@@ -85,7 +85,7 @@ static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
 err:
 	freeaddrinfo(res);
 	close(fd);
-	return diag_set(d, rc, "store: listen %s: %s", addr, strerror(-rc));
+	return diag_set(d, rc, "%s: listen %s: %s", what, addr, strerror(-rc));
 }
 
 static void on_server_handle_closed(uv_handle_t *h)
@@ -132,7 +132,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		signal(SIGPIPE, SIG_IGN);
 	}
 	/* Bind with plain system calls first, so a failure leaves no libuv handle behind. */
-	rc = bind_socket(opts->listen, &fd, d);
+	rc = srv_bind_socket(opts->listen, "store", &fd, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -210,6 +210,11 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return rc;
 	}
 	format_address(s);
+	rc = srv_metrics_start(s, opts->metrics_listen, d);
+	if (rc < 0) {
+		store_server_close(s);
+		return rc;
+	}
 	uv_timer_start(&s->sweep_timer, srv_on_sweep, SWEEP_MS, SWEEP_MS);
 	*out = s;
 	return 0;
@@ -250,6 +255,7 @@ void store_server_close(struct store_server *s)
 	uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->ks_timer, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
+	srv_metrics_close(s, on_server_handle_closed);
 	/* Every held wait gets an explicit answer, then every connection closes. */
 	for (c = s->conns; c != NULL; c = c->next) {
 		while ((w = c->waits) != NULL) {

@@ -53,6 +53,8 @@ struct store_server_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
+	/* "ADDR:PORT": serve Prometheus metrics there (server_metrics.c); NULL: none. */
+	const char *metrics_listen;
 };
 
 /**

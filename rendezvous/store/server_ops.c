@@ -10,6 +10,7 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "src/common/clock.h"
 #include "src/common/diag.h"
 
 /* The crun codec over the keyspace: decode (wire.c), one keyspace call, encode the answer. */
@@ -193,6 +194,8 @@ static void op_multi_set(struct conn *c, const struct wire_req *r)
 void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *payload,
 		  size_t plen)
 {
+	struct store_server *s = c->s;
+	int64_t t0 = s->met.on ? crun_now_ns() : 0;
 	struct wire_req r;
 	struct crun_diag d;
 	int st;
@@ -252,5 +255,8 @@ void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *paylo
 	case WIRE_OP_MULTI_SET:
 		op_multi_set(c, &r);
 		break;
+	}
+	if (t0 != 0) {
+		srv_metric_op(s, r.op, t0); /* @c may be gone: count on the server */
 	}
 }

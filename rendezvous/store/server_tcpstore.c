@@ -274,6 +274,7 @@ static void op_queue(struct conn *c, const struct ts_req *r)
 
 static void ts_run(struct conn *c, const struct ts_req *r)
 {
+	c->s->met.ts_ops++;
 	const struct ks_list l = key_list(c->s, r);
 
 	switch (r->op) {
@@ -412,6 +413,7 @@ static bool admit(struct conn *c, enum ts_proto proto)
 	}
 	c->proto = (uint8_t)proto;
 	if (s->ts_prefix == NULL) {
+		srv_metric_refuse(s, SRV_REFUSE_TCPSTORE);
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_warn("store: refusing %s: a PyTorch TCPStore %s client; %s", peer,
 			 ts_proto_name(proto),

@@ -122,6 +122,7 @@ static void tls_drop(struct conn *c, int ret)
 		snprintf(peer, sizeof(peer), "%s", c->peer->name); /* it closed: no port now */
 	}
 	tls_describe(c->ssl, ret, "the client", why, sizeof(why));
+	srv_metric_refuse(c->s, SRV_REFUSE_TLS);
 	log_info("store: dropping %s: TLS: %s", peer, why);
 	srv_flush(c); /* the alert that tells the client why, when the socket takes it now */
 	srv_conn_close(c);
