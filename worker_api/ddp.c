@@ -13,7 +13,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <crun/comm.h>
 #include <crun/ddp.h>
@@ -218,15 +217,7 @@ CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_op
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->work, NULL);
-	{
-		pthread_condattr_t ca;
-
-		/* crun_now_ms()'s clock: wait_step()'s bound does not move with the wall clock. */
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&d->done, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	crun_cond_init_monotonic(&d->done); /* wait_step()'s bound */
 	if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
 		crun_ddp_destroy(d);
 		return -EAGAIN;
@@ -549,16 +540,6 @@ static void poison(struct crun_ddp *d, int rc)
 	pthread_cond_signal(&d->work);
 }
 
-/* @ms from now on crun_now_ms()'s clock, as pthread_cond_timedwait() takes it for d->done. */
-static struct timespec mono_at(int64_t ms)
-{
-	struct timespec ts;
-
-	ts.tv_sec = (time_t)(ms / 1000);
-	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-	return ts;
-}
-
 #define DDP_NOTE_MS 5000
 
 /*
@@ -596,7 +577,7 @@ static int wait_step(struct crun_ddp *d)
 				 crun_comm_rank(d->comm), d->finished, d->nb, (long long)(now - start));
 			note = now + DDP_NOTE_MS;
 		}
-		ts = mono_at(last + limit < note ? last + limit : note);
+		ts = crun_mono_timespec(last + limit < note ? last + limit : note);
 		pthread_cond_timedwait(&d->done, &d->mu, &ts);
 	}
 	return 0;

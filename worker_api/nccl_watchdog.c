@@ -3,21 +3,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include "src/common/clock.h"
 #include "src/common/log.h"
 #include "worker_api/nccl_watchdog.h"
-
-/* The monotonic time @ms (crun_now_ms()'s clock) as a timespec for pthread_cond_timedwait. */
-static struct timespec at_ms(int64_t ms)
-{
-	struct timespec ts;
-
-	ts.tv_sec = (time_t)(ms / 1000);
-	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-	return ts;
-}
 
 static void *watch(void *arg)
 {
@@ -31,7 +20,7 @@ static void *watch(void *arg)
 			continue;
 		}
 		if (crun_now_ms() < w->deadline) {
-			ts = at_ms(w->deadline);
+			ts = crun_mono_timespec(w->deadline);
 			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 			continue;
 		}
@@ -50,16 +39,12 @@ static void *watch(void *arg)
 
 int nccl_watchdog_start(struct nccl_watchdog *w, const struct gpu_nccl *nc)
 {
-	pthread_condattr_t ca;
 	int rc;
 
 	memset(w, 0, sizeof(*w));
 	w->nc = nc;
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	crun_cond_init_monotonic(&w->cv);
 	rc = pthread_create(&w->thread, NULL, watch, w);
 	if (rc != 0) {
 		pthread_cond_destroy(&w->cv);
