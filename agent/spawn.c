@@ -261,6 +261,9 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 			return -ENODEV;
 		}
 		rc |= spawn_env_set(e, "CUDA_VISIBLE_DEVICES", dev);
+		/* torchrun keeps LOCAL_WORLD_SIZE = nproc here too; libcrun-worker reads this to
+		 * know that its one visible GPU serves LOCAL_RANK 0 of that many (gpu_device.h). */
+		rc |= spawn_env_set(e, "CRUN_VIRTUAL_LOCAL_RANK", "1");
 	}
 	if (rc != 0) {
 		spawn_env_finish(e);

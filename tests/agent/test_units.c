@@ -335,6 +335,9 @@ static void spawn_env_has_torchrun_names(void **state)
 	assert_string_equal(spawn_env_get(&e, "RANK"), "5");
 	assert_string_equal(spawn_env_get(&e, "LOCAL_RANK"), "0");
 	assert_string_equal(spawn_env_get(&e, "CUDA_VISIBLE_DEVICES"), "3");
+	/* As torchrun: LOCAL_WORLD_SIZE stays nproc; crun's word that GPU 0 is this rank's. */
+	assert_string_equal(spawn_env_get(&e, "LOCAL_WORLD_SIZE"), "4");
+	assert_string_equal(spawn_env_get(&e, "CRUN_VIRTUAL_LOCAL_RANK"), "1");
 	assert_string_equal(spawn_env_get(&e, "OMP_NUM_THREADS"), "4");
 	assert_string_equal(spawn_env_get(&e, "ROLE_NAME"), "default");
 	assert_string_equal(spawn_env_get(&e, "GROUP_RANK"), "1");
