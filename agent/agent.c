@@ -32,6 +32,7 @@
 #include "rendezvous/store/server.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
+#include "src/common/journal.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 #include "src/common/signames.h"
@@ -534,6 +535,11 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 
 	a->spec = spec;
 	pthread_mutex_init(&a->at.ev_lock, NULL);
+	/* Every journal entry of this agent names its run (journalctl RUN_ID=...). */
+	if (journal_set_field("RUN_ID", spec->rdzv_id) < 0) {
+		log_warn("--rdzv-id %s: not a journal field value; journal entries go without RUN_ID",
+			 spec->rdzv_id);
+	}
 	n = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
 	if (n < 0) {
 		return diag_set(d, -errno, "agent: /proc/self/exe: %s", strerror(errno));
@@ -660,6 +666,17 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 
 /* ---- the job: a loop over the states it publishes (docs/agent.md, "The loop") ---- */
 
+/* The journal fields of this node's lines from now on: its node rank and round (docs/operations.md). */
+static void journal_round(const struct rdzv_assignment *as)
+{
+	char v[16];
+
+	snprintf(v, sizeof(v), "%d", as->group_rank);
+	journal_set_field("NODE_RANK", v);
+	snprintf(v, sizeof(v), "%d", as->round);
+	journal_set_field("ROUND", v);
+}
+
 /* Joining: the next round; its workers start. */
 static enum node_state on_joining(struct agent *a)
 {
@@ -683,6 +700,7 @@ static enum node_state on_joining(struct agent *a)
 		return NODE_FAILED;
 	}
 	a->members = as->group_world_size;
+	journal_round(as);
 	agent_workers_master(a, as);
 	log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
 		  as->round, as->group_rank, as->group_world_size, as->rank_offset,
