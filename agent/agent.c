@@ -296,7 +296,8 @@ static int attempt_logdir(struct agent *a, char *logdir, size_t cap, char **logd
 		}
 	}
 	if (spec->log_dir != NULL) {
-		if (snprintf(logdir, cap, "%s/attempt_%d", a->logrun, a->attempt) >= (int)cap) {
+		/* The round, not this node's attempt count: the same folder on every node. */
+		if (snprintf(logdir, cap, "%s/attempt_%d", a->logrun, a->at.as.round) >= (int)cap) {
 			log_error("--log-dir: %s: path too long", spec->log_dir);
 			return -1;
 		}
@@ -462,7 +463,7 @@ static enum outcome attempt_run(struct agent *a)
 static void attempt_end(struct agent *a)
 {
 	if (a->logrun[0] != '\0') {
-		logroute_keep_errfiles(a->at.errdir, a->logrun, a->attempt);
+		logroute_keep_errfiles(a->at.errdir, a->logrun, a->at.as.round);
 	}
 	a->attempt++;
 }
@@ -566,13 +567,12 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		a->tmpbase[0] = '\0';
 		return diag_set(d, rc, "agent: temp dir in %s: %s", tmp, strerror(-rc));
 	}
+	/* The run's folder is agreed in the first round (agent_log_folder()); this is checked now. */
 	if (spec->log_dir != NULL) {
-		rc = logroute_run_dir(spec->log_dir, spec->rdzv_id, a->logrun, sizeof(a->logrun));
+		rc = logroute_check_dir(spec->log_dir);
 		if (rc < 0) {
-			a->logrun[0] = '\0';
 			return diag_set(d, rc, "--log-dir: %s: %s", spec->log_dir, strerror(-rc));
 		}
-		log_info("worker logs go to %s", a->logrun);
 	}
 	rc = agent_worker_token_write(a, d);
 	if (rc < 0) {
@@ -701,6 +701,11 @@ static enum node_state on_joining(struct agent *a)
 	}
 	a->members = as->group_world_size;
 	journal_round(as);
+	if (spec->log_dir != NULL && a->logrun[0] == '\0' && agent_log_folder(a, &d) < 0) {
+		log_error("%s", d.msg);
+		a->exit_code = 1;
+		return NODE_FAILED;
+	}
 	agent_workers_master(a, as);
 	log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
 		  as->round, as->group_rank, as->group_world_size, as->rank_offset,

@@ -122,5 +122,7 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as);
 int agent_store_conf(struct agent *a, struct crun_diag *d);
 /** Write the workers' run-scoped credential file (0600) in the run's private directory. */
 int agent_worker_token_write(struct agent *a, struct crun_diag *d);
+/** --log-dir: the run folder every node of the job shares, agreed in its first round (a->logrun). */
+int agent_log_folder(struct agent *a, struct crun_diag *d);
 
 #endif

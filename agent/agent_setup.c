@@ -20,6 +20,7 @@
 #include "agent/agent_internal.h"
 #include "agent/spawn.h"
 #include "agent/agent_store.h"
+#include "agent/logroute.h"
 #include "agent/torch_probe.h"
 #include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store/etcd_endpoint.h"
@@ -428,5 +429,47 @@ int agent_worker_token_write(struct agent *a, struct crun_diag *d)
 		a->worker_token[0] = '\0';
 		return diag_prefix(d, "agent: workers' token file");
 	}
+	return 0;
+}
+
+/* rdzv_agree()'s proposal: a folder this node claims (made, so that it can be undone). */
+struct log_claim {
+	const struct job_spec *spec;
+	char name[256];
+	bool made;
+};
+
+static int propose_log_folder(void *arg, char *val, size_t cap, struct crun_diag *d)
+{
+	struct log_claim *c = arg;
+	int rc;
+
+	rc = logroute_claim_run_dir(c->spec->log_dir, c->spec->rdzv_id, c->name, sizeof(c->name), d);
+	if (rc < 0) {
+		return rc;
+	}
+	c->made = true;
+	return (size_t)snprintf(val, cap, "%s", c->name) < cap ? 0 : -ENAMETOOLONG;
+}
+
+int agent_log_folder(struct agent *a, struct crun_diag *d)
+{
+	struct log_claim c = {.spec = a->spec};
+	char name[256];
+	int rc;
+
+	rc = rdzv_agree(a->r, "logdir", propose_log_folder, &c, name, sizeof(name), d);
+	if (rc < 0) {
+		return rc;
+	}
+	if (c.made && strcmp(c.name, name) != 0) {
+		logroute_drop_run_dir(a->spec->log_dir, c.name);
+	}
+	rc = logroute_join_run_dir(a->spec->log_dir, name, a->logrun, sizeof(a->logrun), d);
+	if (rc < 0) {
+		a->logrun[0] = '\0';
+		return rc;
+	}
+	log_info("worker logs go to %s", a->logrun);
 	return 0;
 }

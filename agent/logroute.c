@@ -14,6 +14,7 @@
 
 #include "agent/logroute.h"
 #include "src/common/clock.h"
+#include "src/common/diag.h"
 #include "src/common/fs.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
@@ -437,17 +438,11 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
 
 /* ---- the --log-dir layout ---- */
 
-int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len)
+int logroute_check_dir(const char *log_dir)
 {
 	struct crun_diag d = {0};
-	char ts[32];
-	struct tm tm;
-	time_t now = time(NULL);
-	int rc, k;
+	int rc;
 
-	if (localtime_r(&now, &tm) == NULL || strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", &tm) == 0) {
-		snprintf(ts, sizeof(ts), "%lld", (long long)now);
-	}
 	rc = fs_mkdir_p(log_dir, 0755);
 	if (rc < 0) {
 		return rc;
@@ -461,21 +456,95 @@ int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t 
 	if (rc > 0) {
 		log_warn("%s", d.msg);
 	}
-	/* Private (torchrun's are too): the logs say what the job printed. */
-	k = snprintf(out, len, "%s/%s_%s", log_dir, run_id, ts);
-	if (k < 0 || (size_t)k + 7 >= len) {
-		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* A run folder's name: one path part, never "." or "..", no newline (a log line names it). */
+static bool name_ok(const char *name)
+{
+	return name[0] != '\0' && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+	       strpbrk(name, "/\n") == NULL;
+}
+
+int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, size_t cap,
+			   struct crun_diag *d)
+{
+	char path[PATH_MAX];
+	int n, k;
+
+	if (!name_ok(run_id)) {
+		return diag_set(d, -EINVAL, "--log-dir: \"%s\" cannot name a folder", run_id);
 	}
-	if (mkdir(out, 0700) == 0) {
+	/* Private (torchrun's are too): the logs say what the job printed. A rerun's logs never
+	 * mix with the first run's: "<run_id>", then "<run_id>.1", ..., in the order of the runs. */
+	for (n = 0; n < LOGROUTE_RERUNS; n++) {
+		k = n == 0 ? snprintf(name, cap, "%s", run_id) : snprintf(name, cap, "%s.%d", run_id, n);
+		if (k < 0 || (size_t)k + 8 >= cap ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", log_dir, name) >= sizeof(path) - 8) {
+			return diag_set(d, -ENAMETOOLONG, "--log-dir: %s/%s: name too long", log_dir,
+					run_id);
+		}
+		if (mkdir(path, 0700) == 0) {
+			return 0;
+		}
+		if (errno != EEXIST) {
+			return diag_set(d, -errno, "--log-dir: mkdir %s: %s", path, strerror(errno));
+		}
+	}
+	/* All taken (names planted in a shared folder): a random suffix, as mkdtemp(3) makes it,
+	 * which nobody can guess in advance, so planted names cannot stop the job. */
+	snprintf(name, cap, "%s.XXXXXX", run_id);
+	snprintf(path, sizeof(path), "%s/%s", log_dir, name);
+	if (mkdtemp(path) == NULL) {
+		return diag_set(d, -errno, "--log-dir: mkdtemp %s: %s", path, strerror(errno));
+	}
+	snprintf(name, cap, "%s", strrchr(path, '/') + 1);
+	return 0;
+}
+
+/* Whether @path is a folder of ours (not a link) that only we can enter. */
+static bool ours(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 077) == 0;
+}
+
+int logroute_join_run_dir(const char *log_dir, const char *name, char *out, size_t len,
+			  struct crun_diag *d)
+{
+	if (!name_ok(name)) {
+		return diag_set(d, -EINVAL, "--log-dir: the job's folder name \"%s\" is not one "
+				"path part", name);
+	}
+	if ((size_t)snprintf(out, len, "%s/%s", log_dir, name) + 8 >= len) {
+		return diag_set(d, -ENAMETOOLONG, "--log-dir: %s/%s: name too long", log_dir, name);
+	}
+	/* Made by the node that proposed it where --log-dir is shared; here when it is not. */
+	if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+		return diag_set(d, -errno, "--log-dir: mkdir %s: %s", out, strerror(errno));
+	}
+	if (ours(out)) {
 		return 0;
 	}
-	if (errno != EEXIST) {
-		return -errno;
-	}
-	/* Taken (a rerun within the second, or a name someone planted): a random suffix, as
-	 * mkdtemp(3) makes it, which nobody can guess in advance. */
+	/* Someone else's, a link, or open to others: not where this job's logs go. */
+	log_warn("--log-dir: %s is not a private folder of ours (a name planted there?); this "
+		 "node's logs go to a folder of its own", out);
 	strcat(out, ".XXXXXX");
-	return mkdtemp(out) != NULL ? 0 : -errno;
+	if (mkdtemp(out) == NULL) {
+		return diag_set(d, -errno, "--log-dir: mkdtemp %s: %s", out, strerror(errno));
+	}
+	return 0;
+}
+
+void logroute_drop_run_dir(const char *log_dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", log_dir, name) < sizeof(path)) {
+		(void)rmdir(path); /* empty: we made it a moment ago and another proposal won */
+	}
 }
 
 /* rename(), or a copy when @dst is on another file system; private (0600) either way. */

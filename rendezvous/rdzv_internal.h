@@ -31,6 +31,8 @@
  *   r/<R>/done           add per finished node; r/<R>/alldone when it reaches the count
  *   r/<R>/wake/<g>/<n>   written by rdzv_watch_stop() to wake the watch thread at once
  *   gone, gone/<n>       nodes that saw the job end; the n-th writes gone/<n> (rdzv_wait_left)
+ *   agree/<what>         a value the nodes share, the first proposal wins (rdzv_agree()):
+ *                        "logdir", the job's --log-dir folder (agent/logroute.h)
  *
  * rdzv.c holds the handle, finishing and leaving; rdzv_join.c joins rounds (static and
  * dynamic) and closes them; rdzv_assign.c fills in what a node takes from a closed round;
