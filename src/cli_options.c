@@ -111,8 +111,8 @@ const struct opt cli_opts[O_COUNT] = {
 		       "accepted from torch.distributed.launch: no --local-rank argument, "
 		       "LOCAL_RANK only (the default)", NULL},
 	[O_LOG_DIR] = {"log-dir", 0, true, true, "DIR",
-		       "keep DIR/RUN_ID_YYYYmmdd-HHMMSS/attempt_N/RANK/{stdout,stderr}.log, a folder per "
-		       "run, error files beside them", "Output"},
+		       "keep DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log, one folder per run for "
+		       "every node (a rerun: RUN_ID.1, ...), error files beside them", "Output"},
 	[O_REDIRECTS] = {"redirects", 'r', true, true, "STD|RANK:STD,...",
 			 "send streams to the log files only: 0 none, 1 out, 2 err, 3 both",
 			 NULL},
