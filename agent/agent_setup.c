@@ -432,7 +432,7 @@ int agent_worker_token_write(struct agent *a, struct crun_diag *d)
 	return 0;
 }
 
-/* rdzv_agree()'s proposal: a folder this node claims (made, so that it can be undone). */
+/* rdzv_agree()'s proposal: a folder name (made only past the rerun names: then undone). */
 struct log_claim {
 	const struct job_spec *spec;
 	char name[256];
@@ -444,11 +444,11 @@ static int propose_log_folder(void *arg, char *val, size_t cap, struct crun_diag
 	struct log_claim *c = arg;
 	int rc;
 
-	rc = logroute_claim_run_dir(c->spec->log_dir, c->spec->rdzv_id, c->name, sizeof(c->name), d);
+	rc = logroute_claim_run_dir(c->spec->log_dir, c->spec->rdzv_id, c->name, sizeof(c->name),
+				    &c->made, d);
 	if (rc < 0) {
 		return rc;
 	}
-	c->made = true;
 	return (size_t)snprintf(val, cap, "%s", c->name) < cap ? 0 : -ENAMETOOLONG;
 }
 

@@ -19,6 +19,7 @@
 #include "agent/pty.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
+#include "src/common/journal.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
 
@@ -296,6 +297,9 @@ int group_output_routes(struct group *g, struct worker *w, const struct group_op
 		fds[i] = -1;
 		logroute_set_duplicate(i == 0 ? &w->lout : &w->lerr, spec->dup_filters[i],
 				       g->dup_fd[i]);
+		if (console >= 0 && journal_stream_is(console)) {
+			logroute_set_journal(i == 0 ? &w->lout : &w->lerr, w->rank);
+		}
 		if (rc < 0) {
 			free(prefix);
 			if (fds[1] >= 0) {

@@ -17,6 +17,7 @@
 #include "src/common/diag.h"
 #include "src/common/fs.h"
 #include "src/common/io.h"
+#include "src/common/journal.h"
 #include "src/common/log.h"
 
 int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd)
@@ -25,6 +26,7 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
 	s->console_fd = console_fd;
 	s->file_fd = file_fd;
 	s->dup_fd = -1;
+	s->journal_rank = -1;
 	s->prefix = strdup(prefix != NULL ? prefix : "");
 	if (s->prefix == NULL) {
 		/* The descriptor is ours from the call on, even when the call fails. */
@@ -206,6 +208,32 @@ static void dup_write(struct logroute_stream *s, const char *p, size_t n, bool n
 	free(line);
 }
 
+void logroute_set_journal(struct logroute_stream *s, int rank)
+{
+	s->journal_rank = rank;
+}
+
+/* One line (@p, @n, without its newline) as a journal entry; 0, or why it went elsewhere. */
+static int journal_line(const struct logroute_stream *s, const char *p, size_t n)
+{
+	char stackbuf[4096], extra[32];
+	size_t total = s->prefix_len + n;
+	char *msg = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+	int rc;
+
+	if (msg == NULL) {
+		return -ENOMEM;
+	}
+	memcpy(msg, s->prefix, s->prefix_len);
+	memcpy(msg + s->prefix_len, p, n);
+	snprintf(extra, sizeof(extra), "RANK=%d\n", s->journal_rank);
+	rc = journal_send(6, "crun", msg, total, extra); /* journald's default for a stream */
+	if (msg != stackbuf) {
+		free(msg);
+	}
+	return rc;
+}
+
 /*
  * Write one line (@p, @n; it may lack its newline) to the file and the console. The first
  * s->shown bytes of it (p is then s->buf) are on the console already.
@@ -224,6 +252,9 @@ static void emit(struct logroute_stream *s, const char *p, size_t n)
 		}
 	}
 	if (s->console_fd < 0) {
+		return;
+	}
+	if (s->journal_rank >= 0 && shown == 0 && journal_line(s, p, nl ? n - 1 : n) == 0) {
 		return;
 	}
 	/*
@@ -329,7 +360,7 @@ static size_t showable(const struct logroute_stream *s)
 
 int64_t logroute_partial_due(const struct logroute_stream *s)
 {
-	if (s->console_fd < 0 || s->len <= s->shown || showable(s) == 0) {
+	if (s->console_fd < 0 || s->journal_rank >= 0 || s->len <= s->shown || showable(s) == 0) {
 		return -1;
 	}
 	return s->fed_ms + LOGROUTE_PARTIAL_MS;
@@ -339,7 +370,7 @@ void logroute_forward_partial(struct logroute_stream *s)
 {
 	size_t k;
 
-	if (s->console_fd < 0 || s->len <= s->shown) {
+	if (s->console_fd < 0 || s->journal_rank >= 0 || s->len <= s->shown) {
 		return;
 	}
 	k = showable(s);
@@ -467,16 +498,21 @@ static bool name_ok(const char *name)
 }
 
 int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, size_t cap,
-			   struct crun_diag *d)
+			   bool *made, struct crun_diag *d)
 {
 	char path[PATH_MAX];
+	struct stat st;
 	int n, k;
 
+	*made = false;
 	if (!name_ok(run_id)) {
 		return diag_set(d, -EINVAL, "--log-dir: \"%s\" cannot name a folder", run_id);
 	}
-	/* Private (torchrun's are too): the logs say what the job printed. A rerun's logs never
-	 * mix with the first run's: "<run_id>", then "<run_id>.1", ..., in the order of the runs. */
+	/*
+	 * A rerun's logs never mix with the first run's: "<run_id>", then "<run_id>.1", ..., in
+	 * the order of the runs. Proposed, not made: nodes that propose at once see the same
+	 * names taken and propose the same one; logroute_join_run_dir() makes it.
+	 */
 	for (n = 0; n < LOGROUTE_RERUNS; n++) {
 		k = n == 0 ? snprintf(name, cap, "%s", run_id) : snprintf(name, cap, "%s.%d", run_id, n);
 		if (k < 0 || (size_t)k + 8 >= cap ||
@@ -484,11 +520,11 @@ int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, 
 			return diag_set(d, -ENAMETOOLONG, "--log-dir: %s/%s: name too long", log_dir,
 					run_id);
 		}
-		if (mkdir(path, 0700) == 0) {
-			return 0;
-		}
-		if (errno != EEXIST) {
-			return diag_set(d, -errno, "--log-dir: mkdir %s: %s", path, strerror(errno));
+		if (lstat(path, &st) != 0) {
+			if (errno == ENOENT) {
+				return 0;
+			}
+			return diag_set(d, -errno, "--log-dir: %s: %s", path, strerror(errno));
 		}
 	}
 	/* All taken (names planted in a shared folder): a random suffix, as mkdtemp(3) makes it,
@@ -498,6 +534,7 @@ int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, 
 	if (mkdtemp(path) == NULL) {
 		return diag_set(d, -errno, "--log-dir: mkdtemp %s: %s", path, strerror(errno));
 	}
+	*made = true;
 	snprintf(name, cap, "%s", strrchr(path, '/') + 1);
 	return 0;
 }

@@ -3,6 +3,7 @@
 #ifndef CRUN_AGENT_LOGROUTE_H
 #define CRUN_AGENT_LOGROUTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,7 @@ struct logroute_stream {
 	int64_t fed_ms;   /* crun_now_ms() when bytes last came in */
 	char *const *dup_filters; /* borrowed, NULL-terminated: lines holding one of these ... */
 	int dup_fd;       /* ... also go here, prefixed (borrowed; -1: none) */
+	int journal_rank; /* >= 0: the console is the journal: lines go as entries with RANK */
 };
 
 /**
@@ -63,6 +65,14 @@ int logroute_set_file_path(struct logroute_stream *s, const char *path);
  * is also written, with its prefix, to @fd (borrowed; shared by the workers: one write a line).
  */
 void logroute_set_duplicate(struct logroute_stream *s, char *const *filters, int fd);
+/**
+ * The console of @s is the journal's stream: each whole line goes to journald as one entry
+ * (src/common/journal.h: MESSAGE = prefix + line, the agent's RUN_ID, NODE_RANK, ROUND, and
+ * RANK=@rank), so `journalctl RUN_ID=... RANK=3` finds a worker's lines; to the stream as
+ * before when journald does not take it. No live partial lines there (journald waits for the
+ * newline anyway).
+ */
+void logroute_set_journal(struct logroute_stream *s, int rank);
 /** Route @n bytes (borrowed): every complete line is written out at once. */
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n);
 /**
@@ -94,7 +104,7 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
  * run id gets DIR/<run_id>.1, .2, ... (never mixed with the first run's logs); names planted
  * in a shared DIR cannot stop a job: past LOGROUTE_RERUNS a random suffix (mkdtemp(3)).
  * The nodes agree on the name through the rendezvous (rdzv_agree(), "logdir"): the first
- * node to claim a folder proposes its name, the others join it.
+ * node to propose a name wins, every node (itself too) joins it.
  */
 #define LOGROUTE_RERUNS 100
 
@@ -107,12 +117,14 @@ struct crun_diag;
  */
 int logroute_check_dir(const char *log_dir);
 /**
- * Claim a fresh run folder (mode 0700) in @log_dir for run @run_id: the first free of
- * "<run_id>", "<run_id>.1", ... (see above); its name (not the path) goes to @name.
- * Returns 0 or a negative errno (@d filled).
+ * This node's proposal of a fresh run folder in @log_dir for run @run_id: the first name of
+ * "<run_id>", "<run_id>.1", ... that nothing in @log_dir has (see above), to @name (a name,
+ * not a path). Past those, a random one it makes (mkdtemp(3), 0700; *@made set: remove it
+ * with logroute_drop_run_dir() when another proposal wins). Returns 0 or a negative errno
+ * (@d filled).
  */
 int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, size_t cap,
-			   struct crun_diag *d);
+			   bool *made, struct crun_diag *d);
 /**
  * The path of the run folder @name (agreed) in @log_dir to @out, the folder made (0700) when
  * this node does not see it (a --log-dir that is not shared). One that is not a private
@@ -121,7 +133,7 @@ int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, 
  */
 int logroute_join_run_dir(const char *log_dir, const char *name, char *out, size_t len,
 			  struct crun_diag *d);
-/** Remove the (empty) folder @name this node claimed when another node's proposal won. */
+/** Remove the (empty) folder @name this node made when another node's proposal won. */
 void logroute_drop_run_dir(const char *log_dir, const char *name);
 /**
  * Move the workers' error files (error_<rank>.json) of attempt @attempt from the temporary

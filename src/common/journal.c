@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -37,6 +38,22 @@ static void sock_open(void)
 {
 	sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	sock_err = sock < 0 ? -errno : 0;
+}
+
+bool journal_stream_is(int fd)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	int end = 0;
+
+	if (e == NULL || sscanf(e, "%llu:%llu%n", &dev, &ino, &end) != 2 || e[end] != '\0') {
+		return false;
+	}
+	if (fstat(fd, &st) != 0) {
+		return false;
+	}
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
 /* journald keeps a field whose name is [A-Z0-9_], not starting with '_' (trusted) or a digit. */

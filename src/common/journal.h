@@ -3,6 +3,7 @@
 #ifndef CRUN_SRC_COMMON_JOURNAL_H
 #define CRUN_SRC_COMMON_JOURNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Where journald listens for native entries (systemd.journal-fields(7), sd_journal_send(3)). */
@@ -10,6 +11,12 @@
 
 /* The extra fields every entry carries (RUN_ID, NODE_RANK, ROUND): at most this many. */
 #define JOURNAL_MAX_FIELDS 8
+
+/**
+ * Whether @fd is the journal's stream: systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream
+ * it connected stdout/stderr to (systemd.exec(5)).
+ */
+bool journal_stream_is(int fd);
 
 /**
  * Set (or with @value NULL remove) the field @name (upper case, digits and '_', as journald

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,28 +56,11 @@ static void init_from_env(void)
 	}
 }
 
-/* systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream it connected stdout/stderr to. */
-static bool stderr_is_journal(void)
-{
-	const char *e = getenv("JOURNAL_STREAM");
-	unsigned long long dev, ino;
-	struct stat st;
-	int end = 0;
-
-	if (e == NULL || sscanf(e, "%llu:%llu%n", &dev, &ino, &end) != 2 || e[end] != '\0') {
-		return false;
-	}
-	if (fstat(STDERR_FILENO, &st) != 0) {
-		return false;
-	}
-	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
-}
-
 static void dest_init(void)
 {
 	if (isatty(STDERR_FILENO)) {
 		dest = DEST_TERMINAL;
-	} else if (stderr_is_journal()) {
+	} else if (journal_stream_is(STDERR_FILENO)) {
 		dest = DEST_JOURNAL;
 	} else {
 		dest = DEST_PLAIN;

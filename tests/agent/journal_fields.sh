@@ -8,6 +8,7 @@
 # $JOURNAL_STREAM naming its stderr, in a private mount namespace whose
 # /run/systemd/journal/socket is a python listener (tests/lib/journal_listen.py). Then the
 # fallback: no listener behind the socket, and every line is on stderr with its "<N>" priority.
+# The workers' lines the agent forwards to the journal's stream are entries too, with RANK.
 # Root only (a mount namespace); skipped (77) otherwise.
 if [ -z "${CRUN_JOURNAL_NS:-}" ]; then
 	[ "$(id -u)" = 0 ] || exec "$(dirname "$0")/../lib/skip.sh" "needs root for a mount namespace"
@@ -80,11 +81,17 @@ first = es.index(i)
 assert all(x.get("ROUND") != "0" for x in es[first + 1:]), "ROUND 0 after round 1 began"
 assert not any("NODE_RANK" in x for x in es if "hosting the rendezvous store" in x["MESSAGE"]), \
     "a node rank before the first round"
+# A worker's stderr line the agent forwards: an entry with its rank, round and the prefix.
+ws = [x for x in es if x["MESSAGE"] == "[rank1]:rank 1 gives up"]
+assert [(x.get("RANK"), x.get("ROUND"), x.get("NODE_RANK"), x["PRIORITY"]) for x in ws] == \
+    [("1", "0", "0", "6"), ("1", "1", "0", "6")], "rank 1's forwarded lines: %r" % ws
+assert not any("RANK" in x for x in es if x not in ws), "RANK on the agent's own lines"
 print("ok: %d entries" % len(es))
 EOF2
-bad=$(grep '^<[0-7]>' "$T/j.err" || true)
+bad=$(grep -E '^(<[0-7]>|\[rank)' "$T/j.err" || true)
 [ -z "$bad" ] || fail "lines on stderr although the journal took entries: $bad"
-expect_grep 'rank 1 gives up' "$T/j.err" "the workers' output stays on the stream"
+# stdout is not the journal's stream here ($JOURNAL_STREAM names stderr): it keeps its lines.
+expect_grep '^\[rank1\]:rank 1 attempt 1$' "$T/out" "the workers' stdout on the console"
 
 note "nothing listens behind the socket: every line on stderr with its priority"
 kill $LPID
@@ -94,6 +101,7 @@ job "$T/f.err"
 expect_eq "$(wc -l <"$T/entries")" "$n" "entries after the listener stopped"
 expect_grep '^<4>restarting in' "$T/f.err" "the warning on stderr"
 expect_grep '^<3>job failed, restart budget (1) spent' "$T/f.err" "the error on stderr"
+expect_grep '^\[rank1\]:rank 1 gives up' "$T/f.err" "the workers' lines on stderr"
 
 note "no socket at all"
 rm -f "$JDIR/socket"
