@@ -44,10 +44,11 @@ chmod +x "$T/w.sh"
 job() {
 	: >"$1"
 	hold_port port
+	# shellcheck disable=SC2154 # set by hold_port
 	JOURNAL_STREAM=$(stat -c '%d:%i' "$1") run_crun 120 "$T/out" "$1" --nnodes 1 \
 		--nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
 		--rdzv-id jfields --max-restarts 1 --restart-backoff 0.1 --no-python "$T/w.sh"
-	expect_eq $RC 3 "the job's exit status (rank 1's exit 3)"
+	expect_eq "$RC" 3 "the job's exit status (rank 1's exit 3)"
 }
 
 note "the journal's socket listens: entries with fields"

@@ -82,23 +82,26 @@ check_run() {
 			expect_grep "^rank $r attempt $a err$" "$f/attempt_$a/$r/stderr.log" "rank $r's stderr"
 		done
 	done
-	expect_eq "$(ls "$f" | grep -c '^attempt_')" 2 "attempt folders in $f"
+	expect_eq "$(find "$f" -maxdepth 1 -name 'attempt_*' | wc -l)" 2 "attempt folders in $f"
 	expect_grep "rank 3 broke" "$f/attempt_0/error_3.json" "the kept error file"
-	expect_eq "$(ls "$f" | grep -c '^run-.*\.json$')" 2 "run records of both nodes in $f"
+	expect_eq "$(find "$f" -maxdepth 1 -name 'run-*.json' | wc -l)" 2 "run records of both nodes in $f"
 	for i in 1 2; do
 		expect_grep "worker logs go to $f\$" "$T/r$2.n$i.err" "node $i names the folder"
 	done
 }
 
+# folders: the names in the shared --log-dir, sorted, each followed by a space.
+folders() { find "$L" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' '; }
+
 note "two nodes, one shared --log-dir: one folder for the run"
 run 1
-expect_eq "$(ls "$L" | tr '\n' ' ')" "lnodes " "folders in the shared --log-dir"
+expect_eq "$(folders)" "lnodes " "folders in the shared --log-dir"
 check_run "$L/lnodes" 1
 before=$(find "$L/lnodes" -type f -exec md5sum {} + | sort)
 
 note "a rerun with the same run id: its own folder; the first run's is untouched"
 run 2
-expect_eq "$(ls "$L" | tr '\n' ' ')" "lnodes lnodes.1 " "folders after the rerun"
+expect_eq "$(folders)" "lnodes lnodes.1 " "folders after the rerun"
 check_run "$L/lnodes.1" 2
 expect_eq "$(find "$L/lnodes" -type f -exec md5sum {} + | sort)" "$before" "the first run's files"
 echo "ok"
