@@ -48,8 +48,7 @@ static int probe_one(const struct addrinfo *ai, int timeout_ms)
 	}
 	/* Non-blocking: the connect too is bounded by @timeout_ms (a port whose packets are
 	 * dropped would hold a blocking connect for the kernel's two minutes of SYN retries). */
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-		    ai->ai_protocol);
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
 	if (fd < 0) {
 		rc = -errno;
 		wire_buf_finish(&req);

@@ -173,10 +173,10 @@ void rdzv_ring_init(const struct rdzv *r, struct rdzv_ring *ring);
  * @lost), 0, or a store error.
  */
 /*
- * Leaving round r->round, whose "failed" value is @failed, @len bytes (NULL: none): when it names a node
- * lost (KIND_LOST) and the job cannot form without it (below min_nodes), note it in r->lost
- * and return the earlier deadline for the next join, heartbeat_timeout from now, by which the
- * lost node must be back; else @deadline.
+ * Leaving round r->round, whose "failed" value is @failed, @len bytes (NULL: none): when it
+ * names a node lost (KIND_LOST) and the job cannot form without it (below min_nodes), note it
+ * in r->lost and return the earlier deadline for the next join, heartbeat_timeout from now, by
+ * which the lost node must be back; else @deadline.
  */
 int64_t rdzv_lost_deadline(struct rdzv *r, const void *failed, size_t len, int64_t deadline);
 /** The join of round @R timed out waiting for r->lost: say so in @d. -ETIMEDOUT. */

@@ -405,8 +405,8 @@ static void watch_loop(struct rdzv *r)
 		rc = watch_once(r, &w, &errors);
 		if (rc >= 0) {
 			if (had > 0) {
-				log_info("rendezvous %s round %d: the store answers again, after %" PRId64
-					 " s without an answer",
+				log_info("rendezvous %s round %d: the store answers again, after "
+					 "%" PRId64 " s without an answer",
 					 r->run_id, r->round, (crun_now_ms() - last_ok) / 1000);
 			}
 			last_ok = crun_now_ms(); /* the store answered this pass */
