@@ -97,10 +97,10 @@ int64_t rdzv_lost_deadline(struct rdzv *r, const void *failed, size_t len, int64
 		 (const char *)failed);
 	rdzv_describe_failed(v, r->lost, sizeof(r->lost));
 	r->lost_round = r->round;
-	log_warn("rendezvous %s round %d: %s; the job needs %d nodes: waiting %" PRId64
-		 " s (heartbeat_timeout) for it to come back",
+	log_warn("rendezvous %s round %d: %s; the job needs %d nodes: waiting %.1f s "
+		 "(heartbeat_timeout) for it to come back",
 		 r->run_id, r->round, r->lost, r->conf.min_nodes,
-		 r->conf.heartbeat_timeout_ms / 1000);
+		 (double)r->conf.heartbeat_timeout_ms / 1000.0);
 	return back_by < deadline ? back_by : deadline;
 }
 
@@ -108,10 +108,10 @@ int rdzv_lost_timeout(struct rdzv *r, int R, int joined, struct crun_diag *d)
 {
 	return diag_set(d, -ETIMEDOUT,
 			"rendezvous %s round %d: a node left the job and did not come back within "
-			"heartbeat_timeout (%" PRId64 " s): %s; %d of the %d nodes the job needs "
-			"joined, so it cannot go on (not waiting out join_timeout)",
-			r->run_id, R, r->conf.heartbeat_timeout_ms / 1000, r->lost, joined,
-			r->conf.min_nodes);
+			"heartbeat_timeout (%.1f s): %s; %d of the %d nodes the job needs joined, "
+			"so it cannot go on (not waiting out join_timeout)",
+			r->run_id, R, (double)r->conf.heartbeat_timeout_ms / 1000.0, r->lost,
+			joined, r->conf.min_nodes);
 }
 
 /* ---- the liveness ring ----------------------------------------------------------------- */

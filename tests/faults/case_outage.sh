@@ -108,7 +108,7 @@ partition_fixed() {
 	wait_pid 60 "$PID_1"
 	[ $RC -ne 0 ] || fail "the cut-off node 1 exited 0"
 	result "node 0 exit $rc0 $(secs "$ms") after the cut (join_timeout 600 s): node 1" \
-		"(address 10.231.0.2) 'did not come back within heartbeat_timeout (20 s)';" \
+		"(address 10.231.0.2) 'did not come back within heartbeat_timeout (20.0 s)';" \
 		"node 1 exit $RC${END_1:+ $(secs "$END_1") after the cut}"
 }
 
