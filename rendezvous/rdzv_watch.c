@@ -317,14 +317,14 @@ static int watch_once(struct rdzv *r, struct watch *w, int *errors)
 
 /*
  * Errors that another keep-alive attempt cannot mend: the TCP client has already retried a
- * refused or unroutable connection within its own bound (client_tcp.c), and a damaged or
- * foreign store file stays what it is. A timeout, a cut connection or a store shutting down
- * gets the keep-alive attempts.
+ * refused connection within its own bound (client_tcp.c: nothing listens there any more, and
+ * a TCP store keeps its data in memory, so a restarted one could not carry the job on), and a
+ * damaged or foreign store file stays what it is. A timeout, an unroutable store (a network
+ * that may come back), a cut connection or a store shutting down gets heartbeat_timeout.
  */
 static bool store_error_is_final(int rc)
 {
-	return rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
-	       rc == -EBADMSG || rc == CRUN_EMAGIC || rc == CRUN_EVERSION;
+	return rc == -ECONNREFUSED || rc == -EBADMSG || rc == CRUN_EMAGIC || rc == CRUN_EVERSION;
 }
 
 /*
