@@ -4,6 +4,9 @@
 # "Losing the store"):
 #   store-stall-35s      crun-rdzvd SIGSTOPped 35 s under a running 2-node job whose
 #                        heartbeat_timeout (60 s) allows it: the job rides through
+#   store-stall-join     the same while node 0 waits in the rendezvous for node 1, which
+#                        comes after: the job forms and finishes (a guard: main passes it,
+#                        the join's calls outlast the stall with their 60 s read_timeout)
 #   partition-40s-fixed  node 1 of a fixed-size 2-node job cut off 40 s, heartbeat_timeout 20 s:
 #                        node 0 fails naming node 1 well before join_timeout (600 s)
 #   store-drop           an nft DROP rule for the store's port: crun, crun-store and crun status
@@ -48,7 +51,8 @@ hold() {
 	END_1=""
 	while [ $(($(now_ms) - t0)) -lt $(($1 * 1000)) ]; do
 		[ -n "$END_0" ] || ! exited "$PID_0" || END_0=$(($(now_ms) - t0))
-		[ -n "$END_1" ] || ! exited "$PID_1" || END_1=$(($(now_ms) - t0))
+		[ -n "$END_1" ] || [ -z "${PID_1-}" ] || ! exited "$PID_1" ||
+			END_1=$(($(now_ms) - t0))
 		sleep 0.1
 	done
 }
@@ -82,6 +86,36 @@ store_stall() {
 	ms=$(grep -a "the store answers again" "$T/n0.err" | head -n1 | sed 's/.*after \([0-9]*\) s.*/\1/')
 	result "rode through: both agents exit 0, no restart, no new round; node 0's watch" \
 		"answered again after ${ms} s; 4 digests agree"
+}
+
+store_stall_join() {
+	CONF=last_call_timeout=1,heartbeat_timeout=60,keep_alive_interval=2
+	MAX_RESTARTS=0
+	export FAULT=none FAULT_PIDDIR=$T FAULT_GATE=$T/gate
+	NNODES=2
+	PID_1=""
+	net_up
+	node 0 "$NS_A" 10.231.0.1
+	wait_for 60 grep -aq "1 of 2..2 nodes joined" "$T/n0.err"
+	kill -STOP "$RDZVD_PID"
+	note "crun-rdzvd ($RDZVD_PID) stopped for 35 s while node 0 waits in the round"
+	hold 35
+	kill -CONT "$RDZVD_PID"
+	[ -z "$END_0" ] || { tail -n 20 "$T/n0.err" >&2; fail "node 0 exited during the stall"; }
+	node 1 "$NS_B" 10.231.0.2
+	wait_for 120 all_trained
+	touch "$FAULT_GATE"
+	wait_pid 60 "$PID_0"
+	[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
+	wait_pid 60 "$PID_1"
+	[ $RC -eq 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "node 1 exited $RC"; }
+	if grep -aq "restarting\|round 1\|store lost" "$T/n0.err" "$T/n1.err"; then
+		tail -n 20 "$T/n0.err" "$T/n1.err" >&2
+		fail "the stall made the job restart, re-form or give up"
+	fi
+	expect_digests 4 "$T/n0.out" "$T/n1.out"
+	result "node 0 waited through the stall; the job formed when node 1 came; both exit 0;" \
+		"no restart; 4 digests agree"
 }
 
 partition_fixed() {
@@ -206,6 +240,7 @@ store_refused() {
 
 case ${1:?case} in
 store-stall-35s) store_stall ;;
+store-stall-join) store_stall_join ;;
 partition-40s-fixed) partition_fixed ;;
 store-drop) store_drop ;;
 store-unresolvable) store_unresolvable ;;

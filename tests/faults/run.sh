@@ -22,6 +22,7 @@ CASES=(
 	"link-cut-10s|case_net.sh|180|node 1's link (netns, bridge port) down 10 s; heartbeat_timeout 20|rides through: no restart, no new round; digests agree"
 	"link-cut-60s|case_net.sh|300|node 1's link down 60 s; heartbeat_timeout 20|node 1 lost; node 0 re-forms alone, finishes (<90 s); node 1 fails clearly (<60 s)"
 	"store-stall-35s|case_outage.sh|240|crun-rdzvd SIGSTOPped 35 s under a 2-node job; heartbeat_timeout 60|rides through: no restart, no new round; digests agree"
+	"store-stall-join|case_outage.sh|240|crun-rdzvd SIGSTOPped 35 s while node 0 waits in the round; heartbeat_timeout 60|node 0 waits on; the job forms when node 1 comes, no restart; digests agree"
 	"partition-40s-fixed|case_outage.sh|300|node 1 of a fixed-size 2-node job cut off 40 s; heartbeat_timeout 20|node 0 fails naming node 1 (<150 s; join_timeout is 600 s); node 1 fails"
 	"store-drop|case_outage.sh|300|nft DROP rule on the store's port|crun, crun-store, crun status: 'no answer (packets dropped?)' every few s; exit non-zero (<60 s each)"
 	"store-unresolvable|case_outage.sh|120|store host name that does not resolve|crun: 'cannot resolve' every few s; exit non-zero (<50 s)"
