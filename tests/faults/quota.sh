@@ -9,6 +9,8 @@
 #   scope     A token holder floods crun-rdzvd with crun-store set under one run's scope: the
 #             daemon's RSS stays within the scope quota, the refusal names it, the keys stored
 #             before are intact, and another run's job on the same daemon finishes.
+#   named     An agent whose run's scope is full (crun-rdzvd --scope-max-keys 3) fails, and its
+#             error names the quota, not "Cannot allocate memory".
 # Each case prints the RSS before and after in MB. Exit 1 if a case failed, 77 when it cannot
 # run here (not root, no useradd/runuser; the tcpstore case needs torch).
 # shellcheck disable=SC2016 # the attacker's scripts expand in the attacker's shell
@@ -153,5 +155,18 @@ if cases $CASE; then
 		--rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" --rdzv-id other "$W" print:ok
 	[ "$RC" -eq 0 ] || { cat "$T/other.err" >&2; fail "$CASE: another run's job failed ($RC)"; }
 	echo "$CASE: another run's job on the same store finished"
+fi
+CASE=named
+if cases $CASE; then
+	note "$CASE: an agent whose run's scope is full fails at once, naming the quota"
+	"$RDZVD" --listen 127.0.0.1:0 --scope-max-keys 3 >"$T/rdzvd2.out" 2>"$T/rdzvd2.err" &
+	track $!
+	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd2.out"
+	run_crun $LIMIT "$T/small.out" "$T/small.err" --nnodes 1 --nproc-per-node 1 \
+		--rdzv-backend c10d --rdzv-endpoint "$(head -n1 "$T/rdzvd2.out")" --rdzv-id small \
+		"$W" print:ok
+	[ "$RC" -ne 0 ] || fail "$CASE: a job over its scope's key quota ran"
+	expect_grep 'the scope quota of run "small" is full: 3 keys' "$T/small.err" \
+		"$CASE: the agent's error names the quota"
 fi
 echo "quota: passed"
