@@ -205,6 +205,7 @@ static bool over(struct keyspace *ks, const struct ks_acct *a, const struct ks_l
 	if (!k && (lim->bytes == 0 || db == 0 || bytes + db <= lim->bytes)) {
 		return false;
 	}
+	ks->nrefused++;
 	memset(r, 0, sizeof(*r));
 	r->kind = a != NULL ? a->kind : KS_ACCT_NONE;
 	r->keys = k;

@@ -168,6 +168,7 @@ struct keyspace {
 	struct htab accts;     /* struct ks_acct: runs with an entry */
 	struct ks_quotas quota;
 	struct ks_refusal refused; /* the last -EDQUOT */
+	uint64_t nrefused;	   /* writes refused by a quota, ever */
 	struct htab_seed seed; /* secret: clients choose keys */
 	struct ks_heap ttl;
 	struct ks_heap waits;

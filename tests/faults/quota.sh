@@ -121,7 +121,8 @@ fi
 CASE=scope
 if cases $CASE; then
 	note "$CASE: a token holder floods crun-rdzvd under one run's scope"
-	"$RDZVD" --listen 127.0.0.1:0 >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	hold_port mport
+	"$RDZVD" --listen 127.0.0.1:0 --metrics "127.0.0.1:$mport" >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 	RDZVD_PID=$!
 	track $RDZVD_PID
 	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
@@ -151,6 +152,14 @@ if cases $CASE; then
 	# crun-store get prints the value and a newline.
 	[ "$("$STORE_CLI" --endpoint "$ENDPOINT" get flood/k1 | wc -c)" -eq 120001 ] ||
 		fail "$CASE: a key stored before the refusals was lost"
+	if command -v curl >/dev/null; then
+		# The metrics count every refusal and show the data budget's use.
+		curl -s -m 20 -o "$T/m" -H "Authorization: Bearer $(cat "$CRUN_TOKEN_FILE")" \
+			"http://127.0.0.1:$mport/metrics" || fail "$CASE: no metrics"
+		no=$(sed -n 's/.* refused \([0-9]*\)$/\1/p' "$T/flood.out")
+		expect_grep "^crun_store_quota_refusals_total $no\$" "$T/m" "$CASE: refusals counted"
+		expect_grep '^crun_store_data_limit_bytes 268435456$' "$T/m" "$CASE: the data budget"
+	fi
 	run_crun $LIMIT "$T/other.out" "$T/other.err" --nnodes 1 --nproc-per-node 2 \
 		--rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" --rdzv-id other "$W" print:ok
 	[ "$RC" -eq 0 ] || { cat "$T/other.err" >&2; fail "$CASE: another run's job failed ($RC)"; }
