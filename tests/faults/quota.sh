@@ -99,7 +99,9 @@ EOF
 		{ cat "$T/flood.err" >&2; fail "$CASE: the flood did not finish (exit $?)"; }
 	after=$(rss_mb $JOB)
 	echo "$CASE: agent RSS before the flood ${before} MB, after ${after} MB ($(cat "$T/flood.out"))"
-	[ $((after - before)) -lt 250 ] ||
+	# Bound: the 160 MiB (168 MB) namespace quota, and room for the heap the refused 1 MiB
+	# frames leave behind (measured 171-190 MB; main: 615 MB).
+	[ $((after - before)) -lt 300 ] ||
 		fail "$CASE: the agent grew by $((after - before)) MB (bound: the 160 MiB namespace quota)"
 	# --standalone: the run id is a fresh UUID.
 	FULL='TCPStore namespace quota of run "[0-9a-f-]*" is full: 167772160 bytes'
@@ -121,6 +123,7 @@ fi
 CASE=scope
 if cases $CASE; then
 	note "$CASE: a token holder floods crun-rdzvd under one run's scope"
+	mport= # set by hold_port
 	hold_port mport
 	"$RDZVD" --listen 127.0.0.1:0 --metrics "127.0.0.1:$mport" >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 	RDZVD_PID=$!
@@ -144,7 +147,8 @@ if cases $CASE; then
 		>"$T/flood.out" || fail "$CASE: the flood did not finish (exit $?)"
 	after=$(rss_mb $RDZVD_PID)
 	echo "$CASE: crun-rdzvd RSS before the flood ${before} MB, after ${after} MB ($(cat "$T/flood.out"))"
-	[ $((after - before)) -lt 100 ] ||
+	# Bound: the 64 MiB (67 MB) scope quota and the table (measured 70 MB; main: 143 MB).
+	[ $((after - before)) -lt 110 ] ||
 		fail "$CASE: crun-rdzvd grew by $((after - before)) MB (bound: the 64 MiB scope quota)"
 	[ -f "$T/atk/set.last" ] || fail "$CASE: no write was refused"
 	expect_grep 'SET: the scope quota of run "flood" is full: 67108864 bytes' "$T/atk/set.last" \
