@@ -96,9 +96,10 @@ const char *rdzv_why(const struct crun_store *st, int rc)
 {
 	const char *m;
 
-	/* Only for failures the backends always describe: the message is this failure's. */
+	/* Only for failures the backends always describe: the message is this failure's. A
+	 * store's NO_MEMORY reply names what ran out: a data quota (its limit, its run) or memory. */
 	if (rdzv_store_gone(rc) || rc == -ETIMEDOUT || rc == -EBADMSG || rc == CRUN_EMAGIC ||
-	    rc == CRUN_EVERSION || rc == -ENOSPC || rc == -EDQUOT) {
+	    rc == CRUN_EVERSION || rc == -ENOSPC || rc == -EDQUOT || rc == -ENOMEM) {
 		m = store_last_error(st);
 		if (m != NULL && m[0] != '\0') {
 			return m;

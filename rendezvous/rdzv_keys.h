@@ -20,7 +20,10 @@
  *                                     through the agent store) can reach; under it PyTorch
  *                                     writes "/worker/attempt_<N>/..."
  * The store confines a run-scoped credential to "rdzv/<run>/" and "<run>/"
- * (rendezvous/store/server_auth.c, docs/security.md).
+ * (rendezvous/store/server_auth.c, docs/security.md), and counts what is stored under them
+ * against the run's quotas by this same schema: "<run>/tcpstore/" against its TCPStore
+ * namespace's, the rest against its scope's (ks_key_account() in rendezvous/store/keyspace.h;
+ * change both together).
  *
  * Each function writes the NUL-terminated key into @buf (@cap bytes) and returns 0, or
  * -ENAMETOOLONG when it does not fit (@buf then holds a truncated key: do not use it).

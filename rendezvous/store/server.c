@@ -6,6 +6,7 @@
  * what they share is in server_internal.h.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include "rendezvous/store/server_internal.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
+#include "src/common/log.h"
 #include "src/common/net.h"
 
 #define SWEEP_MS 500
@@ -91,6 +93,29 @@ err:
 static void on_server_handle_closed(uv_handle_t *h)
 {
 	srv_server_unref(h->data);
+}
+
+/* The stored data's quotas from @o, or their defaults (server.h). */
+static void set_quotas(struct store_server *s, const struct store_server_opts *o)
+{
+	uint64_t mem = o->max_memory > 0 ? o->max_memory : STORE_DEFAULT_MAX_MEMORY;
+	struct ks_quotas q;
+
+	q.total.bytes = o->max_data > 0 ? o->max_data : mem;
+	q.total.keys = o->max_keys > 0 ? o->max_keys : q.total.bytes / STORE_DATA_KEY_BYTES;
+	q.scope.bytes = o->scope_max_data > 0 ? o->scope_max_data
+					      : q.total.bytes / STORE_SCOPE_SHARE;
+	q.scope.keys = o->scope_max_keys > 0 ? o->scope_max_keys
+					     : q.total.keys / STORE_SCOPE_SHARE;
+	q.tcpstore.bytes = o->tcpstore_max_data > 0 ? o->tcpstore_max_data
+						    : STORE_DEFAULT_TS_MAX_DATA;
+	q.tcpstore.keys = o->tcpstore_max_keys > 0 ? o->tcpstore_max_keys
+						   : STORE_DEFAULT_TS_MAX_KEYS;
+	ks_set_quotas(&s->ks, &q);
+	log_debug("store: stored data: %" PRIu64 " bytes, %" PRIu64 " keys; each run %" PRIu64
+		  " bytes, %" PRIu64 " keys; each TCPStore namespace %" PRIu64 " bytes, %" PRIu64
+		  " keys", q.total.bytes, q.total.keys, q.scope.bytes, q.scope.keys,
+		  q.tcpstore.bytes, q.tcpstore.keys);
 }
 
 static void format_address(struct store_server *s)
@@ -181,6 +206,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	}
 	s->loop = loop;
 	srv_limits_init(s, opts);
+	set_quotas(s, opts);
 	s->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 0;
 	s->max_pending = opts->max_pending_per_conn > 0 ? (uint32_t)opts->max_pending_per_conn
 							: STORE_DEFAULT_MAX_PENDING;
@@ -252,6 +278,8 @@ void store_server_close(struct store_server *s)
 		return;
 	}
 	s->closing = true;
+	log_debug("store %s: closing with %" PRId64 " keys, %" PRIu64 " bytes stored", s->addr,
+		 s->ks.nkeys, s->ks.nbytes);
 	uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->ks_timer, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);

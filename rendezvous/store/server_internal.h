@@ -11,6 +11,7 @@
 #ifndef CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
 #define CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -323,6 +324,16 @@ static inline void reply_error(struct conn *c, const struct wire_req *r, uint16_
 			       const char *msg)
 {
 	wire_put_error(&c->out, r->op, r->id, status, msg);
+}
+
+/* Room for a keyspace write's failure in words (srv_ks_error()). */
+#define SRV_KS_ERROR_LEN 256
+
+/* A keyspace write's failure @rc in words: the quota it hit (its limit, its run), or "out of
+ * memory". Returns @buf or a constant. */
+static inline const char *srv_ks_error(struct store_server *s, int rc, char *buf, size_t len)
+{
+	return rc == -EDQUOT ? ks_refusal_msg(&s->ks, buf, len) : "out of memory";
 }
 
 /* Loop time @ms from now, saturated: a peer may send any int64. */

@@ -191,6 +191,15 @@ static void store_metrics(struct store_server *s, struct text *t)
 	put(t, "crun_store_memory_limit_bytes %zu\n", s->max_memory);
 	metric(t, "crun_store_keys", "gauge", "keys held");
 	put(t, "crun_store_keys %" PRId64 "\n", s->ks.nkeys);
+	metric(t, "crun_store_keys_limit", "gauge", "the data budget's keys");
+	put(t, "crun_store_keys_limit %" PRIu64 "\n", s->ks.quota.total.keys);
+	metric(t, "crun_store_data_bytes", "gauge", "key and value bytes held");
+	put(t, "crun_store_data_bytes %" PRIu64 "\n", s->ks.nbytes);
+	metric(t, "crun_store_data_limit_bytes", "gauge", "the data budget's bytes");
+	put(t, "crun_store_data_limit_bytes %" PRIu64 "\n", s->ks.quota.total.bytes);
+	metric(t, "crun_store_quota_refusals_total", "counter",
+	       "writes refused by a data quota: the store's, a run's scope's, a TCPStore namespace's");
+	put(t, "crun_store_quota_refusals_total %" PRIu64 "\n", s->ks.nrefused);
 }
 
 /* Whether @e is an agent's status record ("rdzv/<run>/status/node/<id>"); *@run, *@rl. */
