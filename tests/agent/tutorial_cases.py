@@ -24,7 +24,8 @@ parameters (float32 bytes, state_dict order), so runs compare bit for bit:
           SIGKILLs itself in the middle of epoch 2
   doomed  as elastic, but rank 1 kills itself on every attempt (the restart budget runs out)
   launch  torch.distributed.launch's style: the local rank from --local-rank/--local_rank in
-          argv, else LOCAL_RANK (as PyTorch's docs teach for moving to torchrun)
+          argv, else LOCAL_RANK (as PyTorch's docs teach for moving to torchrun); and the
+          variables torchrun gives a worker
 """
 import argparse
 import datetime
@@ -172,6 +173,7 @@ def train(ckpt=None, doomed=False):
         first = state["epoch"] + 1
     if ckpt:
         say("rank %d attempt %d: starting at epoch %d" % (RANK, attempt, first))
+    say("rank %d attempt %d: %s" % (RANK, attempt, torchrun_env()))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     data = make_data()
     sampler = torch.utils.data.distributed.DistributedSampler(data, seed=7)
@@ -220,7 +222,21 @@ def case_launch():
         local_rank, source = args.local_rank, "argv"
     dist.init_process_group("gloo", timeout=TIMEOUT)
     say("rank %d: local rank %d from %s; %s" % (RANK, local_rank, source, all_reduce_line()))
+    say("rank %d: %s" % (RANK, torchrun_env()))
     dist.destroy_process_group()
+
+
+def torchrun_env():
+    """The variables torchrun 1.13 gives a worker (its local_elastic_agent.py): the values of
+    those that a launcher decides alike, only the presence of those that name a place (an
+    address, a port, a run id, a file) or that the launcher chooses for itself."""
+    alike = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+             "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
+             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
+             "NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS")
+    present = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE")
+    return " ".join(["%s=%s" % (k, os.environ.get(k, "(unset)")) for k in alike] +
+                    ["%s %s" % (k, "set" if os.environ.get(k) else "unset") for k in present])
 
 
 CASES = {"setup": case_setup, "tcp": case_tcp, "file": case_file, "store": case_store,

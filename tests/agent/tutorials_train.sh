@@ -12,7 +12,7 @@
 #        doomed (rank 1 dies on every attempt: torchrun exits 1, crun --exit-code torchrun too,
 #        crun by default 137, the worker's 128+SIGKILL); launch (the local rank from LOCAL_RANK
 #        under both, and from --local_rank under torch.distributed.launch and crun
-#        --local-rank-arg).
+#        --local-rank-arg; and torchrun's worker variables, compared).
 #   two  2 nodes x 1 worker in two network namespaces on a bridge, each with a host name of its
 #        own (torchrun's MASTER_ADDR is rank 0's host name: the namespaces' /etc/hosts,
 #        through /etc/netns/NS/, name both), c10d hosted in node A's namespace; ddp and elastic,
@@ -161,6 +161,7 @@ if [ "$MODE" = one ]; then
 	fi
 	same "launch (LOCAL_RANK)" launch.crun launch.torchrun
 	has "launch (LOCAL_RANK)" launch.crun "rank 1: local rank 1 from LOCAL_RANK"
+	has "launch (LOCAL_RANK)" launch.crun "rank 1: RANK=1 LOCAL_RANK=1 .*TORCHELASTIC_ERROR_FILE set"
 	same "launch (--local_rank)" argv.crun argv.launch
 	has "launch (--local_rank)" argv.crun "rank 1: local rank 1 from argv"
 	[ -z "$BAD" ] || fail "cases that differ from torchrun:$BAD"
