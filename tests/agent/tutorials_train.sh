@@ -90,6 +90,7 @@ finish() {
 single() {
 	local id=$1 who=$2
 	shift 2
+	note "$id: under $who, at most ${LIMIT}s"
 	START=$(now_ms)
 	node "$who" "$id.0" "" "" "$@"
 	finish "$id" "$NODE_PID"
@@ -133,7 +134,6 @@ has() {
 if [ "$MODE" = one ]; then
 	export GLOO_SOCKET_IFNAME=lo
 	for who in crun torchrun; do
-		note "ddp, elastic (a kill and a restart), doomed (the budget spent), launch: $who"
 		single "ddp.$who" $who --standalone --nproc_per_node 2 "$CASES" ddp
 		single "elastic.$who" $who --standalone --nproc_per_node 2 --max_restarts 1 "$CASES" elastic
 		single "launch.$who" $who --standalone --nproc_per_node 2 "$CASES" launch
@@ -233,6 +233,7 @@ pair() {
 	set -- --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint "$A:$PORT" \
 		--rdzv_id "$id" "$@"
 	if [ "$order" = ab ]; then first=a second=b; else first=b second=a; fi
+	note "$id: node $first, then node $second, under $who, at most ${LIMIT}s"
 	START=$(now_ms)
 	LOGLEVEL=INFO node "$who" "$id.$first" "$TAG$first" "$TAG$first" "$@"
 	eval "p$first=$NODE_PID"
@@ -248,7 +249,6 @@ pair() {
 
 for order in ab ba; do
 	for who in crun torchrun; do
-		note "2 nodes ($order: node ${order:0:1} first), ddp and elastic: $who"
 		pair "ddp.$order.$who" $who $order "$CASES" ddp
 		pair "elastic.$order.$who" $who $order --max_restarts 1 "$CASES" elastic
 	done
