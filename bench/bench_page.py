@@ -362,9 +362,9 @@ def page(results, plots, m, old, imgrel):
     out = ["# Benchmarks", "",
            "<!-- Written by bench/all; rerun it rather than edit this page by hand. -->", "",
            "One current table per benchmark, each from its quick form run once by "
-           "`bench/all BUILD_DIR` (about %.0f minutes here), with its picture. The peer is "
+           "`bench/all BUILD_DIR` (about %.0f minutes here, at the load below), with its picture. The peer is "
            "measured in the same run on the same machine. The history of runs, profiles and "
-           "what was tried is not kept here but in git: the old log of runs is in git: "
+           "what was tried is not kept on this page: the old log of runs is in git: "
            "commit `%s` holds the last hand-kept page (`git show %s:docs/benchmarks.md`)." %
            (m["minutes"], old, old), "",
            "Run %s on %d cores (`nproc`), %s, %s; load average %.1f at the start and %.1f at "
