@@ -9,7 +9,12 @@
 #include <crun/crun.h>
 
 /* usage: bench_allreduce ENDPOINT PREFIX RANK SIZE MIN_BYTES MAX_BYTES
- * Rank 0 prints "bytes iters seconds" per size: the best of 5 loops of the slowest rank's mean. */
+ * Rank 0 prints "bytes iters seconds copy_warm copy_cold reduce_warm reduce_cold" per size: the
+ * allreduce's time per call (the best of 5 loops of the slowest rank's mean), then this core's
+ * own limit at that size in GB/s, measured by rank 0 in the same run while the other ranks wait
+ * at a barrier: memcpy of the size, and a two-input reduce (d[i] = a[i] + b[i], float32) of the
+ * size, each warm (the buffers just touched: in cache where they fit) and cold (a 64 MiB
+ * scratch buffer written between calls evicts them). */
 
 static double now(void)
 {
@@ -21,13 +26,121 @@ static double now(void)
 
 #define REPEATS 5
 #define MAX_RANKS 64
-
 /* The same count on every rank: about 32 MiB of data per timed loop, 2 to 100 calls. */
 static int iters_for(size_t bytes)
 {
 	size_t n = (32u << 20) / bytes;
 
 	return n < 2 ? 2 : n > 100 ? 100 : (int)n;
+}
+
+#define EVICT_BYTES (64u << 20) /* larger than any last-level cache here (lscpu) */
+
+struct limit_bufs {
+	float *a, *b, *d;
+	unsigned char *evict;
+};
+
+static void evict(const struct limit_bufs *lb)
+{
+	/* Writing the scratch buffer pushes a, b and d out of every cache level. */
+	memset(lb->evict, 1, EVICT_BYTES);
+	__asm__ volatile("" ::: "memory");
+}
+
+/* d = a + b in blocks of 8 (vectorized at -O2 like the library's kernels), built twice like
+ * them: baseline and AVX2, the latter taken when this CPU has it. */
+#define REDUCE2_BODY                                                                          \
+	for (size_t k = 0; k + 8 <= n; k += 8) {                                              \
+		for (size_t j = 0; j < 8; j++) {                                              \
+			d[k + j] = a[k + j] + b[k + j];                                       \
+		}                                                                             \
+	}
+static void reduce2_base(float *restrict d, const float *restrict a, const float *restrict b,
+			 size_t n)
+{
+	REDUCE2_BODY
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) static void
+reduce2_avx2(float *restrict d, const float *restrict a, const float *restrict b, size_t n)
+{
+	REDUCE2_BODY
+}
+#endif
+
+static void reduce2(float *d, const float *a, const float *b, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (__builtin_cpu_supports("avx2")) {
+		reduce2_avx2(d, a, b, n);
+		return;
+	}
+#endif
+	reduce2_base(d, a, b, n);
+}
+
+/* Bytes per second of one copy (op 0) or one two-input reduce (op 1) of `bytes`: the best of a
+ * few calls, each evicted first when `cold`. */
+static double limit_op(const struct limit_bufs *lb, size_t bytes, int op, int cold)
+{
+	size_t count = bytes / sizeof(float);
+	int iters = cold ? 5 : iters_for(bytes) + 2;
+	double best = 1e30;
+
+	for (int i = 0; i < iters; i++) {
+		double t0, dt;
+
+		if (cold) {
+			evict(lb);
+		}
+		t0 = now();
+		if (op == 0) {
+			memcpy(lb->d, lb->a, bytes);
+		} else {
+			reduce2(lb->d, lb->a, lb->b, count);
+		}
+		__asm__ volatile("" ::: "memory");
+		dt = now() - t0;
+		best = dt < best ? dt : best;
+	}
+	return (double)bytes / best;
+}
+
+/* This core's limit at `bytes`, GB/s: copy warm, copy cold, reduce warm, reduce cold. */
+static void measure_limit(const struct limit_bufs *lb, size_t bytes, double out[4])
+{
+	for (int op = 0; op < 2; op++) {
+		for (int cold = 0; cold < 2; cold++) {
+			out[op * 2 + cold] = limit_op(lb, bytes, op, cold) / 1e9;
+		}
+	}
+}
+
+static int limit_alloc(struct limit_bufs *lb, size_t maxb)
+{
+	lb->a = malloc(maxb);
+	lb->b = malloc(maxb);
+	lb->d = malloc(maxb);
+	lb->evict = malloc(EVICT_BYTES);
+	if (lb->a == NULL || lb->b == NULL || lb->d == NULL || lb->evict == NULL) {
+		return -1;
+	}
+	for (size_t k = 0; k < maxb / sizeof(float); k++) {
+		lb->a[k] = (float)k;
+		lb->b[k] = 1.0f;
+	}
+	memset(lb->d, 0, maxb);
+	return 0;
+}
+
+static void limit_free(struct limit_bufs *lb)
+{
+	free(lb->a);
+	free(lb->b);
+	free(lb->d);
+	free(lb->evict);
 }
 
 int main(int argc, char **argv)
@@ -39,6 +152,7 @@ int main(int argc, char **argv)
 	struct crun_comm *c;
 	size_t minb, maxb;
 	char err[256];
+	struct limit_bufs lb = {0};
 	float *buf;
 	int rank, size, rc;
 
@@ -73,7 +187,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	buf = malloc(maxb);
-	if (buf == NULL) {
+	if (buf == NULL || (rank == 0 && limit_alloc(&lb, maxb) < 0)) {
 		fprintf(stderr, "bench_allreduce: %zu bytes: out of memory\n", maxb);
 		return 1;
 	}
@@ -81,7 +195,7 @@ int main(int argc, char **argv)
 	for (size_t b = minb; b <= maxb; b *= 4) {
 		size_t count = b / sizeof(float);
 		int iters = iters_for(b);
-		double best = 1e30;
+		double best = 1e30, lim[4] = {0};
 
 		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM); /* warm up */
 		/* The machine is shared: the best of REPEATS timed loops, each loop timed by its
@@ -109,12 +223,19 @@ int main(int argc, char **argv)
 				crun_strerror(rc), crun_comm_last_error(c));
 			break;
 		}
+		/* The limit of this size, on rank 0 while the others wait at the barrier. */
 		if (rank == 0) {
-			printf("%zu %d %.9f\n", b, iters, best);
+			measure_limit(&lb, b, lim);
+		}
+		rc = crun_comm_barrier(c);
+		if (rank == 0 && rc == 0) {
+			printf("%zu %d %.9f %.3f %.3f %.3f %.3f\n", b, iters, best, lim[0], lim[1],
+			       lim[2], lim[3]);
 			fflush(stdout);
 		}
 	}
 	free(buf);
+	limit_free(&lb);
 	crun_comm_destroy(c);
 	return rc < 0 ? 1 : 0;
 }
