@@ -141,9 +141,16 @@ static bool gen_sync(struct store_server *s)
 	s->ts_ended = !valid || (e->vlen == sizeof(TS_GEN_END) - 1 &&
 				 memcmp(e->val, TS_GEN_END, e->vlen) == 0);
 	if (!valid) {
-		log_warn("store: %s is not a generation (digits, or \"end\"): TCPStore clients "
-			 "are refused; closed %u of their connections, dropped %u keys",
-			 s->ts_gen_key, nc, nk);
+		char shown[33];
+		uint32_t i;
+
+		for (i = 0; i < e->vlen && i < sizeof(shown) - 1; i++) {
+			shown[i] = e->val[i] >= 0x20 && e->val[i] < 0x7f ? (char)e->val[i] : '?';
+		}
+		shown[i] = '\0';
+		log_warn("store: %s is \"%s%s\", not a generation (digits, or \"end\"): TCPStore "
+			 "clients are refused; closed %u of their connections, dropped %u keys",
+			 s->ts_gen_key, shown, e->vlen > i ? "..." : "", nc, nk);
 	} else if (s->ts_ended) {
 		log_info("store: the run's TCPStore key space %s has ended: closed %u TCPStore "
 			 "connections, dropped %u keys", was, nc, nk);
@@ -547,11 +554,14 @@ static bool admit(struct conn *c, enum ts_proto proto)
 {
 	struct store_server *s = c->s;
 	char peer[96];
+	bool served;
 
 	if (proto == TS_PROTO_CRUN) {
 		c->proto = TS_PROTO_CRUN;
 		return false;
 	}
+	/* The generation first: a move closes the TCPStore connections there are, not this. */
+	served = s->ts_prefix != NULL && gen_sync(s);
 	c->proto = (uint8_t)proto;
 	if (s->ts_prefix == NULL) {
 		srv_metric_refuse(s, SRV_REFUSE_TCPSTORE);
@@ -563,7 +573,7 @@ static bool admit(struct conn *c, enum ts_proto proto)
 		srv_conn_close(c);
 		return true;
 	}
-	if (!gen_sync(s)) {
+	if (!served) {
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_debug("store: refusing %s: a PyTorch TCPStore %s client of a run that ended",
 			  peer, ts_proto_name(proto));
