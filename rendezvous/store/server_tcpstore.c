@@ -12,10 +12,11 @@
  * "/worker/attempt_<N>/" stays on a scale-up; 2.5+ adds none). Every live TCPStore
  * connection is of the current generation: when the key changes, the old generation's
  * connections (their workers were stopped) are closed and its keys dropped, before any
- * TCPStore request is served and at each sweep; "end" (the agents' last step) closes them all. Waits are held through server_wait.c, which answers a TCPStore
- * connection with srv_ts_wait_done(), under the same memory budget as crun's clients.
- * TCPStore has no error replies: a request the server cannot answer ends the connection,
- * with a log line that says why (the client then raises a connection error).
+ * TCPStore request is served and at each sweep; "end" (the agents' last step) closes them all.
+ * Waits are held through server_wait.c, which answers a TCPStore connection with
+ * srv_ts_wait_done(), under the same memory budget as crun's clients. TCPStore has no error
+ * replies: a request the server cannot answer ends the connection, with a log line that says
+ * why (the client then raises a connection error).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -34,7 +34,7 @@ for mode in store pg; do
 	expect_grep "TORCHELASTIC_USE_AGENT_STORE=True" "$T/$mode.err" "$mode: the agent store"
 	expect_grep '^\[rank1\]:attempt=1 rank=1' "$T/$mode.out" "$mode: attempt 1 ran"
 	expect_eq "$(counts "$T/$mode.out")" "joined=2 world=2" "$mode: every attempt's count"
-	[ $RC -eq 0 ] || { tail -n 20 "$T/$mode.err" >&2; fail "$mode: crun exited $RC"; }
+	[ "$RC" -eq 0 ] || { tail -n 20 "$T/$mode.err" >&2; fail "$mode: crun exited $RC"; }
 done
 
 if [[ $CASES != *" grow "* ]]; then
@@ -91,7 +91,7 @@ note "grow: exit codes $rca $rcb; counts: $(counts "$T/grow.out" | tr '\n' ' ')"
 expect_grep "TORCHELASTIC_USE_AGENT_STORE=True" "$T/grow.a.err" "grow: the agent store"
 expect_eq "$(counts "$T/grow.out" | tr '\n' ' ')" "joined=1 world=1 joined=2 world=2 " \
 	"grow: each round's count"
-if [ $rca -ne 0 ] || [ $rcb -ne 0 ]; then
+if [ "$rca" -ne 0 ] || [ "$rcb" -ne 0 ]; then
 	tail -n 20 "$T"/grow.?.err >&2
 	fail "grow: the job failed (exit codes $rca $rcb)"
 fi
