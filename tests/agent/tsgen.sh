@@ -8,9 +8,11 @@
 #            (as torch 2.5+ opens it), and init_process_group(env://)'s default store;
 #   grow:    --nnodes 1:2 c10d --agent-store across two network namespaces on a bridge: node A
 #            trains alone, node B joins, the new round (torch 1.x's keys, whose attempt prefix a
-#            membership change keeps) counts 2 and finishes with equal parameter digests.
+#            membership change keeps) counts 2 and finishes with equal parameter digests;
+#   ended:   a job on a shared crun-rdzvd --tcpstore-run ends while another TCPStore client of
+#            its round is connected: the daemon closes it (issue 20) instead of serving it on.
 # Torch only (77); the grow case needs root (network namespaces), else it is skipped.
-# TSGEN_CASES="store pg grow" (the default) picks cases, e.g. to run one against another build.
+# TSGEN_CASES="store pg ended grow" (the default) picks cases, e.g. to run one against another build.
 . "$(dirname "$0")/lib.sh"
 
 need_torch
@@ -23,7 +25,7 @@ counts() {
 	sed -n 's/^\[rank[0-9]*\]://p' "$1" | grep '^joined=' | sort -u
 }
 
-CASES=" ${TSGEN_CASES:-store pg grow} "
+CASES=" ${TSGEN_CASES:-store pg ended grow} "
 for mode in store pg; do
 	[[ $CASES == *" $mode "* ]] || continue
 	note "restart, $mode: attempt 1 counts only its own 2 workers"
@@ -37,6 +39,40 @@ for mode in store pg; do
 	[ "$RC" -eq 0 ] || { tail -n 20 "$T/$mode.err" >&2; fail "$mode: crun exited $RC"; }
 done
 
+if [[ $CASES == *" ended "* ]]; then
+	note "ended: a TCPStore client of a job over on a shared crun-rdzvd is closed"
+	"$RDZVD" --listen 127.0.0.1:0 --tcpstore-run held >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+	track $!
+	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
+	EP=$(head -n1 "$T/rdzvd.out")
+	"$CRUN" --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$EP" \
+		--rdzv-id held --agent-store "$PROG" hold "$T" >"$T/held.out" 2>"$T/held.err" &
+	cpid=$!
+	track $cpid
+	wait_for 120 files_at_least 2 "$T/counted."
+	# Someone else's TCPStore client of the same round (a stray worker, a debugging shell).
+	"$PYTHON_EXEC" -c 'import datetime, sys, torch.distributed as dist
+h, p = sys.argv[1].rsplit(":", 1)
+s = dist.TCPStore(h, int(p), 1, False, datetime.timedelta(seconds=200))
+print("connected", flush=True)
+try:
+    s.wait(["never"], datetime.timedelta(seconds=200))
+except Exception as e:
+    print("closed: %s" % e, flush=True)
+    sys.exit(3)' "$EP" >"$T/stray.out" 2>&1 &
+	spid=$!
+	track $spid
+	wait_for 60 grep -q '^connected$' "$T/stray.out"
+	touch "$T/go"
+	wait_pid 120 "$cpid"
+	[ "$RC" -eq 0 ] || { tail -n 20 "$T/held.err" >&2; fail "ended: crun exited $RC"; }
+	expect_eq "$(counts "$T/held.out")" "joined=2 world=2" "ended: the count"
+	# The daemon notices within its 500 ms sweep; a client it does not close waits 200 s.
+	wait_pid 60 "$spid"
+	expect_grep "^closed: " "$T/stray.out" "ended: the stray client's wait"
+	expect_grep "TCPStore key space held/tcpstore/0000000000/ has ended: closed 1 TCPStore" \
+		"$T/rdzvd.err" "ended: the daemon's one line"
+fi
 if [[ $CASES != *" grow "* ]]; then
 	exit 0
 elif [ "$(id -u)" -ne 0 ]; then

@@ -7,6 +7,8 @@
 #          workers use it; on attempt 0, rank 1 exits 1 after the count (a restart follows);
 #   pg:    the same through init_process_group(env://) and its default store (torch 1.x: a
 #          "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>" prefix), then a gloo all_reduce;
+#   hold DIR: as store, with no failure; then touch DIR/counted.<rank> and wait (at most 120 s)
+#          for DIR/go before exiting;
 #   grow DIR: the torch 1.x keys (that prefix, unchanged on a membership change); while the
 #          job has fewer than 2 ranks, train until the agent stops this round (a node joins;
 #          at most 150 s, then exit 3), touching DIR/running.<rank>; with 2, check the count,
@@ -62,6 +64,15 @@ def main():
         n = count_joined(store, rank, world)
         if attempt == 0 and rank == 1:
             sys.exit(1)
+    elif mode == "hold":
+        store = dist.TCPStore(addr, port, world, False, TIMEOUT)
+        n = count_joined(store, rank, world)
+        open(os.path.join(sys.argv[2], "counted.%d" % rank), "w").close()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(sys.argv[2], "go")):
+            if time.monotonic() > deadline:
+                sys.exit(3)
+            time.sleep(0.05)
     elif mode == "pg":
         dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
         n = count_joined(dist.distributed_c10d._get_default_store(), rank, world)
