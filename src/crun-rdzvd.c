@@ -115,8 +115,9 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 			"none (default 0: no maximum)", NULL},
 	[R_TCPSTORE_RUN] = {"tcpstore-run", 0, true, false, "RUN",
 			    "serve PyTorch TCPStore clients (torch.distributed.TCPStore, 1.x and "
-			    "2.x) on the same port, confined to the keys under RUN/tcpstore/ (they "
-			    "cannot authenticate); default: refused", "PyTorch"},
+			    "2.x) on the same port, confined to the keys under RUN/tcpstore/GEN/, "
+			    "GEN the round the agents last spawned (they cannot authenticate); "
+			    "default: refused", "PyTorch"},
 	[R_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
 		       "serve Prometheus metrics at http://ADDR:PORT/metrics (a scrape sends "
 		       "the store's token as Authorization: Bearer); default: none", "Monitoring"},
