@@ -5,7 +5,8 @@
 # workers (tests/agent/tsgen_worker.py) count themselves into one key; every round's count
 # must be its own world size, never with an earlier round's workers in it:
 #   restart: one node, --max-restarts 1, rank 1 fails attempt 0: a TCPStore with no prefix
-#            (as torch 2.5+ opens it), and init_process_group(env://)'s default store;
+#            (as torch 2.5+ opens it), and init_process_group(env://)'s default store (torch
+#            1.13 prefixes that with the restart count: it checks the space keeps it working);
 #   grow:    --nnodes 1:2 c10d --agent-store across two network namespaces on a bridge: node A
 #            trains alone, node B joins, the new round (torch 1.x's keys, whose attempt prefix a
 #            membership change keeps) counts 2 and finishes with equal parameter digests;
