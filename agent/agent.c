@@ -711,6 +711,13 @@ static enum node_state on_joining(struct agent *a)
 		  as->round, as->group_rank, as->group_world_size, as->rank_offset,
 		  as->rank_offset + spec->nproc_per_node - 1, as->world_size, as->restart_count,
 		  a->workers.addr, a->workers.port);
+	/* Before any worker of the round can connect: its TCPStore clients' own key space. */
+	if (a->workers.how == RDZV_BOOT_AGENT_STORE &&
+	    agent_store_generation(&a->sc, spec->rdzv_id, as->round, 0, &d) < 0) {
+		log_error("round %d: the workers' key space: %s", as->round, d.msg);
+		a->exit_code = 1;
+		return NODE_FAILED;
+	}
 	a->at.summary[0] = '\0';
 	a->at.started = crun_now_ms();
 	if (attempt_start(a) < 0) {
@@ -913,6 +920,15 @@ static void agent_end(struct agent *a, enum node_state st)
 		}
 		if (a->srv == NULL && rc != -EINVAL) {
 			agent_store_forget(&a->sc, a->members, rc, AGENT_FORGET_TIMEOUT_MS);
+		}
+	}
+	if (a->job_over && a->srv == NULL && a->workers.how == RDZV_BOOT_AGENT_STORE) {
+		/* A store that outlives this agent (crun-rdzvd) closes the job's TCPStore clients. */
+		struct crun_diag d = {0};
+
+		if (agent_store_generation(&a->sc, spec->rdzv_id, -1,
+					   (int)AGENT_FORGET_TIMEOUT_MS, &d) < 0) {
+			log_warn("the workers' key space was not closed: %s", d.msg);
 		}
 	}
 	notify_finish();

@@ -39,7 +39,7 @@
 static int host_store(struct agent *a, const char *host, int port, struct crun_diag *d)
 {
 	struct store_server_opts so = {0};
-	char listen[300], prefix[STORE_TCPSTORE_MAX_PREFIX + 1];
+	char listen[300];
 	int rc;
 
 	net_join_hostport(listen, sizeof(listen), host, port);
@@ -48,8 +48,8 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 	store_conf_server_opts(&a->sc, &so);
 	if (a->plan.tcpstore_refusal != NULL) {
 		so.tcpstore_refusal = a->plan.tcpstore_refusal;
-	} else if (rdzv_key_tcpstore(prefix, sizeof(prefix), a->spec->rdzv_id) == 0) {
-		so.tcpstore_prefix = prefix;
+	} else {
+		so.tcpstore_run = a->spec->rdzv_id;
 	}
 	rc = store_server_thread_start(&so, &a->srv, d);
 	if (rc < 0) {

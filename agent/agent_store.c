@@ -13,6 +13,7 @@
 #include <crun/store.h>
 
 #include "agent/agent_store.h"
+#include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store/store_conf.h"
 #include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/byteorder.h"
@@ -230,4 +231,87 @@ void agent_store_forget(const struct store_conf *sc, int members, int left_rc,
 	} else if (rc == 1) {
 		log_debug("store: deleted the job's keys (%s)", sc->prefix);
 	}
+}
+
+/* How often the generation may move under this agent's compare-and-set before it gives up:
+ * each miss means another agent raised it, and rounds are few. */
+#define GEN_TRIES 64
+
+/* Whether generation @cur (@len bytes) already is @want or later (10 digits each). */
+static bool gen_reached(const char *cur, size_t len, const char *want)
+{
+	size_t i;
+
+	for (i = 0; i < len && cur[i] >= '0' && cur[i] <= '9'; i++) {
+	}
+	if (i != len || len == 0) {
+		return false; /* "end", or not a generation: a new run of this id replaces it */
+	}
+	return len > strlen(want) || (len == strlen(want) && memcmp(cur, want, len) >= 0);
+}
+
+/* Raise @key to @want (or set "end") with compare-and-set. */
+static int gen_raise(struct crun_store *st, const char *key, const char *want, bool end)
+{
+	void *cur = NULL, *now = NULL;
+	size_t clen = 0, nlen = 0;
+	int rc, i;
+
+	rc = crun_store_get(st, key, &cur, &clen);
+	if (rc == -ENOENT) {
+		rc = 0;
+	}
+	for (i = 0; rc == 0 && i < GEN_TRIES; i++) {
+		if (!end && cur != NULL && gen_reached(cur, clen, want)) {
+			break;
+		}
+		rc = crun_store_compare_set(st, key, cur, clen, want, strlen(want), &now, &nlen);
+		free(cur);
+		cur = now;
+		clen = nlen;
+		now = NULL;
+		if (rc == 0 && clen == strlen(want) && memcmp(cur, want, clen) == 0) {
+			break;
+		}
+	}
+	free(cur);
+	return rc < 0 ? rc : i < GEN_TRIES ? 0 : -EAGAIN;
+}
+
+int agent_store_generation(const struct store_conf *sc, const char *run, int round,
+			   int timeout_ms, struct crun_diag *d)
+{
+	const struct store_conf_variant v = {
+		.no_prefix = true, /* the store's own key, as the rendezvous keys are */
+		.connect_timeout_ms = timeout_ms,
+		.timeout_ms = timeout_ms,
+	};
+	char key[CRUN_STORE_MAX_KEY_LEN + 1], want[16];
+	struct crun_store *st = NULL;
+	struct store_conf fc;
+	int rc;
+
+	if (rdzv_key_tcpstore_gen(key, sizeof(key), run) < 0) {
+		return diag_set(d, -ENAMETOOLONG, "run id %s: too long for a store key", run);
+	}
+	snprintf(want, sizeof(want), round < 0 ? "end" : "%010d", round);
+	rc = store_conf_derive(&fc, sc, &v) < 0 ? -ENOMEM : 0;
+	if (rc == 0) {
+		rc = store_open_conf(&fc, &st, d);
+		store_conf_finish(&fc);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	if (rc == 0) {
+		rc = gen_raise(st, key, want, round < 0);
+	}
+	if (rc < 0) {
+		diag_set(d, rc, "store %s: setting %s to %s: %s", sc->endpoint, key, want,
+			 rc == -EAGAIN ? "it kept moving (another agent?)"
+				       : store_last_error(st)[0] != '\0' ? store_last_error(st)
+									 : crun_strerror(rc));
+	}
+	crun_store_close(st);
+	return rc;
 }

@@ -48,4 +48,15 @@ int agent_store_port_taken(const struct store_conf *sc, const char *host, int po
 void agent_store_forget(const struct store_conf *sc, int members, int left_rc,
 			int64_t timeout_ms);
 
+/**
+ * Before this node spawns round @round's workers, when they meet through the agent store:
+ * raise run @run's TCPStore generation (rdzv_key_tcpstore_gen()) to @round, never lower it,
+ * so that the store gives them a key space of their own (rendezvous/store/server_tcpstore.c).
+ * With @round < 0, set it to "end": the job is over, the store closes its TCPStore clients.
+ * Each request takes at most @timeout_ms (0: @sc's). Returns 0, or a negative code with @d
+ * saying what failed.
+ */
+int agent_store_generation(const struct store_conf *sc, const char *run, int round,
+			   int timeout_ms, struct crun_diag *d);
+
 #endif

@@ -16,9 +16,13 @@
  *   rdzv/<run>/status/nodes           appended "<host>:<pid>\n" once per agent
  *   rdzv/<run>/status/node/<id>       that agent's status record (agent/notify_status.h)
  *   <run>/attempt/<R>/                round R's workers (CRUN_STORE_PREFIX, libcrun-worker)
- *   <run>/tcpstore/                   the only keys PyTorch's TCPStore clients (the workers,
- *                                     through the agent store) can reach; under it PyTorch
- *                                     writes "/worker/attempt_<N>/..."
+ *   rdzv/<run>/tcpstore_gen           the TCPStore clients' generation: the highest round whose
+ *                                     workers were spawned, 10 digits ("end" once the job is
+ *                                     over); each agent raises it before it spawns a round
+ *   <run>/tcpstore/<gen>/             the only keys PyTorch's TCPStore clients (the workers,
+ *                                     through the agent store) can reach: a fresh space per
+ *                                     round (rendezvous/store/server_tcpstore.c); under it
+ *                                     PyTorch writes "/worker/attempt_<N>/..." (torch 1.x)
  * The store confines a run-scoped credential to "rdzv/<run>/" and "<run>/"
  * (rendezvous/store/server_auth.c, docs/security.md), and counts what is stored under them
  * against the run's quotas by this same schema: "<run>/tcpstore/" against its TCPStore
@@ -84,6 +88,12 @@ static inline int rdzv_key_workers(char *buf, size_t cap, const char *base, cons
 static inline int rdzv_key_tcpstore(char *buf, size_t cap, const char *run)
 {
 	return rdzv_key_fmt(buf, cap, "%s/tcpstore/", run);
+}
+
+/** "rdzv/<run>/tcpstore_gen": the generation of run @run's TCPStore clients' key space. */
+static inline int rdzv_key_tcpstore_gen(char *buf, size_t cap, const char *run)
+{
+	return rdzv_key_fmt(buf, cap, "rdzv/%s/tcpstore_gen", run);
 }
 
 #endif

@@ -134,8 +134,9 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 			  "stored keys of one run (default: a quarter of --max-keys)", NULL},
 	[R_TCPSTORE_RUN] = {"tcpstore-run", 0, true, false, "RUN",
 			    "serve PyTorch TCPStore clients (torch.distributed.TCPStore, 1.x and "
-			    "2.x) on the same port, confined to the keys under RUN/tcpstore/ (they "
-			    "cannot authenticate); default: refused", "PyTorch"},
+			    "2.x) on the same port, confined to the keys under RUN/tcpstore/GEN/, "
+			    "GEN the round the agents last spawned (they cannot authenticate); "
+			    "default: refused", "PyTorch"},
 	[R_TS_DATA] = {"tcpstore-max-data", 0, true, false, "MIB",
 		       "stored keys and values under RUN/tcpstore/ (default 160; a 1,000-rank "
 		       "gloo bootstrap stores 130)", NULL},
@@ -368,14 +369,14 @@ static int parse(int argc, char **argv, struct config *c)
 				 opt_show(b, sizeof(b), v[R_TCPSTORE_RUN].val));
 			return opt_exit_status(&rdzvd_table, OPT_USAGE, &d);
 		}
-		c->o.tcpstore_prefix = c->tsprefix;
+		c->o.tcpstore_run = v[R_TCPSTORE_RUN].val;
 	}
 	if (c->o.listen == NULL || *c->o.listen == '\0') {
 		rc = opt_fail(NULL, &d, "--listen ADDR:PORT is required (see crun-rdzvd --help)");
 	} else if (c->ss.tls_ca != NULL && c->ss.tls_cert == NULL) {
 		rc = opt_fail(&v[R_TLS_CA], &d, "needs --tls-cert and --tls-key (mutual TLS is "
 						 "served with a certificate)");
-	} else if (c->ss.tls_cert != NULL && c->o.tcpstore_prefix != NULL) {
+	} else if (c->ss.tls_cert != NULL && c->o.tcpstore_run != NULL) {
 		rc = opt_fail(&v[R_TCPSTORE_RUN], &d, "PyTorch's TCPStore clients cannot speak TLS, "
 						      "and this store is given --tls-cert");
 	}
@@ -504,7 +505,7 @@ int main(int argc, char **argv)
 			log_warn("--insecure: any client that reaches this address may read and "
 				 "write every key (no authentication)");
 		}
-		if (c.o.tcpstore_prefix == NULL) {
+		if (c.o.tcpstore_run == NULL) {
 			c.o.tcpstore_refusal = "crun-rdzvd serves them only with --tcpstore-run RUN";
 		}
 		rc = setup(&d, &c);

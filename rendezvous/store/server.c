@@ -37,6 +37,7 @@ void srv_server_unref(struct store_server *s)
 	free(s->rbuf);
 	free(s->token);
 	free(s->ts_prefix);
+	free(s->ts_gen_key);
 	free(s->ts_refusal);
 	srv_auth_guard_free(s);
 	srv_tls_finish(s);
@@ -145,12 +146,6 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return diag_set(d, -EINVAL, "store: token longer than %d bytes",
 				CRUN_STORE_MAX_KEY_LEN);
 	}
-	if (opts->tcpstore_prefix != NULL &&
-	    (opts->tcpstore_prefix[0] == '\0' ||
-	     strlen(opts->tcpstore_prefix) > STORE_TCPSTORE_MAX_PREFIX)) {
-		return diag_set(d, -EINVAL, "store: TCPStore prefix empty or longer than %d bytes",
-				STORE_TCPSTORE_MAX_PREFIX);
-	}
 	/* libuv writes with write(2): a peer's reset must not kill the process that embeds us.
 	 * Only the default disposition is changed; a handler someone installed stays. */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
@@ -175,12 +170,8 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 			goto oom;
 		}
 	}
-	if (opts->tcpstore_prefix != NULL) {
-		s->ts_prefix = strdup(opts->tcpstore_prefix);
-		s->ts_prefix_len = strlen(opts->tcpstore_prefix);
-		if (s->ts_prefix == NULL) {
-			goto oom;
-		}
+	if (opts->tcpstore_run != NULL && (rc = srv_ts_init(s, opts->tcpstore_run, d)) < 0) {
+		goto err;
 	}
 	if (opts->tcpstore_refusal != NULL &&
 	    (s->ts_refusal = strdup(opts->tcpstore_refusal)) == NULL) {
@@ -253,6 +244,7 @@ err:
 	free(s->rbuf);
 	free(s->token);
 	free(s->ts_prefix);
+	free(s->ts_gen_key);
 	free(s->ts_refusal);
 	srv_tls_finish(s);
 	free(s);

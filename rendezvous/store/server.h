@@ -65,9 +65,10 @@ struct store_server_opts {
 	uint64_t tcpstore_max_data; /* each run's <run>/tcpstore/ */
 	uint64_t tcpstore_max_keys;
 	/* PyTorch TCPStore clients (docs/protocol.md, "TCPStore"): they cannot authenticate,
-	 * so they see only the keys under this prefix, e.g. "<run>/tcpstore/"; NULL: refused,
-	 * with a log line ending in tcpstore_refusal when given. */
-	const char *tcpstore_prefix;
+	 * so they see only the keys of this run's current generation, "<run>/tcpstore/<gen>/"
+	 * (rendezvous/rdzv_keys.h; server_tcpstore.c); NULL: refused, with a log line ending in
+	 * tcpstore_refusal when given. */
+	const char *tcpstore_run;
 	const char *tcpstore_refusal;
 	/* TLS (docs/security.md): PEM files; none named: plain TCP. With tls_ca, every client
 	 * must present a certificate signed by it (mutual TLS). */

@@ -590,6 +590,7 @@ void srv_on_sweep(uv_timer_t *t)
 	struct conn *c, *next;
 	char peer[96], msg[128];
 
+	srv_ts_sweep(s); /* a TCPStore generation that ended: its connections go first */
 	for (c = s->conns; c != NULL; c = next) {
 		next = c->next;
 		if (srv_auth_tarpit_due(c, now)) {

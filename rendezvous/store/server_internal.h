@@ -179,8 +179,15 @@ struct store_server {
 	bool closing;
 	int port;
 	char addr[80];
-	char *ts_prefix;          /* TCPStore clients' namespace; NULL: they are refused */
+	/* TCPStore clients (server_tcpstore.c): the run's space "<run>/tcpstore/" (NULL: they are
+	 * refused), the key naming its generation, and the current generation's namespace,
+	 * "<run>/tcpstore/<gen>/" (the space itself while the key is not set) */
+	char *ts_prefix;
 	size_t ts_prefix_len;
+	char *ts_gen_key;
+	char ts_ns[STORE_TCPSTORE_MAX_PREFIX + 1];
+	uint32_t ts_ns_len;
+	bool ts_ended;            /* the generation is "end" (or not a number): none served */
 	char *ts_refusal;         /* why they are refused (log line); NULL: a default */
 	struct srv_metrics met;
 };
@@ -233,6 +240,13 @@ void srv_auth_guard_free(struct store_server *s);
 size_t srv_ts_consume(struct conn *c, const uint8_t *p, size_t n);
 /** server_wait.c: a TCPStore connection's wait was answered (@ok), or failed for @why. */
 void srv_ts_wait_done(struct conn *c, bool ok, const char *why);
+/** server.c: the run @run's TCPStore space and generation key; 0 or a negative code. */
+int srv_ts_init(struct store_server *s, const char *run, struct crun_diag *d);
+/**
+ * The sweep: when the run's generation key changed, close the connections of the old
+ * generation and drop its keys (also done before serving any TCPStore request).
+ */
+void srv_ts_sweep(struct store_server *s);
 
 /* ---- server_ops.c: one handler per request ---- */
 

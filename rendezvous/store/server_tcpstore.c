@@ -3,12 +3,20 @@
 /*
  * A connection whose first bytes are a TCPStore client's (tcpstore_codec.c) is served
  * here instead of by the frame path of server_conn.c: the TCPStore codec over the keyspace
- * (keyspace.c) that crun's frames use too. Each request's keys get the server's TCPStore
- * prefix ("<run>/tcpstore/"), so such a connection, which cannot authenticate, reads and
- * writes nothing else. Waits are held through server_wait.c, which answers a TCPStore
- * connection with srv_ts_wait_done(), under the same memory budget as crun's clients.
- * TCPStore has no error replies: a request the server cannot answer ends the connection,
- * with a log line that says why (the client then raises a connection error).
+ * (keyspace.c) that crun's frames use too. Each request's keys get the namespace of the run's
+ * current generation ("<run>/tcpstore/<gen>/"), so such a connection, which cannot
+ * authenticate, reads and writes nothing else.
+ * The generation is the value of the run's key rdzv_key_tcpstore_gen(): each agent raises it
+ * to its round before it spawns that round's workers (agent/agent_store.c), so each round,
+ * and each restart, gets a fresh key space: PyTorch's keys carry no round (torch 1.x's
+ * "/worker/attempt_<N>/" stays on a scale-up; 2.5+ adds none). Every live TCPStore
+ * connection is of the current generation: when the key changes, the old generation's
+ * connections (their workers were stopped) are closed and its keys dropped, before any
+ * TCPStore request is served and at each sweep; "end" (the agents' last step) closes them all.
+ * Waits are held through server_wait.c, which answers a TCPStore connection with
+ * srv_ts_wait_done(), under the same memory budget as crun's clients. TCPStore has no error
+ * replies: a request the server cannot answer ends the connection, with a log line that says
+ * why (the client then raises a connection error).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store/server_internal.h"
 #include "rendezvous/store/tcpstore_codec.h"
 #include "src/common/log.h"
@@ -24,14 +33,155 @@
 #define TS_OUT_LIMIT (64u << 20) /* replies a client left unread: it never reads, drop it */
 #define TS_KEY_BUF (CRUN_STORE_MAX_KEY_LEN + STORE_TCPSTORE_MAX_PREFIX)
 
-/* A prefixed key, in a caller's buffer of TS_KEY_BUF bytes. */
+#define TS_GEN_MAX 20 /* digits of a generation */
+#define TS_GEN_END "end"
+
+/* ---- generations ---- */
+
+int srv_ts_init(struct store_server *s, const char *run, struct crun_diag *d)
+{
+	char p[STORE_TCPSTORE_MAX_PREFIX + 1], k[CRUN_STORE_MAX_KEY_LEN + 1];
+
+	if (run[0] == '\0' || rdzv_key_tcpstore(p, sizeof(p), run) < 0 ||
+	    strlen(p) + TS_GEN_MAX + 1 > STORE_TCPSTORE_MAX_PREFIX ||
+	    rdzv_key_tcpstore_gen(k, sizeof(k), run) < 0) {
+		return diag_set(d, -EINVAL, "store: TCPStore run id empty or longer than %d bytes",
+				STORE_TCPSTORE_MAX_PREFIX - TS_GEN_MAX - 12);
+	}
+	s->ts_prefix = strdup(p);
+	s->ts_gen_key = strdup(k);
+	if (s->ts_prefix == NULL || s->ts_gen_key == NULL) {
+		return diag_set(d, -ENOMEM, "store: out of memory");
+	}
+	s->ts_prefix_len = strlen(p);
+	memcpy(s->ts_ns, p, s->ts_prefix_len + 1);
+	s->ts_ns_len = (uint32_t)s->ts_prefix_len;
+	return 0;
+}
+
+/* Close every TCPStore connection; returns how many. */
+static unsigned close_all(struct store_server *s)
+{
+	struct conn *c, *next;
+	unsigned n = 0;
+
+	for (c = s->conns; c != NULL; c = next) {
+		next = c->next;
+		if ((c->proto == TS_PROTO_V1 || c->proto == TS_PROTO_V2) && !c->closing) {
+			srv_conn_close(c);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Delete every key under the run's space "<run>/tcpstore/"; returns how many. */
+static unsigned drop_keys(struct store_server *s)
+{
+	struct htab_node *node, *next;
+	struct ks_entry *e;
+	unsigned n = 0;
+	size_t b;
+
+	htab_for_each_safe(&s->ks.keys, b, node, next) {
+		e = container_of(node, struct ks_entry, node);
+		if (e->present && e->klen >= s->ts_prefix_len &&
+		    memcmp(e->key, s->ts_prefix, s->ts_prefix_len) == 0) {
+			n += ks_delete(&s->ks, (struct ks_str){e->key, e->klen});
+		}
+	}
+	return n;
+}
+
+/* A generation's value: 1..TS_GEN_MAX digits, or TS_GEN_END. */
+static bool gen_valid(const struct ks_entry *e)
+{
+	uint32_t i;
+
+	if (e->vlen == sizeof(TS_GEN_END) - 1 && memcmp(e->val, TS_GEN_END, e->vlen) == 0) {
+		return true;
+	}
+	for (i = 0; i < e->vlen && e->val[i] >= '0' && e->val[i] <= '9'; i++) {
+	}
+	return e->vlen > 0 && e->vlen <= TS_GEN_MAX && i == e->vlen;
+}
+
+/*
+ * Follow the generation key: when its value is not the one served, close the TCPStore
+ * connections and drop the keys of the one served, then serve the new one. Returns whether
+ * TCPStore clients are served now (false: the run ended).
+ */
+static bool gen_sync(struct store_server *s)
+{
+	char ns[sizeof(s->ts_ns)], was[sizeof(s->ts_ns)];
+	const struct ks_entry *e;
+	unsigned nc, nk;
+	uint32_t len;
+	bool valid;
+
+	e = ks_get(&s->ks, (struct ks_str){(const uint8_t *)s->ts_gen_key,
+					    (uint32_t)strlen(s->ts_gen_key)});
+	valid = e == NULL || gen_valid(e);
+	if (e == NULL) {
+		len = (uint32_t)s->ts_prefix_len; /* none set yet: the run's whole space */
+		memcpy(ns, s->ts_prefix, len);
+	} else {
+		len = (uint32_t)snprintf(ns, sizeof(ns), "%s%.*s/", s->ts_prefix,
+					 valid ? (int)e->vlen : 3, valid ? (const char *)e->val : "bad");
+	}
+	if (len == s->ts_ns_len && memcmp(ns, s->ts_ns, len) == 0) {
+		return !s->ts_ended;
+	}
+	nc = close_all(s);
+	nk = drop_keys(s);
+	memcpy(was, s->ts_ns, s->ts_ns_len);
+	was[s->ts_ns_len] = '\0';
+	memcpy(s->ts_ns, ns, len);
+	s->ts_ns[len] = '\0';
+	s->ts_ns_len = len;
+	s->ts_ended = !valid || (e->vlen == sizeof(TS_GEN_END) - 1 &&
+				 memcmp(e->val, TS_GEN_END, e->vlen) == 0);
+	if (!valid) {
+		char shown[33];
+		uint32_t i;
+
+		for (i = 0; i < e->vlen && i < sizeof(shown) - 1; i++) {
+			shown[i] = e->val[i] >= 0x20 && e->val[i] < 0x7f ? (char)e->val[i] : '?';
+		}
+		shown[i] = '\0';
+		log_warn("store: %s is \"%s%s\", not a generation (digits, or \"end\"): TCPStore "
+			 "clients are refused; closed %u of their connections, dropped %u keys",
+			 s->ts_gen_key, shown, e->vlen > i ? "..." : "", nc, nk);
+	} else if (s->ts_ended) {
+		log_info("store: the run's TCPStore key space %s has ended: closed %u TCPStore "
+			 "connections, dropped %u keys", was, nc, nk);
+	} else if (nc > 0) {
+		log_info("store: TCPStore clients now see %s (was %s): closed %u connections of "
+			 "the old generation, dropped %u keys", s->ts_ns, was, nc, nk);
+	} else {
+		log_debug("store: TCPStore clients now see %s (was %s): dropped %u keys", s->ts_ns,
+			  was, nk);
+	}
+	return !s->ts_ended;
+}
+
+void srv_ts_sweep(struct store_server *s)
+{
+	if (s->ts_gen_key != NULL) {
+		gen_sync(s);
+	}
+}
+
+/* ---- requests ---- */
+
+/* A key in the current generation, in a caller's buffer of TS_KEY_BUF bytes. */
 static struct ks_str pkey(const struct store_server *s, struct wire_str k, uint8_t *buf)
 {
-	memcpy(buf, s->ts_prefix, s->ts_prefix_len);
+	memcpy(buf, s->ts_ns, s->ts_ns_len);
 	if (k.len > 0) {
-		memcpy(buf + s->ts_prefix_len, k.p, k.len);
+		memcpy(buf + s->ts_ns_len, k.p, k.len);
 	}
-	return (struct ks_str){buf, (uint32_t)s->ts_prefix_len + k.len};
+	return (struct ks_str){buf, s->ts_ns_len + k.len};
 }
 
 static struct ks_str ts_key(const uint8_t **cur)
@@ -44,8 +194,7 @@ static struct ks_str ts_key(const uint8_t **cur)
 /* The keys (or pairs) of @r, each in the server's TCPStore namespace. */
 static struct ks_list key_list(const struct store_server *s, const struct ts_req *r)
 {
-	return (struct ks_list){r->n, r->list, ts_key, (const uint8_t *)s->ts_prefix,
-				(uint32_t)s->ts_prefix_len};
+	return (struct ks_list){r->n, r->list, ts_key, (const uint8_t *)s->ts_ns, s->ts_ns_len};
 }
 
 static struct ks_str raw(struct wire_str v)
@@ -386,7 +535,7 @@ static void held_free(struct conn *c)
 /* Run every complete request at @p; returns the bytes they took. */
 static size_t run_all(struct conn *c, const uint8_t *p, size_t n)
 {
-	const struct ts_limits lim = {c->s->lim.max_key_len - (uint32_t)c->s->ts_prefix_len,
+	const struct ts_limits lim = {c->s->lim.max_key_len - c->s->ts_ns_len,
 				      c->s->lim.max_value_len, c->s->lim.max_keys};
 	size_t off = 0, need;
 	struct ts_req r;
@@ -414,11 +563,14 @@ static bool admit(struct conn *c, enum ts_proto proto)
 {
 	struct store_server *s = c->s;
 	char peer[96];
+	bool served;
 
 	if (proto == TS_PROTO_CRUN) {
 		c->proto = TS_PROTO_CRUN;
 		return false;
 	}
+	/* The generation first: a move closes the TCPStore connections there are, not this. */
+	served = s->ts_prefix != NULL && gen_sync(s);
 	c->proto = (uint8_t)proto;
 	if (s->ts_prefix == NULL) {
 		srv_metric_refuse(s, SRV_REFUSE_TCPSTORE);
@@ -430,11 +582,18 @@ static bool admit(struct conn *c, enum ts_proto proto)
 		srv_conn_close(c);
 		return true;
 	}
+	if (!served) {
+		srv_conn_peer(c, peer, sizeof(peer));
+		log_debug("store: refusing %s: a PyTorch TCPStore %s client of a run that ended",
+			  peer, ts_proto_name(proto));
+		srv_conn_close(c);
+		return true;
+	}
 	c->hello = true; /* no handshake: the namespace is its whole world */
 	if (log_get_level() >= LOG_DEBUG) {
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_debug("store: %s is a PyTorch TCPStore %s client (keys under %s)", peer,
-			  ts_proto_name(proto), s->ts_prefix);
+			  ts_proto_name(proto), s->ts_ns);
 	}
 	return true;
 }
@@ -464,6 +623,9 @@ size_t srv_ts_consume(struct conn *c, const uint8_t *p, size_t n)
 		if (k > 0 && !hold(c, first, k)) {
 			return n;
 		}
+	}
+	if (!gen_sync(c->s) || c->closing) {
+		return n; /* its generation is over: gen_sync() closed it */
 	}
 	if (c->in_len == 0) {
 		off = run_all(c, p, n);
