@@ -58,7 +58,7 @@ run_crun 60 "$T/out" "$T/err" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "$E
 	--rdzv-id mismatch --token-file "$T/agent.tok" "$W" env
 [ $RC -ne 0 ] || fail "an agent with another token was accepted"
 [ $(($(now_ms) - start)) -lt 10000 ] || fail "the mismatch took over 10 s to report"
-expect_grep "token mismatch: the store has token fingerprint [0-9a-f]\{16\}; ours is [0-9a-f]\{16\} from token file $T/agent.tok" \
+expect_grep "token mismatch: the store refused our token (fingerprint [0-9a-f]\{16\} from token file $T/agent.tok)" \
 	"$T/err" "mismatch message"
 if grep -q 'the-store-token\|the-agent-token' "$T/err"; then
 	fail "a token was printed"

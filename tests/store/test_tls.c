@@ -24,6 +24,7 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/backend.h"
+#include "rendezvous/store/server.h"
 #include "src/common/clock.h"
 #include "tests/lib/cmocka_skip.h"
 #include "tests/store/helpers.h"
@@ -251,7 +252,7 @@ static void a_dropped_connection_is_reconnected(void **state)
 /*
  * Without --idle-timeout (off by default) the handshake deadline is the only one an idle
  * connection meets (server_conn.c, srv_on_sweep; docs/reliability.md): one that began TLS and
- * never finished its handshake is closed once the deadline (HANDSHAKE_TIMEOUT_MS, 10 s) has
+ * never finished its handshake is closed once the deadline (STORE_PREAUTH_TIMEOUT_MS, 5 s) has
  * passed, not before; an authenticated connection idle all that time stays and serves its next
  * call on the same connection (a dropped one would fail it with -ECONNRESET, as above).
  */
@@ -280,7 +281,7 @@ static void unfinished_handshake_is_closed_an_authenticated_idle_one_stays(void 
 	assert_true(fd >= 0);
 	assert_int_equal(raw_send(fd, partial, sizeof(partial)), 0);
 	raw_expect_closed(fd); /* EOF within IO_TIMEOUT_MS (20 s) */
-	assert_true(crun_now_ms() - t0 >= 9500);
+	assert_true(crun_now_ms() - t0 >= STORE_PREAUTH_TIMEOUT_MS - 500);
 	close(fd);
 	/* The authenticated one was not closed: nothing of ours to the store in CLOSE_WAIT. */
 	assert_false(server_closed_a_conn(own.port, 0));
