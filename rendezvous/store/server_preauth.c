@@ -177,15 +177,18 @@ static struct conn *next_of(const struct conn *v, bool by_source)
 /*
  * The pre-auth connection of @src (of the store when NULL) to shed for @c: the oldest that has
  * not begun its handshake, else the oldest. A silent one beside a served TCPStore connection
- * from its address is paired (kept) instead. NULL: none but @c.
+ * from its address is paired (kept) instead. Connections accepted in this turn of the loop
+ * are spared (libuv accepts a whole backlog in one turn, before any of them is read: a client
+ * whose HELLO is waiting would be shed by the flood behind it). NULL: none but @c.
  */
 static struct conn *victim(struct store_server *s, struct source *src, struct conn *c)
 {
+	int64_t now = (int64_t)uv_now(s->loop);
 	struct conn *v, *first = NULL, *n;
 
 	for (v = src != NULL ? src->pre_head : s->pre_head; v != NULL; v = n) {
 		n = next_of(v, src != NULL);
-		if (v == c || v->closing || v->failing || pair_silent(v)) {
+		if (v == c || v->closing || v->failing || v->since >= now || pair_silent(v)) {
 			continue;
 		}
 		if (!in_handshake(v)) {
@@ -257,12 +260,19 @@ bool srv_preauth_begin(struct conn *c)
 		srv_preauth_refused(s, c, REFUSE_OVER_RATE);
 	}
 	link_pre(s, c);
-	if (c->src != NULL && c->src->npre > s->max_preauth_per_source &&
-	    (v = victim(s, c->src, c)) != NULL) {
-		shed(v, REFUSE_SOURCE_QUOTA);
+	if (c->src != NULL && c->src->npre > s->max_preauth_per_source) {
+		v = victim(s, c->src, c);
+		shed(v != NULL ? v : c, REFUSE_SOURCE_QUOTA);
+		if (v == NULL) {
+			return false;
+		}
 	}
-	if (s->npre > s->max_preauth && (v = victim(s, NULL, c)) != NULL) {
-		shed(v, REFUSE_TOTAL_QUOTA);
+	if (s->npre > s->max_preauth) {
+		v = victim(s, NULL, c);
+		shed(v != NULL ? v : c, REFUSE_TOTAL_QUOTA);
+		if (v == NULL) {
+			return false;
+		}
 	}
 	if (s->nconns > (size_t)s->max_connections) {
 		v = victim(s, NULL, c);
