@@ -8,9 +8,10 @@
 #                held and reopened while the job's workers open new store connections: the
 #                job exits 0, a client with the right token gets in within seconds (5/5), and
 #                the store's log stays short;
-#   rdzvd-flood  the same against crun-rdzvd;
+#   rdzvd-flood  the same against crun-rdzvd, with 5,000 connections (past its per-address cap);
 #   guess        64 connections guessing the token: the verdicts per second are limited, and
 #                a right proof is answered no sooner than a wrong one (medians printed);
+#   weak-token   crun-rdzvd refuses a short token file and a low-entropy --token, naming them;
 #   bigframe     a crun frame of 8 MiB before authentication is refused from its header,
 #                named; one of 33 MiB (read as TCPStore) closed at once; 20 token-less TCPStore
 #                SETs of 16 MiB held open do not keep a token holder from storing 16 MiB (3/3).
@@ -24,6 +25,7 @@ STORE=$CRUN_BUILD_DIR/src/crun-store
 ATTACKER=$CRUN_SOURCE_DIR/tests/faults/preauth_attacker.py
 ATK=crunpa$$
 FLOOD=1200   # connections the attacker holds: more than the cap a soft limit of 1024 gives
+FLOOD_RDZVD=5000 # against crun-rdzvd: more than its per-address cap (4,096)
 FLOOD_S=20   # seconds of flood
 LOG_MAX=12   # store log lines the flood may cause (one summary line per 5 s, and a few)
 RIGHT_MAX_MS=4000 # the longest a right-token handshake may take under attack
@@ -76,9 +78,10 @@ right_5() {
 	echo "$CASE: right token: 5 handshakes, $(fig ok "$2") in, median $(fig median_ms "$2") ms, longest $(fig max_ms "$2") ms"
 }
 
-# flood_start ENDPOINT NAME: the attacker's flood in the background; waits until it is full.
+# flood_start ENDPOINT NAME CONNS: the attacker's flood in the background; waits until it is
+# full.
 flood_start() {
-	as_atk timeout -s KILL $((FLOOD_S + 60)) python3 "$ATTACKER" flood "$1" --conns $FLOOD \
+	as_atk timeout -s KILL $((FLOOD_S + 60)) python3 "$ATTACKER" flood "$1" --conns "$3" \
 		--seconds $FLOOD_S --ready-file "$T/atk/$2.ready" >"$T/atk/$2.out" 2>"$T/atk/$2.err" &
 	FLOOD_PID=$!
 	track $FLOOD_PID
@@ -132,11 +135,11 @@ EOW
 		"$T/w.sh") >"$T/job.out" 2>"$T/job.err" &
 	JOB=$!
 	track $JOB
-	wait_for 30 grep -q 'hosting the rendezvous store at' "$T/job.err"
+	wait_for 30 grep -qs 'hosting the rendezvous store at' "$T/job.err"
 	EP=$(sed -n 's/.*hosting the rendezvous store at \([^ ]*\).*/\1/p' "$T/job.err" | head -n1)
 	# The standalone store has a token of its own; a worker's key file is the credential.
 	wait_for 30 test -s "$T/jobkey"
-	flood_start "$EP" job
+	flood_start "$EP" job $FLOOD
 	from=$(wc -l <"$T/job.err")
 	touch "$T/go"
 	right_5 "$EP" "$T/job.right" "$T/jobkey"
@@ -149,9 +152,9 @@ fi
 
 CASE=rdzvd-flood
 if cases $CASE; then
-	echo "=== $CASE: $FLOOD token-less connections against crun-rdzvd (soft fd limit 1024)"
+	echo "=== $CASE: $FLOOD_RDZVD token-less connections against crun-rdzvd (soft fd limit 1024)"
 	start_store
-	flood_start "$EP" rdzvd
+	flood_start "$EP" rdzvd $FLOOD_RDZVD
 	from=$(wc -l <"$T/rdzvd.err")
 	right_5 "$EP" "$T/rdzvd.right"
 	ok=0
@@ -218,6 +221,22 @@ if cases $CASE; then
 	wait_pid 120 $H
 	cat "$T/atk/hog.out"
 	kill "$RDZVD_PID"
+fi
+
+CASE=weak-token
+if cases $CASE; then
+	echo "=== $CASE: tokens too weak to stand guessing are refused, naming their source"
+	printf 'password\n' >"$T/weak.tok"
+	chmod 0600 "$T/weak.tok"
+	for src in "--token-file $T/weak.tok" "--token aaaaaaaaaaaaaaaaaaaa"; do
+		# shellcheck disable=SC2086 # the flag and its value
+		timeout -s KILL 20 "$RDZVD" --listen 127.0.0.1:0 $src >"$T/weak.out" 2>"$T/weak.err"
+		rc=$?
+		head -n 2 "$T/weak.err"
+		[ $rc -ne 0 ] && [ $rc -ne 137 ] || fail "crun-rdzvd $src: exit $rc"
+		grep -q 'the token \(is [0-9]* bytes\|has too little entropy\)' "$T/weak.err" ||
+			fail "crun-rdzvd $src: no message naming the weak token"
+	done
 fi
 
 [ $nfail -eq 0 ] || { echo "preauth: $nfail failure(s)"; exit 1; }

@@ -116,7 +116,7 @@ static void wrong_token_is_refused_without_a_fingerprint(void **state)
 	(void)state;
 	assert_true(fd >= 0);
 	token_fingerprint(TOKEN, strlen(TOKEN), fpr);
-	assert_int_equal(raw_handshake(fd, "guess", NULL, &st, msg, sizeof(msg)), -EACCES);
+	assert_int_equal(raw_handshake(fd, "guess-0123456789abcdef", NULL, &st, msg, sizeof(msg)), -EACCES);
 	assert_int_equal(st, WIRE_E_AUTH);
 	assert_string_equal(msg, "token mismatch: the proof does not match the store's token");
 	assert_null(strstr(msg, fpr));
@@ -420,7 +420,7 @@ static void guessing_is_rate_limited_per_source(void **state)
 	int64_t start, t0, slowest = 0;
 	int tries = 0, fd, g1, g2, rc;
 	uint16_t st;
-	char msg[512], guess[32];
+	char msg[512], guess[48];
 
 	(void)state;
 	assert_int_equal(daemon_start(&d, args), 0);
@@ -428,7 +428,7 @@ static void guessing_is_rate_limited_per_source(void **state)
 	start = crun_now_ms();
 	while (crun_now_ms() - start < 2000) {
 		fd = connect_from("127.0.0.3", d.port);
-		snprintf(guess, sizeof(guess), "guess-%d", tries++);
+		snprintf(guess, sizeof(guess), "guess-%d-0123456789abcdef", tries++);
 		msg[0] = '\0';
 		t0 = crun_now_ms();
 		rc = raw_handshake(fd, guess, NULL, &st, msg, sizeof(msg));
@@ -447,7 +447,7 @@ static void guessing_is_rate_limited_per_source(void **state)
 	 * (a local user can connect from any of it). A wrong guess from 127.0.0.4 waits too. */
 	fd = connect_from("127.0.0.4", d.port);
 	t0 = crun_now_ms();
-	assert_int_equal(raw_handshake(fd, "guess-elsewhere", NULL, &st, msg, sizeof(msg)), -EACCES);
+	assert_int_equal(raw_handshake(fd, "guess-elsewhere-0123456789", NULL, &st, msg, sizeof(msg)), -EACCES);
 	close(fd);
 	assert_true(crun_now_ms() - t0 >= 150);
 	/* The right token is accepted from any of them (as late as a wrong proof would be
