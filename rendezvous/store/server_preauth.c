@@ -188,7 +188,10 @@ static struct conn *victim(struct store_server *s, struct source *src, struct co
 
 	for (v = src != NULL ? src->pre_head : s->pre_head; v != NULL; v = n) {
 		n = next_of(v, src != NULL);
-		if (v == c || v->closing || v->failing || v->since >= now || pair_silent(v)) {
+		/* A held AUTH answer (failing is set only to hold it) may be shed like any other: a
+		 * guesser holding its whole quota must not lock the source's new clients out. */
+		if (v == c || v->closing || (v->failing && v->tarpit_until == 0) || v->since >= now ||
+		    pair_silent(v)) {
 			continue;
 		}
 		if (!in_handshake(v)) {
