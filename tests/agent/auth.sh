@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # tests/agent/auth.sh: the store is authenticated by default (docs/security.md): standalone
-# jobs with a fresh token the workers never see, a store with another token refused with both
-# fingerprints, loose token files refused, and two nodes meeting through the default file.
+# jobs with a fresh token the workers never see, a store with another token refused with our
+# fingerprint, loose token files refused, and two nodes meeting through the default file.
 . "$(dirname "$0")/lib.sh"
 
 STORE=$BUILD/src/crun-store
@@ -43,7 +43,7 @@ if grep -q 'envname=CRUN_STORE_TOKEN$' "$T/out"; then
 	fail "CRUN_STORE_TOKEN reached a worker"
 fi
 
-note "a store with another token: refused at once, with both fingerprints and the file"
+note "a store with another token: refused at once, with our fingerprint and the file"
 printf 'the-store-token-0123456789\n' >"$T/store.tok"
 chmod 600 "$T/store.tok"
 printf 'the-agent-token-0123456789\n' >"$T/agent.tok"
