@@ -202,23 +202,19 @@ static void conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, 
 		      bool quiet)
 {
 	uv_shutdown_t *req;
-	char peer[96];
+	char peer[96], what[512];
 
 	if (c->failing || c->closing) {
 		return;
 	}
-	if (!quiet) {
-		/* Unauthenticated: summed up in one line per interval (server_preauth.c), so a
-		 * flood of refusals cannot flood the log; each one at debug level. */
-		if (c->pre) {
-			srv_preauth_refused(c->s, c, REFUSE_HANDSHAKE);
-		}
-		if (!c->pre || log_get_level() >= LOG_DEBUG) {
-			srv_conn_peer(c, peer, sizeof(peer));
-			log_msg(c->pre ? LOG_DEBUG : LOG_INFO, "store: dropping %s%s: %s: %s",
-				c->pre ? "unauthenticated " : "", peer, wire_status_name(status),
-				msg);
-		}
+	if (!quiet && c->pre) {
+		/* Unauthenticated: each refusal named once per source and interval, the rest
+		 * summed up (server_preauth.c), so a flood of refusals cannot flood the log. */
+		snprintf(what, sizeof(what), "%s: %s", wire_status_name(status), msg);
+		srv_preauth_log(c, REFUSE_HANDSHAKE, what);
+	} else if (!quiet) {
+		srv_conn_peer(c, peer, sizeof(peer));
+		log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
 	}
 	if (c->proto == TS_PROTO_V1 || c->proto == TS_PROTO_V2) {
 		/* TCPStore has no error replies: its client would read a crun frame as the answer

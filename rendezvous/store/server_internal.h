@@ -68,6 +68,9 @@ struct source {
 	uint32_t credit_ms;      /* the budget of new connections, in ms of PREAUTH_RATE */
 	int64_t refilled_at;
 	int64_t last_seen;
+	int64_t detail_at;       /* the interval of the refusal lines logged in full ... */
+	uint32_t ndetail;        /* ... how many, and which (srv_preauth_log()) */
+	uint64_t detail[8];
 	uint8_t key[16];
 	char name[80];           /* "127.0.0.0/8", "10.1.2.0/24", "fd00:1:2:3::/64" */
 };
@@ -249,6 +252,13 @@ void srv_preauth_end(struct conn *c);
 void srv_preauth_close(struct conn *c);
 /** Count one refusal of a pre-auth connection for the summary line (@c may be NULL). */
 void srv_preauth_refused(struct store_server *s, struct conn *c, enum srv_refusal why);
+/**
+ * Count the refusal of pre-auth @c, and log "store: dropping PEER: @what" at info level when
+ * its source has not logged the same refusal in this interval, up to 8 different ones per
+ * source and interval (an operator's misconfigured client is named; a flood is counted);
+ * otherwise at debug level.
+ */
+void srv_preauth_log(struct conn *c, enum srv_refusal why, const char *what);
 /** The sweep: close pre-auth connections past their deadline, keep PyTorch's silent callback
  * sockets paired with a served one, log the summary line when due, forget idle sources. */
 void srv_preauth_sweep(struct store_server *s, int64_t now);

@@ -35,6 +35,7 @@
 
 #include "rendezvous/store/server_internal.h"
 #include "rendezvous/store/tcpstore_codec.h"
+#include "src/common/fnv.h"
 #include "src/common/log.h"
 
 #define CREDIT_FULL_MS ((uint32_t)STORE_PREAUTH_BURST * 1000u / STORE_PREAUTH_RATE)
@@ -152,6 +153,38 @@ void srv_preauth_refused(struct store_server *s, struct conn *c, enum srv_refusa
 		snprintf(s->refused_source, sizeof(s->refused_source), "%s", c->src->name);
 	} else if (c != NULL && c->peer != NULL) {
 		snprintf(s->refused_source, sizeof(s->refused_source), "%s", c->peer->name);
+	}
+}
+
+void srv_preauth_log(struct conn *c, enum srv_refusal why, const char *what)
+{
+	struct source *src = c->src;
+	int64_t now = (int64_t)uv_now(c->s->loop);
+	uint64_t h = fnv1a64_str(FNV1A64_INIT, what);
+	bool full = true;
+	char peer[96];
+	uint32_t i;
+
+	srv_preauth_refused(c->s, c, why);
+	if (src != NULL) {
+		if (now - src->detail_at >= STORE_PREAUTH_LOG_MS) {
+			src->detail_at = now;
+			src->ndetail = 0;
+		}
+		for (i = 0; i < src->ndetail && full; i++) {
+			full = src->detail[i] != h;
+		}
+		full = full && src->ndetail < ARRAY_SIZE(src->detail);
+		if (full) {
+			src->detail[src->ndetail++] = h;
+		}
+	}
+	if (full || log_get_level() >= LOG_DEBUG) {
+		srv_conn_peer(c, peer, sizeof(peer));
+		if (strcmp(peer, "?") == 0 && c->peer != NULL) {
+			snprintf(peer, sizeof(peer), "%s", c->peer->name); /* closed: no port now */
+		}
+		log_msg(full ? LOG_INFO : LOG_DEBUG, "store: dropping %s: %s", peer, what);
 	}
 }
 

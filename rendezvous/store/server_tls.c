@@ -116,14 +116,16 @@ void srv_tls_seal(struct conn *c)
 /* The handshake or a read failed: one log line naming the peer and why, then close. */
 static void tls_drop(struct conn *c, int ret)
 {
-	char peer[96], why[400];
+	char peer[96], why[400], what[420];
 
-	srv_conn_peer(c, peer, sizeof(peer));
-	if (strcmp(peer, "?") == 0 && c->peer != NULL) {
-		snprintf(peer, sizeof(peer), "%s", c->peer->name); /* it closed: no port now */
-	}
 	tls_describe(c->ssl, ret, "the client", why, sizeof(why));
-	log_info("store: dropping %s: TLS: %s", peer, why);
+	snprintf(what, sizeof(what), "TLS: %s", why);
+	if (c->pre) {
+		srv_preauth_log(c, REFUSE_HANDSHAKE, what); /* once per source and interval */
+	} else {
+		srv_conn_peer(c, peer, sizeof(peer));
+		log_info("store: dropping %s: %s", peer, what);
+	}
 	srv_flush(c); /* the alert that tells the client why, when the socket takes it now */
 	srv_conn_close(c);
 }
