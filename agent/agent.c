@@ -26,11 +26,13 @@
 #include "agent/logroute.h"
 #include "src/common/notify.h"
 #include "agent/notify_status.h"
+#include "agent/run_record.h"
 #include "agent/spawn.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/store/server.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
+#include "src/common/journal.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 #include "src/common/signames.h"
@@ -77,6 +79,31 @@ static void close_loop_handles(struct agent *a)
 	}
 	a->nsigs = 0;
 	uv_close((uv_handle_t *)&a->async, NULL);
+	if (a->guard_polled) {
+		uv_close((uv_handle_t *)&a->guard, NULL);
+		a->guard_polled = false;
+	}
+}
+
+/* The process-group guard exited while this attempt runs: name it (spawn_guard_check). */
+static void on_guard_exit(uv_poll_t *h, int status, int events)
+{
+	(void)status;
+	(void)events;
+	uv_poll_stop(h); /* before spawn_guard_check() closes the pidfd */
+	if (spawn_guard_check()) {
+		uv_poll_start(h, UV_READABLE, on_guard_exit); /* not gone after all */
+	}
+}
+
+static void watch_guard(struct agent *a)
+{
+	int fd = spawn_guard_pidfd();
+
+	if (fd >= 0 && uv_poll_init(&a->loop, &a->guard, fd) == 0) {
+		a->guard_polled = true;
+		uv_poll_start(&a->guard, UV_READABLE, on_guard_exit);
+	}
 }
 
 static void report_join(struct agent *a)
@@ -269,7 +296,8 @@ static int attempt_logdir(struct agent *a, char *logdir, size_t cap, char **logd
 		}
 	}
 	if (spec->log_dir != NULL) {
-		if (snprintf(logdir, cap, "%s/attempt_%d", a->logrun, a->attempt) >= (int)cap) {
+		/* The round, not this node's attempt count: the same folder on every node. */
+		if (snprintf(logdir, cap, "%s/attempt_%d", a->logrun, a->at.as.round) >= (int)cap) {
 			log_error("--log-dir: %s: path too long", spec->log_dir);
 			return -1;
 		}
@@ -331,6 +359,7 @@ static int attempt_start(struct agent *a)
 	a->at.ev_seen = false;
 	uv_async_init(&a->loop, &a->async, on_async);
 	a->async.data = a;
+	watch_guard(a);
 	for (i = 0; i < spec->nsignals && i < JOBSPEC_MAX_SIGNALS; i++) {
 		uv_signal_init(&a->loop, &a->sigs[i]);
 		a->sigs[i].data = a;
@@ -434,7 +463,7 @@ static enum outcome attempt_run(struct agent *a)
 static void attempt_end(struct agent *a)
 {
 	if (a->logrun[0] != '\0') {
-		logroute_keep_errfiles(a->at.errdir, a->logrun, a->attempt);
+		logroute_keep_errfiles(a->at.errdir, a->logrun, a->at.as.round);
 	}
 	a->attempt++;
 }
@@ -507,6 +536,11 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 
 	a->spec = spec;
 	pthread_mutex_init(&a->at.ev_lock, NULL);
+	/* Every journal entry of this agent names its run (journalctl RUN_ID=...). */
+	if (journal_set_field("RUN_ID", spec->rdzv_id) < 0) {
+		log_warn("--rdzv-id %s: not a journal field value; journal entries go without RUN_ID",
+			 spec->rdzv_id);
+	}
 	n = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
 	if (n < 0) {
 		return diag_set(d, -errno, "agent: /proc/self/exe: %s", strerror(errno));
@@ -533,13 +567,12 @@ static int agent_init(struct agent *a, const struct job_spec *spec, struct crun_
 		a->tmpbase[0] = '\0';
 		return diag_set(d, rc, "agent: temp dir in %s: %s", tmp, strerror(-rc));
 	}
+	/* The run's folder is agreed in the first round (agent_log_folder()); this is checked now. */
 	if (spec->log_dir != NULL) {
-		rc = logroute_run_dir(spec->log_dir, spec->rdzv_id, a->logrun, sizeof(a->logrun));
+		rc = logroute_check_dir(spec->log_dir);
 		if (rc < 0) {
-			a->logrun[0] = '\0';
 			return diag_set(d, rc, "--log-dir: %s: %s", spec->log_dir, strerror(-rc));
 		}
-		log_info("worker logs go to %s", a->logrun);
 	}
 	rc = agent_worker_token_write(a, d);
 	if (rc < 0) {
@@ -565,6 +598,10 @@ static int agent_rendezvous_setup(struct agent *a, struct crun_diag *d)
 	rc = agent_setup_store(a, d);
 	if (rc < 0) {
 		return rc;
+	}
+	if (spec->metrics_listen != NULL && a->srv == NULL) {
+		log_info("--metrics %s: this node does not host the job's store; the node that "
+			 "does serves the metrics", spec->metrics_listen);
 	}
 	if (a->plan.advertise == RDZV_ADV_GIVEN) {
 		snprintf(a->advertise, sizeof(a->advertise), "%s", spec->advertise_addr);
@@ -629,6 +666,17 @@ static void agent_finish(struct agent *a, bool keep_tmp)
 
 /* ---- the job: a loop over the states it publishes (docs/agent.md, "The loop") ---- */
 
+/* The journal fields of this node's lines from now on: its node rank and round (docs/operations.md). */
+static void journal_round(const struct rdzv_assignment *as)
+{
+	char v[16];
+
+	snprintf(v, sizeof(v), "%d", as->group_rank);
+	journal_set_field("NODE_RANK", v);
+	snprintf(v, sizeof(v), "%d", as->round);
+	journal_set_field("ROUND", v);
+}
+
 /* Joining: the next round; its workers start. */
 static enum node_state on_joining(struct agent *a)
 {
@@ -652,6 +700,12 @@ static enum node_state on_joining(struct agent *a)
 		return NODE_FAILED;
 	}
 	a->members = as->group_world_size;
+	journal_round(as);
+	if (spec->log_dir != NULL && a->logrun[0] == '\0' && agent_log_folder(a, &d) < 0) {
+		log_error("%s", d.msg);
+		a->exit_code = 1;
+		return NODE_FAILED;
+	}
 	agent_workers_master(a, as);
 	log_debug("round %d: node rank %d of %d, ranks %d..%d of %d, restart %d, master %s:%d",
 		  as->round, as->group_rank, as->group_world_size, as->rank_offset,
@@ -789,6 +843,38 @@ static const state_fn state_handlers[NODE_STATE_COUNT] = {
 	[NODE_WAITING] = on_waiting,
 };
 
+/*
+ * The run record this node leaves (agent/run_record.h): in the state dir, and in the run's log
+ * folder with --log-dir. A record that cannot be written is a warning: the job's result stands.
+ */
+static void write_run_record(struct agent *a, enum node_state st)
+{
+	struct run_record r = {0};
+	struct crun_diag d = {0};
+	char dir[PATH_MAX];
+
+	if (a->ns == NULL || notify_status_snapshot(a->ns, &r.last, &r.ev, &r.n, &r.dropped) < 0) {
+		return;
+	}
+	snprintf(r.run_id, sizeof(r.run_id), "%s", a->spec->rdzv_id);
+	r.nproc = a->spec->nproc_per_node;
+	r.rank_offset = r.last.round >= 0 ? a->at.as.rank_offset : -1;
+	r.start_ms = a->start_wall_ms;
+	r.end_ms = crun_wall_ms();
+	r.end = st == NODE_FINISHED ? RUN_END_FINISHED
+		: st == NODE_STOPPING ? RUN_END_CANCELLED
+				      : RUN_END_FAILED;
+	r.exit_code = a->exit_code;
+	if (run_record_dir(dir, sizeof(dir), true, &d) < 0 ||
+	    run_record_write(&r, dir, false, &d) < 0) {
+		log_warn("%s", d.msg);
+	}
+	if (a->logrun[0] != '\0' && run_record_write(&r, a->logrun, true, &d) < 0) {
+		log_warn("%s", d.msg);
+	}
+	free(r.ev);
+}
+
 /* The job's end, whatever state it ended in: the last record, the store, the temp dir. */
 static void agent_end(struct agent *a, enum node_state st)
 {
@@ -810,6 +896,7 @@ static void agent_end(struct agent *a, enum node_state st)
 		st = NODE_STOPPING;
 	}
 	enter_state(a, st);
+	write_run_record(a, st);
 	/* The last record goes out now: before the store stops or etcd forgets the job. */
 	notify_status_destroy(a->ns);
 	a->ns = NULL;
@@ -847,6 +934,7 @@ int agent_run(const struct job_spec *spec)
 	}
 	a->state = NODE_STATE_COUNT;
 	a->exit_code = 1;
+	a->start_wall_ms = crun_wall_ms();
 	/* A closed console must not kill the agent; workers get default dispositions back. */
 	signal(SIGPIPE, SIG_IGN);
 	/* Orphaned grandchildren come to us, and the guard kills the groups if we die. */

@@ -89,6 +89,8 @@ struct agent {
 	bool loop_ok;
 	uv_async_t async;
 	uv_signal_t sigs[JOBSPEC_MAX_SIGNALS];
+	uv_poll_t guard;   /* spawn_guard_pidfd(): the guard's death, named at once */
+	bool guard_polled;
 	int nsigs;
 	struct rdzv *r;
 	struct notify_status *ns; /* this node's state for systemd and `crun status` */
@@ -101,6 +103,7 @@ struct agent {
 	int members;           /* node count of the last round this node was a member of */
 	bool job_over;         /* the job ended for every node (finished or budget spent) */
 	int exit_code;
+	int64_t start_wall_ms; /* when the agent started: its run record's start */
 	bool keep_tmp;         /* keep the temp dir: it holds a failed attempt's error files */
 	char log_err[PATH_MAX + 128]; /* the first --log-dir file that lost output; "" if none */
 
@@ -119,5 +122,7 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as);
 int agent_store_conf(struct agent *a, struct crun_diag *d);
 /** Write the workers' run-scoped credential file (0600) in the run's private directory. */
 int agent_worker_token_write(struct agent *a, struct crun_diag *d);
+/** --log-dir: the run folder every node of the job shares, agreed in its first round (a->logrun). */
+int agent_log_folder(struct agent *a, struct crun_diag *d);
 
 #endif

@@ -20,8 +20,10 @@
 #include "agent/agent_internal.h"
 #include "agent/spawn.h"
 #include "agent/agent_store.h"
+#include "agent/logroute.h"
 #include "agent/torch_probe.h"
 #include "rendezvous/rdzv_keys.h"
+#include "rendezvous/store/etcd_endpoint.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/fs.h"
 #include "src/common/log.h"
@@ -43,6 +45,7 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 
 	net_join_hostport(listen, sizeof(listen), host, port);
 	so.listen = listen;
+	so.metrics_listen = a->spec->metrics_listen;
 	store_conf_server_opts(&a->sc, &so);
 	if (a->plan.tcpstore_refusal != NULL) {
 		so.tcpstore_refusal = a->plan.tcpstore_refusal;
@@ -283,6 +286,47 @@ void agent_workers_master(struct agent *a, const struct rdzv_assignment *as)
 			 m.addr, m.port);
 		break;
 	}
+	if (m.how != RDZV_BOOT_AGENT_STORE &&
+	    (a->spec->tls_ca != NULL || a->spec->tls_cert != NULL)) {
+		/* MASTER_ADDR is the rank-0 node's advertised address; what torch binds is not
+		 * ours to choose (torch 1.13's TCPStore server listens on every interface). */
+		log_warn("TLS covers crun's store, not PyTorch's: the workers' TCPStore on rank 0 "
+			 "(MASTER_ADDR=%s MASTER_PORT=%d) has no TLS and no token, torch listens for "
+			 "it on every interface of that node, and gloo/NCCL traffic is plain too: "
+			 "run the job on a private network or firewall those ports "
+			 "(docs/security.md, \"What TLS covers\")",
+			 m.addr, m.port);
+	}
+}
+
+/*
+ * An etcd password sent over plain http: anyone on the path reads it and can log in as that
+ * user. Said once, naming the members that are not https (the endpoint as the store reads it).
+ */
+static void warn_plain_etcd(const struct store_conf *c)
+{
+	struct crun_diag d = {0};
+	struct etcd_ep *eps = NULL;
+	char plain[512] = "";
+	size_t n = 0, i, used = 0;
+
+	if (c->etcd_user == NULL || c->etcd_password_file == NULL ||
+	    etcd_parse_endpoints(c->endpoint, &eps, &n, &d) < 0) {
+		return; /* no password, or an endpoint open will name */
+	}
+	for (i = 0; i < n && used < sizeof(plain); i++) {
+		if (!eps[i].tls) {
+			used += (size_t)snprintf(plain + used, sizeof(plain) - used, "%s%s",
+						 used > 0 ? ", " : "", eps[i].url);
+		}
+	}
+	free(eps);
+	if (plain[0] != '\0') {
+		log_warn("etcd: the password of user %s (%s) goes to %s over plain http: anyone on "
+			 "the path can read it and log in as that user; use https "
+			 "(etcd+https://, --rdzv-conf cacert=...)",
+			 c->etcd_user, c->etcd_password_file, plain);
+	}
 }
 
 /* ---- the store's token (docs/security.md) ---- */
@@ -346,6 +390,9 @@ int agent_store_conf(struct agent *a, struct crun_diag *d)
 			 "change this job's rendezvous and stop it");
 	}
 	rc = store_conf_init(&a->sc, &s, policy, d);
+	if (rc == 0 && spec->rdzv_kind == RDZV_KIND_ETCD) {
+		warn_plain_etcd(&a->sc);
+	}
 	if (rc == 0 && a->sc.env_token_dropped && spec->rdzv_kind == RDZV_KIND_ETCD) {
 		log_warn("CRUN_STORE_TOKEN is not used with etcd (etcd checks its own users and "
 			 "TLS: --rdzv-conf user=,password_file=,cacert=,cert=,key=); workers do "
@@ -391,5 +438,47 @@ int agent_worker_token_write(struct agent *a, struct crun_diag *d)
 		a->worker_token[0] = '\0';
 		return diag_prefix(d, "agent: workers' token file");
 	}
+	return 0;
+}
+
+/* rdzv_agree()'s proposal: a folder name (made only past the rerun names: then undone). */
+struct log_claim {
+	const struct job_spec *spec;
+	char name[256];
+	bool made;
+};
+
+static int propose_log_folder(void *arg, char *val, size_t cap, struct crun_diag *d)
+{
+	struct log_claim *c = arg;
+	int rc;
+
+	rc = logroute_claim_run_dir(c->spec->log_dir, c->spec->rdzv_id, c->name, sizeof(c->name),
+				    &c->made, d);
+	if (rc < 0) {
+		return rc;
+	}
+	return (size_t)snprintf(val, cap, "%s", c->name) < cap ? 0 : -ENAMETOOLONG;
+}
+
+int agent_log_folder(struct agent *a, struct crun_diag *d)
+{
+	struct log_claim c = {.spec = a->spec};
+	char name[256];
+	int rc;
+
+	rc = rdzv_agree(a->r, "logdir", propose_log_folder, &c, name, sizeof(name), d);
+	if (rc < 0) {
+		return rc;
+	}
+	if (c.made && strcmp(c.name, name) != 0) {
+		logroute_drop_run_dir(a->spec->log_dir, c.name);
+	}
+	rc = logroute_join_run_dir(a->spec->log_dir, name, a->logrun, sizeof(a->logrun), d);
+	if (rc < 0) {
+		a->logrun[0] = '\0';
+		return rc;
+	}
+	log_info("worker logs go to %s", a->logrun);
 	return 0;
 }

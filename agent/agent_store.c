@@ -46,21 +46,37 @@ static int probe_one(const struct addrinfo *ai, int timeout_ms)
 		wire_buf_finish(&req);
 		return -ENOMEM;
 	}
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+	/* Non-blocking: the connect too is bounded by @timeout_ms (a port whose packets are
+	 * dropped would hold a blocking connect for the kernel's two minutes of SYN retries). */
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
 	if (fd < 0) {
 		rc = -errno;
 		wire_buf_finish(&req);
 		return rc;
 	}
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		rc = -errno;
-		goto out;
+		int soerr = 0, left = (int)(until - crun_now_ms());
+		socklen_t sl = sizeof(soerr);
+
+		if (errno != EINPROGRESS) {
+			rc = -errno;
+			goto out;
+		}
+		if (left <= 0 || poll(&pfd, 1, left) <= 0) {
+			goto out; /* -ETIMEDOUT: no answer to the connect */
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr != 0) {
+			rc = soerr != 0 ? -soerr : -errno;
+			goto out;
+		}
 	}
+	/* A few bytes into an empty socket buffer: all of them go at once. */
 	if (send(fd, req.p, req.len, MSG_NOSIGNAL) != (ssize_t)req.len) {
 		rc = -EIO;
 		goto out;
 	}
-	pfd.fd = fd;
 	pfd.events = POLLIN;
 	while (got < sizeof(ans)) {
 		int left = (int)(until - crun_now_ms());

@@ -196,55 +196,87 @@ static void stop(struct group *g, int sig)
 	g->stop_signal = sig;
 	uv_timer_stop(&g->watch);
 	kill_groups(g, sig);
+	if (sig != SIGKILL) {
+		/* A stopped worker (SIGSTOP, a debugger's ^Z: often the one the watchdog found
+		 * hung) cannot act on the signal until continued; SIGKILL would come only after
+		 * the whole --shutdown-timeout. */
+		kill_groups(g, SIGCONT);
+	}
 	if (g->running > 0 && sig != SIGKILL) {
 		uv_timer_start(&g->grace, on_grace, (uint64_t)g->spec->shutdown_timeout_ms, 0);
 	}
 }
 
 /*
- * The hang watchdog: a running worker that has not touched its heartbeat file for
- * --worker-timeout fails the group, as if it had exited: the failure names it (rank, pid, how
- * long it was silent) and the group stops and restarts as for any failure.
+ * The hang watchdog: once a running worker has not touched its heartbeat file for
+ * --worker-timeout, the group fails as if it had exited: ranks blocked in a collective behind a
+ * hung rank fall silent at the same step, so every rank silent since the oldest step is named
+ * (watchdog_hung), each a failure (the first, lowest step and longest silence, the root cause),
+ * and the group stops and restarts as for any failure.
  */
 static void on_watch(uv_timer_t *t)
 {
 	struct group *g = t->data;
-	int64_t now = crun_now_ms(), silent = 0, s;
-	struct worker *w = NULL;
-	int i;
+	int64_t now = crun_now_ms(), tmo = g->spec->worker_timeout_ms;
+	struct watchdog_beat **beats;
+	char names[ERRFILE_MAX_MESSAGE] = "";
+	int i, k, *order;
 
 	if (g->stopping || g->failed) {
 		return;
 	}
-	/* Ranks blocked in a collective with a hung rank go silent too, but later: the one
-	 * silent the longest is the root cause. */
+	beats = calloc((size_t)g->n, sizeof(*beats));
+	order = calloc((size_t)g->n, sizeof(*order));
+	if (beats == NULL || order == NULL) {
+		free(beats);
+		free(order);
+		return; /* the next tick tries again */
+	}
 	for (i = 0; i < g->n; i++) {
-		if (!g->w[i].started || g->w[i].exited) {
-			continue;
-		}
-		s = watchdog_beat_silence(&g->w[i].beat, now);
-		if (s > silent) {
-			silent = s;
-			w = &g->w[i];
+		if (g->w[i].started && !g->w[i].exited) {
+			beats[i] = &g->w[i].beat;
+			(void)watchdog_beat_silence(beats[i], now);
 		}
 	}
-	if (w != NULL && silent >= g->spec->worker_timeout_ms) {
+	k = watchdog_hung(beats, g->n, now, tmo, order);
+	for (i = 0; i < k; i++) {
+		struct worker *w = &g->w[order[i]];
+		int64_t silent = now - w->beat.last_ms;
+		char step[40] = "";
+
+		size_t used = strlen(names);
+
 		log_error("worker rank %d (pid %d): no heartbeat for %.1f s (--worker-timeout "
-			  "%.1f s): treating it as hung, stopping the workers",
-			  w->rank, w->pid, (double)silent / 1000.0,
-			  (double)g->spec->worker_timeout_ms / 1000.0);
+			  "%.1f s)", w->rank, w->pid, (double)silent / 1000.0, (double)tmo / 1000.0);
+		if (w->beat.step != 0) {
+			snprintf(step, sizeof(step), ", last step %llu",
+				 (unsigned long long)w->beat.step);
+		}
+		/* the summary: "1 (no heartbeat for 3.2 s, last step 17), 0 (...)" */
+		if (used < sizeof(names)) {
+			snprintf(names + used, sizeof(names) - used, "%s%d (no heartbeat for %.1f s%s)",
+				 used > 0 ? ", " : "", w->rank, (double)silent / 1000.0, step);
+		}
 		snprintf(w->message, sizeof(w->message),
-			 "hung: no heartbeat for %.1f s (--worker-timeout %.1f s)",
-			 (double)silent / 1000.0, (double)g->spec->worker_timeout_ms / 1000.0);
+			 "hung: no heartbeat for %.1f s%s (--worker-timeout %.1f s)",
+			 (double)silent / 1000.0, step, (double)tmo / 1000.0);
 		w->failed = true;
 		w->term_signal = SIGTERM; /* what it gets now; its real end replaces this */
 		w->exit_wall_ms = crun_wall_ms();
 		g->fail[g->nfail++] = w;
-		g->failed = true;
-		stop(g, SIGTERM);
-		if (g->nfail == 1 && g->first_failure != NULL) {
-			g->first_failure(g, g->arg);
-		}
+	}
+	free(beats);
+	free(order);
+	if (k == 0) {
+		return;
+	}
+	log_error("worker%s silent since the oldest step: rank%s %s: treating %s as hung, "
+		  "stopping the workers", k > 1 ? "s" : "", k > 1 ? "s" : "", names,
+		  k > 1 ? "them" : "it");
+	g->failed = true;
+	stop(g, SIGTERM);
+	if (g->first_failure != NULL) {
+		g->first_failure(g, g->arg);
 	}
 }
 

@@ -19,6 +19,7 @@
 #include "agent/pty.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
+#include "src/common/journal.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
 
@@ -204,7 +205,8 @@ static int open_log(const char *dir, const char *name, int *fd, struct crun_diag
 
 int group_output_filtered(struct group *g, const struct group_opts *o, struct crun_diag *d)
 {
-	static const char *const names[] = {"filtered_stdout.log", "filtered_stderr.log"};
+	static const char *const names[] = {"filtered_stdout", "filtered_stderr"};
+	char name[64];
 	int i, rc;
 
 	for (i = 0; i < 2 && o->logdir != NULL; i++) {
@@ -215,7 +217,13 @@ int group_output_filtered(struct group *g, const struct group_opts *o, struct cr
 		if (rc < 0) {
 			return diag_set(d, rc, "--log-dir: mkdir %s: %s", o->logdir, strerror(-rc));
 		}
-		if ((rc = open_log(o->logdir, names[i], &g->dup_fd[i], d)) < 0) {
+		/* One file a node: the nodes of a job share the attempt's folder (logroute.h). */
+		if (o->group_world_size > 1) {
+			snprintf(name, sizeof(name), "%s.node%d.log", names[i], o->group_rank);
+		} else {
+			snprintf(name, sizeof(name), "%s.log", names[i]);
+		}
+		if ((rc = open_log(o->logdir, name, &g->dup_fd[i], d)) < 0) {
 			return rc;
 		}
 	}
@@ -240,7 +248,7 @@ int group_output_routes(struct group *g, struct worker *w, const struct group_op
 		char dir[PATH_MAX];
 
 		snprintf(dir, sizeof(dir), "%s/%d", o->logdir, w->rank);
-		rc = fs_mkdir_p(dir, 0700); /* private, like the run folder (logroute_run_dir()) */
+		rc = fs_mkdir_p(dir, 0700); /* private, like the run folder (logroute_claim_run_dir()) */
 		if (rc < 0) {
 			return diag_set(d, rc, "--log-dir: mkdir %s: %s", dir, strerror(-rc));
 		}
@@ -289,6 +297,9 @@ int group_output_routes(struct group *g, struct worker *w, const struct group_op
 		fds[i] = -1;
 		logroute_set_duplicate(i == 0 ? &w->lout : &w->lerr, spec->dup_filters[i],
 				       g->dup_fd[i]);
+		if (console >= 0 && journal_stream_is(console)) {
+			logroute_set_journal(i == 0 ? &w->lout : &w->lerr, w->rank);
+		}
 		if (rc < 0) {
 			free(prefix);
 			if (fds[1] >= 0) {

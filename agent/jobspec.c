@@ -100,5 +100,6 @@ void jobspec_finish(struct job_spec *spec)
 	}
 	free(spec->numa_binding);
 	free(spec->event_log_handler);
+	free(spec->metrics_listen);
 	memset(spec, 0, sizeof(*spec));
 }

@@ -118,6 +118,7 @@ struct job_spec {
 				     * stderr [1] holding any of these (NULL-terminated; NULL:
 				     * none) also go to filtered_std{out,err}.log in the log dir */
 	char *numa_binding;         /* --numa-binding: node|socket|exclusive|core-complex; NULL */
+	char *metrics_listen;       /* --metrics ADDR:PORT (the hosted store's); NULL: none */
 	char *event_log_handler;    /* --event-log-handler: null (default), console, ... */
 	int stdin_rank;             /* --stdin: a global rank, or JOBSPEC_STDIN_*; default 0 */
 	enum tty_mode tty;          /* --tty; default TTY_AUTO */

@@ -14,8 +14,10 @@
 
 #include "agent/logroute.h"
 #include "src/common/clock.h"
+#include "src/common/diag.h"
 #include "src/common/fs.h"
 #include "src/common/io.h"
+#include "src/common/journal.h"
 #include "src/common/log.h"
 
 int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd, int file_fd)
@@ -24,6 +26,7 @@ int logroute_init(struct logroute_stream *s, const char *prefix, int console_fd,
 	s->console_fd = console_fd;
 	s->file_fd = file_fd;
 	s->dup_fd = -1;
+	s->journal_rank = -1;
 	s->prefix = strdup(prefix != NULL ? prefix : "");
 	if (s->prefix == NULL) {
 		/* The descriptor is ours from the call on, even when the call fails. */
@@ -205,6 +208,32 @@ static void dup_write(struct logroute_stream *s, const char *p, size_t n, bool n
 	free(line);
 }
 
+void logroute_set_journal(struct logroute_stream *s, int rank)
+{
+	s->journal_rank = rank;
+}
+
+/* One line (@p, @n, without its newline) as a journal entry; 0, or why it went elsewhere. */
+static int journal_line(const struct logroute_stream *s, const char *p, size_t n)
+{
+	char stackbuf[4096], extra[32];
+	size_t total = s->prefix_len + n;
+	char *msg = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+	int rc;
+
+	if (msg == NULL) {
+		return -ENOMEM;
+	}
+	memcpy(msg, s->prefix, s->prefix_len);
+	memcpy(msg + s->prefix_len, p, n);
+	snprintf(extra, sizeof(extra), "RANK=%d\n", s->journal_rank);
+	rc = journal_send(6, "crun", msg, total, extra); /* journald's default for a stream */
+	if (msg != stackbuf) {
+		free(msg);
+	}
+	return rc;
+}
+
 /*
  * Write one line (@p, @n; it may lack its newline) to the file and the console. The first
  * s->shown bytes of it (p is then s->buf) are on the console already.
@@ -223,6 +252,9 @@ static void emit(struct logroute_stream *s, const char *p, size_t n)
 		}
 	}
 	if (s->console_fd < 0) {
+		return;
+	}
+	if (s->journal_rank >= 0 && shown == 0 && journal_line(s, p, nl ? n - 1 : n) == 0) {
 		return;
 	}
 	/*
@@ -328,7 +360,7 @@ static size_t showable(const struct logroute_stream *s)
 
 int64_t logroute_partial_due(const struct logroute_stream *s)
 {
-	if (s->console_fd < 0 || s->len <= s->shown || showable(s) == 0) {
+	if (s->console_fd < 0 || s->journal_rank >= 0 || s->len <= s->shown || showable(s) == 0) {
 		return -1;
 	}
 	return s->fed_ms + LOGROUTE_PARTIAL_MS;
@@ -338,7 +370,7 @@ void logroute_forward_partial(struct logroute_stream *s)
 {
 	size_t k;
 
-	if (s->console_fd < 0 || s->len <= s->shown) {
+	if (s->console_fd < 0 || s->journal_rank >= 0 || s->len <= s->shown) {
 		return;
 	}
 	k = showable(s);
@@ -437,17 +469,11 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
 
 /* ---- the --log-dir layout ---- */
 
-int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len)
+int logroute_check_dir(const char *log_dir)
 {
 	struct crun_diag d = {0};
-	char ts[32];
-	struct tm tm;
-	time_t now = time(NULL);
-	int rc, k;
+	int rc;
 
-	if (localtime_r(&now, &tm) == NULL || strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", &tm) == 0) {
-		snprintf(ts, sizeof(ts), "%lld", (long long)now);
-	}
 	rc = fs_mkdir_p(log_dir, 0755);
 	if (rc < 0) {
 		return rc;
@@ -461,21 +487,101 @@ int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t 
 	if (rc > 0) {
 		log_warn("%s", d.msg);
 	}
-	/* Private (torchrun's are too): the logs say what the job printed. */
-	k = snprintf(out, len, "%s/%s_%s", log_dir, run_id, ts);
-	if (k < 0 || (size_t)k + 7 >= len) {
-		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* A run folder's name: one path part, never "." or "..", no newline (a log line names it). */
+static bool name_ok(const char *name)
+{
+	return name[0] != '\0' && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+	       strpbrk(name, "/\n") == NULL;
+}
+
+int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, size_t cap,
+			   bool *made, struct crun_diag *d)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int n, k;
+
+	*made = false;
+	if (!name_ok(run_id)) {
+		return diag_set(d, -EINVAL, "--log-dir: \"%s\" cannot name a folder", run_id);
 	}
-	if (mkdir(out, 0700) == 0) {
+	/*
+	 * A rerun's logs never mix with the first run's: "<run_id>", then "<run_id>.1", ..., in
+	 * the order of the runs. Proposed, not made: nodes that propose at once see the same
+	 * names taken and propose the same one; logroute_join_run_dir() makes it.
+	 */
+	for (n = 0; n < LOGROUTE_RERUNS; n++) {
+		k = n == 0 ? snprintf(name, cap, "%s", run_id) : snprintf(name, cap, "%s.%d", run_id, n);
+		if (k < 0 || (size_t)k + 8 >= cap ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", log_dir, name) >= sizeof(path) - 8) {
+			return diag_set(d, -ENAMETOOLONG, "--log-dir: %s/%s: name too long", log_dir,
+					run_id);
+		}
+		if (lstat(path, &st) != 0) {
+			if (errno == ENOENT) {
+				return 0;
+			}
+			return diag_set(d, -errno, "--log-dir: %s: %s", path, strerror(errno));
+		}
+	}
+	/* All taken (names planted in a shared folder): a random suffix, as mkdtemp(3) makes it,
+	 * which nobody can guess in advance, so planted names cannot stop the job. */
+	snprintf(name, cap, "%s.XXXXXX", run_id);
+	snprintf(path, sizeof(path), "%s/%s", log_dir, name);
+	if (mkdtemp(path) == NULL) {
+		return diag_set(d, -errno, "--log-dir: mkdtemp %s: %s", path, strerror(errno));
+	}
+	*made = true;
+	snprintf(name, cap, "%s", strrchr(path, '/') + 1);
+	return 0;
+}
+
+/* Whether @path is a folder of ours (not a link) that only we can enter. */
+static bool ours(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 077) == 0;
+}
+
+int logroute_join_run_dir(const char *log_dir, const char *name, char *out, size_t len,
+			  struct crun_diag *d)
+{
+	if (!name_ok(name)) {
+		return diag_set(d, -EINVAL, "--log-dir: the job's folder name \"%s\" is not one "
+				"path part", name);
+	}
+	if ((size_t)snprintf(out, len, "%s/%s", log_dir, name) + 8 >= len) {
+		return diag_set(d, -ENAMETOOLONG, "--log-dir: %s/%s: name too long", log_dir, name);
+	}
+	/* Made by the node that proposed it where --log-dir is shared; here when it is not. */
+	if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+		return diag_set(d, -errno, "--log-dir: mkdir %s: %s", out, strerror(errno));
+	}
+	if (ours(out)) {
 		return 0;
 	}
-	if (errno != EEXIST) {
-		return -errno;
-	}
-	/* Taken (a rerun within the second, or a name someone planted): a random suffix, as
-	 * mkdtemp(3) makes it, which nobody can guess in advance. */
+	/* Someone else's, a link, or open to others: not where this job's logs go. */
+	log_warn("--log-dir: %s is not a private folder of ours (a name planted there?); this "
+		 "node's logs go to a folder of its own", out);
 	strcat(out, ".XXXXXX");
-	return mkdtemp(out) != NULL ? 0 : -errno;
+	if (mkdtemp(out) == NULL) {
+		return diag_set(d, -errno, "--log-dir: mkdtemp %s: %s", out, strerror(errno));
+	}
+	return 0;
+}
+
+void logroute_drop_run_dir(const char *log_dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", log_dir, name) < sizeof(path)) {
+		(void)rmdir(path); /* empty: we made it a moment ago and another proposal won */
+	}
 }
 
 /* rename(), or a copy when @dst is on another file system; private (0600) either way. */

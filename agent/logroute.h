@@ -3,6 +3,7 @@
 #ifndef CRUN_AGENT_LOGROUTE_H
 #define CRUN_AGENT_LOGROUTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,7 @@ struct logroute_stream {
 	int64_t fed_ms;   /* crun_now_ms() when bytes last came in */
 	char *const *dup_filters; /* borrowed, NULL-terminated: lines holding one of these ... */
 	int dup_fd;       /* ... also go here, prefixed (borrowed; -1: none) */
+	int journal_rank; /* >= 0: the console is the journal: lines go as entries with RANK */
 };
 
 /**
@@ -63,6 +65,14 @@ int logroute_set_file_path(struct logroute_stream *s, const char *path);
  * is also written, with its prefix, to @fd (borrowed; shared by the workers: one write a line).
  */
 void logroute_set_duplicate(struct logroute_stream *s, char *const *filters, int fd);
+/**
+ * The console of @s is the journal's stream: each whole line goes to journald as one entry
+ * (src/common/journal.h: MESSAGE = prefix + line, the agent's RUN_ID, NODE_RANK, ROUND, and
+ * RANK=@rank), so `journalctl RUN_ID=... RANK=3` finds a worker's lines; to the stream as
+ * before when journald does not take it. No live partial lines there (journald waits for the
+ * newline anyway).
+ */
+void logroute_set_journal(struct logroute_stream *s, int rank);
 /** Route @n bytes (borrowed): every complete line is written out at once. */
 void logroute_feed(struct logroute_stream *s, const char *data, size_t n);
 /**
@@ -86,16 +96,45 @@ char *logroute_format_prefix(const char *tmpl, int rank, int local_rank, const c
 
 /* ---- the --log-dir layout ---- */
 
-/**
- * Claim this run's folder under --log-dir @log_dir (created with its parents): a fresh
- * "<run_id>_<YYYYmmdd-HHMMSS>" (local time), mode 0700, or "<run_id>_<YYYYmmdd-HHMMSS>.XXXXXX"
- * (mkdtemp(3): random) when that name is taken, so that reruns with the same run id never
- * share attempt folders and names planted in a shared @log_dir cannot stop the job (torchrun
- * uses mkdtemp too). @log_dir is refused (-EPERM, logged naming it and its mode) when others
- * could replace what is in it (fs_check_dir_safe()), warned about when its group can.
- * The path goes to @out. Returns 0 or a negative errno.
+/*
+ * One folder per run, shared by every node of the job where --log-dir is shared (NFS):
+ * DIR/<run_id>/attempt_<round>/<rank>/{stdout,stderr}.log, the kept error files
+ * attempt_<round>/error_<rank>.json and each node's run record run-<host>:<pid>.json; global
+ * ranks and rounds are the job's own, so nodes never write the same file. A rerun with the same
+ * run id gets DIR/<run_id>.1, .2, ... (never mixed with the first run's logs); names planted
+ * in a shared DIR cannot stop a job: past LOGROUTE_RERUNS a random suffix (mkdtemp(3)).
+ * The nodes agree on the name through the rendezvous (rdzv_agree(), "logdir"): the first
+ * node to propose a name wins, every node (itself too) joins it.
  */
-int logroute_run_dir(const char *log_dir, const char *run_id, char *out, size_t len);
+#define LOGROUTE_RERUNS 100
+
+struct crun_diag;
+
+/**
+ * Create --log-dir @log_dir (with its parents, 0755) and check it: refused (-EPERM, logged
+ * naming it and its mode) when others could replace what is in it (fs_check_dir_safe()),
+ * warned about when its group can. Returns 0 or a negative errno.
+ */
+int logroute_check_dir(const char *log_dir);
+/**
+ * This node's proposal of a fresh run folder in @log_dir for run @run_id: the first name of
+ * "<run_id>", "<run_id>.1", ... that nothing in @log_dir has (see above), to @name (a name,
+ * not a path). Past those, a random one it makes (mkdtemp(3), 0700; *@made set: remove it
+ * with logroute_drop_run_dir() when another proposal wins). Returns 0 or a negative errno
+ * (@d filled).
+ */
+int logroute_claim_run_dir(const char *log_dir, const char *run_id, char *name, size_t cap,
+			   bool *made, struct crun_diag *d);
+/**
+ * The path of the run folder @name (agreed) in @log_dir to @out, the folder made (0700) when
+ * this node does not see it (a --log-dir that is not shared). One that is not a private
+ * folder of this user (a link, another user's, open to others) is not used: a warning, and a
+ * folder of this node's own, "<name>.XXXXXX". Returns 0 or a negative errno (@d filled).
+ */
+int logroute_join_run_dir(const char *log_dir, const char *name, char *out, size_t len,
+			  struct crun_diag *d);
+/** Remove the (empty) folder @name this node made when another node's proposal won. */
+void logroute_drop_run_dir(const char *log_dir, const char *name);
 /**
  * Move the workers' error files (error_<rank>.json) of attempt @attempt from the temporary
  * @errdir into @run_dir/attempt_<attempt> (created when there is one), so that the temporary

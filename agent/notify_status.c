@@ -80,6 +80,45 @@ int notify_status_parse(const char *line, struct node_record *r)
 	return 0;
 }
 
+int notify_event_format(const struct node_event *e, char *buf, size_t cap)
+{
+	char msg[sizeof(e->msg)];
+	size_t i;
+	int n;
+
+	for (i = 0; e->msg[i] != '\0' && i + 1 < sizeof(msg); i++) {
+		msg[i] = e->msg[i] == '\n' || e->msg[i] == '\r' ? ' ' : e->msg[i];
+	}
+	msg[i] = '\0';
+	n = snprintf(buf, cap,
+		     "e1 t=%" PRId64 " state=%s round=%d restarts=%d frank=%d fexit=%d msg=%s",
+		     e->wall_ms, node_state_name(e->state), e->round, e->restarts, e->fail_rank,
+		     e->fail_exit, msg);
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int notify_event_parse(const char *line, struct node_event *e)
+{
+	char state[32];
+	int i, n = 0;
+
+	memset(e, 0, sizeof(*e));
+	if (sscanf(line, "e1 t=%" SCNd64 " state=%31s round=%d restarts=%d frank=%d fexit=%d msg=%n",
+		   &e->wall_ms, state, &e->round, &e->restarts, &e->fail_rank, &e->fail_exit,
+		   &n) != 6 ||
+	    n == 0) {
+		return -EBADMSG;
+	}
+	e->state = NODE_STATE_COUNT;
+	for (i = 0; i < NODE_STATE_COUNT; i++) {
+		if (strcmp(state, state_names[i]) == 0) {
+			e->state = (enum node_state)i;
+		}
+	}
+	snprintf(e->msg, sizeof(e->msg), "%.*s", (int)strcspn(line + n, "\n"), line + n);
+	return 0;
+}
+
 struct notify_status {
 	struct store_conf sc; /* the agent's store configuration, borrowed with short timeouts */
 	char run[256];        /* the run id (rendezvous/rdzv_keys.h names its keys) */
@@ -93,11 +132,60 @@ struct notify_status {
 	char last_status[700]; /* the last STATUS= sent: an unchanged one is not sent again */
 	pthread_t thr;
 	bool thr_ok;
+	/* The history: a ring of the newest NOTIFY_STATUS_EVENTS; nev counts every event. */
+	struct node_event ev[NOTIFY_STATUS_EVENTS];
+	uint64_t nev;
 
 	/* The publisher's own (its thread only). */
 	struct crun_store *st;
 	bool indexed;
+	uint64_t ev_published; /* events appended to the store's history so far */
 };
+
+/* The events the store has not seen yet, as lines, into @buf; *@upto: the count they reach.
+ * Called with the lock held. Returns the length (0: none). */
+static size_t pending_events(struct notify_status *s, char *buf, size_t cap, uint64_t *upto)
+{
+	uint64_t i = s->ev_published;
+	size_t len = 0;
+	int n;
+
+	if (s->nev - i > NOTIFY_STATUS_EVENTS) {
+		i = s->nev - NOTIFY_STATUS_EVENTS; /* older ones left the ring */
+	}
+	for (; i < s->nev; i++) {
+		n = notify_event_format(&s->ev[i % NOTIFY_STATUS_EVENTS], buf + len, cap - len);
+		if (n < 0 || len + (size_t)n + 1 >= cap) {
+			break; /* the rest at the next publication */
+		}
+		len += (size_t)n;
+		buf[len++] = '\n';
+	}
+	*upto = i;
+	return len;
+}
+
+/* Append the events the store has not seen to this node's history key. */
+static int publish_events(struct notify_status *s)
+{
+	char key[sizeof(s->run) + sizeof(s->id) + 32], buf[8192];
+	uint64_t upto;
+	size_t len;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	len = pending_events(s, buf, sizeof(buf), &upto);
+	pthread_mutex_unlock(&s->lock);
+	if (len == 0) {
+		return 0;
+	}
+	rdzv_key_status_hist(key, sizeof(key), s->run, s->id);
+	rc = crun_store_append(s->st, key, buf, len);
+	if (rc == 0) {
+		s->ev_published = upto;
+	}
+	return rc;
+}
 
 static void publish(struct notify_status *s, struct node_record *r)
 {
@@ -119,7 +207,10 @@ static void publish(struct notify_status *s, struct node_record *r)
 		return;
 	}
 	rdzv_key_status_node(key, sizeof(key), s->run, s->id);
-	rc = crun_store_set(s->st, key, line, (size_t)n);
+	rc = publish_events(s);
+	if (rc == 0) {
+		rc = crun_store_set(s->st, key, line, (size_t)n);
+	}
 	if (rc == 0 && !s->indexed) {
 		/* After the record, so a reader that finds the name also finds the record. */
 		rdzv_key_status_index(key, sizeof(key), s->run);
@@ -294,13 +385,33 @@ static void tell_systemd(struct notify_status *s)
 	notify_send("%s%sSTATUS=%s", ready, stopping, what);
 }
 
+/* The history's next event: the record as it is now. Called with the lock held. */
+static void add_event(struct notify_status *s, bool failure)
+{
+	struct node_event *e = &s->ev[s->nev++ % NOTIFY_STATUS_EVENTS];
+
+	memset(e, 0, sizeof(*e));
+	e->wall_ms = crun_wall_ms();
+	e->state = s->rec.state;
+	e->round = s->rec.round;
+	e->restarts = s->rec.restarts;
+	e->fail_rank = failure ? s->rec.fail_rank : -1;
+	e->fail_exit = failure ? s->rec.fail_exit : -1;
+	/* The first part of a long summary: the record keeps the whole last one. */
+	snprintf(e->msg, sizeof(e->msg), "%.*s", (int)sizeof(e->msg) - 1,
+		 failure ? s->rec.fail_msg : "");
+}
+
 void notify_status_set(struct notify_status *s, enum node_state st,
 		       const struct rdzv_assignment *as)
 {
+	bool changed;
+
 	if (s == NULL) {
 		return;
 	}
 	pthread_mutex_lock(&s->lock);
+	changed = s->rec.state != st || s->nev == 0 || (as != NULL && as->round != s->rec.round);
 	if (s->rec.state != st) {
 		s->rec.since_wall_ms = crun_wall_ms();
 	}
@@ -311,6 +422,9 @@ void notify_status_set(struct notify_status *s, enum node_state st,
 		s->rec.world_size = as->world_size;
 		s->rec.round = as->round;
 		s->rec.restarts = as->restart_count;
+	}
+	if (changed) {
+		add_event(s, false);
 	}
 	s->version++;
 	tell_systemd(s);
@@ -328,9 +442,32 @@ void notify_status_fail(struct notify_status *s, int rank, int exit_code, const 
 	s->rec.fail_exit = exit_code;
 	s->rec.fail_wall_ms = crun_wall_ms();
 	snprintf(s->rec.fail_msg, sizeof(s->rec.fail_msg), "%s", msg != NULL ? msg : "");
+	add_event(s, true);
 	s->version++;
 	pthread_cond_signal(&s->cond);
 	pthread_mutex_unlock(&s->lock);
+}
+
+int notify_status_snapshot(struct notify_status *s, struct node_record *rec,
+			   struct node_event **ev, int *n, int *dropped)
+{
+	uint64_t first, i;
+
+	pthread_mutex_lock(&s->lock);
+	first = s->nev > NOTIFY_STATUS_EVENTS ? s->nev - NOTIFY_STATUS_EVENTS : 0;
+	*rec = s->rec;
+	*n = (int)(s->nev - first);
+	*dropped = (int)first;
+	*ev = calloc((size_t)*n + 1, sizeof(**ev));
+	if (*ev == NULL) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOMEM;
+	}
+	for (i = first; i < s->nev; i++) {
+		(*ev)[i - first] = s->ev[i % NOTIFY_STATUS_EVENTS];
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
 }
 
 void notify_status_destroy(struct notify_status *s)

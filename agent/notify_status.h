@@ -44,6 +44,27 @@ struct node_record {
 	char fail_msg[512];
 };
 
+/*
+ * A node's history: one event per state change (and per new round), kept for `crun status`
+ * while the job runs (appended to rdzv/<run>/status/hist/<host>:<pid>, one line each) and in
+ * the run record it leaves when it ends (agent/run_record.h). The newest NOTIFY_STATUS_EVENTS
+ * are kept; the record says how many older ones were dropped.
+ */
+#define NOTIFY_STATUS_EVENTS 256
+
+struct node_event {
+	int64_t wall_ms;
+	enum node_state state;
+	int round, restarts;
+	int fail_rank, fail_exit; /* the failure this event is about, or -1 */
+	char msg[256];
+};
+
+/** One line, no newline: "e1 t=MS state=... round=R restarts=N frank=R fexit=E msg=TEXT". */
+int notify_event_format(const struct node_event *e, char *buf, size_t cap);
+/** Parse what notify_event_format() wrote. Returns 0 or -EBADMSG. */
+int notify_event_parse(const char *line, struct node_event *e);
+
 /** "joining", "running", ...; "unknown" for a value out of range. */
 const char *node_state_name(enum node_state s);
 
@@ -76,6 +97,13 @@ void notify_status_set(struct notify_status *s, enum node_state st,
 
 /** This node's workers failed: global @rank, exit code (128+signal), and the summary. */
 void notify_status_fail(struct notify_status *s, int rank, int exit_code, const char *msg);
+
+/**
+ * A copy of this node's record and history, oldest event first: *@ev (free()) holds *@n
+ * events, *@dropped older ones were not kept. Returns 0 or -ENOMEM.
+ */
+int notify_status_snapshot(struct notify_status *s, struct node_record *rec,
+			   struct node_event **ev, int *n, int *dropped);
 
 /** Publish the last state (within a few seconds at most), stop the thread, free. NULL: no-op. */
 void notify_status_destroy(struct notify_status *s);

@@ -20,6 +20,8 @@
 
 #include "agent/spawn.h"
 #include "src/common/fs.h"
+#include "src/common/log.h"
+#include "src/common/signames.h"
 
 /* ---- environment ---- */
 
@@ -259,6 +261,9 @@ int spawn_worker_env(const struct spawn_worker_info *wi, char *const *base, stru
 			return -ENODEV;
 		}
 		rc |= spawn_env_set(e, "CUDA_VISIBLE_DEVICES", dev);
+		/* torchrun keeps LOCAL_WORLD_SIZE = nproc here too; libcrun-worker reads this to
+		 * know that its one visible GPU serves LOCAL_RANK 0 of that many (gpu_device.h). */
+		rc |= spawn_env_set(e, "CRUN_VIRTUAL_LOCAL_RANK", "1");
 	}
 	if (rc != 0) {
 		spawn_env_finish(e);
@@ -534,6 +539,7 @@ int spawn_reap(int pidfd, bool *exited, int *exit_status, int *term_signal)
 
 static int guard_fd = -1;
 static pid_t guard_pid = -1;
+static int guard_pidfd = -1; /* readable once the guard has exited */
 
 #define GUARD_MAX 65536
 
@@ -633,7 +639,50 @@ int spawn_guard_start(const char *tmpdir)
 	close(p[0]);
 	guard_fd = p[1];
 	guard_pid = pid;
+	guard_pidfd = pidfd_open(pid, 0); /* -1 (old kernel): noticed at the attempt's end only */
 	return 0;
+}
+
+int spawn_guard_pidfd(void)
+{
+	return guard_pidfd;
+}
+
+/* The guard is gone while the agent runs (killed by someone): say what that means. */
+static void guard_died(int status)
+{
+	char b[32];
+
+	if (WIFSIGNALED(status)) {
+		snprintf(b, sizeof(b), "was killed by %s", signal_abbrev(WTERMSIG(status)) != NULL
+								  ? signal_abbrev(WTERMSIG(status))
+								  : "a signal");
+	} else {
+		snprintf(b, sizeof(b), "exited %d", WEXITSTATUS(status));
+	}
+	log_error("crun-guard (pid %d) %s: should this agent now die outright (SIGKILL, the OOM "
+		  "killer), its workers' children and temporary files are left behind; the job "
+		  "goes on", (int)guard_pid, b);
+	guard_pid = -1;
+	if (guard_fd >= 0) {
+		close(guard_fd);
+		guard_fd = -1;
+	}
+	if (guard_pidfd >= 0) {
+		close(guard_pidfd);
+		guard_pidfd = -1;
+	}
+}
+
+bool spawn_guard_check(void)
+{
+	int status;
+
+	if (guard_pid <= 0 || waitpid(guard_pid, &status, WNOHANG) != guard_pid) {
+		return guard_pid > 0;
+	}
+	guard_died(status);
+	return false;
 }
 
 static void guard_send(int32_t v)
@@ -667,18 +716,23 @@ void spawn_guard_stop(void)
 		}
 		guard_pid = -1;
 	}
+	if (guard_pidfd >= 0) {
+		close(guard_pidfd);
+		guard_pidfd = -1;
+	}
 }
 
 void spawn_reap_orphans(void)
 {
 	for (;;) {
-		pid_t p = waitpid(-1, NULL, WNOHANG);
+		int status;
+		pid_t p = waitpid(-1, &status, WNOHANG);
 
 		if (p <= 0) {
 			return;
 		}
 		if (p == guard_pid) {
-			guard_pid = -1;
+			guard_died(status);
 		}
 	}
 }

@@ -95,6 +95,13 @@ void spawn_guard_add(pid_t pgid);
 void spawn_guard_remove(pid_t pgid);
 /** Tell the guard the agent ends normally, close the pipe, reap the guard. */
 void spawn_guard_stop(void);
+/** A pidfd readable once the guard has exited (for the agent's loop), or -1. */
+int spawn_guard_pidfd(void);
+/**
+ * Whether the guard still runs; when it has exited, reap it and log an error naming it (pid,
+ * how it ended) and what its loss means. Call when spawn_guard_pidfd() is readable.
+ */
+bool spawn_guard_check(void);
 
 /** Reap exited children libuv does not know about (orphans adopted as child subreaper). */
 void spawn_reap_orphans(void);

@@ -96,9 +96,10 @@ const char *rdzv_why(const struct crun_store *st, int rc)
 {
 	const char *m;
 
-	/* Only for failures the backends always describe: the message is this failure's. */
+	/* Only for failures the backends always describe: the message is this failure's. A
+	 * store's NO_MEMORY reply names what ran out: a data quota (its limit, its run) or memory. */
 	if (rdzv_store_gone(rc) || rc == -ETIMEDOUT || rc == -EBADMSG || rc == CRUN_EMAGIC ||
-	    rc == CRUN_EVERSION || rc == -ENOSPC || rc == -EDQUOT) {
+	    rc == CRUN_EVERSION || rc == -ENOSPC || rc == -EDQUOT || rc == -ENOMEM) {
 		m = store_last_error(st);
 		if (m != NULL && m[0] != '\0') {
 			return m;
@@ -514,4 +515,32 @@ int rdzv_wait_left(struct rdzv *r, int64_t timeout_ms)
 	}
 	snprintf(key, sizeof(key), "gone/%d", r->count);
 	return crun_store_wait(r->st, keys, 1, clamp_ms(timeout_ms));
+}
+int rdzv_agree(struct rdzv *r, const char *what, rdzv_propose_cb propose, void *arg, char *out,
+	       size_t cap, struct crun_diag *d)
+{
+	char key[KEY_MAX], mine[512];
+	bool won = false;
+	int rc;
+
+	if ((size_t)snprintf(key, sizeof(key), "agree/%s", what) >= sizeof(key) ||
+	    cap > sizeof(mine)) {
+		return diag_set(d, -ENAMETOOLONG, "rendezvous: agree on %s: too long", what);
+	}
+	rc = rdzv_get_str(r->st, key, out, cap);
+	if (rc == 0 && out[0] != '\0') {
+		return 0;
+	}
+	if (rc < 0 && rc != -ENOENT) {
+		return diag_set(d, rc, "rendezvous: reading %s: %s", key, rdzv_why(r->st, rc));
+	}
+	rc = propose(arg, mine, cap, d);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = rdzv_cas_str(r->st, key, mine, out, cap, &won);
+	if (rc < 0) {
+		return diag_set(d, rc, "rendezvous: writing %s: %s", key, rdzv_why(r->st, rc));
+	}
+	return won ? 1 : 0;
 }

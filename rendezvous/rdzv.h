@@ -142,4 +142,16 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d);
  */
 int rdzv_wait_left(struct rdzv *r, int64_t timeout_ms);
 
+/**
+ * A value every node of the job must share that only the node can make (the --log-dir folder a
+ * node created): @propose (called at most once, only when no node has agreed one yet) writes
+ * this node's proposal into @val (@cap bytes; returns 0 or a negative errno, @d filled); the
+ * first proposal stored wins ("agree/<what>", compare-and-set). The agreed value goes to @out.
+ * Returns 1 when it is this node's proposal, 0 when another's (the caller undoes its own, if
+ * it made one), or a negative error (@d filled).
+ */
+typedef int (*rdzv_propose_cb)(void *arg, char *val, size_t cap, struct crun_diag *d);
+int rdzv_agree(struct rdzv *r, const char *what, rdzv_propose_cb propose, void *arg, char *out,
+	       size_t cap, struct crun_diag *d);
+
 #endif

@@ -31,6 +31,8 @@
  *   r/<R>/done           add per finished node; r/<R>/alldone when it reaches the count
  *   r/<R>/wake/<g>/<n>   written by rdzv_watch_stop() to wake the watch thread at once
  *   gone, gone/<n>       nodes that saw the job end; the n-th writes gone/<n> (rdzv_wait_left)
+ *   agree/<what>         a value the nodes share, the first proposal wins (rdzv_agree()):
+ *                        "logdir", the job's --log-dir folder (agent/logroute.h)
  *
  * rdzv.c holds the handle, finishing and leaving; rdzv_join.c joins rounds (static and
  * dynamic) and closes them; rdzv_assign.c fills in what a node takes from a closed round;
@@ -81,6 +83,11 @@ struct rdzv {
 	atomic_bool stop;
 	atomic_bool self_failed; /* this node marked the round failed itself */
 	atomic_bool thr_exited;	 /* the watch thread returned (no wakeup needed) */
+
+	/* A node lost from round lost_round that the job cannot go on without: its
+	 * description ("" when none), for the join that waits for it to come back. */
+	char lost[REC_MAX + 64];
+	int lost_round;
 };
 
 /* The ring of liveness checks: node g watches the next node that has not finished. */
@@ -167,6 +174,15 @@ void rdzv_ring_init(const struct rdzv *r, struct rdzv_ring *ring);
  * One liveness check of the ring on @st. Returns 1 when the watched node is lost (detail in
  * @lost), 0, or a store error.
  */
+/*
+ * Leaving round r->round, whose "failed" value is @failed, @len bytes (NULL: none): when it
+ * names a node lost (KIND_LOST) and the job cannot form without it (below min_nodes), note it
+ * in r->lost and return the earlier deadline for the next join, heartbeat_timeout from now, by
+ * which the lost node must be back; else @deadline.
+ */
+int64_t rdzv_lost_deadline(struct rdzv *r, const void *failed, size_t len, int64_t deadline);
+/** The join of round @R timed out waiting for r->lost: say so in @d. -ETIMEDOUT. */
+int rdzv_lost_timeout(struct rdzv *r, int R, int joined, struct crun_diag *d);
 int rdzv_ring_check(struct rdzv *r, struct crun_store *st, struct rdzv_ring *ring, char *lost,
 		    size_t cap);
 

@@ -574,6 +574,9 @@ static int close_on_timeout(struct join *j, int64_t now, struct crun_diag *d)
 	describe_members(r, j->R, joined,
 			 is_static(r) ? "; never came: node ranks" : "; joined:", members,
 			 sizeof(members));
+	if (r->lost[0] != '\0' && j->R == r->lost_round + 1) {
+		return rdzv_lost_timeout(r, j->R, joined, d);
+	}
 	if (!j->prev_ended) {
 		/* Enough nodes may be here: what held the round is the one before. */
 		return diag_set(d, -ETIMEDOUT,
@@ -913,6 +916,9 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 				end_known = 0;
 			}
 		}
+		/* A node lost that the job cannot go on without: it has heartbeat_timeout to
+		 * come back, not the whole join_timeout. */
+		deadline = rdzv_lost_deadline(r, rc == 0 ? vals[0] : NULL, lens[0], deadline);
 		free(vals[0]);
 		free(vals[1]);
 		/* Leaving a round nobody marked over: mark it, so that R + 1 may form. */

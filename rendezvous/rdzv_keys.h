@@ -20,7 +20,10 @@
  *                                     through the agent store) can reach; under it PyTorch
  *                                     writes "/worker/attempt_<N>/..."
  * The store confines a run-scoped credential to "rdzv/<run>/" and "<run>/"
- * (rendezvous/store/server_auth.c, docs/security.md).
+ * (rendezvous/store/server_auth.c, docs/security.md), and counts what is stored under them
+ * against the run's quotas by this same schema: "<run>/tcpstore/" against its TCPStore
+ * namespace's, the rest against its scope's (ks_key_account() in rendezvous/store/keyspace.h;
+ * change both together).
  *
  * Each function writes the NUL-terminated key into @buf (@cap bytes) and returns 0, or
  * -ENAMETOOLONG when it does not fit (@buf then holds a truncated key: do not use it).
@@ -62,6 +65,12 @@ static inline int rdzv_key_status_index(char *buf, size_t cap, const char *run)
 static inline int rdzv_key_status_node(char *buf, size_t cap, const char *run, const char *id)
 {
 	return rdzv_key_fmt(buf, cap, "rdzv/%s/status/node/%s", run, id);
+}
+
+/** "rdzv/<run>/status/hist/<id>": one agent's history, an event a line (notify_status.h). */
+static inline int rdzv_key_status_hist(char *buf, size_t cap, const char *run, const char *id)
+{
+	return rdzv_key_fmt(buf, cap, "rdzv/%s/status/hist/%s", run, id);
 }
 
 /** "<base><run>/attempt/<round>/": round @round's workers' keys (@base: the store prefix). */

@@ -83,6 +83,37 @@ int rdzv_request_reform(struct rdzv *r, const char *why)
 	return rdzv_mark_failed(r, r->st, KIND_REFORM, why, NULL, 0, &won);
 }
 
+int64_t rdzv_lost_deadline(struct rdzv *r, const void *failed, size_t len, int64_t deadline)
+{
+	int64_t back_by = crun_now_ms() + r->conf.heartbeat_timeout_ms;
+	char v[REC_MAX];
+
+	r->lost[0] = '\0';
+	if (failed == NULL || len == 0 || *(const char *)failed != KIND_LOST ||
+	    r->count - 1 >= r->conf.min_nodes) {
+		return deadline;
+	}
+	snprintf(v, sizeof(v), "%.*s", (int)(len < sizeof(v) ? len : sizeof(v) - 1),
+		 (const char *)failed);
+	rdzv_describe_failed(v, r->lost, sizeof(r->lost));
+	r->lost_round = r->round;
+	log_warn("rendezvous %s round %d: %s; the job needs %d nodes: waiting %.1f s "
+		 "(heartbeat_timeout) for it to come back",
+		 r->run_id, r->round, r->lost, r->conf.min_nodes,
+		 (double)r->conf.heartbeat_timeout_ms / 1000.0);
+	return back_by < deadline ? back_by : deadline;
+}
+
+int rdzv_lost_timeout(struct rdzv *r, int R, int joined, struct crun_diag *d)
+{
+	return diag_set(d, -ETIMEDOUT,
+			"rendezvous %s round %d: a node left the job and did not come back within "
+			"heartbeat_timeout (%.1f s): %s; %d of the %d nodes the job needs joined, "
+			"so it cannot go on (not waiting out join_timeout)",
+			r->run_id, R, (double)r->conf.heartbeat_timeout_ms / 1000.0, r->lost,
+			joined, r->conf.min_nodes);
+}
+
 /* ---- the liveness ring ----------------------------------------------------------------- */
 
 /* "host H, address A" of node @g of the current round, from its record; "?" when unknown. */
@@ -286,30 +317,38 @@ static int watch_once(struct rdzv *r, struct watch *w, int *errors)
 
 /*
  * Errors that another keep-alive attempt cannot mend: the TCP client has already retried a
- * refused or unroutable connection within its own bound (client_tcp.c), and a damaged or
- * foreign store file stays what it is. A timeout, a cut connection or a store shutting down
- * gets the keep-alive attempts.
+ * refused connection within its own bound (client_tcp.c: nothing listens there any more, and
+ * a TCP store keeps its data in memory, so a restarted one could not carry the job on), and a
+ * damaged or foreign store file stays what it is. A timeout, an unroutable store (a network
+ * that may come back), a cut connection or a store shutting down gets heartbeat_timeout.
  */
 static bool store_error_is_final(int rc)
 {
-	return rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
-	       rc == -EBADMSG || rc == CRUN_EMAGIC || rc == CRUN_EVERSION;
+	return rc == -ECONNREFUSED || rc == -EBADMSG || rc == CRUN_EMAGIC || rc == CRUN_EVERSION;
 }
 
 /*
- * Store error @rc, the @errors-th in a row: back off one keep-alive slice and go on (true), or
- * after keep_alive_max_attempt (at once for a final error) report the store lost (false).
+ * Store error @rc, the @errors-th in a row, the store silent since @last_ok: back off one
+ * keep-alive slice and go on (true), or report the store lost (false) once it has been silent
+ * for heartbeat_timeout and keep_alive_max_attempt attempts failed (at once for a final
+ * error). heartbeat_timeout is the outage the user allows (docs/reliability.md, "Losing the
+ * store"): the heartbeats set before it are still alive when a shorter outage ends, so the
+ * job rides through it; after it, the other nodes count this one lost anyway.
  */
-static bool watch_store_error(struct rdzv *r, int rc, int errors)
+static bool watch_store_error(struct rdzv *r, int rc, int errors, int64_t last_ok)
 {
 	const struct rdzv_conf *c = &r->conf;
 	bool at_once = rc == -ESHUTDOWN || rc == -ECONNRESET || rc == -EPIPE;
+	int64_t silent = crun_now_ms() - last_ok;
 	char desc[REC_MAX + 64];
 
 	atomic_store(&r->wst_bad, true);
-	if (errors < c->keep_alive_max_attempt && !store_error_is_final(rc)) {
-		log_warn("rendezvous %s round %d: store: %s (attempt %d of %d)", r->run_id,
-			 r->round, rdzv_why(r->wst, rc), errors, c->keep_alive_max_attempt);
+	if ((errors < c->keep_alive_max_attempt || silent < c->heartbeat_timeout_ms) &&
+	    !store_error_is_final(rc)) {
+		log_warn("rendezvous %s round %d: store: %s (attempt %d; no answer for %" PRId64
+			 " s of the %" PRId64 " s heartbeat_timeout allows)",
+			 r->run_id, r->round, rdzv_why(r->wst, rc), errors, silent / 1000,
+			 c->heartbeat_timeout_ms / 1000);
 		/*
 		 * Back off one keep-alive slice; stop still wakes us through the flag. A store
 		 * that said it is shutting down, or whose connection was cut, is asked again at
@@ -321,7 +360,8 @@ static bool watch_store_error(struct rdzv *r, int rc, int errors)
 		}
 		return true;
 	}
-	snprintf(desc, sizeof(desc), "store lost: %s", rdzv_why(r->wst, rc));
+	snprintf(desc, sizeof(desc), "store lost: %s%s", rdzv_why(r->wst, rc),
+		 store_error_is_final(rc) ? "" : " (no answer for longer than heartbeat_timeout)");
 	log_error("rendezvous %s round %d: %s", r->run_id, r->round, desc);
 	if (!atomic_load(&r->stop)) {
 		r->cb(r->cb_arg, RDZV_EV_STORE_LOST, desc);
@@ -349,6 +389,7 @@ static void watch_loop(struct rdzv *r)
 	const struct rdzv_conf *c = &r->conf;
 	struct watch w;
 	int errors = 0, rc;
+	int64_t last_ok = crun_now_ms();
 
 	rdzv_rkey(w.k_failed, r->round, "failed");
 	rdzv_rkey(w.k_next, r->round + 1, "joined");
@@ -359,7 +400,18 @@ static void watch_loop(struct rdzv *r)
 	w.next_ring = crun_now_ms() + c->keep_alive_interval_ms;
 	w.scale_watch = r->count < c->max_nodes;
 	while (!atomic_load(&r->stop)) {
+		int had = errors;
+
 		rc = watch_once(r, &w, &errors);
+		if (rc >= 0) {
+			if (had > 0) {
+				log_info("rendezvous %s round %d: the store answers again, after "
+					 "%" PRId64 " s without an answer",
+					 r->run_id, r->round, (crun_now_ms() - last_ok) / 1000);
+			}
+			last_ok = crun_now_ms(); /* the store answered this pass */
+			errors = 0;
+		}
 		if (rc == WATCH_WOKEN) {
 			return;
 		}
@@ -367,7 +419,7 @@ static void watch_loop(struct rdzv *r)
 			watch_report(r, w.cur);
 			return;
 		}
-		if (rc < 0 && !watch_store_error(r, rc, ++errors)) {
+		if (rc < 0 && !watch_store_error(r, rc, ++errors, last_ok)) {
 			return;
 		}
 	}

@@ -339,7 +339,8 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	struct crun_diag *d = p->d;
 	int rc;
 
-	if ((rc = cli_do_log_dir(p)) != 0 || (rc = cli_do_store(p)) != 0 ||
+	if ((rc = cli_do_log_dir(p)) != 0 || (rc = cli_do_metrics(p)) != 0 ||
+	    (rc = cli_do_store(p)) != 0 ||
 	    (rc = cli_do_std_map(p, O_REDIRECTS, spec->redirects)) != 0 ||
 	    (rc = cli_do_std_map(p, O_TEE, spec->tee)) != 0 || (rc = cli_do_log_prefix(p)) != 0 ||
 	    (rc = cli_do_torch2(p)) != 0) {
@@ -374,6 +375,16 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	}
 	if (count_later && (rc = cli_count_nproc(p)) != 0) {
 		return rc;
+	}
+	/* Only now is the world's size known: a rank past it would leave stdin unread. */
+	if (spec->stdin_rank >= 0 &&
+	    (long long)spec->stdin_rank >= (long long)spec->max_nodes * spec->nproc_per_node) {
+		return cli_fail(p, O_STDIN,
+				"rank %d is not in the job: %d node%s x --nproc-per-node %d "
+				"makes ranks 0..%lld",
+				spec->stdin_rank, spec->max_nodes, spec->max_nodes == 1 ? "" : "s",
+				spec->nproc_per_node,
+				(long long)spec->max_nodes * spec->nproc_per_node - 1);
 	}
 	if ((rc = cli_do_ranks_filter(p)) != 0) {
 		return rc;
@@ -440,6 +451,10 @@ static int parse_all(int argc, char **argv, struct job_spec *spec, struct crun_d
 	spec->rdzv.local_world_size = spec->nproc_per_node;
 	spec->rdzv.advertise_addr = spec->advertise_addr;
 	spec->rdzv.max_restarts = spec->max_restarts;
+	if (p.v[O_CHECK].set) {
+		cli_check_print(&p, stdout);
+		return CLI_EXIT;
+	}
 	return CLI_OK;
 }
 

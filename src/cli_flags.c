@@ -648,6 +648,25 @@ int cli_do_stdio(struct cli_parser *p)
 	return 0;
 }
 
+/* --metrics ADDR:PORT: where the hosted store serves its metrics (checked as a listen
+ * address here; bound when the store starts). */
+int cli_do_metrics(struct cli_parser *p)
+{
+	char host[256], b[64];
+	int port, rc;
+
+	if (!p->v[O_METRICS].set) {
+		return 0;
+	}
+	if (net_parse_hostport(p->v[O_METRICS].val, -1, host, sizeof(host), &port) < 0 ||
+	    port < 0 || port > 65535) {
+		return cli_fail(p, O_METRICS, "expected ADDR:PORT, got \"%s\"",
+				opt_show(b, sizeof(b), p->v[O_METRICS].val));
+	}
+	rc = cli_text_value(p, O_METRICS, 300, &p->spec->metrics_listen);
+	return rc;
+}
+
 int cli_do_log_dir(struct cli_parser *p)
 {
 	struct stat st;

@@ -111,8 +111,8 @@ const struct opt cli_opts[O_COUNT] = {
 		       "accepted from torch.distributed.launch: no --local-rank argument, "
 		       "LOCAL_RANK only (the default)", NULL},
 	[O_LOG_DIR] = {"log-dir", 0, true, true, "DIR",
-		       "keep DIR/RUN_ID_YYYYmmdd-HHMMSS/attempt_N/RANK/{stdout,stderr}.log, a folder per "
-		       "run, error files beside them", "Output"},
+		       "keep DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log, one folder per run for "
+		       "every node (a rerun: RUN_ID.1, ...), error files beside them", "Output"},
 	[O_REDIRECTS] = {"redirects", 'r', true, true, "STD|RANK:STD,...",
 			 "send streams to the log files only: 0 none, 1 out, 2 err, 3 both",
 			 NULL},
@@ -161,6 +161,14 @@ const struct opt cli_opts[O_COUNT] = {
 	[O_CONFIG] = OPT_STORE_CONFIG("Job file",
 				      "read the job from a YAML job file (see crun.yaml(5)); the "
 				      "command line and PET_ variables override it"),
+	[O_CHECK] = {"check", 0, false, false, NULL,
+		     "check the command line, job file and PET_ variables together, print the "
+		     "job as it would start with each value's source, and exit (0, or 2 on a "
+		     "mistake); nothing starts", NULL},
+	[O_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
+		       "on the node that hosts the job's store: serve Prometheus metrics at "
+		       "http://ADDR:PORT/metrics (a scrape sends the store's token as "
+		       "Authorization: Bearer); other nodes serve none", NULL},
 	[O_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log crun's own messages at debug level (as "
 						 "CRUN_LOG_LEVEL=debug)"),
 	[O_QUIET] = OPT_QUIET_ENTRY,

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "agent/jobspec.h"
 #include "src/common/diag.h"
@@ -68,6 +69,8 @@ enum cli_opt_id {
 	O_TLS_KEY,
 	O_TLS_SERVER_NAME,
 	O_CONFIG,
+	O_CHECK,
+	O_METRICS,
 	O_VERBOSE,
 	O_QUIET,
 	O_HELP,
@@ -97,6 +100,11 @@ struct cli_parser {
 	 * -1/0 none, 1 http, 2 https (cli_etcd.c). */
 	int etcd_tls_endpoint, etcd_tls_conf;
 };
+/* ---- cli_check.c ---- */
+
+/** crun --check: print the resolved job, each value with its source, on @out. */
+void cli_check_print(const struct cli_parser *p, FILE *out);
+
 /* ---- cli.c: messages and strings ---- */
 
 /*
@@ -154,6 +162,7 @@ bool cli_python_exec_set(void);
 /* --stdin and --tty (issue 11): which worker reads stdin, whether workers get a terminal. */
 int cli_do_stdio(struct cli_parser *p);
 int cli_do_log_dir(struct cli_parser *p);
+int cli_do_metrics(struct cli_parser *p);
 int cli_do_local_addr(struct cli_parser *p);
 /* -m, --no-python, --run-path, --python and PROGRAM ARGS (program.c finds it). */
 int cli_do_program(struct cli_parser *p);

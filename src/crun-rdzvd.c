@@ -35,7 +35,9 @@ _Static_assert(STORE_DEFAULT_MAX_CONNECTIONS == 65536 && STORE_NOFILE_PERCENT ==
 		       STORE_DEFAULT_MAX_PENDING == 1024 && STORE_DEFAULT_MAX_MEMORY == 256u << 20 &&
 		       STORE_DEFAULT_FRAME_TIMEOUT_MS == 30000 &&
 		       STORE_DEFAULT_UNTIMED_WAITS_PER_CONN == 256 &&
-		       STORE_DEFAULT_UNTIMED_WAITS == 65536 && CRUN_STORE_MAX_VALUE_LEN == 16777216,
+		       STORE_DEFAULT_UNTIMED_WAITS == 65536 && CRUN_STORE_MAX_VALUE_LEN == 16777216 &&
+		       STORE_DATA_KEY_BYTES == 256 && STORE_SCOPE_SHARE == 4 &&
+		       STORE_DEFAULT_TS_MAX_DATA == 160u << 20 && STORE_DEFAULT_TS_MAX_KEYS == 65536,
 	       "crun-rdzvd --help states other defaults");
 
 enum rdzvd_opt {
@@ -56,7 +58,14 @@ enum rdzvd_opt {
 	R_UNTIMED,
 	R_UNTIMED_TOTAL,
 	R_MAX_WAIT,
+	R_MAX_DATA,
+	R_MAX_KEYS,
+	R_SCOPE_DATA,
+	R_SCOPE_KEYS,
 	R_TCPSTORE_RUN,
+	R_TS_DATA,
+	R_TS_KEYS,
+	R_METRICS,
 	R_VERBOSE,
 	R_QUIET,
 	R_HELP,
@@ -113,10 +122,29 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 	[R_MAX_WAIT] = {"max-wait", 0, true, false, "SEC",
 			"hold no wait longer than SEC seconds: the deadline of waits that give "
 			"none (default 0: no maximum)", NULL},
+	[R_MAX_DATA] = {"max-data", 0, true, false, "MIB",
+			"stored keys and values, all runs together; a write beyond it is refused "
+			"(default: --max-memory's value)", NULL},
+	[R_MAX_KEYS] = {"max-keys", 0, true, false, "N",
+			"stored keys, all runs together (default: one per 256 bytes of --max-data)",
+			NULL},
+	[R_SCOPE_DATA] = {"scope-max-data", 0, true, false, "MIB",
+			  "stored keys and values of one run (rdzv/RUN/ and RUN/; default: a "
+			  "quarter of --max-data)", NULL},
+	[R_SCOPE_KEYS] = {"scope-max-keys", 0, true, false, "N",
+			  "stored keys of one run (default: a quarter of --max-keys)", NULL},
 	[R_TCPSTORE_RUN] = {"tcpstore-run", 0, true, false, "RUN",
 			    "serve PyTorch TCPStore clients (torch.distributed.TCPStore, 1.x and "
 			    "2.x) on the same port, confined to the keys under RUN/tcpstore/ (they "
 			    "cannot authenticate); default: refused", "PyTorch"},
+	[R_TS_DATA] = {"tcpstore-max-data", 0, true, false, "MIB",
+		       "stored keys and values under RUN/tcpstore/ (default 160; a 1,000-rank "
+		       "gloo bootstrap stores 130)", NULL},
+	[R_TS_KEYS] = {"tcpstore-max-keys", 0, true, false, "N",
+		       "stored keys under RUN/tcpstore/ (default 65536)", NULL},
+	[R_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
+		       "serve Prometheus metrics at http://ADDR:PORT/metrics (a scrape sends "
+		       "the store's token as Authorization: Bearer); default: none", "Monitoring"},
 	[R_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log at debug level (dropped authenticated "
 						 "connections are logged at info level either "
 						 "way; unauthenticated ones in one line per 5 s)"),
@@ -214,6 +242,34 @@ static int seconds_val(const struct opt_val *v, double max_s, int64_t min_ms, co
 	return 0;
 }
 
+/* The stored data's quotas: MiB and key counts, into c->o (0 where not given: the default). */
+static int take_quotas(const struct opt_val *v, struct config *c, struct crun_diag *d)
+{
+	static const struct {
+		int id;
+		bool mib;
+	} q[] = {{R_MAX_DATA, true},   {R_MAX_KEYS, false}, {R_SCOPE_DATA, true},
+		 {R_SCOPE_KEYS, false}, {R_TS_DATA, true},  {R_TS_KEYS, false}};
+	uint64_t *out[] = {&c->o.max_data,	 &c->o.max_keys,	  &c->o.scope_max_data,
+			   &c->o.scope_max_keys, &c->o.tcpstore_max_data, &c->o.tcpstore_max_keys};
+	long n;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < ARRAY_SIZE(q); i++) {
+		n = 0;
+		rc = q[i].mib ? int_val(&v[q[i].id], 1, 1L << 20, "MiB (an integer in 1..1048576)",
+					&n, d)
+			      : int_val(&v[q[i].id], 1, 1L << 40,
+					"a key count (an integer in 1..1099511627776)", &n, d);
+		if (rc != 0) {
+			return rc;
+		}
+		*out[i] = q[i].mib ? (uint64_t)n << 20 : (uint64_t)n;
+	}
+	return 0;
+}
+
 /* The limits: each an integer or seconds, into c->o (0 where not given: the default). */
 static int take_limits(const struct opt_val *v, struct config *c, struct crun_diag *d)
 {
@@ -293,7 +349,7 @@ static int parse(int argc, char **argv, struct config *c)
 	memset(v, 0, sizeof(v));
 	rc = opt_read_argv(&rdzvd_table, v, argc, argv, &first, &d);
 	if (rc == OPT_OK && (rc = opt_store_take(v, ids, &f, &d)) == OPT_OK &&
-	    (rc = take_limits(v, c, &d)) == OPT_OK) {
+	    (rc = take_limits(v, c, &d)) == OPT_OK && (rc = take_quotas(v, c, &d)) == OPT_OK) {
 		rc = take_token(v, &f, c, &d);
 	}
 	if (rc != OPT_OK) {
@@ -301,6 +357,7 @@ static int parse(int argc, char **argv, struct config *c)
 		return rc;
 	}
 	c->o.listen = v[R_LISTEN].set ? v[R_LISTEN].val : NULL;
+	c->o.metrics_listen = v[R_METRICS].set ? v[R_METRICS].val : NULL;
 	c->ss.tls_cert = f.tls_cert;
 	c->ss.tls_key = f.tls_key;
 	c->ss.tls_ca = f.tls_ca;

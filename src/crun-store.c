@@ -132,11 +132,17 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_TROUBLE;
 }
 
-static int store_error(const char *what, const char *key, int rc)
+/* @rc of @what on @key (NULL: none) in words; @st (NULL: none) has the store's own message. */
+static int store_error(struct crun_store *st, const char *what, const char *key, int rc)
 {
 	const char *why;
 
 	switch (rc) {
+	case -ENOMEM:
+		/* The server's reply names what ran out: a quota (its limit, its run) or memory. */
+		why = st != NULL && store_last_error(st)[0] != '\0' ? store_last_error(st)
+								      : crun_strerror(rc);
+		break;
 	case -EMSGSIZE:
 		why = "over the store's limits (a key with its prefix is at most 4096 bytes, a "
 		      "value 16 MiB, a request 4096 keys)";
@@ -199,7 +205,7 @@ static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms
 
 	keys = calloc((size_t)argc + 1, sizeof(*keys));
 	if (keys == NULL) {
-		return store_error("wait", NULL, -ENOMEM);
+		return store_error(NULL, "wait", NULL, -ENOMEM);
 	}
 	for (i = 0; i < argc; i++) {
 		const char *a = argv[i];
@@ -233,14 +239,14 @@ static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms
 		fprintf(stderr, "crun-store: wait: timed out\n");
 		return EXIT_NOTFOUND;
 	}
-	return rc < 0 ? store_error("wait", NULL, rc) : EXIT_FOUND;
+	return rc < 0 ? store_error(st, "wait", NULL, rc) : EXIT_FOUND;
 }
 
 static int cmd_set(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
 	int rc = crun_store_set(st, argv[0], argv[1], strlen(argv[1]));
 
-	return rc < 0 ? store_error("set", argv[0], rc) : EXIT_FOUND;
+	return rc < 0 ? store_error(st, "set", argv[0], rc) : EXIT_FOUND;
 }
 
 static int cmd_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
@@ -254,7 +260,7 @@ static int cmd_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
 		return EXIT_NOTFOUND;
 	}
 	if (rc < 0) {
-		return store_error("get", argv[0], rc);
+		return store_error(st, "get", argv[0], rc);
 	}
 	print_value(v, len);
 	free(v);
@@ -277,7 +283,7 @@ static int cmd_add(struct crun_store *st, int argc, char **argv, int timeout_ms)
 		return EXIT_TROUBLE;
 	}
 	if (rc < 0) {
-		return store_error("add", argv[0], rc);
+		return store_error(st, "add", argv[0], rc);
 	}
 	printf("%" PRId64 "\n", n);
 	return EXIT_FOUND;
@@ -292,7 +298,7 @@ static int cmd_cas(struct crun_store *st, int argc, char **argv, int timeout_ms)
 	rc = crun_store_compare_set(st, argv[0], argv[1], strlen(argv[1]), argv[2],
 				    strlen(argv[2]), &v, &len);
 	if (rc < 0) {
-		return store_error("cas", argv[0], rc);
+		return store_error(st, "cas", argv[0], rc);
 	}
 	print_value(v, len);
 	rc = len == strlen(argv[2]) && memcmp(v, argv[2], len) == 0 ? EXIT_FOUND : EXIT_NOTFOUND;
@@ -307,7 +313,7 @@ static int cmd_del(struct crun_store *st, int argc, char **argv, int timeout_ms)
 	if (rc == -ENOENT) {
 		return EXIT_NOTFOUND;
 	}
-	return rc < 0 ? store_error("del", argv[0], rc) : EXIT_FOUND;
+	return rc < 0 ? store_error(st, "del", argv[0], rc) : EXIT_FOUND;
 }
 
 static int cmd_check(struct crun_store *st, int argc, char **argv, int timeout_ms)
@@ -317,7 +323,7 @@ static int cmd_check(struct crun_store *st, int argc, char **argv, int timeout_m
 
 	rc = crun_store_check(st, (const char *const *)argv, (size_t)argc, &all);
 	if (rc < 0) {
-		return store_error("check", NULL, rc);
+		return store_error(st, "check", NULL, rc);
 	}
 	return all ? EXIT_FOUND : EXIT_NOTFOUND;
 }
@@ -329,7 +335,7 @@ static int cmd_keys(struct crun_store *st, int argc, char **argv, int timeout_ms
 
 	rc = crun_store_num_keys(st, &n);
 	if (rc < 0) {
-		return store_error("keys", NULL, rc);
+		return store_error(st, "keys", NULL, rc);
 	}
 	printf("%" PRId64 "\n", n);
 	return EXIT_FOUND;
@@ -339,14 +345,14 @@ static int cmd_append(struct crun_store *st, int argc, char **argv, int timeout_
 {
 	int rc = crun_store_append(st, argv[0], argv[1], strlen(argv[1]));
 
-	return rc < 0 ? store_error("append", argv[0], rc) : EXIT_FOUND;
+	return rc < 0 ? store_error(st, "append", argv[0], rc) : EXIT_FOUND;
 }
 
 static int cmd_ping(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
 	int rc = crun_store_ping(st);
 
-	return rc < 0 ? store_error("ping", NULL, rc) : EXIT_FOUND;
+	return rc < 0 ? store_error(st, "ping", NULL, rc) : EXIT_FOUND;
 }
 
 /* The commands: name, how many arguments (max -1: any), their shape for errors, the code. */

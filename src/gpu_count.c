@@ -71,6 +71,14 @@ void gpu_classify(const struct gpu_facts *f, struct gpu_probe *out)
 	} else {
 		snprintf(drv, sizeof(drv), "driver version unknown");
 	}
+	if (f->dev_node != NULL && f->dev_node_errno == EPERM &&
+	    (f->lib_error != NULL || f->init_rc != 0 || f->count < 1)) {
+		snprintf(out->msg, sizeof(out->msg),
+			 "no GPU visible: %s exists but this process may not open it (EPERM: a "
+			 "cgroup's device rules hide the GPUs; %s)",
+			 f->dev_node, cvd);
+		return;
+	}
 	if (f->lib_error != NULL) {
 		if (f->dev_node != NULL) {
 			out->state = GPU_BROKEN;
@@ -154,13 +162,19 @@ static void *driver_open(char *path, size_t len, char *err, size_t errlen)
 	return NULL;
 }
 
-/* The first /dev/nvidia<N> (a GPU's device node), into @buf; NULL when there is none. */
-static const char *find_dev_node(char *buf, size_t len)
+/*
+ * The first /dev/nvidia<N> (a GPU's device node) this process may open, into @buf, *@err 0;
+ * else the first found, *@err open()'s errno; NULL when there is none.
+ */
+static const char *find_dev_node(char *buf, size_t len, int *err)
 {
 	DIR *d = opendir("/dev");
 	const struct dirent *e;
 	const char *p;
+	char path[64];
+	int fd;
 
+	*err = 0;
 	if (d == NULL) {
 		return NULL;
 	}
@@ -170,14 +184,24 @@ static const char *find_dev_node(char *buf, size_t len)
 		}
 		for (p = e->d_name + 6; *p >= '0' && *p <= '9'; p++) {
 		}
-		if (*p == '\0') {
-			snprintf(buf, len, "/dev/%.48s", e->d_name);
-			closedir(d);
-			return buf;
+		if (*p != '\0') {
+			continue;
+		}
+		snprintf(path, sizeof(path), "/dev/%.48s", e->d_name);
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+		if (fd >= 0) {
+			close(fd);
+			snprintf(buf, len, "%s", path);
+			*err = 0;
+			break;
+		}
+		if (buf[0] == '\0') {
+			snprintf(buf, len, "%s", path);
+			*err = errno;
 		}
 	}
 	closedir(d);
-	return NULL;
+	return buf[0] != '\0' ? buf : NULL;
 }
 
 static void gpu_probe_child(struct gpu_probe *r)
@@ -218,7 +242,8 @@ static void gpu_probe_child(struct gpu_probe *r)
 		}
 	}
 	/* After cuInit: the driver may create the device nodes itself (nvidia-modprobe). */
-	f.dev_node = find_dev_node(node, sizeof(node));
+	node[0] = '\0';
+	f.dev_node = find_dev_node(node, sizeof(node), &f.dev_node_errno);
 	gpu_classify(&f, r);
 }
 

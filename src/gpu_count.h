@@ -13,7 +13,8 @@
  * whose driver then fails (the library missing, cuInit failing: the fabric manager not
  * running, a driver/kernel-module mismatch, ...) has a broken one, which the GPU tests report
  * as a failure instead of skipping. A driver that reports no device while
- * CUDA_VISIBLE_DEVICES is set has no GPU visible: the user hid them.
+ * CUDA_VISIBLE_DEVICES is set has no GPU visible: the user hid them. So does a container
+ * whose cgroup denies the device nodes (they exist, but open() fails with EPERM).
  */
 enum gpu_state {
 	GPU_NONE = 0,	 /* no GPU visible: skip GPU work */
@@ -36,7 +37,10 @@ struct gpu_facts {
 	const char *init_str;  /* cuGetErrorString(init_rc), or NULL */
 	int count;
 	int driver_version;
-	const char *dev_node; /* the first /dev/nvidiaN found, or NULL */
+	const char *dev_node; /* the first /dev/nvidiaN this process may open, else the first
+			       * found, or NULL */
+	int dev_node_errno;   /* 0, or why no node could be opened: EPERM is a cgroup's device
+			       * rules hiding the GPUs (no GPU visible, as CUDA_VISIBLE_DEVICES) */
 	const char *cvd;      /* CUDA_VISIBLE_DEVICES, or NULL when unset */
 };
 

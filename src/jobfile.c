@@ -38,7 +38,8 @@ const char *jobfile_key(enum cli_opt_id id, char *buf, size_t len)
 	const char *name;
 	size_t i;
 
-	if ((int)id < 0 || id >= O_COUNT || id == O_CONFIG || id == O_HELP || id == O_VERSION ||
+	if ((int)id < 0 || id >= O_COUNT || id == O_CONFIG || id == O_CHECK || id == O_HELP ||
+	    id == O_VERSION ||
 	    id == O_VERBOSE || id == O_QUIET ||
 	    len == 0) {
 		return NULL;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* src/status.c: `crun status`: read a job's node records from its store; table, JSON, watch. */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -26,30 +27,18 @@
 #include "src/opt.h"
 #include "src/opt_store.h"
 #include "src/status.h"
+#include "src/status_view.h"
 
 /* At most this many agents are listed (a record is one store key). */
 #define STATUS_MAX_NODES 4096
-/* A record whose heartbeat is older than this belongs to an agent that is gone. */
-#define STATUS_LOST_MS (6 * NOTIFY_STATUS_HB_MS)
 
 struct status_opts {
 	const char *endpoint, *run_id, *backend, *token_file;
 	const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 	struct jobfile jf;    /* --config FILE.yaml's values, which the pointers above may borrow */
-	bool insecure, json, watch;
+	bool insecure, json, watch, history;
 	double watch_s;
 	int timeout_ms;
-};
-
-struct job_view {
-	const char *state;      /* running, finished, failed, unknown */
-	int exit;               /* enum status_exit */
-	char end[1024];         /* the rendezvous' "end" record, "" when the job is not over */
-	struct node_record *nodes;
-	int n;
-	const struct node_record *cur;  /* the record of the newest round, or NULL */
-	const struct node_record *fail; /* the newest failure, or NULL */
-	int64_t now;
 };
 
 enum status_opt {
@@ -64,6 +53,7 @@ enum status_opt {
 	ST_TLS_SERVER_NAME,
 	ST_CONFIG,
 	ST_JSON,
+	ST_HISTORY,
 	ST_WATCH,
 	ST_TIMEOUT,
 	ST_VERBOSE,
@@ -95,6 +85,8 @@ static const struct opt status_opts_table[ST_COUNT] = {
 					     "(crun.yaml(5)); options given here win"),
 	[ST_JSON] = {"json", 0, false, false, NULL, "one JSON object instead of the table",
 		     "Output"},
+	[ST_HISTORY] = {"history", 0, false, false, NULL,
+			"every event of every node (the table shows the last 10)", NULL},
 	[ST_WATCH] = {"watch", 0, false, false, "SEC",
 		      "redraw every SEC seconds (default 2) until the job ends", NULL, false, true},
 	[ST_TIMEOUT] = {"timeout", 0, true, false, "SEC",
@@ -118,12 +110,16 @@ static const struct opt_table status_table = {
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: crun status --rdzv-endpoint HOST:PORT --rdzv-id ID [OPTIONS]\n"
-		   "Show a running or finished job's nodes, rounds, restarts and last failure, read\n"
-		   "from its rendezvous store.\n");
+		   "       crun status [--rdzv-id ID] [--json]\n"
+		   "Show a running or finished job's nodes, rounds, restarts, last failure and\n"
+		   "history, read from its rendezvous store, or from the run records its agents left\n"
+		   "on this machine when the store is gone ($CRUN_STATE_DIR/runs, see crun(1)).\n"
+		   "Without --rdzv-id: the runs recorded on this machine.\n");
 	opt_print_options(f, &status_table);
 	fprintf(f, "\nExit status: 0 running, 1 failed, 2 usage error (a credential file others\n"
 		   "can read included), 3 finished, 4 unknown run id (or every agent lost), 5 the\n"
-		   "store could not be reached or read.\n");
+		   "store could not be reached or read, 6 cancelled (every agent was stopped by a\n"
+		   "signal).\n");
 }
 
 /* What the command line left unset, from the job file: the same keys crun reads, each
@@ -208,9 +204,12 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 		o->run_id = v[ST_RDZV_ID].set ? v[ST_RDZV_ID].val : NULL;
 		o->backend = v[ST_BACKEND].set ? v[ST_BACKEND].val : "c10d";
 		o->json = v[ST_JSON].set;
-		if (o->endpoint == NULL || o->run_id == NULL || o->run_id[0] == '\0') {
-			rc = opt_fail(NULL, &d, "--rdzv-endpoint and --rdzv-id are required (see crun "
-						"status --help)");
+		o->history = v[ST_HISTORY].set;
+		if (o->run_id != NULL && o->run_id[0] == '\0') {
+			rc = opt_fail(&v[ST_RDZV_ID], &d, "an empty run id");
+		} else if (o->endpoint != NULL && o->run_id == NULL) {
+			rc = opt_fail(NULL, &d, "--rdzv-endpoint needs --rdzv-id (without both: the "
+						"runs recorded on this machine)");
 		} else if (strcmp(o->backend, "c10d") != 0 && strcmp(o->backend, "tcp") != 0 &&
 			   strcmp(o->backend, "file") != 0 && strcmp(o->backend, "etcd") != 0 &&
 			   strcmp(o->backend, "etcd-v2") != 0) {
@@ -225,7 +224,16 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 	return rc;
 }
 
-static int store_connect(const struct status_opts *o, struct crun_store **st)
+/* Whether @rc from opening the store means nothing answers there (the job's store is gone),
+ * rather than a store that refused us. */
+static bool store_unreachable(int rc)
+{
+	return rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EHOSTUNREACH ||
+	       rc == -ENETUNREACH || rc == -ECONNRESET || rc == -EAGAIN;
+}
+
+/* Connect; *@gone: it failed because nothing answers there. 0 or an exit status (said). */
+static int store_connect(const struct status_opts *o, struct crun_store **st, bool *gone)
 {
 	char ep[1024], prefix[300];
 	bool etcd = strncmp(o->backend, "etcd", 4) == 0, tcp = !etcd && o->backend[0] != 'f';
@@ -270,6 +278,7 @@ static int store_connect(const struct status_opts *o, struct crun_store **st)
 	}
 	rc = store_open_conf(&c, st, &d);
 	store_conf_finish(&c);
+	*gone = rc < 0 && store_unreachable(rc);
 	if (rc < 0) {
 		fprintf(stderr, "crun status: %s\n", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 		/* -EACCES: our own credential file was refused (its mode or owner), not the store. */
@@ -287,14 +296,49 @@ static void free_vals(void **vals, size_t n)
 	}
 }
 
-/* Read the job: its end record and every node record. Returns 0 or a store error. */
+/* Each node's record and history from the values read for them (2 per node). */
+static void take_nodes(struct job_view *v, void **rv, const size_t *rl, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		struct run_record *nr = &v->nodes[v->n];
+		char rec[2048], *line, *save = NULL;
+		int cap;
+
+		if (rv[2 * i] == NULL) {
+			continue;
+		}
+		snprintf(rec, sizeof(rec), "%.*s", (int)rl[2 * i], (char *)rv[2 * i]);
+		if (notify_status_parse(rec, &nr->last) < 0) {
+			continue;
+		}
+		nr->rank_offset = -1;
+		v->n++;
+		if (rv[2 * i + 1] == NULL) {
+			continue;
+		}
+		((char *)rv[2 * i + 1])[rl[2 * i + 1] > 0 ? rl[2 * i + 1] - 1 : 0] = '\0';
+		cap = 1;
+		for (line = rv[2 * i + 1]; *line != '\0'; line++) {
+			cap += *line == '\n';
+		}
+		nr->ev = calloc((size_t)cap, sizeof(*nr->ev));
+		for (line = strtok_r(rv[2 * i + 1], "\n", &save); nr->ev != NULL && line != NULL &&
+		     nr->n < cap; line = strtok_r(NULL, "\n", &save)) {
+			nr->n += notify_event_parse(line, &nr->ev[nr->n]) == 0;
+		}
+	}
+}
+
+/* Read the job: its end record and every node's record and history. 0 or a store error. */
 static int read_job(struct crun_store *st, const char *run_id, struct job_view *v)
 {
 	char k_end[300], k_nodes[300], (*keys)[600] = NULL;
 	const char *ks[2] = {k_end, k_nodes};
 	const char **kp = NULL;
 	void *vals[2] = {NULL, NULL}, **rv = NULL;
-	size_t lens[2], *rl = NULL, n = 0, i;
+	size_t lens[2], *rl = NULL, n = 0;
 	char *line, *save = NULL, *index;
 	int rc;
 
@@ -311,45 +355,37 @@ static int read_job(struct crun_store *st, const char *run_id, struct job_view *
 	index = vals[1];
 	if (index != NULL) {
 		index[lens[1] > 0 ? lens[1] - 1 : 0] = '\0'; /* the last '\n' */
-		keys = calloc(STATUS_MAX_NODES, sizeof(*keys));
-		kp = calloc(STATUS_MAX_NODES, sizeof(*kp));
+		keys = calloc(2 * STATUS_MAX_NODES, sizeof(*keys));
+		kp = calloc(2 * STATUS_MAX_NODES, sizeof(*kp));
 		if (keys == NULL || kp == NULL) {
 			rc = -ENOMEM;
 			goto out;
 		}
 		for (line = strtok_r(index, "\n", &save); line != NULL && n < STATUS_MAX_NODES;
 		     line = strtok_r(NULL, "\n", &save)) {
-			if (rdzv_key_status_node(keys[n], sizeof(keys[n]), run_id, line) < 0) {
+			if (rdzv_key_status_node(keys[2 * n], sizeof(keys[0]), run_id, line) < 0 ||
+			    rdzv_key_status_hist(keys[2 * n + 1], sizeof(keys[0]), run_id, line) < 0) {
 				continue; /* a name no record can have */
 			}
-			kp[n] = keys[n];
+			kp[2 * n] = keys[2 * n];
+			kp[2 * n + 1] = keys[2 * n + 1];
 			n++;
 		}
 	}
 	if (n > 0) {
-		rv = calloc(n, sizeof(*rv));
-		rl = calloc(n, sizeof(*rl));
+		rv = calloc(2 * n, sizeof(*rv));
+		rl = calloc(2 * n, sizeof(*rl));
 		v->nodes = calloc(n, sizeof(*v->nodes));
 		if (rv == NULL || rl == NULL || v->nodes == NULL) {
 			rc = -ENOMEM;
 			goto out;
 		}
-		rc = crun_store_multi_get(st, kp, n, rv, rl);
+		rc = crun_store_multi_get(st, kp, 2 * n, rv, rl);
 		if (rc < 0) {
 			goto out;
 		}
-		for (i = 0; i < n; i++) {
-			char rec[2048];
-
-			if (rv[i] == NULL) {
-				continue;
-			}
-			snprintf(rec, sizeof(rec), "%.*s", (int)rl[i], (char *)rv[i]);
-			if (notify_status_parse(rec, &v->nodes[v->n]) == 0) {
-				v->n++;
-			}
-		}
-		free_vals(rv, n);
+		take_nodes(v, rv, rl, n);
+		free_vals(rv, 2 * n);
 	}
 out:
 	free_vals(vals, 2);
@@ -360,201 +396,43 @@ out:
 	return rc;
 }
 
-static bool node_final(const struct node_record *r)
+/* This machine's run records of @run_id (every node's that wrote here), or of every run
+ * (@run_id NULL: one each). Returns 0 or STATUS_EXIT_STORE (said). */
+static int load_records(const char *run_id, char *dir, size_t cap, struct run_record **r, int *n)
 {
-	return r->state == NODE_FINISHED || r->state == NODE_FAILED || r->state == NODE_STOPPING;
+	struct crun_diag d = {0};
+
+	*r = NULL;
+	*n = 0;
+	if (run_record_dir(dir, cap, false, &d) < 0 ||
+	    run_record_read_all(dir, run_id, r, n, &d) < 0) {
+		fprintf(stderr, "crun status: %s\n", d.msg);
+		return STATUS_EXIT_STORE;
+	}
+	return 0;
 }
 
-static bool node_lost(const struct job_view *v, const struct node_record *r)
+/* Show the job from its run records: the store is gone, or none was named. */
+static int show_records(const struct status_opts *o, const char *dir, struct run_record *r, int n)
 {
-	return !node_final(r) && v->now - r->hb_wall_ms > STATUS_LOST_MS;
-}
+	struct job_view v = {.run_id = o->run_id, .nodes = r, .n = n, .from_records = true};
 
-static int cmp_nodes(const void *a, const void *b)
-{
-	const struct node_record *x = a, *y = b;
-
-	/* The newest round first, then by node rank, then by host. */
-	if (x->round != y->round) {
-		return y->round - x->round;
-	}
-	if (x->node_rank != y->node_rank) {
-		return x->node_rank - y->node_rank;
-	}
-	return strcmp(x->host, y->host);
-}
-
-/* Decide the job's state from the rendezvous' end record and the node records. */
-static void judge(struct job_view *v)
-{
-	bool live = false, failed = false;
-	int i;
-
-	if (v->n > 0) {
-		qsort(v->nodes, (size_t)v->n, sizeof(*v->nodes), cmp_nodes);
-		v->cur = &v->nodes[0];
-	}
-	for (i = 0; i < v->n; i++) {
-		const struct node_record *r = &v->nodes[i];
-
-		if (r->fail_exit >= 0 && (v->fail == NULL || r->fail_wall_ms > v->fail->fail_wall_ms)) {
-			v->fail = r;
-		}
-		live |= !node_final(r) && !node_lost(v, r);
-		failed |= r->state == NODE_FAILED || r->state == NODE_STOPPING;
-	}
-	if (strncmp(v->end, "done", 4) == 0) {
-		v->state = "finished";
-		v->exit = STATUS_EXIT_FINISHED;
-	} else if (strncmp(v->end, "budget", 6) == 0) {
-		v->state = "failed";
-		v->exit = STATUS_EXIT_FAILED;
-	} else if (live) {
-		v->state = "running";
-		v->exit = STATUS_EXIT_RUNNING;
-	} else if (v->n > 0 && failed) {
-		/* Every agent ended without the rendezvous recording an end: stopped or failed. */
-		v->state = "failed";
-		v->exit = STATUS_EXIT_FAILED;
+	snprintf(v.source, sizeof(v.source), "run records in %s", dir);
+	v.now = crun_wall_ms();
+	job_view_judge(&v);
+	if (o->json) {
+		job_view_print_json(&v);
 	} else {
-		v->state = "unknown";
-		v->exit = STATUS_EXIT_UNKNOWN;
+		job_view_print_table(&v, o->history);
 	}
+	return v.exit;
 }
 
-static void fmt_time(int64_t wall_ms, char *buf, size_t cap)
+static void free_view(struct job_view *v)
 {
-	time_t t = (time_t)(wall_ms / 1000);
-	struct tm tm;
-	long off;
-
-	localtime_r(&t, &tm);
-	off = tm.tm_gmtoff / 60;
-	snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d%c%02ld:%02ld", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, off < 0 ? '-' : '+',
-		 (off < 0 ? -off : off) / 60, (off < 0 ? -off : off) % 60);
-}
-
-static void fmt_age(int64_t ms, char *buf, size_t cap)
-{
-	if (ms < 0) {
-		ms = 0; /* another host's clock runs ahead */
-	}
-	if (ms < 100000) {
-		snprintf(buf, cap, "%.1fs ago", (double)ms / 1000.0);
-	} else if (ms < 2 * 3600 * 1000) {
-		snprintf(buf, cap, "%" PRId64 "m ago", ms / 60000);
-	} else {
-		snprintf(buf, cap, "%" PRId64 "h ago", ms / 3600000);
-	}
-}
-
-static const char *shown_state(const struct job_view *v, const struct node_record *r)
-{
-	if (node_lost(v, r)) {
-		return "lost";
-	}
-	return r->state == NODE_STOPPING ? "stopped" : node_state_name(r->state);
-}
-
-static void print_table(const struct status_opts *o, const struct job_view *v)
-{
-	const struct node_record *c = v->cur;
-	char age[32], when[96];
-	int i;
-
-	printf("job %s: %s", o->run_id, v->state);
-	if (c != NULL && c->round >= 0) {
-		printf(" (round %d, %d node%s, world size %d)", c->round, c->nodes,
-		       c->nodes == 1 ? "" : "s", c->world_size);
-	}
-	printf("\n");
-	if (c != NULL) {
-		printf("restarts: %d spent, %d left (max %d)\n", c->restarts,
-		       c->max_restarts > c->restarts ? c->max_restarts - c->restarts : 0,
-		       c->max_restarts);
-	}
-	printf("store: %s\n", o->endpoint);
-	if (v->n > 0) {
-		printf("\n%-5s %-24s %-8s %-10s %5s %-9s %s\n", "NODE", "HOST", "PID", "STATE",
-		       "ROUND", "RANKS", "HEARTBEAT");
-	}
-	for (i = 0; i < v->n; i++) {
-		const struct node_record *r = &v->nodes[i];
-		char rank[16], ranks[32];
-		int per = r->nodes > 0 ? r->world_size / r->nodes : 0;
-
-		snprintf(rank, sizeof(rank), r->node_rank >= 0 ? "%d" : "-", r->node_rank);
-		if (r->node_rank >= 0 && per > 0) {
-			/* Uniform nproc per node: the ranks this node ran in its round. */
-			snprintf(ranks, sizeof(ranks), "%d-%d", r->node_rank * per,
-				 r->node_rank * per + per - 1);
-		} else {
-			snprintf(ranks, sizeof(ranks), "-");
-		}
-		fmt_age(v->now - r->hb_wall_ms, age, sizeof(age));
-		printf("%-5s %-24s %-8ld %-10s %5d %-9s %s\n", rank, r->host, r->pid,
-		       shown_state(v, r), r->round, ranks, age);
-	}
-	if (v->fail != NULL) {
-		fmt_time(v->fail->fail_wall_ms, when, sizeof(when));
-		fmt_age(v->now - v->fail->fail_wall_ms, age, sizeof(age));
-		printf("\nlast failure: rank %d on %s, exit %d, at %s (%s)\n  %s\n",
-		       v->fail->fail_rank, v->fail->host, v->fail->fail_exit, when, age,
-		       v->fail->fail_msg);
-	} else if (strncmp(v->end, "budget", 6) == 0) {
-		printf("\nlast failure: %s\n", v->end);
-	}
-	if (v->n == 0 && v->exit == STATUS_EXIT_UNKNOWN) {
-		printf("no agent of run \"%s\" has published its state in this store\n", o->run_id);
-	}
-}
-
-/* @s as a JSON string on stdout: always valid JSON, whatever bytes a worker printed. */
-static void json_str(const char *s)
-{
-	json_fput_str(stdout, s);
-}
-
-static void print_json(const struct status_opts *o, const struct job_view *v)
-{
-	const struct node_record *c = v->cur;
-	char when[96];
-	int i;
-
-	printf("{\"run_id\":");
-	json_str(o->run_id);
-	printf(",\"state\":\"%s\",\"round\":%d,\"nodes\":%d,\"world_size\":%d,\"restarts\":%d,"
-	       "\"max_restarts\":%d,\"restarts_left\":%d,\"end\":",
-	       v->state, c != NULL ? c->round : -1, c != NULL ? c->nodes : 0,
-	       c != NULL ? c->world_size : 0, c != NULL ? c->restarts : 0,
-	       c != NULL ? c->max_restarts : 0,
-	       c != NULL && c->max_restarts > c->restarts ? c->max_restarts - c->restarts : 0);
-	json_str(v->end);
-	printf(",\"last_failure\":");
-	if (v->fail != NULL) {
-		fmt_time(v->fail->fail_wall_ms, when, sizeof(when));
-		printf("{\"rank\":%d,\"host\":", v->fail->fail_rank);
-		json_str(v->fail->host);
-		printf(",\"exit_code\":%d,\"time\":\"%s\",\"message\":", v->fail->fail_exit, when);
-		json_str(v->fail->fail_msg);
-		printf("}");
-	} else {
-		printf("null");
-	}
-	printf(",\"agents\":[");
-	for (i = 0; i < v->n; i++) {
-		const struct node_record *r = &v->nodes[i];
-
-		fmt_time(r->hb_wall_ms, when, sizeof(when));
-		printf("%s{\"node_rank\":%d,\"host\":", i > 0 ? "," : "", r->node_rank);
-		json_str(r->host);
-		printf(",\"pid\":%ld,\"state\":\"%s\",\"round\":%d,\"restarts\":%d,"
-		       "\"heartbeat\":\"%s\",\"heartbeat_age_s\":%.1f}",
-		       r->pid, shown_state(v, r), r->round, r->restarts, when,
-		       (double)(v->now - r->hb_wall_ms > 0 ? v->now - r->hb_wall_ms : 0) / 1000.0);
-	}
-	printf("]}\n");
+	run_record_free_all(v->nodes, v->n);
+	v->nodes = NULL;
+	v->n = 0;
 }
 
 static volatile sig_atomic_t interrupted;
@@ -578,18 +456,39 @@ int status_main(int argc, char **argv)
 static int status_run(int argc, char **argv, struct status_opts *op)
 {
 	struct crun_store *st = NULL;
+	struct run_record *recs = NULL;
+	char recdir[PATH_MAX];
 	struct job_view v;
 	struct timespec ts;
-	bool tty = isatty(STDOUT_FILENO);
-	int rc, code;
+	bool tty = isatty(STDOUT_FILENO), gone = false;
+	int rc, code, nrec = 0;
 
 	rc = parse_args(argc, argv, op);
 	if (rc != OPT_OK) {
 		return rc == OPT_EXIT ? 0 : STATUS_EXIT_USAGE;
 	}
-	rc = store_connect(op, &st);
-	if (rc != 0) {
+	rc = load_records(op->run_id, recdir, sizeof(recdir), &recs, &nrec);
+	if (rc != 0 || op->run_id == NULL) {
+		/* No run named: the runs this machine has records of, as sacct(1) lists jobs. */
+		if (rc == 0) {
+			runs_print(recdir, recs, nrec, op->json);
+		}
+		run_record_free_all(recs, nrec);
 		return rc;
+	}
+	if (op->endpoint == NULL) {
+		code = show_records(op, recdir, recs, nrec);
+		run_record_free_all(recs, nrec);
+		return code;
+	}
+	if (nrec > 0 && op->timeout_ms > 3000) {
+		op->timeout_ms = 3000; /* records of the run are here: a gone store is likely */
+	}
+	rc = store_connect(op, &st, &gone);
+	if (rc != 0) {
+		code = gone && nrec > 0 ? show_records(op, recdir, recs, nrec) : rc;
+		run_record_free_all(recs, nrec);
+		return code;
 	}
 	if (op->watch) {
 		signal(SIGINT, on_int);
@@ -597,27 +496,35 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 	}
 	for (;;) {
 		memset(&v, 0, sizeof(v));
+		v.run_id = op->run_id;
+		snprintf(v.source, sizeof(v.source), "store %s", op->endpoint);
 		rc = read_job(st, op->run_id, &v);
+		if ((rc < 0 || (v.n == 0 && v.end[0] == '\0')) && nrec > 0) {
+			/* The store lost the job (or forgot it): what its agents left here. */
+			free_view(&v);
+			code = show_records(op, recdir, recs, nrec);
+			break;
+		}
 		if (rc < 0) {
 			fprintf(stderr, "crun status: reading run %s from %s: %s\n", op->run_id,
 				op->endpoint, crun_strerror(rc));
-			free(v.nodes);
+			free_view(&v);
 			code = STATUS_EXIT_STORE;
 			break;
 		}
 		v.now = crun_wall_ms();
-		judge(&v);
+		job_view_judge(&v);
 		if (op->watch && tty && !op->json) {
 			fputs("\033[H\033[2J", stdout); /* a terminal: redraw in place, as watch(1) */
 		}
 		if (op->json) {
-			print_json(op, &v);
+			job_view_print_json(&v);
 		} else {
-			print_table(op, &v);
+			job_view_print_table(&v, op->history);
 		}
 		fflush(stdout);
 		code = v.exit;
-		free(v.nodes);
+		free_view(&v);
 		/* --watch ends with the job: finished, failed, or never known. */
 		if (!op->watch || code != STATUS_EXIT_RUNNING || interrupted) {
 			break;
@@ -633,5 +540,6 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 		}
 	}
 	crun_store_close(st);
+	run_record_free_all(recs, nrec);
 	return code;
 }

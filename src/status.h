@@ -11,6 +11,7 @@ enum status_exit {
 	STATUS_EXIT_FINISHED = 3,
 	STATUS_EXIT_UNKNOWN = 4,  /* no such run in the store, or every agent of it is lost */
 	STATUS_EXIT_STORE = 5,    /* the store could not be reached or read */
+	STATUS_EXIT_CANCELLED = 6, /* every agent was stopped by a signal (its operator) */
 };
 
 /** `crun status ARGS` (@argv[0] is "status"). Returns the exit status above. */

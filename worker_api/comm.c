@@ -232,10 +232,20 @@ static int finish(struct crun_comm *c, const char *what, int rc)
  * the communicator while a DDP's buckets are in flight on it). @c's message is the busy
  * thread's, so this one is only logged.
  */
+/* The communicator whose DDP step this thread carries out (comm_hold_thread()). */
+static _Thread_local const struct crun_comm *hold_thread;
+
 static int enter(struct crun_comm *c, const char *what)
 {
 	if (c == NULL) {
 		return -EINVAL;
+	}
+	if (__atomic_load_n(&c->held, __ATOMIC_ACQUIRE) != 0 && hold_thread != c) {
+		log_error("comm %s: rank %d: %s: a DDP step is in flight on this communicator "
+			  "(from its first crun_ddp_grad_ready() to the end of crun_ddp_sync()): "
+			  "a collective now would pair with another rank's bucket",
+			  c->name, c->rank, what);
+		return -EBUSY;
 	}
 	if (__atomic_exchange_n(&c->busy, 1, __ATOMIC_ACQUIRE) != 0) {
 		log_error("comm %s: rank %d: %s: another thread is inside a call on this "
@@ -244,6 +254,21 @@ static int enter(struct crun_comm *c, const char *what)
 		return -EBUSY;
 	}
 	return 0;
+}
+
+int comm_hold(struct crun_comm *c)
+{
+	return __atomic_exchange_n(&c->held, 1, __ATOMIC_ACQ_REL) != 0 ? -EBUSY : 0;
+}
+
+void comm_release(struct crun_comm *c)
+{
+	__atomic_store_n(&c->held, 0, __ATOMIC_RELEASE);
+}
+
+void comm_hold_thread(const struct crun_comm *c)
+{
+	hold_thread = c;
 }
 
 static int leave(struct crun_comm *c, int rc)

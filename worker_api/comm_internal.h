@@ -69,6 +69,7 @@ struct crun_comm {
 	int poisoned;
 	char poison_msg[CRUN_DIAG_MSG_MAX];
 	int busy;	       /* 1 while a thread is inside a call that uses @diag (atomic) */
+	int held;	       /* 1 while a DDP step is in flight on @c (comm_hold(); atomic) */
 	struct crun_diag diag; /* the last error, "<where>: <what>: <why>" (the busy thread's) */
 };
 
@@ -103,6 +104,18 @@ int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffi
 int comm_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
 			   enum crun_redop op, void *stream);
 int comm_wait(struct crun_comm *c, void *stream, int64_t deadline);
+
+/*
+ * A DDP step in flight (from its first gradient marked ready to the end of its sync): its
+ * communication thread issues one bucket's collective after another, and a program's
+ * collective from another thread between two of them would pair, on this rank, with a
+ * bucket on the others. comm_hold() marks @c held (-EBUSY if it already is); from then every
+ * call on @c fails with -EBUSY except on the thread that called comm_hold_thread(@c) (the
+ * DDP's communication thread, once at its start), until comm_release().
+ */
+int comm_hold(struct crun_comm *c);
+void comm_release(struct crun_comm *c);
+void comm_hold_thread(const struct crun_comm *c);
 
 /** CPU backend: TCP ring between the ranks, peers found through @st (borrowed). */
 int comm_cpu_init(struct crun_comm *c, struct crun_store *st);

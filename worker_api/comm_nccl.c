@@ -19,6 +19,10 @@
  * is done the parent is finalised and freed. See docs/gpu.md for what a blocking collective
  * can and cannot time out on.
  *
+ * A blocking communicator's collective can itself block (NCCL connects to peers lazily
+ * inside it, before it returns), so each call on @comm is armed on the communicator's
+ * watchdog (nccl_watchdog.h), which aborts it at the deadline: call_begin(), call_end().
+ *
  * Every collective waits for its stream before it returns, except the queue-only allreduce
  * of the device DDP (nccl_allreduce_enqueue(), behind comm_allreduce_enqueue()), whose
  * completion nccl_wait() waits for with the same deadline, polling and abort.
@@ -43,6 +47,7 @@
 #include "worker_api/comm_internal.h"
 #include "worker_api/gpu_device.h"
 #include "worker_api/gpu_loader.h"
+#include "worker_api/nccl_watchdog.h"
 
 /* Buffers found usable by check_buf() and remembered (device or managed memory only). */
 #define NCCL_USABLE 8
@@ -58,6 +63,7 @@ struct nccl {
 	int device;	     /* the creator's current device (crun_cuda_device() under crun) */
 	const void *usable[NCCL_USABLE];
 	unsigned int usable_next;
+	struct nccl_watchdog wd; /* the deadline of every blocking call on @comm */
 };
 
 /* One bridge per foreign error system: NCCL and CUDA results become CRUN_ENCCL / CRUN_ECUDA
@@ -221,6 +227,29 @@ static int device_leave(struct crun_comm *c, struct nccl *g, int prev, int rc)
 	return rc;
 }
 
+/* Before a blocking call on the collectives' communicator: its deadline is the watchdog's. */
+static void call_begin(struct nccl *g, int64_t deadline)
+{
+	nccl_watchdog_arm(&g->wd, g->comm, deadline);
+}
+
+/*
+ * After it: 0, or -ETIMEDOUT when the watchdog aborted the communicator because the call was
+ * still inside NCCL at its deadline (the communicator is gone: g->comm is cleared).
+ */
+static int call_end(struct crun_comm *c, struct nccl *g, const char *call)
+{
+	if (!nccl_watchdog_disarm(&g->wd)) {
+		return 0;
+	}
+	g->comm = NULL;
+	return diag_set(&c->diag, -ETIMEDOUT,
+			"comm %s: rank %d: %s: still inside NCCL after %d ms (a peer that never "
+			"joined it: NCCL connects to peers inside a collective): the "
+			"communicator was aborted",
+			c->name, c->rank, call, c->timeout_ms);
+}
+
 /* After a failure the communicator is aborted, so no kernel waits forever on a dead peer. */
 static int abort_on_failure(struct nccl *g, int rc)
 {
@@ -254,8 +283,10 @@ static int nccl_allreduce(struct crun_comm *c, const void *send, void *recv, siz
 
 	rc = device_enter(c, g, &prev);
 	if (rc == 0) {
+		call_begin(g, deadline);
 		r = g->nc->ncclAllReduce(send, recv, count, nccl_dt(dt), nccl_op(op), g->comm,
 					 g->stream);
+		rc = call_end(c, g, "ncclAllReduce");
 	}
 	rc = finish_op(c, g, rc, r, "ncclAllReduce", deadline);
 	return device_leave(c, g, prev, rc);
@@ -276,14 +307,17 @@ static int nccl_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, 
 	struct nccl *g = c->impl;
 	cudaStream_t s = stream != NULL ? (cudaStream_t)stream : g->stream;
 	int64_t deadline = crun_now_ms() + c->timeout_ms;
+	ncclResult_t r;
 	int prev, rc;
 
 	rc = device_enter(c, g, &prev);
 	if (rc == 0) {
-		rc = nccl_check(
-			c, g->comm,
-			g->nc->ncclAllReduce(buf, buf, count, nccl_dt(dt), nccl_op(op), g->comm, s),
-			"ncclAllReduce");
+		call_begin(g, deadline);
+		r = g->nc->ncclAllReduce(buf, buf, count, nccl_dt(dt), nccl_op(op), g->comm, s);
+		rc = call_end(c, g, "ncclAllReduce");
+		if (rc == 0) {
+			rc = nccl_check(c, g->comm, r, "ncclAllReduce");
+		}
 	}
 	if (rc == 0) {
 		rc = wait_comm(c, g->comm, deadline, "ncclAllReduce");
@@ -323,7 +357,9 @@ static int nccl_broadcast(struct crun_comm *c, void *buf, size_t count, enum cru
 
 	rc = device_enter(c, g, &prev);
 	if (rc == 0) {
+		call_begin(g, deadline);
 		r = g->nc->ncclBroadcast(buf, buf, count, nccl_dt(dt), root, g->comm, g->stream);
+		rc = call_end(c, g, "ncclBroadcast");
 	}
 	rc = finish_op(c, g, rc, r, "ncclBroadcast", deadline);
 	return device_leave(c, g, prev, rc);
@@ -339,7 +375,9 @@ static int nccl_allgather(struct crun_comm *c, const void *send, void *recv, siz
 
 	rc = device_enter(c, g, &prev);
 	if (rc == 0) {
+		call_begin(g, deadline);
 		r = g->nc->ncclAllGather(send, recv, count, nccl_dt(dt), g->comm, g->stream);
+		rc = call_end(c, g, "ncclAllGather");
 	}
 	rc = finish_op(c, g, rc, r, "ncclAllGather", deadline);
 	return device_leave(c, g, prev, rc);
@@ -355,8 +393,10 @@ static int nccl_reduce_scatter(struct crun_comm *c, const void *send, void *recv
 
 	rc = device_enter(c, g, &prev);
 	if (rc == 0) {
+		call_begin(g, deadline);
 		r = g->nc->ncclReduceScatter(send, recv, recvcount, nccl_dt(dt), nccl_op(op),
 					     g->comm, g->stream);
+		rc = call_end(c, g, "ncclReduceScatter");
 	}
 	rc = finish_op(c, g, rc, r, "ncclReduceScatter", deadline);
 	return device_leave(c, g, prev, rc);
@@ -450,7 +490,14 @@ static void release(struct crun_comm *c, struct nccl *g, ncclComm_t *comm, bool 
 		return;
 	}
 	if (clean) {
+		/* Blocking on the collectives' communicator: under the watchdog. */
+		nccl_watchdog_arm(&g->wd, *comm, deadline);
 		r = g->nc->ncclCommFinalize(*comm);
+		if (nccl_watchdog_disarm(&g->wd)) {
+			*comm = NULL; /* aborted by the watchdog */
+			c->diag = saved;
+			return;
+		}
 		if ((r == ncclSuccess || r == ncclInProgress) &&
 		    wait_comm(c, *comm, deadline, "ncclCommFinalize") == 0) {
 			g->nc->ncclCommDestroy(*comm);
@@ -486,6 +533,7 @@ static void nccl_destroy(struct crun_comm *c)
 		g->cu->cudaStreamDestroy(g->own);
 	}
 	g->cu->cudaFree(g->token);
+	nccl_watchdog_stop(&g->wd);
 	if (prev >= 0 && g->device >= 0 && prev != g->device && gpu_cuda_device_active(prev)) {
 		g->cu->cudaSetDevice(prev);
 	}
@@ -689,6 +737,12 @@ int comm_nccl_init(struct crun_comm *c, struct crun_store *st)
 	c->impl = g;
 	c->ops = &nccl_ops;
 	g->device = -1;
+	rc = nccl_watchdog_start(&g->wd, nc);
+	if (rc < 0) {
+		rc = diag_set(&c->diag, rc, "comm %s: rank %d: backend nccl: watchdog thread: %s",
+			      c->name, c->rank, strerror(-rc));
+		goto err;
+	}
 	rc = pick_device(c, g);
 	if (rc < 0) {
 		goto err;

@@ -19,8 +19,11 @@
 #include <crun/error.h>
 
 #include "config.h"
+#include "src/common/clock.h"
 #include "src/common/diag.h"
+#include "src/common/log.h"
 #include "src/common/opts.h"
+#include "worker_api/comm_internal.h"
 #include "worker_api/ddp_mem.h"
 #include "worker_api/ddp_plan.h"
 
@@ -123,6 +126,7 @@ static void *comm_thread(void *arg)
 	int rc;
 
 	on_comm_thread = true;
+	comm_hold_thread(d->comm);
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
 		if (d->world > 1 && d->next < d->nb && d->b[d->next].ready) {
@@ -213,7 +217,7 @@ CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_op
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->work, NULL);
-	pthread_cond_init(&d->done, NULL);
+	crun_cond_init_monotonic(&d->done); /* wait_step()'s bound */
 	if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
 		crun_ddp_destroy(d);
 		return -EAGAIN;
@@ -230,6 +234,14 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 	if (d == NULL) {
 		return;
 	}
+	if (d->thread_started && d->stuck) {
+		/* Its thread is inside a call that never returned: what it may still touch stays
+		 * allocated (wait_step() said so); joining it would hang the program too. */
+		log_warn("ddp: destroy: the communication thread is stuck: left behind, with the "
+			 "DDP's memory");
+		pthread_detach(d->thread);
+		return;
+	}
 	if (d->thread_started) {
 		pthread_mutex_lock(&d->mu);
 		d->stop = true;
@@ -241,6 +253,9 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 	 * them land, or the communicator time out, before their buffers go. */
 	if (d->mem->drain != NULL && d->next > d->finished) {
 		drain(d, d->err != 0);
+	}
+	if (d->holding) {
+		comm_release(d->comm); /* destroyed mid-step */
 	}
 	for (i = 0; i < d->nb; i++) {
 		if (d->b[i].buf != NULL) {
@@ -453,6 +468,16 @@ static int mark(struct crun_ddp *d, int i)
 	struct ddp_bucket *bk = &d->b[d->t[i].s.bucket];
 	int rc;
 
+	if (d->world > 1 && d->nmarked == 0 && !d->holding) {
+		/* The step starts: nobody else issues collectives on the comm until it ends. */
+		if (comm_hold(d->comm) < 0) {
+			return diag_set(&d->diag, -EBUSY,
+					"ddp: rank %d: a step cannot start: another DDP's step is in "
+					"flight on this communicator",
+					crun_comm_rank(d->comm));
+		}
+		d->holding = true;
+	}
 	if (d->world > 1 && d->mem->mark != NULL && (rc = d->mem->mark(d, &d->t[i])) < 0) {
 		return rc;
 	}
@@ -515,6 +540,49 @@ static void poison(struct crun_ddp *d, int rc)
 	pthread_cond_signal(&d->work);
 }
 
+#define DDP_NOTE_MS 5000
+
+/*
+ * Wait (d->mu held) until the communication thread has finished the step's buckets. Each of
+ * its operations is bounded by the communicator's timeout (the backends' polls, the nccl
+ * watchdog), so a thread that makes no progress for twice that and a second is stuck in a
+ * call that ignored its deadline: the DDP is then unusable (-ETIMEDOUT, for good). Says what
+ * it waits for every 5 s.
+ */
+static int wait_step(struct crun_ddp *d)
+{
+	int64_t limit = 2 * (int64_t)d->comm->timeout_ms + 1000, start = crun_now_ms();
+	int64_t last = start, note = start + DDP_NOTE_MS, now;
+	int seen = d->finished;
+	struct timespec ts;
+
+	while (d->finished < d->nb) {
+		now = crun_now_ms();
+		if (d->finished != seen) {
+			seen = d->finished;
+			last = now;
+		}
+		if (now - last >= limit) {
+			d->stuck = true;
+			return diag_set(&d->diag, -ETIMEDOUT,
+					"ddp: rank %d: sync: the communication thread finished %d of "
+					"%d buckets and then nothing for %lld ms (twice the "
+					"communicator's timeout, and 1 s): it is stuck in a call; this "
+					"DDP cannot be used any more",
+					crun_comm_rank(d->comm), d->finished, d->nb, (long long)limit);
+		}
+		if (now >= note) {
+			log_info("ddp: rank %d: sync: waiting for the communication thread: %d of %d "
+				 "buckets finished after %lld ms",
+				 crun_comm_rank(d->comm), d->finished, d->nb, (long long)(now - start));
+			note = now + DDP_NOTE_MS;
+		}
+		ts = crun_mono_timespec(last + limit < note ? last + limit : note);
+		pthread_cond_timedwait(&d->done, &d->mu, &ts);
+	}
+	return 0;
+}
+
 CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 {
 	int i, rc;
@@ -523,6 +591,10 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&d->mu);
+	if (d->stuck) {
+		pthread_mutex_unlock(&d->mu);
+		return -ETIMEDOUT; /* wait_step()'s message stays the last error */
+	}
 	if (d->no_sync && d->nmarked == 0) {
 		pthread_mutex_unlock(&d->mu);
 		return 0;
@@ -542,8 +614,10 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 	if (rc < 0) {
 		poison(d, rc);
 	}
-	while (d->finished < d->nb) {
-		pthread_cond_wait(&d->done, &d->mu);
+	rc = wait_step(d);
+	if (rc < 0) {
+		pthread_mutex_unlock(&d->mu);
+		return rc;
 	}
 	rc = d->err;
 	take_thread_error(d);
@@ -557,6 +631,10 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 	d->next = 0;
 	d->finished = 0;
 	d->nmarked = 0;
+	if (d->holding) {
+		comm_release(d->comm);
+		d->holding = false;
+	}
 	pthread_mutex_unlock(&d->mu);
 	return rc;
 }

@@ -57,6 +57,8 @@ struct crun_ddp {
 	int nmarked;         /* tensors marked in this step: > 0 means a step is in flight */
 	int err;             /* first communication error (or a bucket plan mismatch); sticky */
 	bool stop;
+	bool holding; /* a step is in flight: the comm is held for it (comm_hold()) */
+	bool stuck; /* the thread made no progress within twice the comm's timeout (ddp.c) */
 	bool no_sync;
 	struct crun_diag diag;  /* the last failure, for crun_ddp_last_error() */
 	struct crun_diag tdiag; /* the communication thread's failure, moved to @diag under @mu */

@@ -13,12 +13,14 @@
  * queued.
  * Every CUDA call goes through the run-time loaded runtime (gpu_loader.h).
  *
- * Devices: the DDP works on the device that was current when it was created (d->device).
+ * Devices: the DDP works on the communicator's device (d->device), which must be current on
+ * the thread that creates it (else crun_ddp_create() refuses, naming both).
  * Calls made on the program's threads (register, the first broadcast/grad_ready/sync, which
  * allocate; grad_ready, which records an event, on the legacy stream of the current device
  * when no stream was set; broadcast, which waits for that stream) make that device current
  * and give the caller's back (device_enter(), device_leave()), so the program's current
- * device is never changed behind its back. The communication thread is the DDP's own: it
+ * device is never changed behind its back; a thread that never chose a device is left on the
+ * DDP's rather than given a context on device 0. The communication thread is the DDP's own: it
  * sets the device once per bucket and keeps it.
  */
 #include <stdlib.h>
@@ -58,12 +60,17 @@ static int device_enter(struct crun_ddp *d, int *prev)
 	return 0;
 }
 
-/* Give the caller its device back; returns @rc, or the failure to restore it. */
+/*
+ * Give the caller its device back; returns @rc, or the failure to restore it. Unless nobody
+ * in the process has used that device (a thread that never chose one reads device 0, and
+ * cudaSetDevice(0) would create a context on GPU 0 in every rank): such a thread stays on
+ * the DDP's device, as the nccl backend's own calls leave it (comm_nccl.c, device_leave()).
+ */
 static int device_leave(struct crun_ddp *d, int prev, int rc)
 {
 	cudaError_t e;
 
-	if (prev == d->device) {
+	if (prev == d->device || !gpu_cuda_device_active(prev)) {
 		return rc;
 	}
 	e = d->cu->cudaSetDevice(prev);
@@ -76,7 +83,7 @@ static int device_leave(struct crun_ddp *d, int prev, int rc)
 static int cuda_init(struct crun_ddp *d)
 {
 	cudaError_t e;
-	int rc;
+	int rc, cur = -1;
 
 	if (crun_comm_backend(d->comm) != CRUN_BACKEND_NCCL) {
 		return diag_set(ddp_diag(d), CRUN_EBACKEND,
@@ -87,10 +94,25 @@ static int cuda_init(struct crun_ddp *d)
 	if (rc < 0) {
 		return rc;
 	}
-	/* The communication thread must use the program's device, whatever it is. */
-	e = d->cu->cudaGetDevice(&d->device);
+	/*
+	 * The DDP's device is the communicator's: its events, buffers and the copies on the
+	 * communicator's stream live there. The creating thread's current device must be the
+	 * same: the program's kernels (on the legacy stream of that device when no stream is
+	 * set) write the gradients whose events the DDP records, and on another device the
+	 * allreduce could read gradients before backward finished writing them.
+	 */
+	d->device = comm_nccl_device(d->comm);
+	e = d->cu->cudaGetDevice(&cur);
 	if (e != cudaSuccess) {
 		return cuda_fail(d, e, "cudaGetDevice");
+	}
+	if (cur != d->device) {
+		return diag_set(ddp_diag(d), CRUN_ECONFIG,
+				"ddp_cuda: rank %d: the calling thread's current CUDA device is %d, "
+				"but the communicator's is %d: call cudaSetDevice(%d) on this "
+				"thread before creating the DDP (the gradients, parameters and the "
+				"compute stream must be on the communicator's device)",
+				crun_comm_rank(d->comm), cur, d->device, d->device);
 	}
 	return 0;
 }

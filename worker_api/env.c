@@ -56,10 +56,13 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, char *er
 		*out = def;
 		return 0;
 	}
-	/* Leading white space is allowed, as strtol() (0.1) and Python's int() allow it. */
-	while (isspace((unsigned char)*s)) {
-		s++;
-	}
+	/*
+	 * Decimal digits only, with an optional sign: Python's int(), which torch applies to
+	 * these variables, also takes white space around them and "1_0", but crun and torchrun
+	 * only ever write plain digits, so anything else was set by hand or by mistake (RANK=" 1"
+	 * accepted on one rank and refused by another program on the next is worse than a clear
+	 * error at the start).
+	 */
 	if (parse_int(s, lo, hi, out) != 0) {
 		return fail(err, errlen, CRUN_ECONFIG,
 			    "libcrun-worker: environment: %s: expected an integer in [%d, %d], "
@@ -138,6 +141,29 @@ static int read_single(struct worker_env *e, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Where a node's rank and size come from: torchrun's and crun's names, else what mpirun
+ * (Open MPI) and srun (Slurm) set for a program they start themselves with only RANK and
+ * WORLD_SIZE given (a launcher script's RANK=$SLURM_PROCID), else rank % size of one node.
+ */
+#define LOCAL_SIZE_NAMES "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"
+#define LOCAL_RANK_NAMES "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"
+
+/* The first of the three names that is set and not empty, else the first. */
+static const char *env_first(const char *a, const char *b, const char *c)
+{
+	const char *names[3] = {a, b, c};
+
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(names[i]);
+
+		if (v != NULL && *v != '\0') {
+			return names[i];
+		}
+	}
+	return a;
+}
+
 static int read_env(struct worker_env *e, char *err, size_t errlen)
 {
 	int rc;
@@ -149,9 +175,9 @@ static int read_env(struct worker_env *e, char *err, size_t errlen)
 	}
 	if ((rc = env_int("WORLD_SIZE", ENV_REQUIRED, 1, 1 << 24, &e->world_size, err, errlen)) < 0 ||
 	    (rc = env_int("RANK", ENV_REQUIRED, 0, e->world_size - 1, &e->rank, err, errlen)) < 0 ||
-	    (rc = env_int("LOCAL_WORLD_SIZE", e->world_size, 1, e->world_size,
+	    (rc = env_int(env_first(LOCAL_SIZE_NAMES), e->world_size, 1, e->world_size,
 			  &e->local_world_size, err, errlen)) < 0 ||
-	    (rc = env_int("LOCAL_RANK", e->rank % e->local_world_size, 0,
+	    (rc = env_int(env_first(LOCAL_RANK_NAMES), e->rank % e->local_world_size, 0,
 			  e->local_world_size - 1, &e->local_rank, err, errlen)) < 0 ||
 	    (rc = env_int("GROUP_WORLD_SIZE", 1, 1, e->world_size, &e->node_count, err,
 			  errlen)) < 0 ||
@@ -298,7 +324,7 @@ QUERY_STR(crun_store_key_prefix, store_prefix)
 int worker_cuda_device(int ndev, int *dev, struct crun_diag *d)
 {
 	const struct worker_env *e;
-	bool sharing;
+	bool sharing, virt;
 	int rc;
 
 	e = worker_env_get(&rc);
@@ -306,11 +332,15 @@ int worker_cuda_device(int ndev, int *dev, struct crun_diag *d)
 		return diag_set(d, rc, "%s", g_diag.msg[0] != '\0' ? g_diag.msg : crun_strerror(rc));
 	}
 	rc = gpu_sharing_parse(getenv("CRUN_GPU_SHARING"), &sharing, d);
+	if (rc == 0) {
+		rc = gpu_virtual_parse(getenv("CRUN_VIRTUAL_LOCAL_RANK"), &virt, d);
+	}
 	if (rc < 0) {
 		return rc;
 	}
-	rc = gpu_device_pick(e->local_rank, e->local_world_size, ndev, sharing,
-			     getenv("CUDA_VISIBLE_DEVICES"), dev, d);
+	/* --virtual-local-rank: the agent narrowed CUDA_VISIBLE_DEVICES to this worker's GPU. */
+	rc = gpu_device_pick(virt ? 0 : e->local_rank, virt ? 1 : e->local_world_size, ndev,
+			     sharing, getenv("CUDA_VISIBLE_DEVICES"), dev, d);
 	if (rc < 0) {
 		diag_prefix(d, "local rank %d", e->local_rank);
 	}

@@ -8,7 +8,8 @@
 
 #include "worker_api/gpu_device.h"
 
-int gpu_sharing_parse(const char *s, bool *on, struct crun_diag *d)
+/* A switch variable @name's value @s: NULL, "" or "0" off, "1" on, anything else refused. */
+static int flag_parse(const char *name, const char *s, bool *on, struct crun_diag *d)
 {
 	if (s == NULL || *s == '\0' || strcmp(s, "0") == 0) {
 		*on = false;
@@ -18,7 +19,17 @@ int gpu_sharing_parse(const char *s, bool *on, struct crun_diag *d)
 		*on = true;
 		return 0;
 	}
-	return diag_set(d, CRUN_ECONFIG, "CRUN_GPU_SHARING: expected 0 or 1, got \"%.32s\"", s);
+	return diag_set(d, CRUN_ECONFIG, "%s: expected 0 or 1, got \"%.32s\"", name, s);
+}
+
+int gpu_sharing_parse(const char *s, bool *on, struct crun_diag *d)
+{
+	return flag_parse("CRUN_GPU_SHARING", s, on, d);
+}
+
+int gpu_virtual_parse(const char *s, bool *on, struct crun_diag *d)
+{
+	return flag_parse("CRUN_VIRTUAL_LOCAL_RANK", s, on, d);
 }
 
 int gpu_device_pick(int local_rank, int local_world, int ndev, bool sharing, const char *cvd,

@@ -23,6 +23,13 @@
 int gpu_sharing_parse(const char *s, bool *on, struct crun_diag *d);
 
 /**
+ * Parse CRUN_VIRTUAL_LOCAL_RANK's value @s (crun --virtual-local-rank sets "1": every worker
+ * sees only its own GPU, as device 0, with LOCAL_RANK=0 and LOCAL_WORLD_SIZE still the
+ * node's worker count, as torchrun sets them) into *@on, as gpu_sharing_parse() does.
+ */
+int gpu_virtual_parse(const char *s, bool *on, struct crun_diag *d);
+
+/**
  * The device of local rank @local_rank (0 <= local_rank < local_world) among @ndev visible
  * ones, into *@dev. @cvd is CUDA_VISIBLE_DEVICES (NULL: unset), only for messages.
  * Returns 0, CRUN_ENODEV (@ndev < 1) or CRUN_ECONFIG (@local_world > @ndev without
@@ -34,7 +41,8 @@ int gpu_device_pick(int local_rank, int local_world, int ndev, bool sharing, con
 /**
  * (env.c) This process's device among @ndev visible ones by the rule above, from the job's
  * environment (crun_local_rank(), crun_local_world_size(), CRUN_GPU_SHARING,
- * CUDA_VISIBLE_DEVICES). Returns 0, the crun_init() code (CRUN_ENOTCRUN outside crun), or
+ * CUDA_VISIBLE_DEVICES). Under CRUN_VIRTUAL_LOCAL_RANK=1 the process is the only rank of
+ * its visible devices (local rank 0 of 1): device 0. Returns 0, the crun_init() code (CRUN_ENOTCRUN outside crun), or
  * gpu_device_pick()'s; the message in @d.
  */
 int worker_cuda_device(int ndev, int *dev, struct crun_diag *d);

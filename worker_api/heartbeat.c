@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,18 +22,31 @@ static pthread_once_t hb_once = PTHREAD_ONCE_INIT;
 static int hb_fd = -1;  /* -1: no watchdog (CRUN_HEARTBEAT_FILE unset) */
 static int hb_err;      /* -errno when the file named could not be opened */
 static atomic_int_fast64_t hb_last_ms = INT64_MIN / 2;
+/* The step counter: the file's first 8 bytes, shared with the agent (agent/watchdog.h), which
+ * names the ranks silent since the oldest step. NULL when the file has no room for it. */
+static _Atomic uint64_t *hb_step;
 
 static void hb_open(void)
 {
 	const char *path = getenv("CRUN_HEARTBEAT_FILE");
+	struct stat sb;
 
 	if (path == NULL || path[0] == '\0') {
 		return;
 	}
 	/* Kept open for the process's life: the agent created it; a touch is one futimens(). */
-	hb_fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	hb_fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (hb_fd < 0 && errno == EACCES) {
+		hb_fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW); /* touch only */
+	}
 	if (hb_fd < 0) {
 		hb_err = -errno;
+		return;
+	}
+	if (fstat(hb_fd, &sb) == 0 && sb.st_size >= (off_t)sizeof(uint64_t)) {
+		void *m = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, hb_fd, 0);
+
+		hb_step = m != MAP_FAILED ? m : NULL;
 	}
 }
 
@@ -56,6 +70,9 @@ CRUN_EXPORT int crun_heartbeat(void)
 	pthread_once(&hb_once, hb_open);
 	if (hb_fd < 0) {
 		return hb_err;
+	}
+	if (hb_step != NULL) { /* every call is a step, touched or not */
+		atomic_fetch_add_explicit(hb_step, 1, memory_order_relaxed);
 	}
 	now = coarse_ms();
 	last = atomic_load_explicit(&hb_last_ms, memory_order_relaxed);

@@ -114,7 +114,8 @@ CRUN_EXPORT int crun_barrier(int timeout_ms);
  * CRUN_HEARTBEAT_FILE. The library does it by itself after every completed collective,
  * crun_barrier() and checkpoint save; call it from long stretches without those (data loading,
  * evaluation, a long step on one rank). Cheap: at most one futimens(2) per 100 ms, the other
- * calls only read a coarse clock. Returns 0 (also when no watchdog is on), or -errno when the
+ * calls only read a coarse clock. Every call also counts a step in the file's first 8 bytes
+ * (a shared mapping, no system call), which the agent reports for the ranks it finds hung. Returns 0 (also when no watchdog is on), or -errno when the
  * file cannot be opened or touched. Thread-safe; async-signal-unsafe. Since CRUN_WORKER_1.2.
  */
 CRUN_EXPORT int crun_heartbeat(void);

@@ -34,12 +34,16 @@
  * counted from the loss and shared by every call made meanwhile; RECONNECT_REFUSED_MS when
  * every try is refused (nothing listens there any more: the store process is gone). Once that
  * is spent, each call tries to connect once (LAST_TRY_MS at most) and fails with the cause.
- * The first connection waits the whole connect timeout for a store that is not up yet, and
- * says so after PROGRESS_FIRST_MS and then every PROGRESS_EVERY_MS.
+ * The first connection waits the whole connect timeout for a store that is not up yet.
+ * Each TCP connect is bounded by CONNECT_TRY_MS, so a port whose packets are dropped (a
+ * firewall) costs a few seconds per try, not the kernel's two minutes of SYN retries. Either
+ * way the wait says so after PROGRESS_FIRST_MS and then every PROGRESS_EVERY_MS, naming the
+ * endpoint and why each try failed.
  */
 #define RECONNECT_MS 10000
 #define RECONNECT_REFUSED_MS 3000
 #define LAST_TRY_MS 1000
+#define CONNECT_TRY_MS 3000
 #define PROGRESS_FIRST_MS 2000
 #define PROGRESS_EVERY_MS 5000
 
@@ -343,7 +347,10 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	return 0;
 }
 
-/* "connection refused by H:P" (@addr) or "connection refused", as a person reads it. */
+/*
+ * Why a try failed, as a person reads it: "connection refused by H:P" (@addr) or "refused",
+ * "no answer from H:P (packets dropped?)", "cannot resolve HOST: ...".
+ */
 static void describe_cause(const struct store_backend *b, int rc, bool addr, char *buf,
 			   size_t cap)
 {
@@ -357,11 +364,16 @@ static void describe_cause(const struct store_backend *b, int rc, bool addr, cha
 	case -ENETUNREACH:
 		snprintf(buf, cap, "no route%s%s", addr ? " to" : "", hp);
 		break;
-	case -ETIMEDOUT:
-		snprintf(buf, cap, "timed out connecting%s%s", addr ? " to" : "", hp);
-		break;
-	default: /* the message of the last try, without the "store H:P: " in front */
-		if (strlen(b->diag.msg) > strlen(b->where) + 2) {
+	default:
+		if (rc == -ETIMEDOUT && strstr(b->diag.msg, ": connect: ") != NULL) {
+			/* The TCP connect itself got no answer: its SYNs dropped on the way. */
+			snprintf(buf, cap, "no answer%s%s (packets dropped?)", addr ? " from" : "",
+				 hp);
+		} else if (addr && strlen(b->diag.msg) > strlen(b->where) + 2) {
+			/* The last try's message names the address already: "store H:P: ..." */
+			snprintf(buf, cap, "%s", b->diag.msg + 6);
+		} else if (strlen(b->diag.msg) > strlen(b->where) + 2) {
+			/* The message of the last try, without the "store H:P: " in front. */
 			snprintf(buf, cap, "%s", b->diag.msg + strlen(b->where) + 2);
 		} else {
 			snprintf(buf, cap, "%s", crun_strerror(rc));
@@ -371,23 +383,68 @@ static void describe_cause(const struct store_backend *b, int rc, bool addr, cha
 }
 
 /*
- * Connect and handshake, retrying refused/unreachable with backoff + jitter within the limits
- * at the top of this file, and never past @op_deadline (0: none; an operation's own deadline).
- * Fails with the cause of the last try (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, ...).
+ * One try: resolve, connect (each address for CONNECT_TRY_MS at most), TLS, handshake, all
+ * before @deadline. 0; a retryable failure (its words in b->diag); or, with *@final set, one
+ * that no retry mends (a refused handshake or certificate).
  */
-static int reconnect(struct store_backend *b, int64_t op_deadline)
+static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 {
-	int64_t now = crun_now_ms(), budget, give_up, deadline, next_progress;
 	struct addrinfo hints, *res = NULL, *ai;
-	struct backoff bo;
+	char port_s[16];
 	int rc = -ETIMEDOUT, gai;
-	char port_s[16], cause[200];
-	bool last_try;
 
+	*final = false;
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV;
+	snprintf(port_s, sizeof(port_s), "%d", b->port);
+	gai = getaddrinfo(b->host, port_s, &hints, &res);
+	if (gai != 0) {
+		/* A name that does not resolve yet (DNS catching up with a new host) is retried
+		 * like a store that is not up yet. */
+		return fail(b, gai == EAI_AGAIN ? -EAGAIN : -EINVAL, "cannot resolve %s: %s",
+			    b->host, gai_strerror(gai));
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		int64_t t = crun_now_ms() + CONNECT_TRY_MS;
+
+		rc = tcp_io_connect(b, ai, t < deadline ? t : deadline);
+		if (rc == 0) {
+			break;
+		}
+	}
+	freeaddrinfo(res);
+	if (rc < 0) {
+		return fail(b, rc, "connect: %s", crun_strerror(rc));
+	}
+	rc = tcp_io_tls_start(b, deadline);
+	if (rc < 0) {
+		/* "TLS handshake: the store's certificate has expired (...)" */
+		fail(b, rc, "TLS handshake: %s", tcp_io_strerror(b, rc));
+		disconnect(b);
+		*final = rc != -ECONNRESET && rc != -EPIPE;
+		return rc;
+	}
+	rc = handshake(b, deadline);
+	/* A refused handshake is final; a dropped one is worth a retry. */
+	*final = rc < 0 && rc != -ECONNRESET && rc != -EPIPE;
+	return rc;
+}
+
+/*
+ * Connect and handshake, retrying with backoff + jitter within the limits at the top of this
+ * file, and never past @op_deadline (0: none; an operation's own deadline). Fails with the
+ * cause of the last try (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, ...).
+ */
+static int reconnect(struct store_backend *b, int64_t op_deadline)
+{
+	int64_t now = crun_now_ms(), budget, give_up, deadline, next_progress;
+	struct backoff bo;
+	char cause[200];
+	bool last_try, final;
+	int rc, tries = 0;
+
 	if (b->down_since == 0) {
 		b->down_since = now;
 	}
@@ -402,45 +459,18 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 		deadline = op_deadline;
 	}
 	next_progress = b->down_since + PROGRESS_FIRST_MS;
-	snprintf(port_s, sizeof(port_s), "%d", b->port);
 	backoff_init(&bo, BACKOFF_FIRST_MS, BACKOFF_MAX_MS);
 	backoff_set_jitter(&bo, BACKOFF_HALF, backoff_seed());
 	for (;;) {
-		gai = getaddrinfo(b->host, port_s, &hints, &res);
-		if (gai == 0) {
-			for (ai = res; ai != NULL; ai = ai->ai_next) {
-				rc = tcp_io_connect(b, ai, deadline);
-				if (rc == 0) {
-					break;
-				}
-			}
-			freeaddrinfo(res);
-			res = NULL;
-			if (rc == 0 && (rc = tcp_io_tls_start(b, deadline)) < 0) {
-				/* "TLS handshake: the store's certificate has expired (...)" */
-				fail(b, rc, "TLS handshake: %s", tcp_io_strerror(b, rc));
-				disconnect(b);
-				if (rc != -ECONNRESET && rc != -EPIPE) {
-					return rc;
-				}
-			} else if (rc == 0) {
-				rc = handshake(b, deadline);
-				if (rc == 0) {
-					b->was_up = true;
-					b->down_since = 0;
-					return 0;
-				}
-				/* A refused handshake is final; a dropped one is worth a retry. */
-				if (rc != -ECONNRESET && rc != -EPIPE) {
-					return rc;
-				}
-			} else {
-				fail(b, rc, "connect: %s", crun_strerror(rc));
-			}
-		} else if (gai == EAI_AGAIN) {
-			rc = fail(b, -EAGAIN, "resolve %s: %s", b->host, gai_strerror(gai));
-		} else {
-			return fail(b, -EINVAL, "resolve %s: %s", b->host, gai_strerror(gai));
+		rc = try_once(b, deadline, &final);
+		tries++;
+		if (rc == 0) {
+			b->was_up = true;
+			b->down_since = 0;
+			return 0;
+		}
+		if (final) {
+			return rc;
 		}
 		now = crun_now_ms();
 		if (now >= deadline || last_try ||
@@ -448,16 +478,17 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 		     now >= b->down_since + RECONNECT_REFUSED_MS)) {
 			/* "store: connection refused by H:P": the cause names the address. */
 			describe_cause(b, rc, true, cause, sizeof(cause));
-			return diag_set(&b->diag, rc, "store: %s (%s %lld.%lld s)", cause,
+			return diag_set(&b->diag, rc, "store: %s (%s %lld.%lld s, %d tries)", cause,
 					b->was_up ? "connection lost, retried for" : "waited",
 					(long long)((now - b->down_since) / 1000),
-					(long long)((now - b->down_since) % 1000 / 100));
+					(long long)((now - b->down_since) % 1000 / 100), tries);
 		}
-		if (!b->was_up && now >= next_progress) {
-			/* The store is not up (yet): say so while waiting, not only at the end. */
+		if (now >= next_progress) {
+			/* Never silent: what is tried and why it fails, every few seconds. */
 			describe_cause(b, rc, false, cause, sizeof(cause));
-			log_warn("waiting for the store at %s: %s (%lld s of %lld s)", b->where + 6,
-				 cause, (long long)((now - b->down_since) / 1000),
+			log_warn("%s the store at %s: %s (%lld s of %lld s)",
+				 b->was_up ? "reconnecting to" : "waiting for", b->where + 6, cause,
+				 (long long)((now - b->down_since) / 1000),
 				 (long long)(budget / 1000));
 			next_progress = now + PROGRESS_EVERY_MS;
 		}

@@ -99,6 +99,188 @@ static struct ks_hnode *heap_min(const struct ks_heap *h)
 	return h->n ? h->a[0] : NULL;
 }
 
+/* ---- accounts: the stored data's quotas ---- */
+
+enum ks_acct_kind ks_key_account(struct ks_str k, struct ks_str *name)
+{
+	static const char ts[] = "/tcpstore/";
+	const uint8_t *p = k.p, *slash;
+	uint32_t n = k.len;
+	bool rdzv = n > 5 && memcmp(p, "rdzv/", 5) == 0;
+
+	if (rdzv) {
+		p += 5;
+		n -= 5;
+	}
+	slash = n > 0 ? memchr(p, '/', n) : NULL;
+	if (slash == NULL || slash == p) {
+		return KS_ACCT_NONE;
+	}
+	*name = (struct ks_str){p, (uint32_t)(slash - p)};
+	n -= name->len;
+	if (!rdzv && n >= sizeof(ts) - 1 && memcmp(slash, ts, sizeof(ts) - 1) == 0) {
+		return KS_ACCT_TCPSTORE;
+	}
+	return KS_ACCT_SCOPE;
+}
+
+static uint64_t acct_hash(const struct keyspace *ks, enum ks_acct_kind kind, struct ks_str name)
+{
+	return htab_hash(name.p, name.len, &ks->seed) + (uint64_t)kind;
+}
+
+static struct ks_acct *acct_find(struct keyspace *ks, enum ks_acct_kind kind, struct ks_str name,
+				 uint64_t h)
+{
+	struct htab_node *node;
+	struct ks_acct *a;
+
+	for (node = htab_chain(&ks->accts, h); node != NULL; node = node->next) {
+		a = container_of(node, struct ks_acct, node);
+		if (node->hash == h && a->kind == kind && a->nlen == name.len &&
+		    memcmp(a->name, name.p, name.len) == 0) {
+			return a;
+		}
+	}
+	return NULL;
+}
+
+const struct ks_acct *ks_account(struct keyspace *ks, enum ks_acct_kind kind, struct ks_str name)
+{
+	return acct_find(ks, kind, name, acct_hash(ks, kind, name));
+}
+
+/* Point a new entry @e at its key's account (created when it is the run's first). */
+static int acct_attach(struct keyspace *ks, struct ks_entry *e)
+{
+	struct ks_str name = {NULL, 0};
+	enum ks_acct_kind kind = ks_key_account((struct ks_str){e->key, e->klen}, &name);
+	struct ks_acct *a;
+	uint64_t h;
+
+	if (kind == KS_ACCT_NONE) {
+		return 0;
+	}
+	h = acct_hash(ks, kind, name);
+	a = acct_find(ks, kind, name, h);
+	if (a == NULL) {
+		a = calloc(1, sizeof(*a) + name.len);
+		if (a == NULL) {
+			return -ENOMEM;
+		}
+		a->kind = (uint8_t)kind;
+		a->nlen = name.len;
+		memcpy(a->name, name.p, name.len);
+		htab_insert(&ks->accts, &a->node, h);
+	}
+	a->refs++;
+	e->acct = a;
+	return 0;
+}
+
+/* @e is being freed: its account loses an entry (and goes with its last). */
+static void acct_detach(struct keyspace *ks, struct ks_entry *e)
+{
+	struct ks_acct *a = e->acct;
+
+	if (a != NULL && --a->refs == 0) {
+		htab_remove(&ks->accts, &a->node);
+		free(a);
+	}
+	e->acct = NULL;
+}
+
+static uint64_t bytes_of(const struct ks_entry *e)
+{
+	return e->present ? (uint64_t)e->klen + e->vlen : 0;
+}
+
+/* Whether a usage of @bytes and @keys may grow by @db and @dk under @lim; else the refusal. */
+static bool over(struct keyspace *ks, const struct ks_acct *a, const struct ks_limit *lim,
+		 uint64_t bytes, uint64_t keys, uint64_t db, uint64_t dk)
+{
+	struct ks_refusal *r = &ks->refused;
+	bool k = lim->keys > 0 && dk > 0 && keys + dk > lim->keys;
+
+	if (!k && (lim->bytes == 0 || db == 0 || bytes + db <= lim->bytes)) {
+		return false;
+	}
+	ks->nrefused++;
+	memset(r, 0, sizeof(*r));
+	r->kind = a != NULL ? a->kind : KS_ACCT_NONE;
+	r->keys = k;
+	r->limit = k ? lim->keys : lim->bytes;
+	r->would = k ? keys + dk : bytes + db;
+	if (a != NULL) {
+		snprintf(r->scope, sizeof(r->scope), "%.*s", (int)(a->nlen > 128 ? 128 : a->nlen),
+			 (const char *)a->name);
+	}
+	return true;
+}
+
+/*
+ * Whether @e may hold @vlen value bytes: 0, or -EDQUOT (ks->refused says why). A write that
+ * grows neither the bytes nor the keys always may: a refusal never stands in the way of
+ * shrinking what is stored.
+ */
+static int quota_check(struct keyspace *ks, const struct ks_entry *e, uint64_t vlen)
+{
+	const struct ks_acct *a = e->acct;
+	uint64_t old = bytes_of(e), now = (uint64_t)e->klen + vlen;
+	uint64_t db = now > old ? now - old : 0, dk = e->present ? 0 : 1;
+
+	if (db == 0 && dk == 0) {
+		return 0;
+	}
+	if (over(ks, NULL, &ks->quota.total, ks->nbytes, (uint64_t)ks->nkeys, db, dk) ||
+	    (a != NULL && over(ks, a, a->kind == KS_ACCT_TCPSTORE ? &ks->quota.tcpstore
+								   : &ks->quota.scope,
+			       a->bytes, a->keys, db, dk))) {
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+/* @e changed from @was present with @old bytes to what it holds now: move its charge. */
+static void charge(struct keyspace *ks, struct ks_entry *e, bool was, uint64_t old)
+{
+	uint64_t now = bytes_of(e);
+	int64_t dk = (int64_t)e->present - (int64_t)was;
+
+	ks->nbytes += now - old; /* modular: a shrink subtracts */
+	ks->nkeys += dk;
+	if (e->acct != NULL) {
+		e->acct->bytes += now - old;
+		e->acct->keys += (uint64_t)dk;
+	}
+}
+
+void ks_set_quotas(struct keyspace *ks, const struct ks_quotas *q)
+{
+	ks->quota = *q;
+}
+
+const char *ks_refusal_msg(const struct keyspace *ks, char *buf, size_t len)
+{
+	static const char *const what[] = {
+		[KS_ACCT_NONE] = "the store's data budget",
+		[KS_ACCT_SCOPE] = "the scope quota of run",
+		[KS_ACCT_TCPSTORE] = "the TCPStore namespace quota of run",
+	};
+	const struct ks_refusal *r = &ks->refused;
+	const char *unit = r->keys ? "keys" : "bytes";
+
+	if (r->kind == KS_ACCT_NONE) {
+		snprintf(buf, len, "%s is full: %" PRIu64 " %s (this write would make %" PRIu64 ")",
+			 what[0], r->limit, unit, r->would);
+	} else {
+		snprintf(buf, len, "%s \"%s\" is full: %" PRIu64 " %s (this write would make %"
+			 PRIu64 ")", what[r->kind == KS_ACCT_TCPSTORE ? 2 : 1], r->scope, r->limit,
+			 unit, r->would);
+	}
+	return buf;
+}
+
 /* ---- the table ---- */
 
 static struct ks_entry *find(struct keyspace *ks, struct ks_str k, uint64_t h)
@@ -140,6 +322,10 @@ static struct ks_entry *entry_get(struct keyspace *ks, struct ks_str k)
 	if (k.len > 0) {
 		memcpy(e->key, k.p, k.len);
 	}
+	if (acct_attach(ks, e) < 0) {
+		free(e);
+		return NULL;
+	}
 	htab_insert(&ks->keys, &e->node, h);
 	return e;
 }
@@ -149,6 +335,7 @@ static void entry_maybe_free(struct keyspace *ks, struct ks_entry *e)
 {
 	if (!e->present && e->watchers == NULL) {
 		htab_remove(&ks->keys, &e->node);
+		acct_detach(ks, e);
 		free(e->val);
 		free(e);
 	}
@@ -183,6 +370,10 @@ int ks_init(struct keyspace *ks, uint32_t max_value_len, ks_wait_cb *on_wait_don
 	if (htab_init(&ks->keys, 1024) < 0) {
 		return -ENOMEM;
 	}
+	if (htab_init(&ks->accts, 16) < 0) {
+		htab_finish(&ks->keys);
+		return -ENOMEM;
+	}
 	ks->max_value_len = max_value_len;
 	ks->on_wait_done = on_wait_done;
 	ks->data = data;
@@ -198,16 +389,19 @@ void ks_finish(struct keyspace *ks)
 	if (ks->keys.buckets != NULL) {
 		htab_for_each_safe(&ks->keys, i, n, next) {
 			e = container_of(n, struct ks_entry, node);
+			acct_detach(ks, e);
 			free(e->val);
 			free(e);
 		}
 	}
 	htab_finish(&ks->keys);
+	htab_finish(&ks->accts);
 	free(ks->ttl.a);
 	free(ks->waits.a);
 	memset(&ks->ttl, 0, sizeof(ks->ttl));
 	memset(&ks->waits, 0, sizeof(ks->waits));
 	ks->nkeys = 0;
+	ks->nbytes = 0;
 }
 
 /* ---- reads ---- */
@@ -326,11 +520,16 @@ static void written(struct keyspace *ks, struct ks_entry *e)
 
 /* ---- writes ---- */
 
-/* Give @e the value @v and no TTL. 0 or -ENOMEM (@e unchanged). */
+/* Give @e the value @v and no TTL. 0, -EDQUOT or -ENOMEM (@e unchanged). */
 static int store(struct keyspace *ks, struct ks_entry *e, struct ks_str v)
 {
+	uint64_t old = bytes_of(e);
+	bool was = e->present;
 	uint8_t *p;
 
+	if (quota_check(ks, e, v.len) < 0) {
+		return -EDQUOT;
+	}
 	if (v.len > e->vcap || (e->vcap > 4096 && v.len < e->vcap / 4)) {
 		p = malloc(v.len ? v.len : 1);
 		if (p == NULL) {
@@ -344,10 +543,8 @@ static int store(struct keyspace *ks, struct ks_entry *e, struct ks_str v)
 		memcpy(e->val, v.p, v.len);
 	}
 	e->vlen = v.len;
-	if (!e->present) {
-		e->present = true;
-		ks->nkeys++;
-	}
+	e->present = true;
+	charge(ks, e, was, old);
 	heap_remove(&ks->ttl, &e->ttl);
 	return 0;
 }
@@ -355,11 +552,13 @@ static int store(struct keyspace *ks, struct ks_entry *e, struct ks_str v)
 /* Make @e absent (freeing it when nobody waits on it). */
 static void key_delete(struct keyspace *ks, struct ks_entry *e)
 {
+	uint64_t old = bytes_of(e);
+
 	if (!e->present) {
 		return;
 	}
 	e->present = false;
-	ks->nkeys--;
+	charge(ks, e, true, old);
 	free(e->val);
 	e->val = NULL;
 	e->vlen = e->vcap = 0;
@@ -370,13 +569,15 @@ static void key_delete(struct keyspace *ks, struct ks_entry *e)
 int ks_set(struct keyspace *ks, struct ks_str k, struct ks_str v, int64_t expire_at)
 {
 	struct ks_entry *e = entry_get(ks, k);
+	int rc;
 
 	if (e == NULL) {
 		return -ENOMEM;
 	}
-	if (store(ks, e, v) < 0) {
+	rc = store(ks, e, v);
+	if (rc < 0) {
 		entry_maybe_free(ks, e);
-		return -ENOMEM;
+		return rc;
 	}
 	if (expire_at != KS_NO_DEADLINE) {
 		e->ttl.at = expire_at;
@@ -391,7 +592,7 @@ int ks_add(struct keyspace *ks, struct ks_str k, int64_t delta, int64_t *out)
 	struct ks_entry *e = entry_get(ks, k);
 	int64_t v = 0;
 	char buf[32];
-	int n;
+	int n, rc;
 
 	if (e == NULL) {
 		return -ENOMEM;
@@ -404,9 +605,10 @@ int ks_add(struct keyspace *ks, struct ks_str k, int64_t delta, int64_t *out)
 		return -EOVERFLOW;
 	}
 	n = snprintf(buf, sizeof(buf), "%" PRId64, v);
-	if (store(ks, e, (struct ks_str){(const uint8_t *)buf, (uint32_t)n}) < 0) {
+	rc = store(ks, e, (struct ks_str){(const uint8_t *)buf, (uint32_t)n});
+	if (rc < 0) {
 		entry_maybe_free(ks, e);
-		return -ENOMEM;
+		return rc;
 	}
 	*out = v;
 	written(ks, e);
@@ -443,9 +645,10 @@ int ks_append(struct keyspace *ks, struct ks_str k, const uint8_t *head, uint32_
 	      struct ks_str v, uint64_t *newlen)
 {
 	struct ks_entry *e = entry_get(ks, k);
+	uint64_t n, was_bytes;
 	uint32_t old;
-	uint64_t n;
 	uint8_t *p;
+	bool was;
 
 	if (e == NULL) {
 		return -ENOMEM;
@@ -457,6 +660,12 @@ int ks_append(struct keyspace *ks, struct ks_str k, const uint8_t *head, uint32_
 		entry_maybe_free(ks, e);
 		return -EMSGSIZE;
 	}
+	if (quota_check(ks, e, n) < 0) {
+		entry_maybe_free(ks, e);
+		return -EDQUOT;
+	}
+	was = e->present;
+	was_bytes = bytes_of(e);
 	if (n > e->vcap) {
 		p = realloc(e->val, n ? n : 1);
 		if (p == NULL) {
@@ -473,10 +682,8 @@ int ks_append(struct keyspace *ks, struct ks_str k, const uint8_t *head, uint32_
 		memcpy(e->val + old + hlen, v.p, v.len);
 	}
 	e->vlen = (uint32_t)n;
-	if (!e->present) {
-		e->present = true;
-		ks->nkeys++;
-	}
+	e->present = true;
+	charge(ks, e, was, was_bytes);
 	heap_remove(&ks->ttl, &e->ttl);
 	written(ks, e);
 	return 0;
@@ -488,11 +695,13 @@ int ks_multi_set(struct keyspace *ks, const struct ks_list *pairs)
 	uint8_t buf[KEY_BUF];
 	struct ks_str k;
 	uint32_t i;
+	int rc;
 
 	for (i = 0; i < pairs->n; i++) {
 		k = list_key(pairs, &cur, buf);
-		if (ks_set(ks, k, pairs->next(&cur), KS_NO_DEADLINE) < 0) {
-			return -ENOMEM;
+		rc = ks_set(ks, k, pairs->next(&cur), KS_NO_DEADLINE);
+		if (rc < 0) {
+			return rc;
 		}
 	}
 	return 0;
@@ -561,6 +770,10 @@ int ks_queue_pop(struct keyspace *ks, struct ks_str k, uint8_t **item, uint32_t 
 	}
 	memmove(e->val, e->val + 4 + l, e->vlen - 4 - l);
 	e->vlen -= 4 + l;
+	ks->nbytes -= 4 + (uint64_t)l;
+	if (e->acct != NULL) {
+		e->acct->bytes -= 4 + (uint64_t)l;
+	}
 	return 0;
 }
 

@@ -8,6 +8,9 @@
  * no event loop and no clock of its own: the caller passes times (milliseconds on any
  * monotonic clock) and runs ks_expire() when ks_next_deadline() comes. A held wait ends
  * through the one callback the caller gives ks_init(), whoever wrote the key.
+ * It also keeps the stored data's accounts (ks_set_quotas()): the bytes (key + value) and
+ * the keys of the whole store, of each run's scope and of each run's TCPStore namespace,
+ * updated by every write, delete and expiry, and checked before a write grows them.
  * Not thread-safe. tests/unit/test_keyspace.c runs it alone.
  */
 #ifndef CRUN_RENDEZVOUS_STORE_KEYSPACE_H
@@ -69,8 +72,55 @@ struct ks_link {
 	uint32_t index;
 };
 
+/*
+ * Whose quota a key counts against, from the key alone (ks_key_account(), the one place):
+ *   rdzv/<run>/...      KS_ACCT_SCOPE <run>     (the run's rendezvous)
+ *   <run>/tcpstore/...  KS_ACCT_TCPSTORE <run>  (PyTorch's TCPStore clients of the run)
+ *   <run>/...           KS_ACCT_SCOPE <run>     (its workers' keys)
+ *   anything else       KS_ACCT_NONE            (the store-wide budget only)
+ * (rendezvous/rdzv_keys.h composes these keys; a run-scoped credential reaches only them.)
+ */
+enum ks_acct_kind {
+	KS_ACCT_NONE = 0,
+	KS_ACCT_SCOPE = 1,
+	KS_ACCT_TCPSTORE = 2,
+};
+
+/* One quota: 0 in either field means no bound. */
+struct ks_limit {
+	uint64_t bytes; /* key + value bytes of present keys */
+	uint64_t keys;	/* present keys */
+};
+
+struct ks_quotas {
+	struct ks_limit total;	  /* the whole store */
+	struct ks_limit scope;	  /* each rdzv/<run>/ and <run>/ (not its TCPStore keys) */
+	struct ks_limit tcpstore; /* each <run>/tcpstore/ */
+};
+
+/* The usage of one run's scope or TCPStore namespace; freed with its last entry. */
+struct ks_acct {
+	struct htab_node node; /* in accts, by htab_hash(kind + name, seed) */
+	uint64_t bytes;
+	uint64_t keys;
+	uint32_t refs; /* entries (present or only waited on) that count here */
+	uint8_t kind;  /* enum ks_acct_kind */
+	uint32_t nlen;
+	uint8_t name[]; /* the run */
+};
+
+/* Why the last write returned -EDQUOT (ks_refusal_msg() says it in words). */
+struct ks_refusal {
+	uint8_t kind;	/* enum ks_acct_kind: KS_ACCT_NONE is the store-wide budget */
+	bool keys;	/* the key count (else the bytes) */
+	uint64_t limit;
+	uint64_t would; /* what the write would have made it */
+	char scope[129]; /* the run, cut to 128 bytes */
+};
+
 struct ks_entry {
 	struct htab_node node; /* in keys, by htab_hash(key, seed) */
+	struct ks_acct *acct;  /* NULL: the key is in no run's scope */
 	uint8_t *val;	       /* malloc'd when present (NULL for an empty value) */
 	uint32_t vlen;
 	uint32_t vcap;
@@ -114,6 +164,11 @@ typedef void ks_wait_cb(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t
 struct keyspace {
 	struct htab keys;      /* struct ks_entry: present keys and keys only waited on */
 	int64_t nkeys;	       /* present keys */
+	uint64_t nbytes;       /* key + value bytes of present keys */
+	struct htab accts;     /* struct ks_acct: runs with an entry */
+	struct ks_quotas quota;
+	struct ks_refusal refused; /* the last -EDQUOT */
+	uint64_t nrefused;	   /* writes refused by a quota, ever */
 	struct htab_seed seed; /* secret: clients choose keys */
 	struct ks_heap ttl;
 	struct ks_heap waits;
@@ -129,6 +184,20 @@ struct keyspace {
 int ks_init(struct keyspace *ks, uint32_t max_value_len, ks_wait_cb *on_wait_done, void *data);
 /** Free every entry and the table; every wait must be gone (ks_wait_cancel()). */
 void ks_finish(struct keyspace *ks);
+/** Bound the stored data (none until called; the server's defaults: server.h). */
+void ks_set_quotas(struct keyspace *ks, const struct ks_quotas *q);
+/**
+ * Whose quota key @k counts against: its kind, and the run's name in *@name (@k's bytes,
+ * *@nlen long). KS_ACCT_NONE: no run's.
+ */
+enum ks_acct_kind ks_key_account(struct ks_str k, struct ks_str *name);
+/** The usage of run @name's account of @kind, or NULL when it has no key. */
+const struct ks_acct *ks_account(struct keyspace *ks, enum ks_acct_kind kind, struct ks_str name);
+/**
+ * The last refusal (-EDQUOT) in words: which quota, its limit, the scope, into @buf.
+ * Returns @buf.
+ */
+const char *ks_refusal_msg(const struct keyspace *ks, char *buf, size_t len);
 
 /** The present entry of @k, or NULL. Borrowed until the next write. */
 const struct ks_entry *ks_get(struct keyspace *ks, struct ks_str k);
@@ -142,7 +211,9 @@ int64_t ks_num_keys(struct keyspace *ks, const uint8_t *prefix, uint32_t prefix_
 
 /**
  * SET: @k gets the bytes @v (borrowed, copied) and a TTL deadline @expire_at (KS_NO_DEADLINE:
- * none); its waiters are answered. 0 or -ENOMEM (nothing changed).
+ * none); its waiters are answered. 0, -ENOMEM or -EDQUOT (over a quota: ks->refused says
+ * which) with nothing changed. Every write below may return -EDQUOT the same way; a write that
+ * does not grow the bytes or the keys never does.
  */
 int ks_set(struct keyspace *ks, struct ks_str k, struct ks_str v, int64_t expire_at);
 /**
@@ -166,7 +237,8 @@ int ks_append(struct keyspace *ks, struct ks_str k, const uint8_t *head, uint32_
 	      struct ks_str v, uint64_t *newlen);
 /**
  * MULTI_SET: every key, value pair of @pairs (a list of 2 x pairs->n strings), in one go: no
- * waiter runs before all are written. 0 or -ENOMEM (the pairs before the failure are set).
+ * waiter runs before all are written. 0, -ENOMEM or -EDQUOT (the pairs before the failure
+ * are set).
  */
 int ks_multi_set(struct keyspace *ks, const struct ks_list *pairs);
 

@@ -6,6 +6,7 @@
  * what they share is in server_internal.h.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include "rendezvous/store/server_internal.h"
 #include "src/common/clock.h"
 #include "src/common/diag.h"
+#include "src/common/log.h"
 #include "src/common/net.h"
 
 #define SWEEP_MS 500
@@ -42,14 +44,14 @@ void srv_server_unref(struct store_server *s)
 	free(s);
 }
 
-static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
+int srv_bind_socket(const char *addr, const char *what, int *fd_out, struct crun_diag *d)
 {
 	struct addrinfo hints, *res = NULL;
 	char host[256], port_s[16];
 	int port, fd, one = 1, rc;
 
 	if (addr == NULL || net_parse_hostport(addr, -1, host, sizeof(host), &port) < 0) {
-		return diag_set(d, -EINVAL, "store: listen address %s: expected ADDR:PORT",
+		return diag_set(d, -EINVAL, "%s: listen address %s: expected ADDR:PORT", what,
 				addr ? addr : "(null)");
 	}
 	memset(&hints, 0, sizeof(hints));
@@ -59,14 +61,14 @@ static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
 	snprintf(port_s, sizeof(port_s), "%d", port);
 	rc = getaddrinfo(host, port_s, &hints, &res);
 	if (rc != 0 || res == NULL) {
-		return diag_set(d, -EINVAL, "store: listen address %s: %s", addr,
+		return diag_set(d, -EINVAL, "%s: listen address %s: %s", what, addr,
 				gai_strerror(rc));
 	}
 	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		rc = -errno;
 		freeaddrinfo(res);
-		return diag_set(d, rc, "store: listen %s: socket: %s", addr, strerror(-rc));
+		return diag_set(d, rc, "%s: listen %s: socket: %s", what, addr, strerror(-rc));
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (res->ai_family == AF_INET6) {
@@ -86,12 +88,35 @@ static int bind_socket(const char *addr, int *fd_out, struct crun_diag *d)
 err:
 	freeaddrinfo(res);
 	close(fd);
-	return diag_set(d, rc, "store: listen %s: %s", addr, strerror(-rc));
+	return diag_set(d, rc, "%s: listen %s: %s", what, addr, strerror(-rc));
 }
 
 static void on_server_handle_closed(uv_handle_t *h)
 {
 	srv_server_unref(h->data);
+}
+
+/* The stored data's quotas from @o, or their defaults (server.h). */
+static void set_quotas(struct store_server *s, const struct store_server_opts *o)
+{
+	uint64_t mem = o->max_memory > 0 ? o->max_memory : STORE_DEFAULT_MAX_MEMORY;
+	struct ks_quotas q;
+
+	q.total.bytes = o->max_data > 0 ? o->max_data : mem;
+	q.total.keys = o->max_keys > 0 ? o->max_keys : q.total.bytes / STORE_DATA_KEY_BYTES;
+	q.scope.bytes = o->scope_max_data > 0 ? o->scope_max_data
+					      : q.total.bytes / STORE_SCOPE_SHARE;
+	q.scope.keys = o->scope_max_keys > 0 ? o->scope_max_keys
+					     : q.total.keys / STORE_SCOPE_SHARE;
+	q.tcpstore.bytes = o->tcpstore_max_data > 0 ? o->tcpstore_max_data
+						    : STORE_DEFAULT_TS_MAX_DATA;
+	q.tcpstore.keys = o->tcpstore_max_keys > 0 ? o->tcpstore_max_keys
+						   : STORE_DEFAULT_TS_MAX_KEYS;
+	ks_set_quotas(&s->ks, &q);
+	log_debug("store: stored data: %" PRIu64 " bytes, %" PRIu64 " keys; each run %" PRIu64
+		  " bytes, %" PRIu64 " keys; each TCPStore namespace %" PRIu64 " bytes, %" PRIu64
+		  " keys", q.total.bytes, q.total.keys, q.scope.bytes, q.scope.keys,
+		  q.tcpstore.bytes, q.tcpstore.keys);
 }
 
 static void format_address(struct store_server *s)
@@ -133,7 +158,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		signal(SIGPIPE, SIG_IGN);
 	}
 	/* Bind with plain system calls first, so a failure leaves no libuv handle behind. */
-	rc = bind_socket(opts->listen, &fd, d);
+	rc = srv_bind_socket(opts->listen, "store", &fd, d);
 	if (rc < 0) {
 		return rc;
 	}
@@ -183,6 +208,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	}
 	s->loop = loop;
 	srv_limits_init(s, opts);
+	set_quotas(s, opts);
 	s->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 0;
 	s->max_pending = opts->max_pending_per_conn > 0 ? (uint32_t)opts->max_pending_per_conn
 							: STORE_DEFAULT_MAX_PENDING;
@@ -212,6 +238,11 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return rc;
 	}
 	format_address(s);
+	rc = srv_metrics_start(s, opts->metrics_listen, d);
+	if (rc < 0) {
+		store_server_close(s);
+		return rc;
+	}
 	uv_timer_start(&s->sweep_timer, srv_on_sweep, SWEEP_MS, SWEEP_MS);
 	*out = s;
 	return 0;
@@ -250,9 +281,12 @@ void store_server_close(struct store_server *s)
 		return;
 	}
 	s->closing = true;
+	log_debug("store %s: closing with %" PRId64 " keys, %" PRIu64 " bytes stored", s->addr,
+		 s->ks.nkeys, s->ks.nbytes);
 	uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->ks_timer, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
+	srv_metrics_close(s, on_server_handle_closed);
 	/* Every held wait gets an explicit answer, then every connection closes. */
 	for (c = s->conns; c != NULL; c = c->next) {
 		while ((w = c->waits) != NULL) {

@@ -42,6 +42,20 @@ struct store_server;
 #define STORE_PREAUTH_MAX_FRAME 1024     /* bytes of a crun frame before authentication */
 #define STORE_PREAUTH_MEMORY_SHARE 8     /* pre-auth buffers: 1/8 of the memory budget */
 #define STORE_PREAUTH_LOG_MS 5000        /* one summary line of refusals per this */
+/*
+ * Stored data (docs/reliability.md, "Stored data"): key + value bytes and keys. The store's
+ * budget defaults to the memory budget above (max_memory, given or not): the data and the
+ * connections' buffers together then keep the heap near twice that, and a key count of one
+ * per 256 budget bytes bounds the table's own overhead (about 150 bytes a key) to less
+ * again. Each run's scope gets a quarter of both (four values of the largest size), so one
+ * run's token holder fills at most a quarter of the store. Each run's TCPStore namespace (no authentication) gets a fixed quota
+ * sized for a 1,000-rank PyTorch bootstrap: torch 1.13's gloo stores W + 3 keys and about
+ * 136 W^2 bytes for W ranks, 130 MiB at 1,000 (docs/reliability.md, "Stored data").
+ */
+#define STORE_DATA_KEY_BYTES 256              /* default keys: one per this many data bytes */
+#define STORE_SCOPE_SHARE 4                   /* default scope quota: 1/this of the store's */
+#define STORE_DEFAULT_TS_MAX_DATA (160u << 20) /* a TCPStore namespace's bytes */
+#define STORE_DEFAULT_TS_MAX_KEYS 65536       /* a TCPStore namespace's keys */
 
 struct store_server_opts {
 	const char *listen;        /* "ADDR:PORT" (port 0: pick one); binds exactly ADDR */
@@ -58,6 +72,13 @@ struct store_server_opts {
 	int max_untimed_waits;     /* waits without a deadline held by the whole server */
 	int64_t max_wait_ms;       /* the longest a wait is held (0: no maximum): the deadline
 				    * of a wait that gave none, and the cap of longer ones */
+	/* Stored data (key + value bytes, keys); 0: the default above. */
+	uint64_t max_data;         /* the whole store (default: max_memory) */
+	uint64_t max_keys;         /* the whole store (default: max_data / 256) */
+	uint64_t scope_max_data;   /* each run's rdzv/<run>/ and <run>/ (default: a quarter) */
+	uint64_t scope_max_keys;
+	uint64_t tcpstore_max_data; /* each run's <run>/tcpstore/ */
+	uint64_t tcpstore_max_keys;
 	/* PyTorch TCPStore clients (docs/protocol.md, "TCPStore"): they cannot authenticate,
 	 * so they see only the keys under this prefix, e.g. "<run>/tcpstore/"; NULL: refused,
 	 * with a log line ending in tcpstore_refusal when given. */
@@ -68,6 +89,8 @@ struct store_server_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
+	/* "ADDR:PORT": serve Prometheus metrics there (server_metrics.c); NULL: none. */
+	const char *metrics_listen;
 };
 
 /**

@@ -413,6 +413,7 @@ static bool refuse_key(struct conn *c, const struct wire_req *r, struct wire_str
 	char shown[68], msg[300];
 	uint32_t i, n = k.len < 64 ? k.len : 64;
 
+	srv_metric_refuse(c->s, SRV_REFUSE_SCOPE);
 	for (i = 0; i < n; i++) {
 		shown[i] = k.p[i] >= ' ' && k.p[i] < 0x7f && k.p[i] != '"' ? (char)k.p[i] : '?';
 	}

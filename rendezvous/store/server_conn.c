@@ -257,6 +257,12 @@ static void conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, 
 /* Send an error reply, then close this connection alone (after the reply is out). */
 void srv_conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, const char *msg)
 {
+	if (status == WIRE_E_AUTH) {
+		srv_metric_refuse(c->s, SRV_REFUSE_PROOF);
+	} else if (status == WIRE_E_BAD_MAGIC || status == WIRE_E_BAD_VERSION ||
+		   (!c->hello && op != WIRE_OP_HELLO && op != WIRE_OP_AUTH)) {
+		srv_metric_refuse(c->s, SRV_REFUSE_HANDSHAKE);
+	}
 	conn_fail(c, op, id, status, msg, false);
 }
 
@@ -550,6 +556,7 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 	s->conns = c;
 	s->nconns++;
+	s->met.accepted++;
 	c->last_active = c->since = (int64_t)uv_now(s->loop);
 	if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
 		srv_conn_close(c);

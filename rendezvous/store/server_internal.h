@@ -11,6 +11,7 @@
 #ifndef CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
 #define CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +75,46 @@ struct source {
 	uint8_t key[16];
 	char name[80];           /* "127.0.0.0/8", "10.1.2.0/24", "fd00:1:2:3::/64" */
 };
+
+
+/* ---- server_metrics.c: counters, served as Prometheus text (opts.metrics_listen) ---- */
+
+#define SRV_LAT_BUCKETS 11
+
+/* Why a handshake was refused, for the metrics. */
+enum srv_refuse {
+	SRV_REFUSE_PROOF,     /* a wrong token proof */
+	SRV_REFUSE_HANDSHAKE, /* a bad HELLO (magic, version) or a frame before it */
+	SRV_REFUSE_SCOPE,     /* a request outside the connection's scope */
+	SRV_REFUSE_TCPSTORE,  /* a TCPStore client where none is served */
+	SRV_REFUSE_TLS,       /* a TLS handshake that failed */
+	SRV_REFUSE_COUNT,
+};
+
+struct scrape;
+struct srv_metrics {
+	uv_tcp_t listener;
+	bool on;
+	struct scrape *scrapes; /* open scrape connections */
+	int nscrapers;
+	uint64_t accepted, ts_ops, scrapes_refused;
+	uint64_t ops[256];                   /* crun requests by operation */
+	uint64_t lat[SRV_LAT_BUCKETS + 1];   /* handling time histogram (last: above all) */
+	double lat_sum;
+	uint64_t refused[SRV_REFUSE_COUNT];
+	uint64_t limited[LIMIT_KINDS];
+};
+
+/** Count request @op handled since @t0_ns (crun_now_ns()). */
+void srv_metric_op(struct store_server *s, uint8_t op, int64_t t0_ns);
+/** Count a refused handshake. */
+void srv_metric_refuse(struct store_server *s, enum srv_refuse why);
+/** Listen for scrapes on @listen_addr (NULL: none). 0 or -errno with @d. */
+int srv_metrics_start(struct store_server *s, const char *listen_addr, struct crun_diag *d);
+/** Stop listening and close every scrape; each closed handle calls @on_closed. */
+void srv_metrics_close(struct store_server *s, uv_close_cb on_closed);
+/** Bind and listen on "ADDR:PORT" (what: "store", "metrics" for messages). 0 or -errno. */
+int srv_bind_socket(const char *addr, const char *what, int *fd_out, struct crun_diag *d);
 
 /* One peer address: its connection count and its log rate limiter. */
 struct peer {
@@ -198,6 +239,7 @@ struct store_server {
 	size_t ts_prefix_len;
 	char *ts_refusal;         /* why they are refused (log line); NULL: a default */
 	bool ts_refusal_logged;   /* the first refusal was logged; the rest are counted */
+	struct srv_metrics met;
 };
 
 /* ---- server_wait.c: held waits of connections, the keyspace's clock ---- */
@@ -367,6 +409,16 @@ static inline void reply_error(struct conn *c, const struct wire_req *r, uint16_
 			       const char *msg)
 {
 	wire_put_error(&c->out, r->op, r->id, status, msg);
+}
+
+/* Room for a keyspace write's failure in words (srv_ks_error()). */
+#define SRV_KS_ERROR_LEN 256
+
+/* A keyspace write's failure @rc in words: the quota it hit (its limit, its run), or "out of
+ * memory". Returns @buf or a constant. */
+static inline const char *srv_ks_error(struct store_server *s, int rc, char *buf, size_t len)
+{
+	return rc == -EDQUOT ? ks_refusal_msg(&s->ks, buf, len) : "out of memory";
 }
 
 /* Loop time @ms from now, saturated: a peer may send any int64. */

@@ -239,6 +239,7 @@ void srv_limit_log(struct conn *c, enum srv_limit kind, const char *fmt, ...)
 	char peer[96], what[256], more[160] = "";
 	va_list ap;
 
+	c->s->met.limited[kind]++;
 	if (p != NULL) {
 		if (p->logged_at[kind] != 0 &&
 		    now - p->logged_at[kind] < STORE_LIMIT_LOG_INTERVAL_MS) {

@@ -10,6 +10,7 @@
 #include <crun/store.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "src/common/clock.h"
 #include "src/common/diag.h"
 
 /* The crun codec over the keyspace: decode (wire.c), one keyspace call, encode the answer. */
@@ -30,13 +31,27 @@ static struct ks_list key_list(const struct wire_req *r)
 	return (struct ks_list){r->n, r->list, crun_key, NULL, 0};
 }
 
+/*
+ * A write the keyspace refused (@rc: -EDQUOT or -ENOMEM): the error reply names the quota, its
+ * limit and its run, or says the server is out of memory. Nothing stored was changed.
+ */
+static void reply_write_error(struct conn *c, const struct wire_req *r, int rc)
+{
+	char why[SRV_KS_ERROR_LEN], msg[SRV_KS_ERROR_LEN + 32];
+
+	snprintf(msg, sizeof(msg), "%s: %s", wire_op_name(r->op),
+		 srv_ks_error(c->s, rc, why, sizeof(why)));
+	reply_error(c, r, WIRE_E_NO_MEMORY, msg);
+}
+
 static void op_set(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
 	int64_t at = r->num > 0 ? deadline_after(s, r->num) : KS_NO_DEADLINE;
+	int rc = ks_set(&s->ks, ks(r->key), ks(r->val), at);
 
-	if (ks_set(&s->ks, ks(r->key), ks(r->val), at) < 0) {
-		reply_error(c, r, WIRE_E_NO_MEMORY, "SET: out of memory");
+	if (rc < 0) {
+		reply_write_error(c, r, rc);
 		return;
 	}
 	reply_empty(c, r);
@@ -76,7 +91,7 @@ static void op_add(struct conn *c, const struct wire_req *r)
 	} else if (rc == -EOVERFLOW) {
 		reply_error(c, r, WIRE_E_OVERFLOW, "ADD: overflow");
 	} else if (rc < 0) {
-		reply_error(c, r, WIRE_E_NO_MEMORY, "ADD: out of memory");
+		reply_write_error(c, r, rc);
 	} else {
 		off = reply_begin(c, r);
 		wire_put_i64(&c->out, v);
@@ -89,9 +104,11 @@ static void op_cas(struct conn *c, const struct wire_req *r)
 	const struct ks_entry *e;
 	bool match;
 	size_t off;
+	int rc;
 
-	if (ks_cas(&c->s->ks, ks(r->key), ks(r->expected), ks(r->val), &match) < 0) {
-		reply_error(c, r, WIRE_E_NO_MEMORY, "COMPARE_SET: out of memory");
+	rc = ks_cas(&c->s->ks, ks(r->key), ks(r->expected), ks(r->val), &match);
+	if (rc < 0) {
+		reply_write_error(c, r, rc);
 		return;
 	}
 	e = ks_get(&c->s->ks, ks(r->key));
@@ -142,7 +159,7 @@ static void op_append(struct conn *c, const struct wire_req *r)
 			 c->s->lim.max_value_len);
 		reply_error(c, r, WIRE_E_TOO_BIG, msg);
 	} else if (rc < 0) {
-		reply_error(c, r, WIRE_E_NO_MEMORY, "APPEND: out of memory");
+		reply_write_error(c, r, rc);
 	} else {
 		reply_empty(c, r);
 	}
@@ -181,10 +198,12 @@ static void op_multi_get(struct conn *c, const struct wire_req *r)
 static void op_multi_set(struct conn *c, const struct wire_req *r)
 {
 	const struct ks_list l = key_list(r);
+	int rc;
 
 	/* Waiters' answers are only queued: none goes out before every pair is written. */
-	if (ks_multi_set(&c->s->ks, &l) < 0) {
-		reply_error(c, r, WIRE_E_NO_MEMORY, "MULTI_SET: out of memory");
+	rc = ks_multi_set(&c->s->ks, &l);
+	if (rc < 0) {
+		reply_write_error(c, r, rc);
 		return;
 	}
 	reply_empty(c, r);
@@ -193,6 +212,8 @@ static void op_multi_set(struct conn *c, const struct wire_req *r)
 void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *payload,
 		  size_t plen)
 {
+	struct store_server *s = c->s;
+	int64_t t0 = s->met.on ? crun_now_ns() : 0;
 	struct wire_req r;
 	struct crun_diag d;
 	int st;
@@ -252,5 +273,8 @@ void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *paylo
 	case WIRE_OP_MULTI_SET:
 		op_multi_set(c, &r);
 		break;
+	}
+	if (t0 != 0) {
+		srv_metric_op(s, r.op, t0); /* @c may be gone: count on the server */
 	}
 }

@@ -60,7 +60,7 @@ static struct ks_str raw(struct wire_str v)
 static void ts_drop(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ts_drop(struct conn *c, const char *fmt, ...)
 {
-	char peer[96], msg[256];
+	char peer[96], msg[SRV_KS_ERROR_LEN + 128];
 	va_list ap;
 
 	if (c->closing) {
@@ -84,9 +84,11 @@ static const struct ks_entry *present(struct conn *c, struct wire_str k)
 static void op_set(struct conn *c, const struct ts_req *r)
 {
 	uint8_t buf[TS_KEY_BUF];
+	char why[SRV_KS_ERROR_LEN];
+	int rc = ks_set(&c->s->ks, pkey(c->s, r->key, buf), raw(r->a), KS_NO_DEADLINE);
 
-	if (ks_set(&c->s->ks, pkey(c->s, r->key, buf), raw(r->a), KS_NO_DEADLINE) < 0) {
-		ts_drop(c, "SET: out of memory");
+	if (rc < 0) {
+		ts_drop(c, "SET: %s", srv_ks_error(c->s, rc, why, sizeof(why)));
 	}
 }
 
@@ -105,6 +107,7 @@ static void op_get(struct conn *c, const struct ts_req *r)
 static void op_add(struct conn *c, const struct ts_req *r)
 {
 	uint8_t buf[TS_KEY_BUF];
+	char why[SRV_KS_ERROR_LEN];
 	int64_t v;
 	int rc;
 
@@ -114,7 +117,7 @@ static void op_add(struct conn *c, const struct ts_req *r)
 	} else if (rc == -EOVERFLOW) {
 		ts_drop(c, "ADD: overflow");
 	} else if (rc < 0) {
-		ts_drop(c, "ADD: out of memory");
+		ts_drop(c, "ADD: %s", srv_ks_error(c->s, rc, why, sizeof(why)));
 	} else {
 		ts_put_u64(&c->out, (uint64_t)v);
 	}
@@ -128,11 +131,13 @@ static void op_compare_set(struct conn *c, const struct ts_req *r)
 {
 	uint8_t buf[TS_KEY_BUF];
 	struct ks_str k = pkey(c->s, r->key, buf);
+	char why[SRV_KS_ERROR_LEN];
 	const struct ks_entry *e;
 	bool match;
+	int rc = ks_cas(&c->s->ks, k, raw(r->a), raw(r->b), &match);
 
-	if (ks_cas(&c->s->ks, k, raw(r->a), raw(r->b), &match) < 0) {
-		ts_drop(c, "COMPARE_SET: out of memory");
+	if (rc < 0) {
+		ts_drop(c, "COMPARE_SET: %s", srv_ks_error(c->s, rc, why, sizeof(why)));
 		return;
 	}
 	e = ks_get(&c->s->ks, k);
@@ -217,9 +222,11 @@ static void op_multi_get(struct conn *c, const struct ts_req *r)
 static void op_multi_set(struct conn *c, const struct ts_req *r)
 {
 	const struct ks_list l = key_list(c->s, r);
+	char why[SRV_KS_ERROR_LEN];
+	int rc = ks_multi_set(&c->s->ks, &l);
 
-	if (ks_multi_set(&c->s->ks, &l) < 0) {
-		ts_drop(c, "MULTI_SET: out of memory");
+	if (rc < 0) {
+		ts_drop(c, "MULTI_SET: %s", srv_ks_error(c->s, rc, why, sizeof(why)));
 	}
 }
 
@@ -230,6 +237,7 @@ static void op_append(struct conn *c, const struct ts_req *r, bool queue)
 	const char *op = queue ? "QUEUE_PUSH" : "APPEND";
 	uint8_t buf[TS_KEY_BUF];
 	struct ks_str k = pkey(s, r->key, buf);
+	char why[SRV_KS_ERROR_LEN];
 	uint64_t n;
 	int rc;
 
@@ -239,7 +247,7 @@ static void op_append(struct conn *c, const struct ts_req *r, bool queue)
 		ts_drop(c, "%s: value length %" PRIu64 " exceeds limit %u", op, n,
 			s->lim.max_value_len);
 	} else if (rc < 0) {
-		ts_drop(c, "%s: out of memory", op);
+		ts_drop(c, "%s: %s", op, srv_ks_error(s, rc, why, sizeof(why)));
 	}
 }
 
@@ -274,6 +282,7 @@ static void op_queue(struct conn *c, const struct ts_req *r)
 
 static void ts_run(struct conn *c, const struct ts_req *r)
 {
+	c->s->met.ts_ops++;
 	const struct ks_list l = key_list(c->s, r);
 
 	srv_preauth_ts_served(c); /* a request in the namespace: no longer pre-auth */
@@ -413,6 +422,7 @@ static bool admit(struct conn *c, enum ts_proto proto)
 	}
 	c->proto = (uint8_t)proto;
 	if (s->ts_prefix == NULL) {
+		srv_metric_refuse(s, SRV_REFUSE_TCPSTORE);
 		/* The first one is named; the rest are counted in the pre-auth summary line
 		 * (server_preauth.c), so a flood cannot flood the log. */
 		if (!s->ts_refusal_logged || log_get_level() >= LOG_DEBUG) {

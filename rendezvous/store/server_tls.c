@@ -119,6 +119,7 @@ static void tls_drop(struct conn *c, int ret)
 	char peer[96], why[400], what[420];
 
 	tls_describe(c->ssl, ret, "the client", why, sizeof(why));
+	srv_metric_refuse(c->s, SRV_REFUSE_TLS);
 	snprintf(what, sizeof(what), "TLS: %s", why);
 	if (c->pre) {
 		srv_preauth_log(c, REFUSE_HANDSHAKE, what); /* once per source and interval */

@@ -311,7 +311,9 @@ size_t store_conf_worker_env(const struct store_conf *c, const char *cred_file,
 		{"CRUN_STORE_TLS_SERVER_NAME", c->tls_server_name, false},
 		/* Values the user exported stay: workers read them when crun was given none. */
 		{"CRUN_ETCD_USER", c->etcd_user, true},
-		{"CRUN_ETCD_PASSWORD_FILE", c->etcd_password_file, true},
+		/* A credential, like the token: only the job's own etcd store's, never one the
+		 * user exported for something else (issue 20). */
+		{"CRUN_ETCD_PASSWORD_FILE", c->etcd_password_file, false},
 		{"CRUN_ETCD_CACERT", c->etcd_cacert, true},
 		{"CRUN_ETCD_CERT", c->etcd_cert, true},
 		{"CRUN_ETCD_KEY", c->etcd_key, true},

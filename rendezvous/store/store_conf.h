@@ -130,7 +130,8 @@ struct store_env_var {
 /**
  * What workers inherit from @c (borrowed): CRUN_STORE_ENDPOINT, the TLS files' paths
  * (CRUN_STORE_TLS_*, removed when not given, so that a stale one cannot turn TLS on), the
- * etcd settings (CRUN_ETCD_*, a value the user exported stays when crun was given none),
+ * etcd settings (CRUN_ETCD_*, a value the user exported stays when crun was given none,
+ * except CRUN_ETCD_PASSWORD_FILE: only the job's etcd store's, else removed),
  * CRUN_STORE_TOKEN_FILE = @cred_file (the workers' own credential; NULL: none) and never
  * CRUN_STORE_TOKEN. Fills @out and returns how many entries it used.
  */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/clock.c: monotonic and wall clocks. */
+#include <pthread.h>
 #include <time.h>
 
 #include "src/common/clock.h"
@@ -33,4 +34,23 @@ int crun_ms_until(int64_t deadline_ms)
 		return 0;
 	}
 	return left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+void crun_cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+struct timespec crun_mono_timespec(int64_t ms)
+{
+	struct timespec ts;
+
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+	return ts;
 }

@@ -3,7 +3,9 @@
 #ifndef CRUN_SRC_COMMON_CLOCK_H
 #define CRUN_SRC_COMMON_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 /** Monotonic clock in milliseconds / nanoseconds (deadlines, durations). */
 int64_t crun_now_ms(void);
@@ -15,5 +17,12 @@ int64_t crun_wall_ms(void);
  * poll()/SO_RCVTIMEO value that never goes negative or overflows an int.
  */
 int crun_ms_until(int64_t deadline_ms);
+/**
+ * A condition variable whose timed waits are on the monotonic clock (a wall-clock jump
+ * neither ends nor stretches them), and crun_now_ms() time @ms as the absolute timespec
+ * pthread_cond_timedwait() takes for it.
+ */
+void crun_cond_init_monotonic(pthread_cond_t *cond);
+struct timespec crun_mono_timespec(int64_t ms);
 
 #endif

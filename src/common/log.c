@@ -7,16 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/journal.h"
 #include "src/common/log.h"
 
 /*
  * Where stderr goes decides the line's shape (log_msg()):
  *   terminal  "crun 08:04:41.123 info: text"                    (a person watches it)
- *   journal   "<6>text"         (journald adds time, host and name; the prefix is the priority)
+ *   journal   one native entry (src/common/journal.c: MESSAGE, PRIORITY, SYSLOG_IDENTIFIER and
+ *             the agent's RUN_ID, NODE_RANK, ROUND), or where journald's socket is absent or
+ *             refuses, "<6>text" on the stream (journald adds time, host and name; the prefix
+ *             is the priority): never a line lost
  *   elsewhere "crun 2026-11-24T08:04:41.123+01:00 node7 info: text"  (a file or a pipe that
  *             outlives the day, gets copied to another host, or is merged with other nodes')
  * No line carries colour codes.
@@ -53,28 +56,11 @@ static void init_from_env(void)
 	}
 }
 
-/* systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream it connected stdout/stderr to. */
-static bool stderr_is_journal(void)
-{
-	const char *e = getenv("JOURNAL_STREAM");
-	unsigned long long dev, ino;
-	struct stat st;
-	int end = 0;
-
-	if (e == NULL || sscanf(e, "%llu:%llu%n", &dev, &ino, &end) != 2 || e[end] != '\0') {
-		return false;
-	}
-	if (fstat(STDERR_FILENO, &st) != 0) {
-		return false;
-	}
-	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
-}
-
 static void dest_init(void)
 {
 	if (isatty(STDERR_FILENO)) {
 		dest = DEST_TERMINAL;
-	} else if (stderr_is_journal()) {
+	} else if (journal_stream_is(STDERR_FILENO)) {
 		dest = DEST_JOURNAL;
 	} else {
 		dest = DEST_PLAIN;
@@ -109,10 +95,11 @@ void log_set_ident(const char *id)
 }
 
 /* The line's head, by destination; returns its length or -1. */
+static const int prio[] = {3, 4, 6, 7}; /* syslog's LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
+
 static int head(char *line, size_t len, enum log_level lvl)
 {
 	static const char *const names[] = {"error", "warning", "info", "debug"};
-	static const int prio[] = {3, 4, 6, 7}; /* syslog's LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
 	struct timespec ts;
 	struct tm tm;
 	long off;
@@ -139,13 +126,13 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 {
 	char line[2048];
 	va_list ap;
-	int n, m;
+	int n, m, h;
 
 	init_from_env();
 	if (lvl > level) {
 		return;
 	}
-	n = head(line, sizeof(line), lvl);
+	n = h = head(line, sizeof(line), lvl);
 	if (n < 0 || (size_t)n >= sizeof(line) - 2) {
 		return;
 	}
@@ -158,6 +145,11 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	n += m;
 	if ((size_t)n > sizeof(line) - 2) {
 		n = (int)sizeof(line) - 2;
+	}
+	/* The journal's own entry, with fields; the stream keeps the line when it cannot take it. */
+	if (dest == DEST_JOURNAL &&
+	    journal_send(prio[lvl], ident, line + h, (size_t)(n - h), NULL) == 0) {
+		return;
 	}
 	line[n++] = '\n';
 	/* One write so lines from several processes sharing stderr never interleave. */

@@ -13,8 +13,9 @@ void log_set_ident(const char *ident);
 
 /**
  * One line to stderr, shaped by where stderr goes (decided at the first line): a terminal
- * "crun 08:04:41.123 info: text"; the journal ($JOURNAL_STREAM names stderr) "<6>text", the
- * syslog priority (3 error, 4 warning, 6 info, 7 debug) and no time; anything else
+ * "crun 08:04:41.123 info: text"; the journal ($JOURNAL_STREAM names stderr) one native entry
+ * with fields (src/common/journal.h), or where journald's socket is absent or refuses
+ * "<6>text", the syslog priority (3 error, 4 warning, 6 info, 7 debug) and no time; anything else
  * "crun 2026-11-24T08:04:41.123+01:00 HOST info: text". Never colour codes.
  */
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # tests/agent/kill9.sh: SIGKILL the agent; no worker and no worker's child survives 1 s later.
+# SIGKILL the guard instead: the agent names its loss at once and the job goes on.
 . "$(dirname "$0")/lib.sh"
 
 n=4
@@ -33,4 +34,17 @@ done
 alive "$guard" && fail "the guard $guard outlived its work"
 # The agent could not clean up after itself; the guard removed its temp dir.
 [ -z "$(ls "$T" | grep '^crun-' || true)" ] || fail "temp dir left behind: $(ls "$T")"
+
+note "killing the guard: the agent says so at once, and the job goes on"
+"$CRUN" --standalone --nproc-per-node 1 "$W" sleep:120000 >"$T/out" 2>"$T/err" &
+agent=$!
+track $agent
+wait_for 30 eval "ps -o comm= --ppid $agent | grep -qx crun-guard"
+guard=$(ps -o pid=,comm= --ppid $agent | awk '$2 == "crun-guard" { print $1 }')
+kill -9 "$guard"
+wait_for 30 grep -aq "crun-guard (pid $guard) was killed by SIGKILL: should this agent now die" \
+	"$T/err"
+alive $agent || fail "the agent ended with its guard"
+kill -TERM $agent
+wait $agent 2>/dev/null
 echo "kill9: ok"

@@ -12,6 +12,8 @@ STORE_CLI=${CRUN_STORE_EXE:-$BUILD/src/crun-store}
 W=$BUILD/tests/agent/agent-test-worker
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-agent-test.XXXXXX")
 export TMPDIR=$T
+# This test's agents leave their run records here (agent/run_record.h).
+export CRUN_STATE_DIR=$T/state
 # Authentication is on by default: the daemon and the agents share this per-test token file.
 export CRUN_TOKEN_FILE=$T/token
 unset CRUN_STORE_TOKEN CRUN_STORE_TOKEN_FILE

@@ -1,8 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# tests/agent/logdir.sh: --log-dir reruns with the same run id: each run gets its own folder
-# DIR/<run_id>_<YYYYmmdd-HHMMSS>[.XXXXXX] (a random suffix when the name is taken), so attempts
-# of different runs never mix; the error files of failed attempts are kept next to their logs
+# tests/agent/logdir.sh: --log-dir reruns with the same run id: each run gets its own folder,
+# DIR/<run_id>, then DIR/<run_id>.1 (agent/logroute.h), so attempts of different runs never mix; the error files of failed attempts are kept next to their logs
 # and no temporary folder is left behind.
 . "$(dirname "$0")/lib.sh"
 
@@ -17,21 +16,17 @@ run_crun 60 "$T/out2" "$T/err2" "${ONE[@]}" --log-dir "$T/logs" \
 	"$W" print:run2 exit-if-rank:0:0 errfile:run-two-broke exit:5
 expect_eq "$RC" 5 "run 2: exit status"
 
-runs=$(ls -d "$T"/logs/rerun_* | wc -l)
-expect_eq "$runs" 2 "run folders under --log-dir ($(ls "$T/logs" | tr '\n' ' '))"
-for d in "$T"/logs/rerun_*; do
-	basename "$d" | grep -Eq '^rerun_[0-9]{8}-[0-9]{6}(\.[A-Za-z0-9]{6})?$' ||
-		fail "run folder $d: expected rerun_YYYYmmdd-HHMMSS[.XXXXXX]"
-done
+expect_eq "$(ls "$T/logs" | tr '\n' ' ')" "rerun rerun.1 " "run folders under --log-dir"
 # run_of TEXT: the run folder whose logs hold the line TEXT (.../RUN/attempt_N/RANK/stdout.log).
 run_of() {
 	local f
-	f=$(grep -lx "$1" "$T"/logs/rerun_*/attempt_*/*/stdout.log | head -n1)
+	f=$(grep -lx "$1" "$T"/logs/rerun*/attempt_*/*/stdout.log | head -n1)
 	[ -n "$f" ] && dirname "$(dirname "$(dirname "$f")")"
 }
 R1=$(run_of run1)
 R2=$(run_of run2)
 [ -n "$R1" ] && [ -n "$R2" ] && [ "$R1" != "$R2" ] || fail "runs 1 and 2 share a folder: $R1 $R2"
+expect_eq "$R1 $R2" "$T/logs/rerun $T/logs/rerun.1" "the first run's folder, then the rerun's"
 expect_eq "$(ls -d "$R1"/attempt_* | wc -l)" 2 "attempts of run 1"
 expect_eq "$(ls -d "$R2"/attempt_* | wc -l)" 1 "attempts of run 2"
 expect_grep "worker logs go to $R1" "$T/err1" "run 1 says where its logs go"

@@ -5,12 +5,12 @@
 
 ONE=(--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:0 --rdzv-id job1)
 
-note "--log-dir keeps DIR/<run_id>_<start time>/attempt_<n>/<rank>/{stdout,stderr}.log per attempt"
+note "--log-dir keeps DIR/<run_id>/attempt_<round>/<rank>/{stdout,stderr}.log per attempt"
 run_crun 60 "$T/out" "$T/err" "${ONE[@]}" --nproc-per-node 2 --max-restarts 1 --log-dir "$T/logs" \
 	"$W" print:hello spam:2:20 exit-if-restart:0:4
 [ $RC -eq 0 ] || { cat "$T/err" >&2; fail "exit $RC"; }
 # run_dir DIR: the one run folder crun made in DIR (tests/agent/logdir.sh checks the naming).
-run_dir() { ls -d "$1"/job1_* | head -n1; }
+run_dir() { ls -d "$1"/job1 | head -n1; }
 L=$(run_dir "$T/logs")
 for a in 0 1; do
 	for r in 0 1; do

@@ -19,6 +19,7 @@
 #include "agent/logroute.h"
 #include "agent/spawn.h"
 #include "agent/torch_probe.h"
+#include "agent/watchdog.h"
 #include "tests/lib/cmocka_skip.h"
 
 static int parse(const char *doc, char *msg, size_t len)
@@ -272,6 +273,36 @@ static void logroute_formats_prefix_templates(void **state)
 	free(p);
 }
 
+/* The watchdog names every rank silent since the oldest step, not the one silent longest. */
+static void watchdog_names_every_rank_silent_since_the_oldest_step(void **state)
+{
+	struct watchdog_beat b[4] = {0};
+	struct watchdog_beat *p[4] = {&b[0], &b[1], &b[2], NULL}; /* rank 3 has exited */
+	int out[4];
+
+	(void)state;
+	/* ranks 0 and 1 stopped at step 17 (0 a little later), rank 2 at 18: timeout 3 s */
+	b[0] = (struct watchdog_beat){.last_ms = 1000, .step = 17};
+	b[1] = (struct watchdog_beat){.last_ms = 800, .step = 17};
+	b[2] = (struct watchdog_beat){.last_ms = 900, .step = 18};
+	assert_int_equal(watchdog_hung(p, 4, 3700, 3000, out), 0); /* none silent 3 s yet */
+	assert_int_equal(watchdog_hung(p, 4, 3900, 3000, out), 2);
+	assert_int_equal(out[0], 1); /* longest silence first at the same step */
+	assert_int_equal(out[1], 0);
+	/* a rank still beating (silent under half the timeout) is never named */
+	b[0].last_ms = 3000;
+	assert_int_equal(watchdog_hung(p, 4, 3900, 3000, out), 1);
+	assert_int_equal(out[0], 1);
+	/* without steps (plain touches) every silent rank is named, longest first */
+	b[0] = (struct watchdog_beat){.last_ms = 1000};
+	b[1] = (struct watchdog_beat){.last_ms = 800};
+	b[2] = (struct watchdog_beat){.last_ms = 900};
+	assert_int_equal(watchdog_hung(p, 4, 3900, 3000, out), 3);
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 2);
+	assert_int_equal(out[2], 0);
+}
+
 static void spawn_env_has_torchrun_names(void **state)
 {
 	struct job_spec spec;
@@ -304,6 +335,9 @@ static void spawn_env_has_torchrun_names(void **state)
 	assert_string_equal(spawn_env_get(&e, "RANK"), "5");
 	assert_string_equal(spawn_env_get(&e, "LOCAL_RANK"), "0");
 	assert_string_equal(spawn_env_get(&e, "CUDA_VISIBLE_DEVICES"), "3");
+	/* As torchrun: LOCAL_WORLD_SIZE stays nproc; crun's word that GPU 0 is this rank's. */
+	assert_string_equal(spawn_env_get(&e, "LOCAL_WORLD_SIZE"), "4");
+	assert_string_equal(spawn_env_get(&e, "CRUN_VIRTUAL_LOCAL_RANK"), "1");
 	assert_string_equal(spawn_env_get(&e, "OMP_NUM_THREADS"), "4");
 	assert_string_equal(spawn_env_get(&e, "ROLE_NAME"), "default");
 	assert_string_equal(spawn_env_get(&e, "GROUP_RANK"), "1");
@@ -442,6 +476,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(logroute_init_owns_the_file_fd),
 		cmocka_unit_test(logroute_records_a_failing_log_file),
 		cmocka_unit_test(logroute_formats_prefix_templates),
+		cmocka_unit_test(watchdog_names_every_rank_silent_since_the_oldest_step),
 		cmocka_unit_test(spawn_env_has_torchrun_names),
 		cmocka_unit_test(spawn_argv_expands_only_the_macro),
 		cmocka_unit_test(torch_versions_compare_by_major_and_minor),

@@ -95,6 +95,7 @@ cat >"$T/w.sh" <<EOW
 #!/bin/bash
 env | grep '^CRUN_STORE_TLS_' | sed 's/^/tlsenv=/'
 env | grep -c 'PRIVATE KEY' | sed 's/^/keys-in-env=/'
+echo "master=\$MASTER_ADDR:\$MASTER_PORT"
 "$STORE" --timeout 10 set mine/\$RANK ok && echo "own-key=ok"
 env -u CRUN_STORE_TLS_CA -u CRUN_STORE_TLS_CERT -u CRUN_STORE_TLS_KEY \
 	"$STORE" --timeout 5 get mine/\$RANK 2>&1 | sed 's/^/plain=/'
@@ -129,6 +130,12 @@ expect_eq "$(grep -c 'own-key=ok' "$T/out")" 2 "workers use the store over TLS"
 expect_eq "$(grep -c 'plain=.*this store requires TLS' "$T/out")" 2 \
 	"the job's store refuses plain clients"
 expect_eq "$(grep -c 'passed 2 barriers' "$T/out")" 2 "libcrun-worker barriers over TLS"
+# PyTorch's TCPStore stays outside TLS: the job says so, and its MASTER_ADDR is the node's
+# advertised address (loopback for --standalone), never a wildcard.
+expect_grep "TLS covers crun's store, not PyTorch's: the workers' TCPStore on rank 0 (MASTER_ADDR=127.0.0.1 MASTER_PORT=[0-9]*) has no TLS and no token" \
+	"$T/err" "the uncovered TCPStore is named"
+expect_eq "$(grep -c 'master=127\.0\.0\.1:[0-9][0-9]*$' "$T/out")" 2 \
+	"MASTER_ADDR is the node's address"
 
 note "crun --rdzv-backend c10d against crun-rdzvd over mutual TLS"
 ENDPOINT=$MTLS_ENDPOINT

@@ -49,11 +49,11 @@ run_crun 60 "$T/outd" "$T/errd" --nproc-per-node 2 --log-dir "$T/logs" \
 	--duplicate-stdout-filters 'loss,a,,b' --duplicate-stderr-filters nothing-matches \
 	"$W" print:loss=1 print:other print:a,b print:a
 expect_eq "$RC" 0 "exit status with filters"
-F=$(ls "$T"/logs/none_*/attempt_0/filtered_stdout.log)
+F=$(ls "$T"/logs/none/attempt_0/filtered_stdout.log)
 [ -f "$F" ] || fail "no filtered_stdout.log under $T/logs"
 expect_eq "$(sort "$F" | tr '\n' ' ')" \
 	"[rank0]:a,b [rank0]:loss=1 [rank1]:a,b [rank1]:loss=1 " "filtered_stdout.log"
-E=$(ls "$T"/logs/none_*/attempt_0/filtered_stderr.log)
+E=$(ls "$T"/logs/none/attempt_0/filtered_stderr.log)
 expect_eq "$(wc -c <"$E")" 0 "filtered_stderr.log with no match"
 # the lines still go where they always go
 expect_eq "$(grep -c 'other' "$T/outd")" 2 "console keeps every line"

@@ -9,9 +9,8 @@
  * non-blocking one (with a deadline on the split), one thread at a time, the cause of a
  * CUDA initialisation failure named, and the device DDP queuing every ready bucket's
  * allreduce before the one before has completed (then waiting once, with the deadline and
- * the asynchronous errors of a collective). LD_LIBRARY_PATH (tests/comm/meson.build) leads the
- * loader to tests/comm/fake_gpu/'s libcudart and libnccl; each case runs in a child process
- * of its own, since the loader and the environment are read once per process.
+ * the asynchronous errors of a collective). Each case runs in a child process of its own
+ * (fake_gpu_harness.h).
  */
 #include <stdarg.h> /* cmocka 1.x wants these before cmocka.h */
 #include <stddef.h>
@@ -19,194 +18,17 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wundef"
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-#pragma GCC diagnostic pop
-
-#include <crun/crun.h>
-
 #include "src/common/clock.h"
-#include "src/common/fs.h"
+#include "tests/comm/fake_gpu_harness.h"
 #include "worker_api/gpu_device.h"
-
-/* In a child: print and exit 1 (cmocka's asserts belong to the parent). */
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                 \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			_exit(1);                                                                  \
-		}                                                                                  \
-	} while (0)
-
-/* The fake runtime's and NCCL's functions the cases call themselves. */
-static struct {
-	cudaError_t (*malloc)(void **, size_t);
-	cudaError_t (*set_device)(int);
-	cudaError_t (*get_device)(int *);
-	void (*hold)(int);
-	int (*held_queries)(void);
-	void (*log)(char *, size_t, int);
-	int (*stat)(const char *);
-	void (*async_error)(int);
-} fk;
-
-static void fake_load(void)
-{
-	char name[32];
-	void *cu, *nc;
-
-	snprintf(name, sizeof(name), "libcudart.so.%d", CUDART_VERSION / 1000);
-	cu = dlopen(name, RTLD_NOW);
-	nc = dlopen("libnccl.so.2", RTLD_NOW);
-	CHECK(cu != NULL && nc != NULL, "%s", dlerror());
-	*(void **)&fk.malloc = dlsym(cu, "cudaMalloc");
-	*(void **)&fk.set_device = dlsym(cu, "cudaSetDevice");
-	*(void **)&fk.get_device = dlsym(cu, "cudaGetDevice");
-	*(void **)&fk.hold = dlsym(cu, "fake_cuda_stream_hold");
-	*(void **)&fk.held_queries = dlsym(cu, "fake_cuda_held_queries");
-	*(void **)&fk.log = dlsym(cu, "fake_cuda_log");
-	*(void **)&fk.stat = dlsym(nc, "fake_nccl_stat");
-	*(void **)&fk.async_error = dlsym(nc, "fake_nccl_async_error");
-	CHECK(fk.hold != NULL && fk.log != NULL && fk.stat != NULL && fk.async_error != NULL,
-	      "%s and libnccl.so.2 are not the fakes: LD_LIBRARY_PATH must lead to "
-	      "tests/comm/fake_gpu (LD_LIBRARY_PATH=%s)",
-	      name, getenv("LD_LIBRARY_PATH") != NULL ? getenv("LD_LIBRARY_PATH") : "unset");
-}
-
-static char store_dir[64];
-
-static struct crun_store *store_open(void)
-{
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
-	struct crun_store *st = NULL;
-	char ep[128], err[256];
-
-	snprintf(store_dir, sizeof(store_dir), "/tmp/crun-fakegpu-XXXXXX");
-	CHECK(mkdtemp(store_dir) != NULL, "mkdtemp: %s", strerror(errno));
-	snprintf(ep, sizeof(ep), "file://%s/store", store_dir);
-	o.endpoint = ep;
-	o.prefix = "t/";
-	CHECK(crun_store_open(&o, &st, err, sizeof(err)) == 0, "store: %s", err);
-	return st;
-}
-
-static void store_done(struct crun_store *st)
-{
-	crun_store_close(st);
-	fs_rm_rf(store_dir);
-}
-
-static int create(struct crun_store *st, enum crun_backend b, int timeout_ms, struct crun_comm **c)
-{
-	struct crun_comm_opts o = CRUN_COMM_OPTS_INIT;
-
-	o.backend = b;
-	o.timeout_ms = timeout_ms;
-	return crun_comm_create(st, 0, 1, &o, c);
-}
-
-static float *dev_floats(size_t n)
-{
-	void *p = NULL;
-
-	CHECK(fk.malloc(&p, n * sizeof(float)) == cudaSuccess, "fake cudaMalloc");
-	return p;
-}
-
-/* Run @fn in a child with @env ("NAME=VALUE", NULL-terminated; "NAME=" unsets) applied. */
-static void in_child(void (*fn)(void), const char *const *env)
-{
-	static const char *const clear[] = {"RANK",
-					    "WORLD_SIZE",
-					    "LOCAL_RANK",
-					    "LOCAL_WORLD_SIZE",
-					    "CRUN_SINGLE",
-					    "CRUN_BACKEND",
-					    "CRUN_GPU_SHARING",
-					    "CUDA_VISIBLE_DEVICES",
-					    "FAKE_CUDA_DEVICES",
-					    "FAKE_CUDA_ERROR",
-					    "FAKE_CUDA_DRIVER",
-					    "FAKE_NCCL_HANG",
-					    "FAKE_NCCL_RANKS"};
-	pid_t pid;
-	int st;
-
-	fflush(NULL);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		/* A crash here is the case's failure, not cmocka's to catch and carry on from. */
-		signal(SIGSEGV, SIG_DFL);
-		signal(SIGABRT, SIG_DFL);
-		signal(SIGBUS, SIG_DFL);
-		signal(SIGFPE, SIG_DFL);
-		signal(SIGILL, SIG_DFL);
-		for (size_t i = 0; i < sizeof(clear) / sizeof(clear[0]); i++) {
-			unsetenv(clear[i]);
-		}
-		for (; *env != NULL; env++) {
-			char name[64];
-			const char *eq = strchr(*env, '=');
-
-			snprintf(name, sizeof(name), "%.*s", (int)(eq - *env), *env);
-			if (eq[1] == '\0') {
-				unsetenv(name);
-			} else {
-				setenv(name, eq + 1, 1);
-			}
-		}
-		fake_load();
-		fn();
-		_exit(0);
-	}
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		fail_msg("case failed: %s %d", WIFEXITED(st) ? "exit" : "signal",
-			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-	}
-}
-
-/* stderr into a memfd, so a message only logged can be checked. */
-static int capture_begin(int *saved)
-{
-	int fd = memfd_create("fakegpu-log", MFD_CLOEXEC);
-
-	fflush(stderr);
-	*saved = dup(STDERR_FILENO);
-	CHECK(fd >= 0 && *saved >= 0 && dup2(fd, STDERR_FILENO) >= 0, "capture");
-	return fd;
-}
-
-static void capture_end(int fd, int saved, char *buf, size_t len)
-{
-	ssize_t n;
-
-	fflush(stderr);
-	dup2(saved, STDERR_FILENO);
-	close(saved);
-	n = pread(fd, buf, len - 1, 0);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	fputs(buf, stderr);
-}
 
 /* ---- the device rule, as arithmetic ---- */
 

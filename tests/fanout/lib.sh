@@ -15,6 +15,8 @@ PDSH_TOOL=$BUILD/tools/crun-pdsh
 SSH_TOOL=$BUILD/tools/crun-ssh
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-fanout-test.XXXXXX")
 export TMPDIR=$T
+# This test's agents leave their run records here (agent/run_record.h).
+export CRUN_STATE_DIR=$T/state
 # A token of this test's own, created by the launcher on first use.
 export CRUN_TOKEN_FILE=$T/token
 unset CRUN_STORE_TOKEN CRUN_STORE_TOKEN_FILE

@@ -120,15 +120,14 @@ fi
 JOB=(--standalone --nproc-per-node 1 --max-restarts 0)
 CASE=logdir-planted
 if cases $CASE; then
-	echo "=== $CASE: run-folder names planted in a shared sticky --log-dir for the next 40 s"
+	echo "=== $CASE: every run-folder name a rerun would take planted in a shared sticky --log-dir"
 	L=$ROOT/shared-logs
 	mkdir -m 1777 "$L"
-	as_atk bash -c 'cd "$1" || exit 1; now=$(date +%s)
-		for i in $(seq 0 40); do
-			ts=$(date -d "@$((now + i))" +%Y%m%d-%H%M%S)
-			mkdir "planted_$ts" "planted_$ts".{1..999} || exit 1
-			ln -s "$2" "planted_$ts.XXXXXX"
-		done' _ "$L" "$VICTIM" || fail "planting failed"
+	# DIR/<run_id>, then <run_id>.1 .. .99 (agent/logroute.h LOGROUTE_RERUNS), then a random
+	# suffix nobody can plant.
+	as_atk bash -c 'cd "$1" || exit 1
+		mkdir planted planted.{1..99} || exit 1
+		ln -s "$2" "planted.XXXXXX"' _ "$L" "$VICTIM" || fail "planting failed"
 	# --standalone draws a random run id: a fixed one (as a multi-node job has) is guessable.
 	timeout -s KILL "$LIMIT" "$CRUN" --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:0 \
 		--rdzv-id planted --nproc-per-node 1 --max-restarts 0 --log-dir "$L" \
@@ -136,7 +135,7 @@ if cases $CASE; then
 	rc=$?
 	victim_intact
 	[ "$rc" -eq 0 ] || fail "the job failed (exit $rc): $(tail -n3 "$ROOT/err")"
-	mine=$(find "$L" -maxdepth 1 -name 'planted_*' -user 0 -type d)
+	mine=$(find "$L" -maxdepth 1 -name 'planted*' -user 0 -type d)
 	[ "$(echo "$mine" | grep -c .)" -eq 1 ] || fail "root's run folder: '$mine' in $(find "$L" -maxdepth 1 -user 0)"
 	[ -z "$mine" ] || [ "$(stat -c %a "$mine")" = 700 ] || fail "$mine is not 0700"
 	log=$(find "$L" -user 0 -name stdout.log | head -n1)

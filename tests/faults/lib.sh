@@ -15,6 +15,8 @@ W=$BUILD/tests/agent/agent-test-worker
 FW=$SRC/tests/faults/worker.sh
 T=$(mktemp -d "${FAULTS_TMP:-${TMPDIR:-/tmp}}/crun-fault.XXXXXX")
 export TMPDIR=$T
+# This test's agents leave their run records here (agent/run_record.h).
+export CRUN_STATE_DIR=$T/state
 # Names made here carry this tag, so the driver can sweep whatever a killed case left.
 TAG=${FAULTS_TAG:-cf$$}
 PIDS=""

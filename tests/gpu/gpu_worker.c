@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wundef"
@@ -395,6 +396,43 @@ static void plans_differ(bool one, struct crun_comm *comm, float *p, float *g, i
 	EXPECT(crun_comm_barrier(comm), 0);
 }
 
+/* A host function on the compute stream: what follows it on the stream runs after @arg ms. */
+static void CUDART_CB stream_sleep(void *arg)
+{
+	struct timespec ts = {0, *(const long *)arg * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * A slow gradient producer: every gradient is written by the compute stream @s only after a
+ * 300 ms pause there (a host function, then the copy queued behind it), while the program
+ * marks it ready at once, as backward does with kernels still running. The DDP must make its
+ * communication wait for the event recorded on @s: one that read the gradients when they
+ * were marked would average the stale values written before (1e6) and fail here.
+ */
+static void slow_producer_step(struct dut *d, float **grad, cudaStream_t s, int rank, int world,
+			       float *host)
+{
+	static long delay_ms = 300;
+	int t;
+
+	for (t = 0; t < NT; t++) {
+		fill(grad[t], tn[t], 1e6f, s, host);
+	}
+	CUDA_OK(cudaStreamSynchronize(s));
+	CUDA_OK(cudaLaunchHostFunc(s, stream_sleep, &delay_ms));
+	for (t = NT - 1; t >= 0; t--) {
+		fill(grad[t], tn[t], (float)(3 * (rank + 1)), s, host);
+		EXPECT(dut_ready(d, t), 0);
+	}
+	EXPECT(dut_sync(d), 0);
+	for (t = 0; t < NT; t++) {
+		expect_values(grad[t], tn[t], 3.0f * (float)(world + 1) / 2.0f,
+			      "averaged gradient of a slow producer", t, s, host);
+	}
+}
+
 static int ddp(bool one)
 {
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_NCCL, .timeout_ms = 60000,
@@ -519,6 +557,7 @@ static int ddp(bool one)
 		expect_values(grad[t], tn[t], (float)(world + 1) / 2.0f, "gradient after sync", t,
 			      s, host);
 	}
+	slow_producer_step(d, grad, s, rank, world, host);
 	/* Training: parameters after STEPS steps against one process on the whole batch. */
 	err = train_matches_one_process(d, param, grad, s, rank, world);
 	if (err > 1e-5) {

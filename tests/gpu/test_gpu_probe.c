@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,19 @@ static void classification(void **state)
 	classify(&f, GPU_BROKEN, "reports no CUDA device", &r);
 	f.dev_node = NULL;
 	classify(&f, GPU_NONE, "no CUDA device visible (CUDA_VISIBLE_DEVICES unset)", &r);
+	/* A container whose cgroup denies the device nodes (open: EPERM): no GPU, not broken,
+	 * whatever the driver then says; a node that opens is a GPU again. */
+	f.init_rc = 100;
+	f.dev_node = "/dev/nvidia0";
+	f.dev_node_errno = EPERM;
+	classify(&f, GPU_NONE, "/dev/nvidia0 exists but this process may not open it (EPERM", &r);
+	f.lib_error = "libcuda.so.1: cannot open shared object file";
+	classify(&f, GPU_NONE, "a cgroup's device rules hide the GPUs", &r);
+	f.lib_error = NULL;
+	f.dev_node_errno = EACCES; /* file permissions: the user's setup is broken */
+	classify(&f, GPU_BROKEN, "reports no CUDA device", &r);
+	f.dev_node_errno = 0;
+	f.dev_node = NULL;
 	/* The toolkit's stub found instead of a driver. */
 	f.init_rc = 34;
 	f.lib_path = "/usr/local/cuda/lib64/stubs/libcuda.so.1";

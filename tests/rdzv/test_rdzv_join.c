@@ -561,6 +561,53 @@ static void bad_configuration_is_refused_with_a_message(void **state)
 	assert_non_null(strstr(d.msg, "run id"));
 }
 
+/* rdzv_agree(): a proposal that counts its calls and writes "from-<arg>". */
+struct proposer {
+	const char *name;
+	int calls;
+};
+
+static int propose(void *arg, char *val, size_t cap, struct crun_diag *d)
+{
+	struct proposer *p = arg;
+
+	(void)d;
+	p->calls++;
+	snprintf(val, cap, "from-%s", p->name);
+	return 0;
+}
+
+/* The --log-dir folder's agreement: the first proposal wins; a node that asks later is not
+ * asked to propose and gets the same answer (agent/agent_setup.c agent_log_folder()). */
+static void the_first_proposal_is_agreed_by_every_node(void **state)
+{
+	struct node nodes[2];
+	struct proposer a = {"a", 0}, b = {"b", 0};
+	struct crun_diag d = {0};
+	char out[64];
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		node_init(&nodes[i], i, 2, 2, 1);
+		node_open(&nodes[i]);
+	}
+	join_all(nodes, 2);
+	assert_int_equal(rdzv_agree(nodes[0].r, "logdir", propose, &a, out, sizeof(out), &d), 1);
+	assert_string_equal(out, "from-a");
+	memset(out, 0, sizeof(out));
+	assert_int_equal(rdzv_agree(nodes[1].r, "logdir", propose, &b, out, sizeof(out), &d), 0);
+	assert_string_equal(out, "from-a");
+	assert_int_equal(b.calls, 0);
+	/* Asked again (a node's next round): the same, and no new proposal. */
+	assert_int_equal(rdzv_agree(nodes[0].r, "logdir", propose, &a, out, sizeof(out), &d), 0);
+	assert_string_equal(out, "from-a");
+	assert_int_equal(a.calls, 1);
+	finish_all(nodes, 2);
+	for (int i = 0; i < 2; i++) {
+		node_close(&nodes[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -584,6 +631,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup(duplicate_static_rank_from_one_host_is_refused, per_test),
 		cmocka_unit_test_setup(duplicate_static_rank_does_not_take_a_place, per_test),
 		cmocka_unit_test_setup(bad_configuration_is_refused_with_a_message, per_test),
+		cmocka_unit_test_setup(the_first_proposal_is_agreed_by_every_node, per_test),
 	};
 
 	return nodes_main(argc, argv, "join", tests, ARRAY_SIZE(tests));

@@ -403,6 +403,67 @@ static void late_joiner_is_told_when_the_job_finishes(void **state)
 	}
 }
 
+/* A fixed-size job (2 of 2) whose node 1 goes silent: node 0 hears NODE_LOST. */
+static void fixed_pair_loses_node1(struct node nodes[2])
+{
+	for (int i = 0; i < 2; i++) {
+		node_init(&nodes[i], i, 2, 2, 1);
+		nodes[i].conf.heartbeat_timeout_ms = 1500;
+		nodes[i].conf.last_call_timeout_ms = 200;
+		node_open(&nodes[i]);
+	}
+	join_all(nodes, 2);
+	check_round(nodes, 2, 0, 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(rdzv_watch_start(nodes[i].r, on_event, &nodes[i]), 0);
+	}
+	rdzv_watch_stop(nodes[1].r);
+	assert_int_equal(wait_event(&nodes[0], 10000), RDZV_EV_NODE_LOST);
+	rdzv_watch_stop(nodes[0].r);
+}
+
+/*
+ * The job cannot go on without the lost node: the survivor's next join gives it
+ * heartbeat_timeout to come back, then fails naming it, long before the 30 s join_timeout
+ * (docs/reliability.md, "Losing the store"). Before, it waited the whole join_timeout.
+ */
+static void fixed_size_job_fails_when_a_lost_node_does_not_come_back(void **state)
+{
+	struct node nodes[2];
+	int64_t t0, ms;
+
+	(void)state;
+	fixed_pair_loses_node1(nodes);
+	t0 = crun_now_ms();
+	join_async(&nodes[0]);
+	assert_int_equal(join_wait(&nodes[0]), -ETIMEDOUT);
+	ms = crun_now_ms() - t0;
+	printf("# the survivor gave up %" PRId64 " ms after the loss: %s\n", ms, nodes[0].d.msg);
+	assert_non_null(strstr(nodes[0].d.msg, "did not come back within heartbeat_timeout"));
+	assert_non_null(strstr(nodes[0].d.msg, "host node1, address 127.0.0.2"));
+	/* heartbeat_timeout is 1.5 s; 15 s leaves room for a busy box and is half the 30 s
+	 * join_timeout the survivor used to wait out. */
+	assert_true(ms < 15000);
+	node_close(&nodes[0]);
+	node_close(&nodes[1]);
+}
+
+/* ... and a lost node that comes back in time re-forms the job with it. */
+static void fixed_size_job_reforms_when_the_lost_node_comes_back(void **state)
+{
+	struct node nodes[2];
+
+	(void)state;
+	fixed_pair_loses_node1(nodes);
+	join_async(&nodes[0]);
+	join_async(&nodes[1]);
+	assert_int_equal(join_wait(&nodes[0]), 0);
+	assert_int_equal(join_wait(&nodes[1]), 0);
+	check_round(nodes, 2, 1, 0);
+	node_close(&nodes[0]);
+	node_close(&nodes[1]);
+}
+
 static void store_loss_is_reported_by_the_watch_thread(void **state)
 {
 	struct store_fixture own;
@@ -452,6 +513,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup(watch_stop_is_prompt, per_test),
 		cmocka_unit_test_setup(late_joiner_is_told_when_the_job_finishes, per_test),
 		cmocka_unit_test_setup(store_loss_is_reported_by_the_watch_thread, per_test),
+		cmocka_unit_test_setup(fixed_size_job_fails_when_a_lost_node_does_not_come_back,
+				       per_test),
+		cmocka_unit_test_setup(fixed_size_job_reforms_when_the_lost_node_comes_back,
+				       per_test),
 	};
 
 	return nodes_main(argc, argv, "watch", tests, ARRAY_SIZE(tests));

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/store/test_client_tcp.c: the TCP client's deadlines against a server that stalls. */
+/* tests/store/test_client_tcp.c: the TCP client's deadlines against a server that stalls, and
+ * against a port that drops packets. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -267,6 +268,62 @@ static void receive_timeout_follows_each_operations_deadline(void **state)
 	ops->close(b);
 }
 
+/*
+ * A port whose SYNs are dropped, as behind a firewall's DROP rule: a listener whose accept
+ * queue is full (backlog 0, filled, never accepted) drops them on Linux. Each try's connect is
+ * bounded (3 s), so an 8 s connect budget makes several tries and names the cause; before, one
+ * connect took the whole budget (and, with the agent's 600 s, the kernel's two minutes of SYN
+ * retries) and said only "timed out connecting".
+ */
+static void connect_to_a_port_that_drops_packets_is_bounded_per_try(void **state)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int lfd, fill[3], i, rc, tries = 0;
+	const struct store_ops *ops;
+	struct store_backend *b = NULL;
+	struct crun_diag err = {0};
+	char want[80];
+	const char *p;
+	int64_t t0, dt;
+
+	(void)state;
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 0), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	for (i = 0; i < 3; i++) {
+		fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		assert_true(fill[i] >= 0);
+		(void)connect(fill[i], (struct sockaddr *)&a, sizeof(a));
+	}
+	t0 = crun_now_ms();
+	rc = store_tcp_open("127.0.0.1", ntohs(a.sin_port), NULL, 8000, &b, &ops, &err);
+	dt = crun_now_ms() - t0;
+	printf("# %lld ms: %s\n", (long long)dt, err.msg);
+	assert_int_equal(rc, -ETIMEDOUT);
+	snprintf(want, sizeof(want), "no answer from 127.0.0.1:%d (packets dropped?)",
+		 ntohs(a.sin_port));
+	assert_non_null(strstr(err.msg, want));
+	p = strstr(err.msg, " tries)");
+	assert_non_null(p);
+	while (p > err.msg && p[-1] >= '0' && p[-1] <= '9') {
+		p--;
+	}
+	tries = atoi(p);
+	if (tries < 2) {
+		fail_msg("one connect try took the whole 8 s budget: %s", err.msg);
+	}
+	if (dt < 7500 || dt >= 20000) {
+		fail_msg("an 8 s connect budget ended after %lld ms", (long long)dt);
+	}
+	for (i = 0; i < 3; i++) {
+		close(fill[i]);
+	}
+	close(lfd);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -274,6 +331,7 @@ int main(int argc, char **argv)
 						mute_setup, mute_teardown),
 		cmocka_unit_test_setup_teardown(receive_timeout_follows_each_operations_deadline,
 						mute_setup, mute_teardown),
+		cmocka_unit_test(connect_to_a_port_that_drops_packets_is_bounded_per_try),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -136,7 +136,18 @@ static void env_rejects_bad_values(void **state)
 	setenv("RANK", "2", 1);
 	assert_int_equal(crun_init(NULL, err, sizeof(err)), CRUN_ECONFIG);
 	assert_non_null(strstr(err, "RANK: expected an integer in [0, 1], got \"2\""));
+	/* white space around a number, as Python's int() would take it, is refused (issue 20) */
+	setenv("RANK", " 1", 1);
+	assert_int_equal(crun_init(NULL, err, sizeof(err)), CRUN_ECONFIG);
+	assert_non_null(strstr(err, "RANK: expected an integer in [0, 1], got \" 1\""));
+	setenv("RANK", "1 ", 1);
+	assert_int_equal(crun_init(NULL, err, sizeof(err)), CRUN_ECONFIG);
+	assert_non_null(strstr(err, "RANK: expected an integer in [0, 1], got \"1 \""));
 	setenv("RANK", "1", 1);
+	setenv("LOCAL_RANK", "\t0", 1);
+	assert_int_equal(crun_init(NULL, err, sizeof(err)), CRUN_ECONFIG);
+	assert_non_null(strstr(err, "LOCAL_RANK: expected an integer"));
+	unsetenv("LOCAL_RANK");
 	setenv("MASTER_PORT", "http", 1);
 	assert_int_equal(crun_init(NULL, err, sizeof(err)), CRUN_ECONFIG);
 	assert_non_null(strstr(err, "MASTER_PORT"));

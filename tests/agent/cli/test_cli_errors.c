@@ -40,6 +40,14 @@ static void bad_command_lines_fail_with_one_line(void **state)
 		 "--nnodes: static rendezvous needs a fixed node count, got 1:2 (use --rdzv-backend "
 		 "c10d for elastic jobs)", false},
 		{{"--nproc-per-node", "0", "true"}, "--nproc-per-node: 0 is out of range 1..4096", false},
+		/* a rank past the world would leave stdin unread (issue 20) */
+		{{"--nproc-per-node", "2", "--stdin", "99", "true"},
+		 "--stdin: rank 99 is not in the job: 1 node x --nproc-per-node 2 makes ranks 0..1",
+		 false},
+		{{"--nnodes", "2", "--nproc-per-node", "2", "--stdin", "4", "--master-addr",
+		  "127.0.0.1", "--master-port", "1", "true"},
+		 "--stdin: rank 4 is not in the job: 2 nodes x --nproc-per-node 2 makes ranks 0..3",
+		 false},
 		{{"--nproc_per_node=-2", "true"}, "--nproc_per_node: -2 is out of range 1..4096", false},
 		{{"--nproc-per-node", "eight", "true"},
 		 "--nproc-per-node: expected a count, gpu, cpu or auto, got \"eight\"", false},

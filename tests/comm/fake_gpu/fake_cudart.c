@@ -9,7 +9,8 @@
  * can tell it from malloc'd memory; the current device is per thread, as in CUDA, and a
  * device set or allocated on has its primary context active (fake_libcuda.c). Knobs
  * (read at each call): FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_ERROR (the error
- * cudaGetDeviceCount returns instead), FAKE_CUDA_DRIVER (cudaDriverGetVersion, default 13000).
+ * cudaGetDeviceCount returns instead), FAKE_CUDA_DRIVER (cudaDriverGetVersion, default 13000),
+ * FAKE_CUDA_HANG=streamwait (cudaStreamWaitEvent never returns).
  * fake_cuda_stream_hold(1) makes cudaStreamQuery answer "not ready" (and
  * cudaStreamSynchronize wait) until released. Streams keep a count of the work queued on
  * them by the fake NCCL (fake_cuda_stream_queue()); the queries and synchronisations that
@@ -285,9 +286,16 @@ FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 
 FAKE_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
 {
+	struct timespec ts = {0, 1000000};
+	const char *h = getenv("FAKE_CUDA_HANG");
+
 	(void)s;
 	(void)e;
 	(void)flags;
+	/* FAKE_CUDA_HANG=streamwait: a call that ignores every deadline, for good. */
+	while (h != NULL && strcmp(h, "streamwait") == 0) {
+		nanosleep(&ts, NULL);
+	}
 	return cudaSuccess;
 }
 

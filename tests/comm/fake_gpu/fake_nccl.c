@@ -9,7 +9,9 @@
  * split thread does). A host pointer handed to a collective aborts the process, as a real
  * NCCL kernel would kill the CUDA context. A collective computes its result at once and
  * tells the fake runtime it was queued on its stream (fake_cuda_stream_queue()). Knobs:
- * FAKE_NCCL_HANG=init|split (that step never completes); FAKE_NCCL_RANKS=N (default 1):
+ * FAKE_NCCL_HANG=init|split (that step never completes), or =coll: a collective on a blocking
+ * communicator never returns (a peer that never arrives while NCCL connects inside the call)
+ * until ncclCommAbort() from another thread makes it return ncclInternalError; FAKE_NCCL_RANKS=N (default 1):
  * accept communicators of N ranks, whose other ranks are taken to hold the same data as this
  * one (a sum is N times it, an average and a gather are copies of it).
  * fake_nccl_stat(NAME) counts: "coll_nonblocking", "coll_blocking", "split", "abort",
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wundef"
@@ -41,6 +44,8 @@ struct ncclComm {
 	int polls;
 	ncclComm_t *split_out; /* SPLIT: where the child goes */
 	ncclComm_t split_child;
+	int aborted; /* ncclCommAbort() was called (atomic) */
+	int in_call; /* a blocking collective is inside: the abort leaves the free to it */
 };
 
 static struct {
@@ -230,14 +235,31 @@ FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c)
 
 FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t c)
 {
-	st.abort++;
+	__atomic_add_fetch(&st.abort, 1, __ATOMIC_SEQ_CST);
 	if (c->pending == SPLIT) {
 		/* NCCL's split thread stops and still hands over the (failed) child. */
 		c->split_child->state = ncclInternalError;
 		__atomic_store_n(c->split_out, c->split_child, __ATOMIC_RELEASE);
 	}
-	comm_free(c);
+	/* Whichever of this and the hung call comes second frees @c (sequentially consistent). */
+	if (__atomic_exchange_n(&c->aborted, 1, __ATOMIC_SEQ_CST) == 0 &&
+	    __atomic_load_n(&c->in_call, __ATOMIC_SEQ_CST) == 0) {
+		comm_free(c);
+	}
 	return ncclSuccess;
+}
+
+/* FAKE_NCCL_HANG=coll on a blocking communicator: wait for ncclCommAbort(), then free. */
+static ncclResult_t hang_until_aborted(ncclComm_t c)
+{
+	struct timespec ts = {0, 1000000};
+
+	__atomic_store_n(&c->in_call, 1, __ATOMIC_SEQ_CST);
+	while (!__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+		nanosleep(&ts, NULL);
+	}
+	comm_free(c);
+	return ncclInternalError;
 }
 
 enum kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER };
@@ -287,6 +309,10 @@ static ncclResult_t coll(enum kind kind, const char *what, const void *send, voi
 	}
 	if (c->state != ncclSuccess) {
 		return ncclInvalidUsage;
+	}
+	if (c->blocking && getenv("FAKE_NCCL_HANG") != NULL &&
+	    strcmp(getenv("FAKE_NCCL_HANG"), "coll") == 0) {
+		return hang_until_aborted(c);
 	}
 	switch (kind) {
 	case ALLREDUCE:
