@@ -40,6 +40,7 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 {
 	struct store_server_opts so = {0};
 	char listen[300];
+	long nofile;
 	int rc;
 
 	net_join_hostport(listen, sizeof(listen), host, port);
@@ -50,6 +51,14 @@ static int host_store(struct agent *a, const char *host, int port, struct crun_d
 		so.tcpstore_refusal = a->plan.tcpstore_refusal;
 	} else {
 		so.tcpstore_run = a->spec->rdzv_id;
+	}
+	/* The store's connection cap is a share of the soft fd limit: raise it to the hard one
+	 * first, as crun-rdzvd, systemd and etcd do (a soft 1,024 left room for 857 connections,
+	 * below what one job's workers and a flood of unauthenticated ones need). */
+	nofile = store_server_raise_nofile();
+	if (nofile < 0) {
+		log_warn("open file limit: cannot raise the soft limit for the store: %s",
+			 strerror((int)-nofile));
 	}
 	rc = store_server_thread_start(&so, &a->srv, d);
 	if (rc < 0) {

@@ -80,7 +80,8 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 	[R_MAX_CONNS] = {"max-connections", 'c', true, false, "N",
 			 "refuse connections beyond N (default 65536, or 90% of the open file "
 			 "limit less 64 when that is lower; the soft limit is raised to the hard "
-			 "one at start)", NULL},
+			 "one at start); connections not yet authenticated have a quarter of it, "
+			 "256 per source, and are shed first", NULL},
 	[R_PER_ADDR] = {"max-conns-per-addr", 0, true, false, "N",
 			"refuse connections beyond N from one address (default 4096)", NULL},
 	[R_TOKEN_FILE] = OPT_STORE_TOKEN_FILE(
@@ -145,8 +146,9 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 	[R_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
 		       "serve Prometheus metrics at http://ADDR:PORT/metrics (a scrape sends "
 		       "the store's token as Authorization: Bearer); default: none", "Monitoring"},
-	[R_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log at debug level (dropped connections are "
-						 "logged at info level either way)"),
+	[R_VERBOSE] = OPT_VERBOSE_ENTRY("Other", "log at debug level (dropped authenticated "
+						 "connections are logged at info level either "
+						 "way; unauthenticated ones in one line per 5 s)"),
 	[R_QUIET] = OPT_QUIET_ENTRY,
 	[R_HELP] = OPT_HELP_ENTRY(NULL),
 	[R_VERSION] = OPT_VERSION_ENTRY,

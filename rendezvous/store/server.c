@@ -34,6 +34,7 @@ void srv_server_unref(struct store_server *s)
 	}
 	ks_finish(&s->ks);
 	srv_limits_finish(s);
+	srv_preauth_finish(s);
 	free(s->rbuf);
 	free(s->token);
 	free(s->ts_prefix);
@@ -162,6 +163,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return diag_set(d, -ENOMEM, "store: out of memory");
 	}
 	htab_init(&s->peers, 64);
+	htab_init(&s->sources, 64);
 	s->rbuf = malloc(READ_BUF_LEN);
 	if (opts->token != NULL && opts->token[0] != '\0') {
 		s->token = strdup(opts->token);
@@ -177,7 +179,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	    (s->ts_refusal = strdup(opts->tcpstore_refusal)) == NULL) {
 		goto oom;
 	}
-	if (s->peers.buckets == NULL || s->rbuf == NULL) {
+	if (s->peers.buckets == NULL || s->sources.buckets == NULL || s->rbuf == NULL) {
 		goto oom;
 	}
 	rc = ks_init(&s->ks, opts->max_value_len > 0 ? (uint32_t)opts->max_value_len
@@ -241,6 +243,7 @@ err:
 	close(fd);
 	ks_finish(&s->ks);
 	htab_finish(&s->peers);
+	htab_finish(&s->sources);
 	free(s->rbuf);
 	free(s->token);
 	free(s->ts_prefix);

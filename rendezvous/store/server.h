@@ -28,6 +28,21 @@ struct store_server;
 #define STORE_LIMIT_LOG_INTERVAL_MS 10000     /* one log line per limit and source per this */
 #define STORE_TCPSTORE_MAX_PREFIX 256         /* bytes of the TCPStore clients' key prefix */
 /*
+ * Connections that have not authenticated (docs/security.md, "Before authentication"): a
+ * quota of their own, per source (loopback, an IPv4 /24, an IPv6 /64) and for the store, so
+ * they never take the slots authenticated clients need, and a short life.
+ */
+#define STORE_PREAUTH_PER_SOURCE 256     /* at once from one source; the oldest is shed */
+#define STORE_PREAUTH_SHARE 4            /* at most 1/4 of the connection cap, all sources */
+#define STORE_PREAUTH_MIN 64             /* ... but at least this many */
+#define STORE_PREAUTH_TIMEOUT_MS 5000    /* the handshake's deadline from the accept */
+#define STORE_PREAUTH_RATE 128           /* new connections per s per source, then ... */
+#define STORE_PREAUTH_BURST 1024         /* ... after a burst of this many ... */
+#define STORE_PREAUTH_OVER_RATE_MS 1000  /* ... each gets this deadline instead */
+#define STORE_PREAUTH_MAX_FRAME 1024     /* bytes of a crun frame before authentication */
+#define STORE_PREAUTH_MEMORY_SHARE 8     /* pre-auth buffers: 1/8 of the memory budget */
+#define STORE_PREAUTH_LOG_MS 5000        /* one summary line of refusals per this */
+/*
  * Stored data (docs/reliability.md, "Stored data"): key + value bytes and keys. The store's
  * budget defaults to the memory budget above (max_memory, given or not): the data and the
  * connections' buffers together then keep the heap near twice that, and a key count of one
@@ -80,9 +95,9 @@ struct store_server_opts {
 };
 
 /**
- * Raise this process's soft RLIMIT_NOFILE to its hard limit (crun-rdzvd does, at start; the
- * agent does not, so its workers inherit the limit they would have had). Returns the soft
- * limit now in force, or -errno.
+ * Raise this process's soft RLIMIT_NOFILE to its hard limit, as systemd and etcd do: crun-rdzvd
+ * at start, the agent before it hosts a store (its workers inherit the raised limit). The
+ * connection cap is derived from it. Returns the soft limit now in force, or -errno.
  */
 long store_server_raise_nofile(void);
 

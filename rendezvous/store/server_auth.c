@@ -13,21 +13,22 @@
 #include "src/common/token.h"
 
 /*
- * Failed handshakes are counted per source address in a bounded table. A source gets
- * GUARD_FREE_FAILURES failures answered at once (a mistyped token file, a restarted job); after
- * that each failure sets a delay that doubles up to GUARD_MAX_DELAY_MS, and a wrong proof from
- * a delayed source is answered only when its delay ends (the connection is held, its input
- * discarded). A right proof is accepted at once whatever its source's delay, so a guesser on
- * the job's own host cannot lock the job's clients out; it learns the verdict on a guess only
- * after the delay, one per connection it holds (and connections per address are capped:
- * server_limits.c). A source quiet for GUARD_FORGET_MS starts over. The table holds
- * GUARD_SLOTS sources; when full, the one quiet longest is forgotten.
+ * Failed handshakes are counted per source (all of loopback is one, an IPv6 source its /64) in
+ * a bounded table, with a token bucket: a source may fail GUARD_FREE_FAILURES times at once (a
+ * mistyped token file, a restarted job), and earns one more failure per GUARD_REFILL_MS.
+ * While its bucket is empty, every AUTH from it, right or wrong, is answered GUARD_DELAY_MS
+ * after it came (the connection is held, its input discarded): the time of an answer tells
+ * nothing about the proof, so silence no longer means "wrong", and a guesser learns at most
+ * one verdict per held connection per GUARD_DELAY_MS (its connections are capped by the
+ * pre-authentication quota, server_preauth.c). A right proof is never refused for its source's
+ * failures: a client with the right token gets in GUARD_DELAY_MS late while someone guesses
+ * from its host. The table holds GUARD_SLOTS sources; when full, the one quiet longest is
+ * forgotten.
  */
 #define GUARD_SLOTS 1024
 #define GUARD_FREE_FAILURES 3
-#define GUARD_FIRST_DELAY_MS 200
-#define GUARD_MAX_DELAY_MS 30000
-#define GUARD_FORGET_MS 600000
+#define GUARD_REFILL_MS 20000
+#define GUARD_DELAY_MS 1000
 #define GUARD_LOG_MS 10000 /* one log line per source per 10 s at most */
 
 struct guard_slot {
@@ -36,7 +37,7 @@ struct guard_slot {
 	uint32_t failures;   /* counted since the source was last forgotten */
 	uint32_t unlogged;   /* failures and refusals not yet in a log line */
 	int64_t last_fail;
-	int64_t blocked_until;
+	int64_t credit_ms;   /* the bucket: GUARD_REFILL_MS per failure it may still make */
 	int64_t logged_at;
 };
 
@@ -119,7 +120,7 @@ static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
 static struct guard_slot *guard_find(struct store_server *s, const uint8_t addr[16], bool make,
 				     int64_t now)
 {
-	struct guard_slot *g, *oldest = NULL;
+	struct guard_slot *g, *oldest = NULL; /* last_fail: also when the bucket was refilled */
 	size_t i;
 
 	if (s->guard == NULL) {
@@ -134,9 +135,12 @@ static struct guard_slot *guard_find(struct store_server *s, const uint8_t addr[
 	for (i = 0; i < GUARD_SLOTS; i++) {
 		g = &s->guard->slot[i];
 		if (g->used && memcmp(g->addr, addr, 16) == 0) {
-			if (now - g->last_fail >= GUARD_FORGET_MS && now >= g->blocked_until) {
+			g->credit_ms += now - g->last_fail;
+			if (g->credit_ms >= GUARD_FREE_FAILURES * GUARD_REFILL_MS) {
+				g->credit_ms = GUARD_FREE_FAILURES * GUARD_REFILL_MS;
 				g->failures = 0;
 			}
+			g->last_fail = now;
 			return g;
 		}
 		if (oldest == NULL || !g->used || (oldest->used && g->last_fail < oldest->last_fail)) {
@@ -149,17 +153,25 @@ static struct guard_slot *guard_find(struct store_server *s, const uint8_t addr[
 	memset(oldest, 0, sizeof(*oldest));
 	memcpy(oldest->addr, addr, 16);
 	oldest->used = true;
+	oldest->credit_ms = GUARD_FREE_FAILURES * GUARD_REFILL_MS;
+	oldest->last_fail = now;
 	return oldest;
 }
 
-static void guard_log(struct guard_slot *g, const char *addr, const char *why, int64_t now)
+/* The store's own log may name its token's fingerprint; the wire never does. */
+static void guard_log(struct store_server *s, struct guard_slot *g, const char *addr,
+		      const char *why, int64_t now)
 {
+	char fpr[TOKEN_FPR_HEX + 1];
+
 	if (g->logged_at != 0 && now - g->logged_at < GUARD_LOG_MS) {
 		return;
 	}
-	log_warn("store: %u failed or refused handshake(s) from %s (total failures %u, last: %s)%s",
-		 g->unlogged, addr, g->failures, why,
-		 now < g->blocked_until ? "; its wrong proofs are answered late" : "");
+	token_fingerprint(s->token, s->token_len, fpr);
+	log_warn("store: %u failed or refused handshake(s) from %s (total failures %u, last: %s; "
+		 "the store's token has fingerprint %s)%s",
+		 g->unlogged, addr, g->failures, why, fpr,
+		 g->credit_ms < GUARD_REFILL_MS ? "; its answers now come late" : "");
 	g->unlogged = 0;
 	g->logged_at = now;
 }
@@ -168,9 +180,8 @@ static void guard_log(struct guard_slot *g, const char *addr, const char *why, i
 static void guard_fail(struct store_server *s, const uint8_t addr[16], const char *text,
 		       const char *why)
 {
-	int64_t now = (int64_t)uv_now(s->loop), delay;
+	int64_t now = (int64_t)uv_now(s->loop);
 	struct guard_slot *g = guard_find(s, addr, true, now);
-	uint32_t over;
 
 	if (g == NULL) {
 		log_warn("store: failed handshake from %s: %s", text, why);
@@ -178,22 +189,17 @@ static void guard_fail(struct store_server *s, const uint8_t addr[16], const cha
 	}
 	g->failures++;
 	g->unlogged++;
-	g->last_fail = now;
-	if (g->failures > GUARD_FREE_FAILURES) {
-		over = g->failures - GUARD_FREE_FAILURES - 1;
-		delay = over >= 8 ? GUARD_MAX_DELAY_MS : (int64_t)GUARD_FIRST_DELAY_MS << over;
-		g->blocked_until = now + (delay < GUARD_MAX_DELAY_MS ? delay : GUARD_MAX_DELAY_MS);
-	}
-	guard_log(g, text, why, now);
+	g->credit_ms = g->credit_ms > GUARD_REFILL_MS ? g->credit_ms - GUARD_REFILL_MS : 0;
+	guard_log(s, g, text, why, now);
 }
 
-/* Milliseconds until a wrong proof from @addr may be answered; 0: at once. */
-static int64_t guard_delay(struct store_server *s, const uint8_t addr[16])
+/* Whether every AUTH from @addr is answered late: its bucket of failures is empty. */
+static bool guard_delayed(struct store_server *s, const uint8_t addr[16])
 {
 	int64_t now = (int64_t)uv_now(s->loop);
 	struct guard_slot *g = guard_find(s, addr, false, now);
 
-	return g == NULL || now >= g->blocked_until ? 0 : g->blocked_until - now;
+	return g != NULL && g->credit_ms < GUARD_REFILL_MS;
 }
 
 static void hello_reply(struct conn *c, const struct wire_req *r, uint16_t auth,
@@ -263,6 +269,7 @@ void srv_auth_hello(struct conn *c, const struct wire_req *r)
 	if (s->token == NULL) {
 		/* No authentication: a scope, if any, still confines the connection. */
 		c->hello = true;
+		srv_preauth_end(c);
 		hello_reply(c, r, WIRE_AUTH_NONE, NULL);
 		return;
 	}
@@ -278,14 +285,33 @@ void srv_auth_hello(struct conn *c, const struct wire_req *r)
 	hello_reply(c, r, WIRE_AUTH_TOKEN, a->sn);
 }
 
-/* The answer to a wrong proof: the store's fingerprint, so the client can name both. */
+/*
+ * The answer to a wrong proof. It names no fingerprint of the store's token: a fingerprint is
+ * a fast hash of the token, so an unauthenticated peer could test guesses offline against it
+ * (the client names its own token's fingerprint, the store's log names the store's).
+ */
 static void refuse_proof(struct conn *c, uint32_t id)
 {
-	char msg[200], fpr[TOKEN_FPR_HEX + 1];
+	srv_conn_fail(c, WIRE_OP_AUTH, id, WIRE_E_AUTH,
+		      "token mismatch: the proof does not match the store's token");
+}
 
-	token_fingerprint(c->s->token, c->s->token_len, fpr);
-	snprintf(msg, sizeof(msg), "token mismatch: store token fingerprint %s", fpr);
-	srv_conn_fail(c, WIRE_OP_AUTH, id, WIRE_E_AUTH, msg);
+/* The answer to a right proof: the server's own proof; the connection is authenticated. */
+static void accept_proof(struct conn *c, uint32_t id)
+{
+	struct srv_auth_conn *a = c->auth;
+	uint8_t want[TOKEN_KEY_LEN];
+	size_t off;
+
+	if (token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_SERVER, want) < 0) {
+		srv_conn_fail(c, WIRE_OP_AUTH, id, WIRE_E_NO_MEMORY, "AUTH: HMAC failed");
+		return;
+	}
+	c->hello = true;
+	srv_preauth_end(c);
+	off = wire_frame_begin(&c->out, WIRE_OP_AUTH, WIRE_FLAG_REPLY, WIRE_OK, id);
+	wire_put_bytes(&c->out, want, TOKEN_KEY_LEN);
+	wire_frame_end(&c->out, off);
 }
 
 bool srv_auth_tarpit_due(struct conn *c, int64_t now)
@@ -295,8 +321,15 @@ bool srv_auth_tarpit_due(struct conn *c, int64_t now)
 	}
 	if (now >= c->tarpit_until) {
 		c->tarpit_until = 0;
-		c->failing = false; /* set only to hold it: now fail it for real */
-		refuse_proof(c, c->tarpit_id);
+		c->failing = false; /* set only to hold it: now answer it */
+		if (c->eof) {
+			srv_conn_close(c); /* the peer gave up meanwhile */
+		} else if (c->tarpit_ok) {
+			accept_proof(c, c->tarpit_id);
+			srv_flush_later(c);
+		} else {
+			refuse_proof(c, c->tarpit_id);
+		}
 	}
 	return true;
 }
@@ -307,8 +340,6 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 	struct srv_auth_conn *a = c->auth;
 	uint8_t want[TOKEN_KEY_LEN], addr[16];
 	char text[64];
-	int64_t wait_ms;
-	size_t off;
 	bool ok;
 
 	if (c->hello) {
@@ -323,27 +354,25 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 	ok = a->has_cn && a->key_ok &&
 	     token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_CLIENT, want) == 0 &&
 	     token_equal(want, r->proof.p, TOKEN_KEY_LEN);
+	/* Decided before this failure counts: a source's first failures are answered at once. */
+	if (guard_delayed(s, addr)) {
+		/* Held, right or wrong alike: srv_auth_tarpit_due() answers it when due. */
+		c->tarpit_until = (int64_t)uv_now(s->loop) + GUARD_DELAY_MS;
+		c->tarpit_id = r->id;
+		c->tarpit_ok = ok;
+		c->failing = true; /* discard whatever else it sends meanwhile */
+	}
 	if (!ok) {
 		guard_fail(s, addr, text, a->has_cn ? "token mismatch" : "no credential");
-		wait_ms = guard_delay(s, addr);
-		if (wait_ms > 0) {
-			/* Held: srv_auth_tarpit_due() answers it when the delay ends. */
-			c->tarpit_until = (int64_t)uv_now(s->loop) + wait_ms;
-			c->tarpit_id = r->id;
-			c->failing = true; /* discard whatever else it sends meanwhile */
-			return;
-		}
+	}
+	if (c->tarpit_until != 0) {
+		return;
+	}
+	if (ok) {
+		accept_proof(c, r->id);
+	} else {
 		refuse_proof(c, r->id);
-		return;
 	}
-	if (token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_SERVER, want) < 0) {
-		srv_conn_fail(c, r->op, r->id, WIRE_E_NO_MEMORY, "AUTH: HMAC failed");
-		return;
-	}
-	c->hello = true;
-	off = reply_begin(c, r);
-	wire_put_bytes(&c->out, want, TOKEN_KEY_LEN);
-	wire_frame_end(&c->out, off);
 }
 
 bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id)

@@ -10,7 +10,6 @@
 #include "src/common/log.h"
 #include "src/common/net.h"
 
-#define HANDSHAKE_TIMEOUT_MS 10000
 #define DRAIN_TIMEOUT_MS 2000
 #define KEEPALIVE_S 60
 #define OUT_HIGH_WATER (8u << 20) /* stop reading a peer that does not read its replies */
@@ -75,6 +74,7 @@ void srv_conn_close(struct conn *c)
 		c->next->prev = c->prev;
 	}
 	s->nconns--;
+	srv_preauth_close(c);
 	srv_peer_detach(c);
 	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
@@ -202,12 +202,17 @@ static void conn_fail(struct conn *c, uint8_t op, uint32_t id, uint16_t status, 
 		      bool quiet)
 {
 	uv_shutdown_t *req;
-	char peer[96];
+	char peer[96], what[512];
 
 	if (c->failing || c->closing) {
 		return;
 	}
-	if (!quiet) {
+	if (!quiet && c->pre) {
+		/* Unauthenticated: each refusal named once per source and interval, the rest
+		 * summed up (server_preauth.c), so a flood of refusals cannot flood the log. */
+		snprintf(what, sizeof(what), "%s: %s", wire_status_name(status), msg);
+		srv_preauth_log(c, REFUSE_HANDSHAKE, what);
+	} else if (!quiet) {
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_info("store: dropping %s: %s: %s", peer, wire_status_name(status), msg);
 	}
@@ -283,7 +288,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 /* Check a complete header. Returns false (after failing the connection) when it is bad. */
 static bool header_ok(struct conn *c, const uint8_t *p, struct wire_hdr *h)
 {
-	char msg[96];
+	char msg[160];
 	int rc;
 
 	rc = wire_hdr_decode(p, WIRE_MAX_FRAME, h);
@@ -297,6 +302,15 @@ static bool header_ok(struct conn *c, const uint8_t *p, struct wire_hdr *h)
 		snprintf(msg, sizeof(msg), "frame length %u exceeds limit %u", h->len,
 			 (unsigned)WIRE_MAX_FRAME);
 		srv_conn_fail(c, 0, 0, WIRE_E_TOO_BIG, msg);
+		return false;
+	}
+	if (!c->hello && h->len + 4 > STORE_PREAUTH_MAX_FRAME) {
+		/* A HELLO or AUTH frame is tens of bytes: an unauthenticated client gets no more. */
+		snprintf(msg, sizeof(msg),
+			 "frame of %u bytes before authentication (limit %u: only HELLO and AUTH "
+			 "may come first)",
+			 h->len + 4, (unsigned)STORE_PREAUTH_MAX_FRAME);
+		srv_conn_fail(c, h->op, h->id, WIRE_E_TOO_BIG, msg);
 		return false;
 	}
 	/* Reject what the header alone condemns before waiting for (or buffering) a payload. */
@@ -559,30 +573,19 @@ void srv_on_connection(uv_stream_t *server, int status)
 	if (!srv_tls_conn_start(c)) {
 		return;
 	}
-	/* Over the total or the per-address cap: an error reply, then closed (and logged once
-	 * per interval); the listener keeps accepting. */
-	srv_peer_attach(c);
+	/* Over the per-address cap: an error reply, then closed (and logged once per interval);
+	 * then the quotas of connections that have not authenticated, and the total cap
+	 * (server_preauth.c). The listener keeps accepting. */
+	if (srv_peer_attach(c)) {
+		srv_preauth_begin(c);
+	}
 	if (!c->closing) {
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 	}
 }
 
-/*
- * A connection that has sent nothing at all to a store serving TCPStore clients may be one:
- * PyTorch 1.x opens a second connection for callbacks and never writes to it, and its server
- * keeps it for the whole job. Closing it made that client's callback thread spin on poll() for
- * ever (a core per worker), so such connections stay, bounded by the connection caps (total
- * and per address, server_limits.c). With TLS, no TCPStore client can be served, and the
- * handshake deadline applies to every connection.
- */
-static bool ts_silent_kept(const struct conn *c)
-{
-	return c->s->ts_prefix != NULL && c->ssl == NULL && c->s->tls_ctx == NULL &&
-	       c->proto == TS_PROTO_UNKNOWN && c->npeek == 0;
-}
-
-/* Held wrong proofs, handshake deadline, idle timeout, end of the drain after an error reply,
- * heap trim. */
+/* Held AUTH answers, end of the drain after an error reply, frame deadline, idle timeout;
+ * pre-auth deadlines and the refusal summary (server_preauth.c); heap trim. */
 void srv_on_sweep(uv_timer_t *t)
 {
 	struct store_server *s = t->data;
@@ -599,12 +602,6 @@ void srv_on_sweep(uv_timer_t *t)
 			if (now >= c->drain_until) {
 				srv_conn_close(c);
 			}
-		} else if (!c->hello && now - c->since >= HANDSHAKE_TIMEOUT_MS &&
-			   !ts_silent_kept(c)) {
-			srv_conn_peer(c, peer, sizeof(peer));
-			log_info("store: dropping %s: no handshake within %d ms", peer,
-				 HANDSHAKE_TIMEOUT_MS);
-			srv_conn_close(c);
 		} else if (c->in_len > 0 && !c->paused &&
 			   now - c->frame_start >= s->frame_timeout_ms) {
 			/* A slow sender cannot hold a buffer (and evade the idle timeout) byte by
@@ -623,6 +620,7 @@ void srv_on_sweep(uv_timer_t *t)
 			srv_conn_close(c);
 		}
 	}
+	srv_preauth_sweep(s, now);
 	srv_flush_all(s);
 	srv_mem_trim(s);
 	if (++s->sweeps % 20 == 0) {

@@ -44,6 +44,39 @@ enum srv_limit {
 	LIMIT_KINDS,
 };
 
+/* Why a connection that never authenticated was refused or closed: counted, and summed up
+ * in one log line per PREAUTH_LOG_MS (server_preauth.c), not one line each. */
+enum srv_refusal {
+	REFUSE_DEADLINE,      /* no handshake within its lifetime */
+	REFUSE_SOURCE_QUOTA,  /* shed: its source's quota of pre-auth connections was full */
+	REFUSE_TOTAL_QUOTA,   /* shed: the store's quota of pre-auth connections was full */
+	REFUSE_FD_CAP,        /* shed or refused: the connection cap (fd limit) was reached */
+	REFUSE_OVER_RATE,     /* admitted past its source's budget of new connections: short life */
+	REFUSE_MEMORY,        /* the pre-authentication memory budget */
+	REFUSE_HANDSHAKE,     /* an error reply: bad magic, frame too big, wrong token, ... */
+	REFUSE_TCPSTORE_TLS,  /* a PyTorch TCPStore client on a TLS store */
+	REFUSE_TCPSTORE_OFF,  /* one on a store that serves none (the first is logged) */
+	REFUSE_KINDS,
+};
+
+/* One source of unauthenticated connections: loopback (one for all of 127/8 and ::1), an IPv4
+ * /24 or an IPv6 /64 (server_preauth.c). */
+struct source {
+	struct htab_node node;   /* in server->sources */
+	struct conn *pre_head;   /* its pre-auth connections, oldest first */
+	struct conn *pre_tail;
+	uint32_t npre;
+	uint32_t credit_ms;      /* the budget of new connections, in ms of PREAUTH_RATE */
+	int64_t refilled_at;
+	int64_t last_seen;
+	int64_t detail_at;       /* the interval of the refusal lines logged in full ... */
+	uint32_t ndetail;        /* ... how many, and which (srv_preauth_log()) */
+	uint64_t detail[8];
+	uint8_t key[16];
+	char name[80];           /* "127.0.0.0/8", "10.1.2.0/24", "fd00:1:2:3::/64" */
+};
+
+
 /* ---- server_metrics.c: counters, served as Prometheus text (opts.metrics_listen) ---- */
 
 #define SRV_LAT_BUCKETS 11
@@ -87,6 +120,8 @@ int srv_bind_socket(const char *addr, const char *what, int *fd_out, struct crun
 struct peer {
 	struct htab_node node;  /* in server->peers */
 	uint32_t nconns;
+	uint32_t ts_data;       /* TCPStore connections that sent a request in the namespace */
+	uint32_t ts_silent;     /* silent ones kept beside them (PyTorch 1.x's callback socket) */
 	int64_t last_seen;      /* loop time its last connection closed */
 	int64_t logged_at[LIMIT_KINDS];
 	uint32_t suppressed[LIMIT_KINDS];
@@ -112,6 +147,15 @@ struct conn {
 	uint32_t nwaits;
 	uint32_t nuntimed;        /* waits without a deadline */
 	struct peer *peer;        /* NULL when unknown (the per-address limit then skips it) */
+	struct source *src;       /* while pre-auth: its source (NULL when unknown) */
+	struct conn *src_prev;    /* in src's pre-auth list */
+	struct conn *src_next;
+	struct conn *pre_prev;    /* in server->pre_head's list, oldest first */
+	struct conn *pre_next;
+	int64_t pre_deadline;     /* a pre-auth connection is closed then */
+	bool pre;                 /* not authenticated yet (server_preauth.c) */
+	bool ts_data;             /* counted in peer->ts_data */
+	bool ts_silent;           /* counted in peer->ts_silent */
 	size_t mem;               /* bytes charged to the server's memory budget */
 	uint32_t backlog_charged;
 	int64_t frame_start;      /* loop time of the first byte of the partial frame */
@@ -125,8 +169,9 @@ struct conn {
 	bool hello;               /* the handshake is complete (HELLO, and AUTH when required) */
 	bool in_flush;
 	bool failing;             /* error reply sent: discard input until EOF, then close */
-	int64_t tarpit_until;     /* != 0: a wrong AUTH proof held, answered then (failing set) */
+	int64_t tarpit_until;     /* != 0: an AUTH held, answered then (failing set meanwhile) */
 	uint32_t tarpit_id;       /* the held AUTH's request id */
+	bool tarpit_ok;           /* the held proof was right */
 	bool closing;
 	bool paused;
 	bool eof;                 /* the peer closed while an error reply was going out */
@@ -163,6 +208,17 @@ struct store_server {
 	int idle_timeout_ms;
 	uint32_t max_pending;
 	struct htab peers;        /* struct peer, by address */
+	struct htab sources;      /* struct source, by loopback, /24 or /64 (server_preauth.c) */
+	struct conn *pre_head;    /* pre-auth connections, oldest first */
+	struct conn *pre_tail;
+	uint32_t npre;
+	uint32_t max_preauth;     /* pre-auth connections, whole store */
+	uint32_t max_preauth_per_source;
+	size_t pre_mem_used;      /* the part of mem_used that pre-auth connections hold */
+	size_t max_pre_memory;
+	uint32_t refused[REFUSE_KINDS]; /* since the last summary line */
+	int64_t refused_logged_at;
+	char refused_source[80];  /* the source of the last refusal, for the summary */
 	uint32_t max_per_addr;
 	size_t max_memory;
 	size_t mem_used;          /* sum of every conn->mem */
@@ -189,6 +245,7 @@ struct store_server {
 	uint32_t ts_ns_len;
 	bool ts_ended;            /* the generation is "end" (or not a number): none served */
 	char *ts_refusal;         /* why they are refused (log line); NULL: a default */
+	bool ts_refusal_logged;   /* the first refusal was logged; the rest are counted */
 	struct srv_metrics met;
 };
 
@@ -229,6 +286,34 @@ bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id);
 bool srv_auth_in_scope(struct conn *c, const struct wire_req *r);
 void srv_auth_conn_free(struct conn *c);
 void srv_auth_guard_free(struct store_server *s);
+
+/* ---- server_preauth.c: connections that have not authenticated ---- */
+
+/**
+ * A new connection (every one starts pre-auth): find its source, give it a deadline (short
+ * when the source is over its budget of new connections), and make room: the oldest pre-auth
+ * connection of the source, or of the store, is shed first. False: @c itself was refused.
+ */
+bool srv_preauth_begin(struct conn *c);
+/** @c authenticated (or sent its first TCPStore request in the namespace): no longer pre-auth. */
+void srv_preauth_end(struct conn *c);
+/** @c closes: out of the pre-auth lists and the TCPStore pairing counts. */
+void srv_preauth_close(struct conn *c);
+/** Count one refusal of a pre-auth connection for the summary line (@c may be NULL). */
+void srv_preauth_refused(struct store_server *s, struct conn *c, enum srv_refusal why);
+/**
+ * Count the refusal of pre-auth @c, and log "store: dropping PEER: @what" at info level when
+ * its source has not logged the same refusal in this interval, up to 8 different ones per
+ * source and interval (an operator's misconfigured client is named; a flood is counted);
+ * otherwise at debug level.
+ */
+void srv_preauth_log(struct conn *c, enum srv_refusal why, const char *what);
+/** The sweep: close pre-auth connections past their deadline, keep PyTorch's silent callback
+ * sockets paired with a served one, log the summary line when due, forget idle sources. */
+void srv_preauth_sweep(struct store_server *s, int64_t now);
+/** A TCPStore connection sent its first request in the namespace: count it for pairing. */
+void srv_preauth_ts_served(struct conn *c);
+void srv_preauth_finish(struct store_server *s);
 
 /* ---- server_tcpstore.c: PyTorch TCPStore clients ---- */
 

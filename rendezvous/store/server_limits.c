@@ -49,6 +49,18 @@ long store_server_raise_nofile(void)
 		       : (long)rl.rlim_cur;
 }
 
+/* The soft fd limit, for the log (-1: unlimited or unknown). */
+static int nofile_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur > (rlim_t)INT32_MAX) {
+		return -1;
+	}
+	return (int)rl.rlim_cur;
+}
+
 /* The default connection cap: a share of the fd limit, so accept never meets EMFILE. */
 static int nofile_cap(void)
 {
@@ -90,9 +102,20 @@ void srv_limits_init(struct store_server *s, const struct store_server_opts *o)
 	s->max_untimed = o->max_untimed_waits > 0 ? (uint32_t)o->max_untimed_waits
 						  : STORE_DEFAULT_UNTIMED_WAITS;
 	s->max_wait_ms = o->max_wait_ms > 0 ? o->max_wait_ms : 0;
-	log_debug("store: limits: %d connections, %u per address, %zu bytes buffered, frames "
-		  "within %d ms, %u/%u waits without a deadline (connection/server)",
-		  s->max_connections, s->max_per_addr, s->max_memory, s->frame_timeout_ms,
+	s->max_preauth = (uint32_t)s->max_connections / STORE_PREAUTH_SHARE;
+	if (s->max_preauth < STORE_PREAUTH_MIN) {
+		s->max_preauth = STORE_PREAUTH_MIN;
+	}
+	s->max_preauth_per_source = s->max_preauth < STORE_PREAUTH_PER_SOURCE
+					    ? s->max_preauth
+					    : STORE_PREAUTH_PER_SOURCE;
+	s->max_pre_memory = s->max_memory / STORE_PREAUTH_MEMORY_SHARE;
+	log_debug("store: limits: %d connections (open file limit %d), %u per address, %u of "
+		  "them before authentication (%u per source), %zu bytes buffered (%zu before "
+		  "authentication), frames within %d ms, %u/%u waits without a deadline "
+		  "(connection/server)",
+		  s->max_connections, nofile_limit(), s->max_per_addr, s->max_preauth,
+		  s->max_preauth_per_source, s->max_memory, s->max_pre_memory, s->frame_timeout_ms,
 		  s->max_untimed_per_conn, s->max_untimed);
 }
 
@@ -171,11 +194,8 @@ bool srv_peer_attach(struct conn *c)
 	}
 	c->peer = p;
 	p->nconns++;
-	if (s->nconns > (size_t)s->max_connections) {
-		snprintf(msg, sizeof(msg), "too many connections (limit %d)", s->max_connections);
-		srv_conn_drop(c, LIMIT_CONNECTIONS, WIRE_E_BUSY, msg);
-		return false;
-	}
+	/* The total cap is server_preauth.c's: a pre-auth connection is shed before a new one is
+	 * refused. */
 	if (p->nconns > s->max_per_addr) {
 		snprintf(msg, sizeof(msg), "too many connections from %s (limit %u)", p->name,
 			 s->max_per_addr);
@@ -273,6 +293,16 @@ bool srv_mem_charge(struct conn *c, size_t n)
 	struct conn *v;
 	char msg[128];
 
+	if (c->pre && s->pre_mem_used + n > s->max_pre_memory) {
+		/* Token-less clients have a budget of their own: they cannot pin the shared one. */
+		snprintf(msg, sizeof(msg),
+			 "pre-authentication memory budget of %zu bytes exceeded (this connection "
+			 "needs %zu)",
+			 s->max_pre_memory, c->mem + n);
+		srv_preauth_refused(s, c, REFUSE_MEMORY);
+		srv_conn_drop(c, LIMIT_MEMORY, WIRE_E_NO_MEMORY, msg);
+		return false;
+	}
 	while (s->mem_used + n > s->max_memory) {
 		v = biggest_other(s, c);
 		if (v == NULL || v->mem == 0 || v->mem <= c->mem + n) {
@@ -288,6 +318,9 @@ bool srv_mem_charge(struct conn *c, size_t n)
 	}
 	c->mem += n;
 	s->mem_used += n;
+	if (c->pre) {
+		s->pre_mem_used += n;
+	}
 	if (s->mem_used > s->mem_peak) {
 		s->mem_peak = s->mem_used;
 	}
@@ -298,6 +331,9 @@ void srv_mem_release(struct conn *c, size_t n)
 {
 	c->mem -= n;
 	c->s->mem_used -= n;
+	if (c->pre) {
+		c->s->pre_mem_used -= n;
+	}
 }
 
 /*

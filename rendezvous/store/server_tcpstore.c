@@ -434,6 +434,7 @@ static void ts_run(struct conn *c, const struct ts_req *r)
 	c->s->met.ts_ops++;
 	const struct ks_list l = key_list(c->s, r);
 
+	srv_preauth_ts_served(c); /* a request in the namespace: no longer pre-auth */
 	switch (r->op) {
 	case TS_OP_VALIDATE:
 		break;
@@ -574,11 +575,19 @@ static bool admit(struct conn *c, enum ts_proto proto)
 	c->proto = (uint8_t)proto;
 	if (s->ts_prefix == NULL) {
 		srv_metric_refuse(s, SRV_REFUSE_TCPSTORE);
-		srv_conn_peer(c, peer, sizeof(peer));
-		log_warn("store: refusing %s: a PyTorch TCPStore %s client; %s", peer,
-			 ts_proto_name(proto),
-			 s->ts_refusal != NULL ? s->ts_refusal
-					       : "this store does not serve TCPStore clients");
+		/* The first one is named; the rest are counted in the pre-auth summary line
+		 * (server_preauth.c), so a flood cannot flood the log. */
+		if (!s->ts_refusal_logged || log_get_level() >= LOG_DEBUG) {
+			srv_conn_peer(c, peer, sizeof(peer));
+			log_msg(s->ts_refusal_logged ? LOG_DEBUG : LOG_WARN,
+				"store: refusing %s: a PyTorch TCPStore %s client; %s", peer,
+				ts_proto_name(proto),
+				s->ts_refusal != NULL ? s->ts_refusal
+						      : "this store does not serve TCPStore clients");
+			s->ts_refusal_logged = true;
+		} else {
+			srv_preauth_refused(s, c, REFUSE_TCPSTORE_OFF);
+		}
 		srv_conn_close(c);
 		return true;
 	}

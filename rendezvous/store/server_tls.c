@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "rendezvous/store/tcpstore_codec.h"
 #include "rendezvous/store/tls.h"
 #include "src/common/log.h"
 
@@ -115,24 +116,41 @@ void srv_tls_seal(struct conn *c)
 /* The handshake or a read failed: one log line naming the peer and why, then close. */
 static void tls_drop(struct conn *c, int ret)
 {
-	char peer[96], why[400];
+	char peer[96], why[400], what[420];
 
-	srv_conn_peer(c, peer, sizeof(peer));
-	if (strcmp(peer, "?") == 0 && c->peer != NULL) {
-		snprintf(peer, sizeof(peer), "%s", c->peer->name); /* it closed: no port now */
-	}
 	tls_describe(c->ssl, ret, "the client", why, sizeof(why));
 	srv_metric_refuse(c->s, SRV_REFUSE_TLS);
-	log_info("store: dropping %s: TLS: %s", peer, why);
+	snprintf(what, sizeof(what), "TLS: %s", why);
+	if (c->pre) {
+		srv_preauth_log(c, REFUSE_HANDSHAKE, what); /* once per source and interval */
+	} else {
+		srv_conn_peer(c, peer, sizeof(peer));
+		log_info("store: dropping %s: %s", peer, what);
+	}
 	srv_flush(c); /* the alert that tells the client why, when the socket takes it now */
 	srv_conn_close(c);
 }
 
 /* A first byte that cannot start TLS: a plain client. Tell it in its own protocol (the
- * reply's log line names the peer and the cause). */
-static void plain_client(struct conn *c)
+ * reply's log line names the peer and the cause). A PyTorch TCPStore client has no error
+ * reply (a crun frame would read as garbage to it): closed, and counted in the summary line. */
+static void plain_client(struct conn *c, const uint8_t *p, size_t n)
 {
+	enum ts_proto proto = ts_sniff(p, n);
+	char peer[96];
+
 	srv_tls_conn_free(c);
+	if (proto == TS_PROTO_V1 || proto == TS_PROTO_V2) {
+		srv_preauth_refused(c->s, c, REFUSE_TCPSTORE_TLS);
+		if (log_get_level() >= LOG_DEBUG) {
+			srv_conn_peer(c, peer, sizeof(peer));
+			log_debug("store: closing %s: a PyTorch TCPStore %s client, and this store "
+				  "requires TLS, which TCPStore does not speak",
+				  peer, ts_proto_name(proto));
+		}
+		srv_conn_close(c);
+		return;
+	}
 	srv_conn_fail(c, WIRE_OP_HELLO, 0, WIRE_E_AUTH,
 		      "this store requires TLS, and this client does not speak it (connect with "
 		      "--tls-ca, and --tls-cert and --tls-key for mutual TLS)");
@@ -145,7 +163,7 @@ void srv_tls_read(struct conn *c, const uint8_t *p, size_t n)
 	if (n > 0 && !c->tls_seen) {
 		c->tls_seen = true;
 		if (p[0] != TLS_RECORD_TYPE_HANDSHAKE) {
-			plain_client(c);
+			plain_client(c, p, n);
 			return;
 		}
 	}

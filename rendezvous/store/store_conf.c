@@ -157,6 +157,9 @@ int store_conf_init(struct store_conf *c, const struct store_settings *s, unsign
 	rc = resolve(c, s, &from_env, policy, d);
 	c->env_token_dropped = from_env != NULL; /* read, and a flag or the policy left it */
 	token_wipe(from_env);
+	if (rc == 0 && c->token != NULL) {
+		rc = token_check_strength(c->token, c->token_src, d); /* files, flags, environment */
+	}
 	if (rc < 0) {
 		return diag_prefix(d, "store token");
 	}

@@ -111,15 +111,47 @@ bool token_scope_valid(const char *scope)
 	return true;
 }
 
+int token_check_strength(const char *tok, const char *source, struct crun_diag *d)
+{
+	bool seen[256] = {false};
+	size_t i, n = strlen(tok);
+	int distinct = 0;
+
+	if (n < TOKEN_MIN_LEN) {
+		return diag_set(d, CRUN_ECONFIG,
+				"%s: the token is %zu bytes; at least %d are needed to stand "
+				"guessing (generate one: head -c 32 /dev/urandom | od -An -tx1 | "
+				"tr -d ' \\n')",
+				source, n, TOKEN_MIN_LEN);
+	}
+	for (i = 0; i < n; i++) {
+		distinct += !seen[(unsigned char)tok[i]];
+		seen[(unsigned char)tok[i]] = true;
+	}
+	if (distinct < TOKEN_MIN_DISTINCT) {
+		return diag_set(d, CRUN_ECONFIG,
+				"%s: the token has too little entropy (%d distinct characters; at "
+				"least %d): use a generated one (head -c 32 /dev/urandom | od -An "
+				"-tx1 | tr -d ' \\n')",
+				source, distinct, TOKEN_MIN_DISTINCT);
+	}
+	return 0;
+}
+
 int token_cred_from_token(struct token_cred *c, const char *tok, const char *scope,
 			  const char *source, struct crun_diag *d)
 {
 	size_t n = tok != NULL ? strlen(tok) : 0;
+	int rc;
 
 	memset(c, 0, sizeof(*c));
 	if (n == 0 || n > TOKEN_MAX_LEN) {
-		return diag_set(d, -EINVAL, "%s: the token must be 1 to %d bytes", source,
-				TOKEN_MAX_LEN);
+		return diag_set(d, -EINVAL, "%s: the token must be %d to %d bytes", source,
+				TOKEN_MIN_LEN, TOKEN_MAX_LEN);
+	}
+	rc = token_check_strength(tok, source, d);
+	if (rc < 0) {
+		return rc;
 	}
 	if (scope != NULL && scope[0] != '\0' && !token_scope_valid(scope)) {
 		return diag_set(d, -EINVAL, "%s: \"%s\" cannot be a token scope", source, scope);

