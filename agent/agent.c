@@ -959,6 +959,10 @@ int agent_run(const struct job_spec *spec)
 	}
 	/* Before any thread: it takes systemd's variables out of the workers' environment. */
 	notify_init();
+	/* Before the store's host raises it: the workers keep the limit crun was given. */
+	if (spawn_keep_nofile() < 0) {
+		log_warn("getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+	}
 	rc = agent_init(a, spec, &d);
 	if (rc == 0) {
 		/* Before any thread exists: the guard is a fork of this process. */

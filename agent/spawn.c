@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -394,6 +395,10 @@ struct child_args {
 	pid_t agent;
 };
 
+/* The open-file limit workers get (spawn_keep_nofile()); applied between clone and exec. */
+static struct rlimit worker_nofile;
+static bool worker_nofile_kept;
+
 /* "crun: worker: cannot run PROG: WHY\n" in one write, so the line arrives whole. */
 static void child_say(const char *prog, const char *why)
 {
@@ -454,10 +459,23 @@ static int child_main(void *arg)
 	 * the worker: it gets stdin, stdout and stderr only, as torchrun's workers do.
 	 */
 	close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
+	/* The limit the agent was given, not the one it raised for its store. */
+	if (worker_nofile_kept && setrlimit(RLIMIT_NOFILE, &worker_nofile) < 0) {
+		_exit(127);
+	}
 	execvpe(p->argv[0], p->argv, p->envp);
 	e = errno;
 	child_say(p->argv[0], strerror(e));
 	_exit(e == ENOENT ? 127 : 126);
+}
+
+int spawn_keep_nofile(void)
+{
+	if (getrlimit(RLIMIT_NOFILE, &worker_nofile) < 0) {
+		return -errno;
+	}
+	worker_nofile_kept = true;
+	return 0;
 }
 
 int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd)

@@ -78,6 +78,14 @@ struct spawn_proc {
 int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd);
 
 /**
+ * Remember this process's open-file limit as the one every worker gets: the agent raises its
+ * own soft limit for the store it hosts (agent_setup.c), but a worker keeps the limit it would
+ * have had under torchrun (a program using select() must not see descriptors past 1,023). Call
+ * once, before anything raises the limit. Returns 0 or -errno.
+ */
+int spawn_keep_nofile(void);
+
+/**
  * Reap the worker behind @pidfd if it has exited (it is readable then): *exited tells whether
  * it had, with *exit_status or *term_signal (> 0 when a signal killed it). Returns 0 or -errno.
  */

@@ -96,7 +96,8 @@ struct store_server_opts {
 
 /**
  * Raise this process's soft RLIMIT_NOFILE to its hard limit, as systemd and etcd do: crun-rdzvd
- * at start, the agent before it hosts a store (its workers inherit the raised limit). The
+ * at start, the agent before it hosts a store (its workers get back the limit it was given:
+ * agent/spawn.h, spawn_keep_nofile()). The
  * connection cap is derived from it. Returns the soft limit now in force, or -errno.
  */
 long store_server_raise_nofile(void);

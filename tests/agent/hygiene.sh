@@ -93,6 +93,23 @@ wait_pid 30 $pw
 expect_eq $RC 143 "exit status of an agent stopped in rendezvous"
 wait_for 10 eval '! ls "$T" | grep -q "^crun-"'
 
+note "the agent that hosts the store raises its own open-file limit, never its workers' (issue 20)"
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -gt 1024 ]; then
+	hold_port nport
+	(
+		ulimit -Sn 1024
+		exec "$CRUN" --nnodes 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$nport" \
+			--rdzv-id nofile --no-python /bin/sh -c 'echo "NOFILE=$(ulimit -Sn)"' \
+			>"$T/nf.out" 2>"$T/nf.err"
+	)
+	expect_eq $? 0 "the job with a soft limit of 1024"
+	expect_grep "hosting the rendezvous store" "$T/nf.err" "this agent hosts the store"
+	expect_grep '^\[rank0\]:NOFILE=1024$' "$T/nf.out" "the worker's soft open-file limit"
+else
+	echo "hard open-file limit $hard: nothing to raise, case skipped"
+fi
+
 note "no temp dir is left behind by any of these (success, timeout)"
 expect_eq "$(ls "$T" | grep -c '^crun-')" 0 "crun temp dirs left in \$TMPDIR"
 echo "hygiene: ok"
