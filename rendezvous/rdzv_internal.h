@@ -120,6 +120,16 @@ static inline bool is_static(const struct rdzv *r)
 	return r->conf.node_rank >= 0;
 }
 
+/*
+ * rdzv_members.c. Round @R's members for a progress or timeout line, after @label: the
+ * missing node ranks (static) or the hosts of the @joined nodes (dynamic); "" when none.
+ */
+void rdzv_describe_members(struct rdzv *r, int R, int joined, const char *label, char *out,
+			   size_t cap);
+/* Dynamic: round R - 1's nodes not among round @R's @joined, "; not back from round R-1: h, ..."
+ * ("" when none, or R is 0). */
+void rdzv_describe_absent(struct rdzv *r, int R, int joined, char *out, size_t cap);
+
 /** Format "r/<round>/" followed by @fmt into @buf (KEY_MAX bytes). */
 void rdzv_rkey(char *buf, int round, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
