@@ -346,6 +346,9 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	    (rc = cli_do_torch2(p)) != 0) {
 		return rc;
 	}
+	if ((rc = cli_etcd_tls(p)) != 0) {
+		return rc;
+	}
 	/* PyTorch's TCPStore client cannot speak TLS: with TLS the workers keep rank 0's own
 	 * TCPStore, as with --no-agent-store (docs/security.md). */
 	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
