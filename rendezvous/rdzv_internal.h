@@ -51,6 +51,7 @@
 #define KIND_SCALE 'S'	 /* a node waits for the next round and the job is below max */
 #define KIND_REFORM 'E'	 /* rdzv_request_reform() */
 #define KIND_TIMEOUT 'T' /* the round never formed */
+#define KIND_LEFT 'X'	 /* rdzv_leave(): a node stopped by its operator */
 
 struct rdzv {
 	struct crun_store *st; /* the caller's thread only */

@@ -114,6 +114,10 @@ static int end_verdict(struct rdzv *r, const char *v, struct crun_diag *d)
 		return diag_set(d, CRUN_ERESTARTS, "rendezvous %s: restart budget exhausted: %s",
 				r->run_id, v + (v[6] == ' ' ? 7 : 6));
 	}
+	if (strncmp(v, "stop ", 5) == 0) {
+		/* rdzv_leave(): a node the job cannot do without was stopped by its operator */
+		return diag_set(d, CRUN_ECLOSED, "rendezvous %s: %s", r->run_id, v + 5);
+	}
 	return diag_set(d, CRUN_ECLOSED, "rendezvous %s: job is closed to new nodes: %s", r->run_id,
 			v[4] == ' ' ? v + 5 : v);
 }
