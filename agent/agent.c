@@ -746,7 +746,9 @@ static enum node_state on_joining(struct agent *a)
 			log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
 				  a->at.stop_detail[0] != '\0' ? a->at.stop_detail : d.msg);
 		} else {
-			log_error("rendezvous: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+			/* The message names the rendezvous itself when it comes from there. */
+			log_error("%s%s", strncmp(d.msg, "rendezvous", 10) == 0 ? "" : "rendezvous: ",
+				  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 		}
 		return NODE_FAILED;
 	}

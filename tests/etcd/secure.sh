@@ -113,7 +113,7 @@ wait_agents 60
 expect_eq "$RCS" 1 "exit code outside the user's prefix"
 # The store API carries the code (CRUN_EAUTH); the backend says etcd's own words, the key and
 # the user.
-expect_grep "error: rendezvous: rendezvous jb: .*authentication failed" "$T/jb.0.err" "the reason"
+expect_grep "error: rendezvous jb: .*authentication failed" "$T/jb.0.err" "the reason"
 expect_grep "/crun/jb/.*etcd said: etcdserver: permission denied (etcd user trainer" \
 	"$T/jb.0.err" "etcd's words, the key and the user"
 grep -a "permission denied\|error" "$T/jb.0.err" | head -n 2 >&2
