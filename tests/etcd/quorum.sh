@@ -3,7 +3,8 @@
 # tests/etcd/quorum.sh: never silent with etcd (issue 21). An endpoint where nothing listens:
 # a progress line every few seconds naming it and why it fails. A 3-member cluster losing two
 # members while the workers run, with the default timeouts: the agents stop their workers and
-# exit 1 within the bound crun(1) states, with short lines naming each member once.
+# exit 1 within the bound crun(1) states, with short lines naming each member once; a job
+# started on that cluster says every few seconds what it tries and why it fails.
 . "$(dirname "$0")/lib.sh"
 
 # gaps FILE: the largest gap in seconds between consecutive "no member has answered" lines
@@ -60,4 +61,16 @@ grep -aq "store is gone after this node's workers finished" "$T"/jq.*.err &&
 	fail "the workers were not stopped"
 note "both agents exited 1 $dt ms after the quorum was lost; node 0 said:"
 grep -a "quorum\|error" "$T/jq.0.err" >&2
+note "a cluster without quorum at start (one member of three left): progress lines"
+CONF=last_call_timeout=1 etcd_agent js 0 1 1 "$W" print:ok
+jpid=${APIDS[0]}
+wait_for 60 eval '[ "$(grep -ac "no member has answered" "$T/js.0.err")" -ge 3 ]'
+kill -TERM "$jpid"
+wait_pid 60 "$jpid"
+gaps "$T/js.0.err"
+awk -v g="$GAP" 'BEGIN { exit !(g <= 15) }' || { cat "$T/js.0.err" >&2; fail "a gap of $GAP s"; }
+expect_grep "no member has answered for [0-9]* s .*no leader" "$T/js.0.err" \
+	"the member without a leader named"
+note "$LINES progress lines, largest gap $GAP s; the first:"
+grep -a -m1 "no member has answered" "$T/js.0.err" >&2
 echo "etcd quorum: ok"
