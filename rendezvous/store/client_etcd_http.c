@@ -709,35 +709,23 @@ struct sweep {
 static void brief_note(struct sweep *s, const struct store_backend *b, const struct etcd_ep *ep,
 		       int rc)
 {
-	const char *said = strstr(b->diag.msg, "etcd said: ");
-	char why[80];
+	const char *said = strstr(b->diag.msg, "etcd said: "), *w;
+	char why[200];
 
 	if (said != NULL) {
 		said += strlen("etcd said: ");
-		if (strncmp(said, "etcdserver: ", 12) == 0) {
-			said += 12;
-		}
-		snprintf(why, sizeof(why), "%.60s", said);
-	} else if (rc == -ECONNREFUSED && strstr(b->diag.msg, "resolve") != NULL) {
-		snprintf(why, sizeof(why), "cannot resolve the name");
-	} else if (rc == -ECONNREFUSED && b->os_errno == ECONNREFUSED) {
-		snprintf(why, sizeof(why), "refused");
-	} else if (rc == -ECONNREFUSED && b->os_errno != 0) {
-		snprintf(why, sizeof(why), "%s", strerror(b->os_errno));
+		w = strncmp(said, "etcdserver: ", 12) == 0 ? said + 12 : said;
 	} else if (rc == -ECONNREFUSED) {
-		snprintf(why, sizeof(why), "cannot connect");
-	} else if (rc == -ETIMEDOUT) {
-		snprintf(why, sizeof(why), "no answer in time");
-	} else if (rc == -ECONNRESET) {
-		snprintf(why, sizeof(why), "connection lost");
+		w = strstr(b->diag.msg, "resolve") != NULL ? "cannot resolve the name"
+		    : b->os_errno == ECONNREFUSED	    ? "refused"
+		    : b->os_errno != 0			    ? strerror(b->os_errno)
+							    : "cannot connect";
 	} else {
-		snprintf(why, sizeof(why), "%s", crun_strerror(rc));
+		w = rc == -ETIMEDOUT ? "no answer in time"
+		    : rc == -ECONNRESET ? "connection lost"
+					: crun_strerror(rc);
 	}
-	if (s->brief[0] != '\0') {
-		append(s->brief, sizeof(s->brief), "; ");
-	}
-	append(s->brief, sizeof(s->brief), ep->name);
-	append(s->brief, sizeof(s->brief), " ");
+	snprintf(why, sizeof(why), "%s%s %.60s", s->brief[0] != '\0' ? "; " : "", ep->name, w);
 	append(s->brief, sizeof(s->brief), why);
 }
 
@@ -757,6 +745,35 @@ static int give_up(struct store_backend *b, const char *op, const struct sweep *
 			 : s->refused ? " (is etcd running there?)"
 				      : "",
 			 s->sum);
+}
+
+/* Log in again (the token expired) and start a stream's parse afresh; 0 or a negative code. */
+static int reauth(struct store_backend *b, int64_t deadline)
+{
+	struct etcd_stream *s = b->stream;
+	int rc;
+
+	b->stream = NULL;
+	rc = etcd_authenticate(b, deadline);
+	b->stream = s;
+	if (rc == 0 && s != NULL) {
+		json_tokener_reset(s->tok);
+		s->rc = 0;
+		s->answered = false;
+		s->pending = 0;
+	}
+	return rc;
+}
+
+/* Endpoint @ep failed @op with @rc (b->diag says how): into the sweep's record. */
+static void sweep_note(struct sweep *cur, const struct store_backend *b, const struct etcd_ep *ep,
+		       const char *op, int rc)
+{
+	cur->refused = cur->refused && rc == -ECONNREFUSED;
+	cur->said = cur->said || strstr(b->diag.msg, "etcd said") != NULL;
+	cur->noleader = cur->noleader || strstr(b->diag.msg, "no leader") != NULL;
+	note(cur->sum, sizeof(cur->sum), b, ep, op);
+	brief_note(cur, b, ep, rc);
 }
 
 /* Nobody has served @op since @start: say so, each member once, and for how long yet. */
@@ -819,19 +836,9 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 			r = attempt(b, &b->eps[ep], op, path, body, blen, tmo, conn, &amb, reply,
 				    &rc);
 			if (r == ATT_REAUTH && reauths++ < 2) {
-				struct etcd_stream *s = b->stream;
-
-				b->stream = NULL;
-				rc = etcd_authenticate(b, deadline);
-				b->stream = s;
+				rc = reauth(b, deadline);
 				if (rc < 0) {
 					goto out;
-				}
-				if (s != NULL) {
-					json_tokener_reset(s->tok);
-					s->rc = 0;
-					s->answered = false;
-					s->pending = 0;
 				}
 				tried--; /* the same endpoint again, with the new token */
 				continue;
@@ -863,11 +870,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 				}
 				goto out;
 			}
-			cur.refused = cur.refused && rc == -ECONNREFUSED;
-			cur.said = cur.said || strstr(b->diag.msg, "etcd said") != NULL;
-			cur.noleader = cur.noleader || strstr(b->diag.msg, "no leader") != NULL;
-			note(cur.sum, sizeof(cur.sum), b, &b->eps[ep], op);
-			brief_note(&cur, b, &b->eps[ep], rc);
+			sweep_note(&cur, b, &b->eps[ep], op, rc);
 		}
 		if (tried == b->neps || !full_seen) {
 			/* The last sweep that tried them all is the one to report. */
