@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -134,54 +133,6 @@ static void on_group_done(struct group *g, void *arg)
 	close_loop_handles(a);
 }
 
-/* How long the loop waits for the other nodes to hear that this one leaves. */
-#define LEAVE_WAIT_MS 2000
-
-static void *leave_main(void *arg)
-{
-	struct agent *a = arg;
-
-	(void)rdzv_leave(a->r, a->rep.summary);
-	return NULL;
-}
-
-/*
- * The operator stopped this node (systemctl stop, a signal to this agent): tell the others it
- * leaves (they re-form without it and spend no restart, or stop when the job cannot go on
- * without it) before its workers die, so a peer's collective breaking is not counted as the
- * failure. On the report thread, waited for at most LEAVE_WAIT_MS: a hung store never holds
- * the signal back long; on_group_done() joins it.
- */
-static void leave_round(struct agent *a, int signum)
-{
-	char name[32];
-	struct timespec until;
-	sigset_t all, old;
-	int rc;
-
-	if (a->rep.reported || a->r == NULL) {
-		return;
-	}
-	a->rep.reported = true; /* this attempt's one publication */
-	snprintf(a->rep.summary, sizeof(a->rep.summary), "stopped by its operator (%s)",
-		 signal_name(signum, name, sizeof(name)));
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&a->rep.thr, NULL, leave_main, a);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0) {
-		log_warn("leaving the job: no thread (%s): the others will see this node lost",
-			 strerror(rc));
-		return;
-	}
-	a->rep.thr_running = true;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += LEAVE_WAIT_MS / 1000;
-	if (pthread_timedjoin_np(a->rep.thr, NULL, &until) == 0) {
-		a->rep.thr_running = false;
-	}
-}
-
 static void on_signal(uv_signal_t *h, int signum)
 {
 	struct agent *a = h->data;
@@ -199,7 +150,7 @@ static void on_signal(uv_signal_t *h, int signum)
 	a->at.got_signal = signum;
 	/* The one transition that happens while the workers run: published now, not after. */
 	enter_state(a, NODE_STOPPING);
-	leave_round(a, signum);
+	agent_leave_round(a, signum);
 	log_warn("received %s: forwarding it to the workers (SIGKILL after %lld ms)",
 		 signal_name(signum, name, sizeof(name)),
 		 (long long)a->spec->shutdown_timeout_ms);
