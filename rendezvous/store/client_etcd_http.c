@@ -736,7 +736,7 @@ static int give_up(struct store_backend *b, const char *op, const struct sweep *
 		/* Short, and each member once: it is logged on every operation that meets it. */
 		(void)op; /* the cluster's state, whatever the operation */
 		return diag_set(&b->diag, ETCD_ENOLEADER,
-				"etcd cluster has no leader (quorum lost?) for %d s: %s",
+				"etcd has no leader (quorum lost?) for %d s: %s",
 				(ms + 500) / 1000, s->brief[0] != '\0' ? s->brief : s->sum);
 	}
 	return etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s",
