@@ -150,6 +150,7 @@ static void on_signal(uv_signal_t *h, int signum)
 	a->at.got_signal = signum;
 	/* The one transition that happens while the workers run: published now, not after. */
 	enter_state(a, NODE_STOPPING);
+	agent_leave_round(a, signum);
 	log_warn("received %s: forwarding it to the workers (SIGKILL after %lld ms)",
 		 signal_name(signum, name, sizeof(name)),
 		 (long long)a->spec->shutdown_timeout_ms);
@@ -160,7 +161,8 @@ static void on_async(uv_async_t *h)
 {
 	struct agent *a = h->data;
 	static const char *const names[] = {"a peer failed", "a new node is waiting (scale-up)",
-					    "a node was lost", "the store stopped answering"};
+					    "a node was lost", "the store stopped answering",
+					    "a node left"};
 
 	pthread_mutex_lock(&a->at.ev_lock);
 	if (!a->at.ev_pending || a->at.ev_seen) {
@@ -695,7 +697,9 @@ static enum node_state on_joining(struct agent *a)
 			log_error("job failed, restart budget (%d) spent: %s", spec->max_restarts,
 				  a->at.stop_detail[0] != '\0' ? a->at.stop_detail : d.msg);
 		} else {
-			log_error("rendezvous: %s", d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
+			/* The message names the rendezvous itself when it comes from there. */
+			log_error("%s%s", strncmp(d.msg, "rendezvous", 10) == 0 ? "" : "rendezvous: ",
+				  d.msg[0] != '\0' ? d.msg : crun_strerror(rc));
 		}
 		return NODE_FAILED;
 	}

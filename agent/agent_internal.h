@@ -110,6 +110,13 @@ struct agent {
 	struct agent_attempt at; /* this round's */
 	struct agent_report rep; /* the failure being published */
 };
+/* agent_leave.c */
+
+/**
+ * The operator stopped this node with @signum while its workers run: tell the other nodes it
+ * leaves (rdzv_leave(), on the report thread, waited for at most 2 s). Uses a->rep.
+ */
+void agent_leave_round(struct agent *a, int signum);
 /* agent_setup.c */
 
 /** Decide where the store is; host it in-process when this node is the one (docs/agent.md). */

@@ -21,13 +21,13 @@
 #include "src/common/log.h"
 #include "src/common/net.h"
 
-#define PROBE_NONCE 0x6372756eu	      /* "crun" */
 #define NODE0_KEY "crun/static/node0" /* "host NAME" of the static node rank 0 agent */
 #define NODE0_TIMEOUT_MS 2000
 
 /*
  * One connection to @ai, probed as a PyTorch 2.x client would (VALIDATE, then PING), encoded
- * by the TCPStore codec the server decodes with; 1: served, 0: not, <0: could not tell.
+ * by the TCPStore codec the server decodes with, in one send (the server tells it from a real
+ * client by its whole first read, to log it below warning level); 1: served, 0: not, <0: could not tell.
  */
 static int probe_one(const struct addrinfo *ai, int timeout_ms)
 {
@@ -39,10 +39,7 @@ static int probe_one(const struct addrinfo *ai, int timeout_ms)
 	ssize_t n;
 	int fd, rc = -ETIMEDOUT;
 
-	ts_put_query(&req, TS_PROTO_V2, TS_OP_VALIDATE);
-	ts_put_u32(&req, TS_MAGIC);
-	ts_put_query(&req, TS_PROTO_V2, TS_OP_PING);
-	ts_put_u32(&req, PROBE_NONCE);
+	ts_put_agent_probe(&req);
 	if (req.oom) {
 		wire_buf_finish(&req);
 		return -ENOMEM;
@@ -93,7 +90,7 @@ static int probe_one(const struct addrinfo *ai, int timeout_ms)
 		got += (size_t)n;
 	}
 	if (got == sizeof(ans)) {
-		rc = get_le32(ans) == PROBE_NONCE ? 1 : 0; /* PING's answer: the nonce */
+		rc = get_le32(ans) == TS_AGENT_PROBE_NONCE ? 1 : 0; /* PING's answer: the nonce */
 	}
 out:
 	close(fd);

@@ -12,6 +12,7 @@
 
 #include "agent/errfile.h"
 #include "src/common/io.h"
+#include "src/common/log.h"
 #include "src/common/signames.h"
 
 /*
@@ -378,9 +379,22 @@ static void fmt_exit(const struct errfile_failure *f, char *buf, size_t len)
 	}
 }
 
+/* One line of the report, in one write; on stderr at error priority when that is the journal. */
 static void line_out(int fd, const char *line)
 {
-	(void)io_write_full(fd, line, strlen(line)); /* a closed console loses the report only */
+	char buf[ERRFILE_MAX_MESSAGE + 520];
+	int n;
+
+	n = snprintf(buf, sizeof(buf), "%s%s", fd == STDERR_FILENO ? log_prio_prefix(LOG_ERROR) : "",
+		     line);
+	if (n < 0) {
+		return;
+	}
+	if ((size_t)n >= sizeof(buf)) {
+		n = (int)sizeof(buf) - 1;
+		buf[n - 1] = '\n'; /* cut, but still a whole line */
+	}
+	(void)io_write_full(fd, buf, (size_t)n); /* a closed console loses the report only */
 }
 
 /* ---- the last lines of a text: a traceback, a worker's stderr ---- */

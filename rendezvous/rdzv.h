@@ -102,6 +102,7 @@ enum rdzv_event {
 	RDZV_EV_SCALE_UP,    /* a new node waits for the next round (and the job is below max) */
 	RDZV_EV_NODE_LOST,   /* a node's heartbeat lapsed; the round was marked failed */
 	RDZV_EV_STORE_LOST,  /* the store stopped answering */
+	RDZV_EV_NODE_LEFT,   /* a node was stopped by its operator (rdzv_leave()) */
 };
 typedef void (*rdzv_event_cb)(void *arg, enum rdzv_event ev, const char *detail);
 
@@ -127,6 +128,14 @@ bool rdzv_store_gone(int rc);
 int rdzv_report_failure(struct rdzv *r, const char *what, bool *restart, struct crun_diag *d);
 /** Scale-up or lost node: mark the round for re-formation without spending the budget. */
 int rdzv_request_reform(struct rdzv *r, const char *why);
+/**
+ * This node is leaving the running round because its operator stopped it (@why: "stopped by
+ * its operator (SIGTERM)"): mark the round for re-formation without spending the budget, so a
+ * collateral failure on another node (a peer's collective breaking) does not count. When the
+ * others cannot go on without it (fewer than MIN would be left: a fixed-size job), the job
+ * ends too, and the others stop saying why instead of waiting for it to come back.
+ */
+int rdzv_leave(struct rdzv *r, const char *why);
 /**
  * This node's workers all exited 0: record it, then wait (up to @timeout_ms) until every node
  * of the round has finished or one failed. Returns 0 when the whole job succeeded.

@@ -51,6 +51,7 @@
 #define KIND_SCALE 'S'	 /* a node waits for the next round and the job is below max */
 #define KIND_REFORM 'E'	 /* rdzv_request_reform() */
 #define KIND_TIMEOUT 'T' /* the round never formed */
+#define KIND_LEFT 'X'	 /* rdzv_leave(): a node stopped by its operator */
 
 struct rdzv {
 	struct crun_store *st; /* the caller's thread only */
@@ -119,6 +120,16 @@ static inline bool is_static(const struct rdzv *r)
 {
 	return r->conf.node_rank >= 0;
 }
+
+/*
+ * rdzv_members.c. Round @R's members for a progress or timeout line, after @label: the
+ * missing node ranks (static) or the hosts of the @joined nodes (dynamic); "" when none.
+ */
+void rdzv_describe_members(struct rdzv *r, int R, int joined, const char *label, char *out,
+			   size_t cap);
+/* Dynamic: round R - 1's nodes not among round @R's @joined, "; not back from round R-1: h, ..."
+ * ("" when none, or R is 0). */
+void rdzv_describe_absent(struct rdzv *r, int R, int joined, char *out, size_t cap);
 
 /** Format "r/<round>/" followed by @fmt into @buf (KEY_MAX bytes). */
 void rdzv_rkey(char *buf, int round, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

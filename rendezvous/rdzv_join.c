@@ -114,6 +114,10 @@ static int end_verdict(struct rdzv *r, const char *v, struct crun_diag *d)
 		return diag_set(d, CRUN_ERESTARTS, "rendezvous %s: restart budget exhausted: %s",
 				r->run_id, v + (v[6] == ' ' ? 7 : 6));
 	}
+	if (strncmp(v, "stop ", 5) == 0) {
+		/* rdzv_leave(): a node the job cannot do without was stopped by its operator */
+		return diag_set(d, CRUN_ECLOSED, "rendezvous %s: %s", r->run_id, v + 5);
+	}
 	return diag_set(d, CRUN_ECLOSED, "rendezvous %s: job is closed to new nodes: %s", r->run_id,
 			v[4] == ' ' ? v + 5 : v);
 }
@@ -132,60 +136,6 @@ static int check_end(struct rdzv *r, struct crun_diag *d)
 				rdzv_why(r->st, rc));
 	}
 	return end_verdict(r, v, d);
-}
-
-/* Node ranks (static) or joined hosts (dynamic) for a progress or timeout message. */
-static void describe_members(struct rdzv *r, int R, int joined, const char *label, char *out,
-			     size_t cap)
-{
-	enum { LIST_MAX = 64 };
-	char keybuf[LIST_MAX][KEY_MAX];
-	const char *keys[LIST_MAX];
-	void *vals[LIST_MAX];
-	size_t lens[LIST_MAX];
-	size_t used = 0;
-	int n, i, listed = 0;
-
-	out[0] = '\0';
-	n = is_static(r) ? r->conf.max_nodes : joined;
-	if (n > LIST_MAX) {
-		n = LIST_MAX;
-	}
-	if (n <= 0) {
-		return;
-	}
-	for (i = 0; i < n; i++) {
-		rdzv_rkey(keybuf[i], R, "node/%d", i);
-		keys[i] = keybuf[i];
-		vals[i] = NULL;
-	}
-	if (crun_store_multi_get(r->st, keys, (size_t)n, vals, lens) < 0) {
-		return;
-	}
-	used = (size_t)snprintf(out, cap, "%s", label);
-	for (i = 0; i < n; i++) {
-		char nhost[256] = "?";
-		unsigned np, cum, port;
-		char naddr[256];
-
-		if (is_static(r) && vals[i] == NULL && used < cap) {
-			used += (size_t)snprintf(out + used, cap - used, "%s %d",
-						 listed++ ? "," : "", i);
-		} else if (!is_static(r) && vals[i] != NULL && used < cap) {
-			if (sscanf(vals[i], "%u %u %u %255s %255s", &np, &cum, &port, naddr,
-				   nhost) < 5) {
-				snprintf(nhost, sizeof(nhost), "?");
-			}
-			used += (size_t)snprintf(out + used, cap - used, "%s %s",
-						 listed++ ? "," : "", nhost);
-		}
-		free(vals[i]);
-	}
-	if (listed == 0) {
-		out[0] = '\0';
-	} else if (is_static(r) && r->conf.max_nodes > LIST_MAX && used < cap) {
-		snprintf(out + used, cap - used, ", ... (first %d ranks shown)", LIST_MAX);
-	}
 }
 
 static int joined_count(struct rdzv *r, int R)
@@ -571,7 +521,7 @@ static int close_on_timeout(struct join *j, int64_t now, struct crun_diag *d)
 	snprintf(j->cur, sizeof(j->cur), "%c %d %s join timeout", KIND_TIMEOUT, j->g, r->host);
 	rdzv_rkey(key, j->R, "failed");
 	(void)rdzv_cas_str(r->st, key, j->cur, NULL, 0, &won);
-	describe_members(r, j->R, joined,
+	rdzv_describe_members(r, j->R, joined,
 			 is_static(r) ? "; never came: node ranks" : "; joined:", members,
 			 sizeof(members));
 	if (r->lost[0] != '\0' && j->R == r->lost_round + 1) {
@@ -604,7 +554,7 @@ static void report_progress(struct join *j, int64_t now)
 {
 	struct rdzv *r = j->r;
 	const struct rdzv_conf *c = &r->conf;
-	char key[KEY_MAX], when[128], members[512];
+	char key[KEY_MAX], when[128], members[512], absent[512], count[32];
 	int64_t v = 0;
 	int joined, rc;
 
@@ -621,10 +571,19 @@ static void report_progress(struct join *j, int64_t now)
 	if (joined > c->max_nodes) {
 		joined = c->max_nodes;
 	}
-	members[0] = '\0';
 	if (is_static(r)) {
-		describe_members(r, j->R, joined, "; missing node ranks:", members,
-				 sizeof(members));
+		rdzv_describe_members(r, j->R, joined, "; missing node ranks:", members,
+				      sizeof(members));
+		absent[0] = '\0';
+	} else {
+		/* Who is here, and who of the last round is not back (left, or stale). */
+		rdzv_describe_members(r, j->R, joined, "; joined:", members, sizeof(members));
+		rdzv_describe_absent(r, j->R, joined, absent, sizeof(absent));
+	}
+	if (c->min_nodes == c->max_nodes) {
+		snprintf(count, sizeof(count), "%d", c->max_nodes); /* "1 of 3", not "1 of 3..3" */
+	} else {
+		snprintf(count, sizeof(count), "%d..%d", c->min_nodes, c->max_nodes);
 	}
 	if (j->lc_start != 0) {
 		/* The join timeout closes it too, if it comes first. */
@@ -636,9 +595,8 @@ static void report_progress(struct join *j, int64_t now)
 	} else {
 		snprintf(when, sizeof(when), "waiting for %d more", c->min_nodes - joined);
 	}
-	log_info("rendezvous %s round %d: %d of %d..%d nodes joined%s; %s; timeout "
-		 "in %" PRId64 " s",
-		 r->run_id, j->R, joined, c->min_nodes, c->max_nodes, members, when,
+	log_info("rendezvous %s round %d: %d of %s nodes joined%s%s; %s; timeout in %" PRId64 " s",
+		 r->run_id, j->R, joined, count, members, absent, when,
 		 (j->deadline - now + 999) / 1000);
 }
 

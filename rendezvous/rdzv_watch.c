@@ -114,6 +114,32 @@ int rdzv_lost_timeout(struct rdzv *r, int R, int joined, struct crun_diag *d)
 			joined, r->conf.min_nodes);
 }
 
+int rdzv_leave(struct rdzv *r, const char *why)
+{
+	char msg[REC_MAX - 300], end[REC_MAX];
+	bool won;
+	int rc;
+
+	if (!r->in_round) {
+		return -EINVAL;
+	}
+	atomic_store(&r->self_failed, true); /* no event for this node's own leaving */
+	snprintf(msg, sizeof(msg), "node %s (node rank %d) left: %.200s", r->host, r->group_rank,
+		 why);
+	if (r->count - 1 < r->conf.min_nodes) {
+		/* The job cannot go on without this node: end it, saying why. */
+		snprintf(end, sizeof(end), "stop %s", msg);
+		(void)rdzv_cas_str(r->st, "end", end, NULL, 0, &won);
+		rdzv_note_gone(r);
+	}
+	rc = rdzv_mark_failed(r, r->st, KIND_LEFT, msg, NULL, 0, &won);
+	if (rc == 0 && won) {
+		log_info("rendezvous %s round %d: marked for re-formation: %s", r->run_id, r->round,
+			 msg);
+	}
+	return rc;
+}
+
 /* ---- the liveness ring ----------------------------------------------------------------- */
 
 /* "host H, address A" of node @g of the current round, from its record; "?" when unknown. */
@@ -190,6 +216,8 @@ static enum rdzv_event kind_event(char kind)
 		return RDZV_EV_NODE_LOST;
 	case KIND_SCALE:
 		return RDZV_EV_SCALE_UP;
+	case KIND_LEFT:
+		return RDZV_EV_NODE_LEFT;
 	default:
 		return RDZV_EV_PEER_FAILED;
 	}

@@ -346,6 +346,9 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	    (rc = cli_do_torch2(p)) != 0) {
 		return rc;
 	}
+	if ((rc = cli_etcd_tls(p)) != 0) {
+		return rc;
+	}
 	/* PyTorch's TCPStore client cannot speak TLS: with TLS the workers keep rank 0's own
 	 * TCPStore, as with --no-agent-store (docs/security.md). */
 	if (spec->tls_ca != NULL || spec->tls_cert != NULL) {
@@ -362,11 +365,17 @@ static int take_workers(struct cli_parser *p, bool count_later)
 	}
 	if ((rc = cli_do_program(p)) != 0) {
 		if (p->jf != NULL && p->program == jf->program && d->code != -ENOMEM) {
-			char msg[sizeof(d->msg)];
+			char msg[sizeof(d->msg)], at[sizeof(jf->program_origin)];
+			size_t n = strlen(jf->program_origin), k = strlen(": program");
 
-			/* say where the job file named it */
+			/* say where the job file named it, naming "program" once */
 			memcpy(msg, d->msg, sizeof(msg));
-			diag_set(d, d->code, "%.190s: %.300s", jf->program_origin, msg);
+			snprintf(at, sizeof(at), "%s", jf->program_origin);
+			if (strncmp(msg, "program", 7) == 0 && n > k &&
+			    strcmp(at + n - k, ": program") == 0) {
+				at[n - k] = '\0';
+			}
+			diag_set(d, d->code, "%.190s: %.300s", at, msg);
 		}
 		return rc;
 	}

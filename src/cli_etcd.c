@@ -225,3 +225,38 @@ int cli_etcd_finish(struct cli_parser *p)
 	s->rdzv_endpoint = ep;
 	return 0;
 }
+
+/* @dst (an etcd TLS file) from the --tls-* flag @flag's @val, unless --rdzv-conf gave another. */
+static int tls_file(struct cli_parser *p, int flag, const char *key, const char *val, char **dst)
+{
+	if (val == NULL) {
+		return 0;
+	}
+	if (*dst != NULL && strcmp(*dst, val) != 0) {
+		return cli_fail(p, flag, "%s, but --rdzv-conf %s=%s: give one of them", val, key,
+				*dst);
+	}
+	return *dst == NULL && cli_set_str(dst, val) < 0 ? cli_oom(p) : 0;
+}
+
+int cli_etcd_tls(struct cli_parser *p)
+{
+	struct job_spec *s = p->spec;
+	int rc;
+
+	if (s->rdzv_kind != RDZV_KIND_ETCD || (s->tls_ca == NULL && s->tls_cert == NULL)) {
+		return 0;
+	}
+	if (strncmp(s->rdzv_endpoint, "etcd+https://", 13) != 0) {
+		/* Not ignored in silence: there is no certificate to verify over http. */
+		return cli_fail(p, s->tls_ca != NULL ? O_TLS_CA : O_TLS_CERT,
+				"the etcd members are reached over http, which has no certificate "
+				"to verify: give https:// members or --rdzv-conf protocol=https");
+	}
+	if ((rc = tls_file(p, O_TLS_CA, "cacert", s->tls_ca, &s->etcd_cacert)) != 0 ||
+	    (rc = tls_file(p, O_TLS_CERT, "cert", s->tls_cert, &s->etcd_cert)) != 0 ||
+	    (rc = tls_file(p, O_TLS_KEY, "key", s->tls_key, &s->etcd_key)) != 0) {
+		return rc;
+	}
+	return 0;
+}

@@ -180,6 +180,9 @@ int cli_etcd_endpoint(struct cli_parser *p, const char *v);
 int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val);
 /* After the endpoint and --rdzv-conf: check them together and build the store endpoint. */
 int cli_etcd_finish(struct cli_parser *p);
+/* After --tls-ca, --tls-cert and --tls-key: with --rdzv-backend etcd they verify etcd's https
+ * members and present this client (as cacert=, cert= and key=); over http, a usage error. */
+int cli_etcd_tls(struct cli_parser *p);
 
 /* ---- cli_slurm.c: --rdzv-backend slurm, or a Slurm job step found in the environment ---- */
 

@@ -2,6 +2,7 @@
 /* src/jobfile.c: crun --config FILE.yaml: libyaml's document, checked key by key. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -586,6 +587,22 @@ static int do_root(struct ctx *c, const yaml_node_t *root)
 	return 0;
 }
 
+/* Whether byte @idx of the file at @path is a tab (libyaml names one only in some places). */
+static bool tab_at(const char *path, size_t idx)
+{
+	FILE *f = fopen(path, "rb");
+	int ch = EOF;
+
+	if (f == NULL) {
+		return false;
+	}
+	if (idx <= LONG_MAX && fseek(f, (long)idx, SEEK_SET) == 0) {
+		ch = fgetc(f);
+	}
+	fclose(f);
+	return ch == '\t';
+}
+
 static int syntax_error(struct ctx *c, const yaml_parser_t *ps)
 {
 	char b[96];
@@ -598,6 +615,14 @@ static int syntax_error(struct ctx *c, const yaml_parser_t *ps)
 			 ps->context_mark.line + 1, ps->context_mark.column + 1);
 	} else {
 		b[0] = '\0';
+	}
+	if (ps->problem != NULL && strstr(ps->problem, "tab") == NULL &&
+	    tab_at(c->path, ps->problem_mark.index)) {
+		/* libyaml says "cannot start any token": say what the character is. */
+		return fail_at(c, ps->problem_mark, NULL,
+			       "YAML syntax error: a tab character (YAML indents with spaces, "
+			       "never tabs): %s%s",
+			       ps->problem, b);
 	}
 	return fail_at(c, ps->problem_mark, NULL, "YAML syntax error: %s%s",
 		       ps->problem != NULL ? ps->problem : "unreadable", b);

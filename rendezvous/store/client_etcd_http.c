@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* rendezvous/store/client_etcd_http.c: etcd's JSON gateway over libcurl: fail-over, errors, auth. */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,16 @@
  */
 #define ATTEMPT_CAP_MS 3000
 #define CONNECT_CAP_MS 2000
+/* Nobody serving an operation for this long is said on stderr, and again as often. */
+#define PROGRESS_MS 5000
+/*
+ * Past the open, every member failing every sweep this long with at least one of them
+ * answering with an error (a member without a leader answers "no leader", or times out
+ * proposals) is a cluster without quorum: the operation gives up with ETCD_ENOLEADER
+ * rather than at its deadline (read_timeout, 60 s by default), so a running job stops within
+ * seconds. Several elections (about 1 s each with etcd's defaults) fit in it.
+ */
+#define QUORUM_LOST_MS 10000
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 1000
 /* A reply body bigger than this is refused: the largest legitimate one is a MULTI_GET chunk
@@ -483,6 +494,12 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	b->sends = 0;
 	cc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+	{
+		long oe = 0;
+
+		curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &oe);
+		b->os_errno = (int)oe;
+	}
 	/* Sent twice: the first may have been applied, whatever the second's answer. */
 	*amb = *amb || b->sends > 1;
 
@@ -679,39 +696,48 @@ static const char *request_body(struct json_object *req, size_t *len, char **own
 	return p;
 }
 
-/* "h1:p1,h2:p2,..." (cut to fit @cap). */
-static void endpoint_names(const struct store_backend *b, char *out, size_t cap)
-{
-	size_t i;
-
-	out[0] = '\0';
-	for (i = 0; i < b->neps; i++) {
-		if (i > 0) {
-			append(out, cap, ",");
-		}
-		append(out, cap, b->eps[i].name);
-	}
-}
-
 /* How the endpoints of one sweep failed. */
 struct sweep {
 	bool said;     /* a member answered with an error */
 	bool refused;  /* every connection was refused */
 	bool noleader; /* a member answered "no leader" */
 	char sum[sizeof(((struct crun_diag *)0)->msg)];
+	char brief[200]; /* "h1:p1 connection refused; h2:p2 etcdserver: no leader" */
 };
+
+/* Why one endpoint failed, in a few words, for the progress line and the quorum give-up. */
+static void brief_note(struct sweep *s, const struct store_backend *b, const struct etcd_ep *ep,
+		       int rc)
+{
+	const char *said = strstr(b->diag.msg, "etcd said: "), *w;
+	char why[200];
+
+	if (said != NULL) {
+		said += strlen("etcd said: ");
+		w = strncmp(said, "etcdserver: ", 12) == 0 ? said + 12 : said;
+	} else if (rc == -ECONNREFUSED) {
+		w = strstr(b->diag.msg, "resolve") != NULL ? "cannot resolve the name"
+		    : b->os_errno == ECONNREFUSED	    ? "refused"
+		    : b->os_errno != 0			    ? strerror(b->os_errno)
+							    : "cannot connect";
+	} else {
+		w = rc == -ETIMEDOUT ? "no answer in time"
+		    : rc == -ECONNRESET ? "connection lost"
+					: crun_strerror(rc);
+	}
+	snprintf(why, sizeof(why), "%s%s %.60s", s->brief[0] != '\0' ? "; " : "", ep->name, w);
+	append(s->brief, sizeof(s->brief), why);
+}
 
 /* The message of an operation that no endpoint could serve within @ms, after sweep @s. */
 static int give_up(struct store_backend *b, const char *op, const struct sweep *s, int ms)
 {
-	char names[256];
-
 	if (s->noleader) {
-		endpoint_names(b, names, sizeof(names));
+		/* Short, and each member once: it is logged on every operation that meets it. */
+		(void)op; /* the cluster's state, whatever the operation */
 		return diag_set(&b->diag, ETCD_ENOLEADER,
-				"etcd cluster at %s has no leader (quorum lost?): %s: no member "
-				"could serve it within %d ms: %s",
-				names, op, ms, s->sum);
+				"etcd has no leader (quorum lost?) for %d s: %s",
+				(ms + 500) / 1000, s->brief[0] != '\0' ? s->brief : s->sum);
 	}
 	return etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s",
 			 op, ms,
@@ -721,11 +747,51 @@ static int give_up(struct store_backend *b, const char *op, const struct sweep *
 			 s->sum);
 }
 
+/* Log in again (the token expired) and start a stream's parse afresh; 0 or a negative code. */
+static int reauth(struct store_backend *b, int64_t deadline)
+{
+	struct etcd_stream *s = b->stream;
+	int rc;
+
+	b->stream = NULL;
+	rc = etcd_authenticate(b, deadline);
+	b->stream = s;
+	if (rc == 0 && s != NULL) {
+		json_tokener_reset(s->tok);
+		s->rc = 0;
+		s->answered = false;
+		s->pending = 0;
+	}
+	return rc;
+}
+
+/* Endpoint @ep failed @op with @rc (b->diag says how): into the sweep's record. */
+static void sweep_note(struct sweep *cur, const struct store_backend *b, const struct etcd_ep *ep,
+		       const char *op, int rc)
+{
+	cur->refused = cur->refused && rc == -ECONNREFUSED;
+	cur->said = cur->said || strstr(b->diag.msg, "etcd said") != NULL;
+	cur->noleader = cur->noleader || strstr(b->diag.msg, "no leader") != NULL;
+	note(cur->sum, sizeof(cur->sum), b, ep, op);
+	brief_note(cur, b, ep, rc);
+}
+
+/* Nobody has served @op since @start: say so, each member once, and for how long yet. */
+static void progress(const struct store_backend *b, const char *op, const struct sweep *s,
+		     int64_t start, int64_t until)
+{
+	log_warn("etcd: %s: no member has answered for %" PRId64 " s (trying for %" PRId64
+		 " s more): %s",
+		 op, (crun_now_ms() - start) / 1000, (int64_t)crun_ms_until(until) / 1000,
+		 s->brief[0] != '\0' ? s->brief : "no member tried yet");
+}
+
 /* The common loop of etcd_call() and etcd_stream(). */
 static int run(struct store_backend *b, const char *op, const char *path, struct json_object *req,
 	       struct json_object **reply, int64_t deadline, bool sweep)
 {
 	int64_t start = crun_now_ms(), until = start + b->connect_timeout_ms;
+	int64_t said_at = start;
 	int reauths = 0, drops = 0, rc = -ETIMEDOUT;
 	struct backoff bo;
 	int left, tmo, conn, cap;
@@ -770,19 +836,9 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 			r = attempt(b, &b->eps[ep], op, path, body, blen, tmo, conn, &amb, reply,
 				    &rc);
 			if (r == ATT_REAUTH && reauths++ < 2) {
-				struct etcd_stream *s = b->stream;
-
-				b->stream = NULL;
-				rc = etcd_authenticate(b, deadline);
-				b->stream = s;
+				rc = reauth(b, deadline);
 				if (rc < 0) {
 					goto out;
-				}
-				if (s != NULL) {
-					json_tokener_reset(s->tok);
-					s->rc = 0;
-					s->answered = false;
-					s->pending = 0;
 				}
 				tried--; /* the same endpoint again, with the new token */
 				continue;
@@ -799,6 +855,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 			}
 			drops = 0;
 			if (r == ATT_OK || r == ATT_FINAL || r == ATT_REAUTH) {
+				b->served = b->served || (r == ATT_OK && !b->opening);
 				b->cur = ep;
 				b->maybe_applied = amb;
 				goto out;
@@ -813,10 +870,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 				}
 				goto out;
 			}
-			cur.refused = cur.refused && rc == -ECONNREFUSED;
-			cur.said = cur.said || strstr(b->diag.msg, "etcd said") != NULL;
-			cur.noleader = cur.noleader || strstr(b->diag.msg, "no leader") != NULL;
-			note(cur.sum, sizeof(cur.sum), b, &b->eps[ep], op);
+			sweep_note(&cur, b, &b->eps[ep], op, rc);
 		}
 		if (tried == b->neps || !full_seen) {
 			/* The last sweep that tried them all is the one to report. */
@@ -825,6 +879,17 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 		}
 		if (crun_ms_until(until) == 0) {
 			break;
+		}
+		/* Only once the cluster has served this client: one still forming at start is
+		 * waited for (with the progress line), as the open waits. */
+		if (!b->opening && b->served && b->neps > 1 && tried == b->neps && cur.said &&
+		    crun_now_ms() - start >= QUORUM_LOST_MS) {
+			full.noleader = true;
+			break;
+		}
+		if (crun_now_ms() - said_at >= PROGRESS_MS) {
+			said_at = crun_now_ms();
+			progress(b, op, &cur, start, until);
 		}
 		backoff_pause(&bo, until); /* jittered in [d/2, d] */
 	}

@@ -85,6 +85,8 @@ struct store_backend {
 		int64_t id;        /* its lease, kept alive while the same key is rewritten */
 	} lease;
 	char errbuf[256];          /* curl's error text */
+	int os_errno;              /* the last attempt's connect errno (curl's), or 0 */
+	bool served;               /* a call past the open has been answered */
 	char where[300];           /* "store etcd://..." */
 	struct crun_diag diag;     /* the last error: "store etcd://...: OP: why" */
 };

@@ -559,12 +559,15 @@ static size_t run_all(struct conn *c, const uint8_t *p, size_t n)
 	return off;
 }
 
-/* The sniff: true when @c is a TCPStore connection this server serves (or still unknown). */
-static bool admit(struct conn *c, enum ts_proto proto)
+/*
+ * The sniff: true when @c is a TCPStore connection this server serves (or still unknown).
+ * @p, @n: the connection's first read whole, or NULL (crun's agent's probe comes in one).
+ */
+static bool admit(struct conn *c, enum ts_proto proto, const uint8_t *p, size_t n)
 {
 	struct store_server *s = c->s;
 	char peer[96];
-	bool served;
+	bool served, probe;
 
 	if (proto == TS_PROTO_CRUN) {
 		c->proto = TS_PROTO_CRUN;
@@ -575,16 +578,22 @@ static bool admit(struct conn *c, enum ts_proto proto)
 	c->proto = (uint8_t)proto;
 	if (s->ts_prefix == NULL) {
 		srv_metric_refuse(s, SRV_REFUSE_TCPSTORE);
-		/* The first one is named; the rest are counted in the pre-auth summary line
-		 * (server_preauth.c), so a flood cannot flood the log. */
-		if (!s->ts_refusal_logged || log_get_level() >= LOG_DEBUG) {
+		/* Refused alike; a crun agent asking whether this store serves TCPStore clients
+		 * (its probe, whole in the first read) is no cause for alarm: logged at debug,
+		 * and it leaves the one warning to a real client. The first real one is named;
+		 * the rest are counted in the pre-auth summary line (server_preauth.c), so a
+		 * flood cannot flood the log. */
+		probe = p != NULL && ts_is_agent_probe(p, n);
+		if (probe || !s->ts_refusal_logged || log_get_level() >= LOG_DEBUG) {
 			srv_conn_peer(c, peer, sizeof(peer));
-			log_msg(s->ts_refusal_logged ? LOG_DEBUG : LOG_WARN,
-				"store: refusing %s: a PyTorch TCPStore %s client; %s", peer,
+			log_msg(probe || s->ts_refusal_logged ? LOG_DEBUG : LOG_WARN,
+				"store: refusing %s: %s %s client; %s", peer,
+				probe ? "a crun agent's probe as a PyTorch TCPStore"
+				      : "a PyTorch TCPStore",
 				ts_proto_name(proto),
 				s->ts_refusal != NULL ? s->ts_refusal
 						      : "this store does not serve TCPStore clients");
-			s->ts_refusal_logged = true;
+			s->ts_refusal_logged = s->ts_refusal_logged || !probe;
 		} else {
 			srv_preauth_refused(s, c, REFUSE_TCPSTORE_OFF);
 		}
@@ -622,7 +631,7 @@ size_t srv_ts_consume(struct conn *c, const uint8_t *p, size_t n)
 			c->npeek = (uint8_t)(k + take);
 			return n;
 		}
-		if (!admit(c, ts_sniff(first, k + take))) {
+		if (!admit(c, ts_sniff(first, k + take), k == 0 ? p : NULL, n)) {
 			return 0; /* crun: the caller replays c->peek first */
 		}
 		if (c->closing) {

@@ -333,6 +333,21 @@ void ts_put_u32(struct wire_buf *b, uint32_t v)
 	wire_put_raw(b, x, sizeof(x));
 }
 
+void ts_put_agent_probe(struct wire_buf *b)
+{
+	ts_put_query(b, TS_PROTO_V2, TS_OP_VALIDATE);
+	ts_put_u32(b, TS_MAGIC);
+	ts_put_query(b, TS_PROTO_V2, TS_OP_PING);
+	ts_put_u32(b, TS_AGENT_PROBE_NONCE);
+}
+
+bool ts_is_agent_probe(const uint8_t *p, size_t n)
+{
+	return n == TS_AGENT_PROBE_LEN && p[0] == ts_query_code(TS_PROTO_V2, TS_OP_VALIDATE) &&
+	       get_le32(p + 1) == TS_MAGIC && p[5] == ts_query_code(TS_PROTO_V2, TS_OP_PING) &&
+	       get_le32(p + 6) == TS_AGENT_PROBE_NONCE;
+}
+
 void ts_put_u64(struct wire_buf *b, uint64_t v)
 {
 	uint8_t x[8];

@@ -129,4 +129,17 @@ void ts_put_u64(struct wire_buf *b, uint64_t v);
 /** A u64 length, then @n bytes of @p (borrowed): keys, values, GET's answer. */
 void ts_put_vec(struct wire_buf *b, const void *p, uint64_t n);
 
+/*
+ * crun's agent asks a store whether it serves PyTorch 2.x TCPStore clients (agent_store.c) by
+ * sending what such a client sends first, VALIDATE, then a PING whose nonce spells "crun".
+ * A store that refuses TCPStore clients refuses it like any other; it tells the two apart
+ * only to log the agent's question below warning level (a clean run leaves a clean log).
+ */
+#define TS_AGENT_PROBE_NONCE 0x6372756eu /* "crun" */
+#define TS_AGENT_PROBE_LEN 10u           /* VALIDATE (1 + 4) and PING (1 + 4) */
+/** The agent's probe, whole, into @b. */
+void ts_put_agent_probe(struct wire_buf *b);
+/** True when @p (@n bytes, borrowed) is exactly the agent's probe. Pure. */
+bool ts_is_agent_probe(const uint8_t *p, size_t n);
+
 #endif

@@ -94,6 +94,14 @@ void log_set_ident(const char *id)
 	ident = id;
 }
 
+const char *log_prio_prefix(enum log_level lvl)
+{
+	static const char *const prefix[] = {"<3>", "<4>", "<6>", "<7>"}; /* as head()'s */
+
+	return log_dest() == DEST_JOURNAL && lvl >= LOG_ERROR && lvl <= LOG_DEBUG ? prefix[lvl]
+										  : "";
+}
+
 /* The line's head, by destination; returns its length or -1. */
 static const int prio[] = {3, 4, 6, 7}; /* syslog's LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
 

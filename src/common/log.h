@@ -20,6 +20,13 @@ void log_set_ident(const char *ident);
  */
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/**
+ * What starts a line written to stderr other than through log_msg() (a table, a report) so
+ * that it carries priority @lvl: "<3>" and the like when stderr is the journal (sd-daemon(3)),
+ * else "". Static string.
+ */
+const char *log_prio_prefix(enum log_level lvl);
+
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

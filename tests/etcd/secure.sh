@@ -49,6 +49,19 @@ wait_agents 60
 expect_eq "$RCS" 0 "exit code of the environment job"
 expect_grep "CA=$C/ca.pem CERT=$C/client.pem KEY=$C/client.key TOKEN=unset" "$T/tlsenv.0.out" \
 	"the workers' TLS environment"
+note "--tls-ca, --tls-cert and --tls-key are etcd's CA and client certificate (issue 21)"
+CONF=last_call_timeout=1,protocol=https etcd_agents tlsflags 1 1 --tls-ca "$C/ca.pem" \
+	--tls-cert "$C/client.pem" --tls-key "$C/client.key" /bin/sh -c \
+	'echo "CA=$CRUN_ETCD_CACERT CERT=$CRUN_ETCD_CERT KEY=$CRUN_ETCD_KEY"'
+wait_agents 60
+[ "$RCS" = 0 ] || { cat "$T/tlsflags.0.err" >&2; fail "exit code $RCS with --tls-* flags"; }
+expect_grep "CA=$C/ca.pem CERT=$C/client.pem KEY=$C/client.key" "$T/tlsflags.0.out" \
+	"the flags' files as etcd's"
+"$CRUN" --rdzv-backend etcd --rdzv-endpoint "$ETCD_EP" --tls-ca "$C/ca.pem" /bin/true \
+	>/dev/null 2>"$T/tlshttp.err"
+expect_eq $? 2 "exit code of --tls-ca with http members"
+expect_grep "^crun: --tls-ca: the etcd members are reached over http" "$T/tlshttp.err" \
+	"--tls-ca over http named, not ignored"
 note "without a client certificate the member refuses: crun fails at once, naming TLS"
 # The member finishes the TLS handshake and then drops the connection: that is final at once
 # (not retried until join_timeout, 60 s here), naming the files crun used.
@@ -100,7 +113,7 @@ wait_agents 60
 expect_eq "$RCS" 1 "exit code outside the user's prefix"
 # The store API carries the code (CRUN_EAUTH); the backend says etcd's own words, the key and
 # the user.
-expect_grep "error: rendezvous: rendezvous jb: .*authentication failed" "$T/jb.0.err" "the reason"
+expect_grep "error: rendezvous jb: .*authentication failed" "$T/jb.0.err" "the reason"
 expect_grep "/crun/jb/.*etcd said: etcdserver: permission denied (etcd user trainer" \
 	"$T/jb.0.err" "etcd's words, the key and the user"
 grep -a "permission denied\|error" "$T/jb.0.err" | head -n 2 >&2

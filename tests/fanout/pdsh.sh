@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 # tests/fanout/pdsh.sh: crun-pdsh on a 3-"host" cluster of network namespaces made here (each
 # its own address on a veth into a bridge), reached with pdsh -R exec through
-# "ip netns exec HOST": examples/train to equal digests, the first failure's exit status, an
-# unreachable host (named; nothing started), one Ctrl-C stopping every agent and worker, and a
-# PyTorch gloo DDP job whose hosts start in either order (issue 18).
+# "ip netns exec HOST": examples/train to equal digests, the first failure's exit status and
+# host (issue 21), an unreachable host (named; nothing started), one Ctrl-C stopping every
+# agent and worker, and a PyTorch gloo DDP job whose hosts start in either order (issue 18).
 # Root only (exit 77 otherwise).
 . "$(dirname "$0")/lib.sh"
 
@@ -61,6 +61,16 @@ expect_eq "$RC" 7 "exit status of a job whose rank 3 exits 7"
 expect_grep "first failure: .* exited 7" "$T/fail.err" "the first failure named"
 expect_grep "world size 4" "$T/fail.err" "2 hosts of slots=2"
 ! grep -aq "^${HOSTS[2]}: " "$T/fail.out" "$T/fail.err" || fail "the excluded host ran something"
+
+note "the first failure names the host whose worker failed, not the first to exit (4 runs)"
+# Node ranks follow the join order: the failing rank's host is the one that printed its "ok".
+for k in 1 2 3 4; do
+	fanout "first$k" -w "$LIST" -- --nproc-per-node 2 --no-python "$W" print:ok exit-if-rank:4:7
+	expect_eq "$RC" 7 "run $k: exit status of a job whose rank 4 exits 7"
+	h=$(sed -n 's/^\([^ :]*\): \[rank4\]:ok$/\1/p' "$T/first$k.out")
+	[ -n "$h" ] || { cat "$T/first$k.out" >&2; fail "run $k: no host printed rank 4's output"; }
+	expect_grep "first failure: $h exited 7" "$T/first$k.err" "run $k: the failing host ($h) named"
+done
 
 note "an unreachable host (no such namespace) is named and nothing starts"
 fanout unreach -w "$LIST,$NET.9" -- --nproc-per-node 2 --no-python "$TRAIN"

@@ -204,7 +204,8 @@ static void join_timeout_names_missing_static_ranks(void **state)
 		assert_int_equal(nodes[i].rc, -ETIMEDOUT);
 	}
 	/* No silent wait: the open round said who it waited for, and for how long. */
-	assert_non_null(strstr(log, "2 of 3..3 nodes joined; missing node ranks: 1;"));
+	/* A fixed count reads "2 of 3", not "2 of 3..3". */
+	assert_non_null(strstr(log, "2 of 3 nodes joined; missing node ranks: 1;"));
 	assert_non_null(strstr(log, "timeout in"));
 	/* At least the node that declared the timeout names who never came. */
 	assert_true(strstr(nodes[0].d.msg, "never came: node ranks 1") != NULL ||
@@ -296,6 +297,43 @@ static void restart_count_is_read_when_the_round_closes(void **state)
 	check_round(nodes, 3, 1, 1);
 	finish_all(nodes, 3);
 	for (int i = 0; i < 3; i++) {
+		node_close(&nodes[i]);
+	}
+}
+
+/*
+ * A dynamic round's progress line names who joined and who of the round before is not back
+ * (issue 21: "2 of 3..3 nodes joined; waiting for 1 more" named nobody).
+ */
+static void progress_names_nodes_not_back_from_the_last_round(void **state)
+{
+	struct node nodes[2];
+	struct capture cap;
+	bool restart = false;
+	const char *log;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		node_init(&nodes[i], i, 2, 2, 1);
+		node_open(&nodes[i]);
+	}
+	join_all(nodes, 2);
+	check_round(nodes, 2, 0, 0);
+	assert_int_equal(rdzv_report_failure(nodes[0].r, "crash", &restart, &nodes[0].d), 0);
+	assert_true(restart);
+	/* Node 0 comes back; node 1 does not. */
+	node_close(&nodes[0]);
+	node_init(&nodes[0], 0, 2, 2, 1);
+	nodes[0].conf.join_timeout_ms = 1500;
+	nodes[0].conf.progress_interval_ms = 300;
+	node_open(&nodes[0]);
+	capture_start(&cap);
+	join_async(&nodes[0]);
+	assert_int_equal(join_wait(&nodes[0]), -ETIMEDOUT);
+	log = capture_stop(&cap);
+	assert_non_null(strstr(log, "round 1: 1 of 2 nodes joined; joined: node0; not back from "
+				    "round 0: node1; waiting for 1 more;"));
+	for (int i = 0; i < 2; i++) {
 		node_close(&nodes[i]);
 	}
 }
@@ -624,6 +662,7 @@ int main(int argc, char **argv)
 				       per_test),
 		cmocka_unit_test_setup(restart_count_is_read_when_the_round_closes, per_test),
 		cmocka_unit_test_setup(join_timeout_behind_a_running_round_says_so, per_test),
+		cmocka_unit_test_setup(progress_names_nodes_not_back_from_the_last_round, per_test),
 		cmocka_unit_test_setup(static_ranks_are_kept_whatever_the_join_order, per_test),
 		cmocka_unit_test_setup(static_ranks_survive_a_restart, per_test),
 		cmocka_unit_test_setup(static_rank_above_the_key_limit_gets_its_offset, per_test),

@@ -96,38 +96,11 @@ wait_for 20 test -S "$T/munge/socket"
 # wildcard with SO_REUSEADDR).
 hold_ports ports 0.0.0.0 4 consecutive
 P=${ports%% *}
-cat >"$SLURM_CONF" <<EOF
-ClusterName=crun$$
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=$P
-SlurmdPort=$((P + 1))
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$T/munge/socket
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$T/state
-SlurmdSpoolDir=$T/spool/%n
-SlurmctldPidFile=$T/slurmctld.pid
-SlurmdPidFile=$T/slurmd.%n.pid
-SlurmctldLogFile=$T/log/slurmctld.log
-SlurmdLogFile=$T/log/slurmd.%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/builtin
-SelectType=select/linear
-MpiDefault=none
-ReturnToService=2
-InactiveLimit=0
-KillWait=5
-MinJobAge=600
-NodeName=n1 NodeAddr=127.0.0.2 NodeHostname=$(hostname) CPUs=1 RealMemory=500 Port=$((P + 2)) State=UNKNOWN
-NodeName=n2 NodeAddr=127.0.0.3 NodeHostname=$(hostname) CPUs=1 RealMemory=500 Port=$((P + 3)) State=UNKNOWN
-PartitionName=test Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
-EOF
+# The cluster is examples/slurm/slurm.conf (the example docs/slurm.md points at), filled in.
+sed -e "s/@CLUSTER@/crun$$/" -e "s|@DIR@|$T|g" -e "s/@HOST@/$(hostname)/" -e "s/@PORT0@/$P/" \
+	-e "s/@PORT1@/$((P + 1))/" -e "s/@PORT2@/$((P + 2))/" -e "s/@PORT3@/$((P + 3))/" \
+	"$SRC/examples/slurm/slurm.conf" >"$SLURM_CONF" || fail "cannot fill in examples/slurm/slurm.conf"
+! grep -q '@[A-Z0-9]*@' "$SLURM_CONF" || fail "placeholders left in $SLURM_CONF"
 slurmctld -D -c -f "$SLURM_CONF" >"$T/log/slurmctld.out" 2>&1 &
 DAEMONS="$DAEMONS $!"
 for n in n1 n2; do

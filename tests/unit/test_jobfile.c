@@ -236,7 +236,11 @@ static void bad_value_is_checked_as_on_the_command_line(void **state)
 		     "rdzv_conf: join_timeout: expected seconds, got \"soon\"");
 	expect_error(OK_PROG "rdzv_backend: c10d\nrdzv_conf: {join_timout: 3}\n", 3, 26,
 		     "rdzv_conf: unknown key \"join_timout\" (did you mean join_timeout?)");
-	expect_error("program: /nonexistent/prog\n", 1, 10, "program: program /nonexistent/prog");
+	/* "program" once (issue 21: it said "program: program /nonexistent/prog") */
+	expect_error("program: /nonexistent/prog\n", 1, 10,
+		     ":1:10: program /nonexistent/prog: no such file");
+	/* A tab where libyaml says only "cannot start any token" is named (issue 21). */
+	expect_error(OK_PROG "args:\n\t- x\n", 3, 1, "YAML syntax error: a tab character");
 }
 
 static void duplicate_key_names_both_places(void **state)
