@@ -46,6 +46,10 @@
 #define CONNECT_TRY_MS 3000
 #define PROGRESS_FIRST_MS 2000
 #define PROGRESS_EVERY_MS 5000
+/* A handshake try's bound: something that accepts connections and stays silent (a port taken by
+ * another program) is named every few seconds; a slow store gets the longer second bound. */
+#define HANDSHAKE_TRY_MS 5000
+#define HANDSHAKE_TRY_MAX_MS 10000
 
 /* The transport (client_tcp_io.c) under the names this file has always used. */
 static void disconnect(struct store_backend *b)
@@ -247,7 +251,9 @@ static bool not_a_store(struct store_backend *b, int rc, int64_t t0)
 		diag_set(&b->diag, rc,
 			 "not a crun store at %s? (it accepted the connection but sent nothing in "
 			 "%.1f s: no reply in time to the handshake)",
-			 b->where + 6, (double)(crun_now_ms() - t0) / 1000.0);
+			 b->where + 6,
+			 (double)(crun_now_ms() - (b->down_since > 0 && b->down_since < t0
+							   ? b->down_since : t0)) / 1000.0);
 		return true;
 	}
 	return false;
@@ -390,6 +396,7 @@ static void describe_cause(const struct store_backend *b, int rc, bool addr, cha
 static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 {
 	struct addrinfo hints, *res = NULL, *ai;
+	int64_t hs_deadline, t0;
 	char port_s[16];
 	int rc = -ETIMEDOUT, gai;
 
@@ -426,7 +433,24 @@ static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 		*final = rc != -ECONNRESET && rc != -EPIPE;
 		return rc;
 	}
-	rc = handshake(b, deadline);
+	if (b->hs_try_ms <= 0) {
+		b->hs_try_ms = HANDSHAKE_TRY_MS;
+	}
+	hs_deadline = crun_now_ms() + b->hs_try_ms;
+	if (hs_deadline >= deadline) {
+		hs_deadline = deadline;
+	}
+	t0 = crun_now_ms();
+	rc = handshake(b, hs_deadline);
+	if (rc == -ETIMEDOUT && hs_deadline < deadline) {
+		/* Silent within this try's bound, with time left: said, and tried again longer. */
+		b->hs_try_ms = HANDSHAKE_TRY_MAX_MS;
+		disconnect(b);
+		*final = false;
+		return fail(b, rc, "it accepted the connection but did not answer the handshake in "
+				   "%.1f s (not a crun store?)",
+			    (double)(crun_now_ms() - t0) / 1000.0);
+	}
 	/* A refused handshake is final; a dropped one is worth a retry. */
 	*final = rc < 0 && rc != -ECONNRESET && rc != -EPIPE;
 	return rc;
@@ -466,6 +490,7 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 		tries++;
 		if (rc == 0) {
 			b->was_up = true;
+			b->hs_try_ms = HANDSHAKE_TRY_MS;
 			b->down_since = 0;
 			return 0;
 		}

@@ -27,6 +27,7 @@ struct store_backend {
 	struct token_cred cred; /* cred.set false: no credential (an --insecure client) */
 	int connect_timeout_ms;
 	bool was_up;           /* a handshake has succeeded on this handle */
+	int hs_try_ms;         /* the next handshake try's bound (client_tcp.c); 0: the first */
 	int64_t down_since;    /* when the connection was lost (or first tried); 0: up */
 	uint32_t next_id;
 	struct wire_buf out;   /* the request being sent; reused */

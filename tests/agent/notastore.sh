@@ -65,6 +65,18 @@ against banner 3000 \
 against http 3000 "not a crun store at 127.0.0.1:[0-9]* (it sent \"HTTP/1.1 400 Bad Request"
 note "a silent listener: refused within the connect timeout (join_timeout 4 s)"
 against silent 8000 "not a crun store at 127.0.0.1:[0-9]*? (it accepted the connection but sent nothing"
+note "a silent listener and a longer wait: named every few seconds, not silent until the end"
+serve silent
+run_crun 60 "$T/out" "$T/err" --nnodes 2 --rdzv-backend c10d \
+	--rdzv-endpoint "127.0.0.1:$FAKE_PORT" --rdzv-id notastore \
+	--rdzv-conf join_timeout=14,is_host=0 "$W" print:hello
+kill "$FAKE" 2>/dev/null
+wait "$FAKE" 2>/dev/null
+[ "$RC" -ne 0 ] || fail "silent, 14 s: crun succeeded against it"
+n=$(grep -c "waiting for the store at 127.0.0.1:$FAKE_PORT: it accepted the connection but did not answer the handshake in" "$T/err")
+[ "$n" -ge 1 ] || { cat "$T/err" >&2; fail "silent, 14 s: no progress line before the end"; }
+expect_grep "not a crun store at 127.0.0.1:[0-9]*? (it accepted the connection but sent nothing in 1[0-9]\.[0-9] s" \
+	"$T/err" "silent, 14 s: the final line counts the whole wait"
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
 	note "PyTorch's TCPStore"
 	against tcpstore 8000 "not a crun store at 127.0.0.1:[0-9]*?"
