@@ -379,22 +379,15 @@ static void fmt_exit(const struct errfile_failure *f, char *buf, size_t len)
 	}
 }
 
-/* One line of the report, in one write; on stderr at error priority when that is the journal. */
+/* One line of the report, in one write; on stderr at error priority, a journal entry when that
+ * is the journal. A closed console loses the report only. */
 static void line_out(int fd, const char *line)
 {
-	char buf[ERRFILE_MAX_MESSAGE + 520];
-	int n;
-
-	n = snprintf(buf, sizeof(buf), "%s%s", fd == STDERR_FILENO ? log_prio_prefix(LOG_ERROR) : "",
-		     line);
-	if (n < 0) {
-		return;
+	if (fd == STDERR_FILENO) {
+		(void)log_raw_line(LOG_ERROR, line, strlen(line));
+	} else {
+		(void)io_write_full(fd, line, strlen(line));
 	}
-	if ((size_t)n >= sizeof(buf)) {
-		n = (int)sizeof(buf) - 1;
-		buf[n - 1] = '\n'; /* cut, but still a whole line */
-	}
-	(void)io_write_full(fd, buf, (size_t)n); /* a closed console loses the report only */
 }
 
 /* ---- the last lines of a text: a traceback, a worker's stderr ---- */

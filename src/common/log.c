@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/log.c: one-line log messages to stderr, written with a single write(2). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/io.h"
 #include "src/common/journal.h"
 #include "src/common/log.h"
 
@@ -94,16 +96,31 @@ void log_set_ident(const char *id)
 	ident = id;
 }
 
-const char *log_prio_prefix(enum log_level lvl)
-{
-	static const char *const prefix[] = {"<3>", "<4>", "<6>", "<7>"}; /* as head()'s */
-
-	return log_dest() == DEST_JOURNAL && lvl >= LOG_ERROR && lvl <= LOG_DEBUG ? prefix[lvl]
-										  : "";
-}
-
 /* The line's head, by destination; returns its length or -1. */
 static const int prio[] = {3, 4, 6, 7}; /* syslog's LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
+
+int log_raw_line(enum log_level lvl, const char *line, size_t len)
+{
+	size_t body = len > 0 && line[len - 1] == '\n' ? len - 1 : len;
+	char buf[8192];
+	int n;
+
+	if (log_dest() != DEST_JOURNAL) {
+		return io_write_full(STDERR_FILENO, line, len);
+	}
+	if (journal_send(prio[lvl], ident, line, body, NULL) == 0) {
+		return 0;
+	}
+	n = snprintf(buf, sizeof(buf), "<%d>%.*s\n", prio[lvl], (int)body, line);
+	if (n < 0) {
+		return -EINVAL;
+	}
+	if ((size_t)n >= sizeof(buf)) {
+		n = (int)sizeof(buf) - 1;
+		buf[n - 1] = '\n'; /* cut, but still a whole line */
+	}
+	return io_write_full(STDERR_FILENO, buf, (size_t)n);
+}
 
 static int head(char *line, size_t len, enum log_level lvl)
 {

@@ -21,11 +21,13 @@ void log_set_ident(const char *ident);
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /**
- * What starts a line written to stderr other than through log_msg() (a table, a report) so
- * that it carries priority @lvl: "<3>" and the like when stderr is the journal (sd-daemon(3)),
- * else "". Static string.
+ * Write @line (@len bytes, ending in '\n'), formatted by the caller (a table, a report), to
+ * stderr as a line of priority @lvl, whatever the log level: a journal entry with this process's
+ * fields when stderr is the journal and journald takes it; else, there, "<N>" and the line (the
+ * stream's priority, sd-daemon(3)); else the line as it is. One write either way. Returns 0 or
+ * -errno (stderr closed).
  */
-const char *log_prio_prefix(enum log_level lvl);
+int log_raw_line(enum log_level lvl, const char *line, size_t len);
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
