@@ -96,7 +96,7 @@ store_stall_join() {
 	PID_1=""
 	net_up
 	node 0 "$NS_A" 10.231.0.1
-	wait_for 60 grep -aq "1 of 2..2 nodes joined" "$T/n0.err"
+	wait_for 60 grep -aq "1 of 2 nodes joined" "$T/n0.err"
 	kill -STOP "$RDZVD_PID"
 	note "crun-rdzvd ($RDZVD_PID) stopped for 35 s while node 0 waits in the round"
 	hold 35
