@@ -111,15 +111,26 @@ def handshake(ep, key, scope=b"", timeout=30.0):
 
 
 def mode_right(a):
+    """--tries handshakes with the right credential, each retried as crun's own client retries
+    (rendezvous/store/client_tcp.c): a dropped or reset connection is tried again with backoff
+    within --timeout; a refused handshake is final. Prints how many got in and how long each
+    took, retries included."""
     key, scope = credential(a.token_file)
     times, ok = [], 0
     for _ in range(a.tries):
         t0 = time.monotonic()
-        try:
-            st, _ = handshake(addr(a.endpoint), key, scope, timeout=a.timeout)
-            ok += st == 0
-        except (OSError, EOFError) as e:
-            print("right: %s" % e, file=sys.stderr)
+        pause = 0.05
+        while True:
+            try:
+                st, _ = handshake(addr(a.endpoint), key, scope, timeout=a.timeout)
+                ok += st == 0
+                break
+            except (OSError, EOFError) as e:
+                print("right: %s (retrying)" % e, file=sys.stderr)
+                if time.monotonic() - t0 + pause > a.timeout:
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
         times.append(time.monotonic() - t0)
     print("ok %d" % ok)
     print("median_ms %d" % (median(times) * 1000))
