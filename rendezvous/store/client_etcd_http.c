@@ -725,7 +725,7 @@ static void brief_note(struct sweep *s, const struct store_backend *b, const str
 		    : rc == -ECONNRESET ? "connection lost"
 					: crun_strerror(rc);
 	}
-	snprintf(why, sizeof(why), "%s%s %.60s", s->brief[0] != '\0' ? "; " : "", ep->name, w);
+	snprintf(why, sizeof(why), "%s%.120s %.60s", s->brief[0] != '\0' ? "; " : "", ep->name, w);
 	append(s->brief, sizeof(s->brief), why);
 }
 
