@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 
 need_torch
-TORCHRUN=${CRUN_TORCHRUN:-/work/shared/peers/torchrun}
+TORCHRUN=${CRUN_TORCHRUN:-$CRUN_SOURCE_DIR/../shared/peers/torchrun}
 
 value_of() {
 	grep -a "^\[rank[0-9]*\]:$2=" "$1" | sed "s/^\[rank[0-9]*\]:$2=//" | tr '\n' ' ' |

@@ -70,6 +70,9 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 want=" $* "
+for w in "$@"; do # a name that is no case is a mistake, not an empty run
+	printf '%s\n' "${CASES[@]}" | grep -q "^$w|" || { echo "faults: no case named '$w'" >&2; exit 2; }
+done
 rows=()
 nfail=0
 i=0
