@@ -67,7 +67,7 @@ static const struct opt status_opts_table[ST_COUNT] = {
 	[ST_ENDPOINT] = OPT_STORE_ENDPOINT("The job", false, NULL, "EP",
 					   "the job's store (HOST[:PORT], file:///PATH, "
 					   "etcd://HOST:PORT)"),
-	[ST_RDZV_ID] = {"rdzv-id", 0, true, false, "ID", "the job's run id", NULL},
+	[ST_RDZV_ID] = {"rdzv-id", 0, true, false, "ID", "the job's run id (none: list the runs)", NULL},
 	[ST_BACKEND] = {"rdzv-backend", 0, true, false, "B", "c10d (default), tcp, file or etcd",
 			NULL},
 	[ST_TOKEN_FILE] = OPT_STORE_TOKEN_FILE(
@@ -111,10 +111,12 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: crun status --rdzv-endpoint HOST:PORT --rdzv-id ID [OPTIONS]\n"
 		   "       crun status [--rdzv-id ID] [--json]\n"
+		   "       crun status --rdzv-endpoint HOST:PORT [--json]\n"
 		   "Show a running or finished job's nodes, rounds, restarts, last failure and\n"
 		   "history, read from its rendezvous store, or from the run records its agents left\n"
 		   "on this machine when the store is gone ($CRUN_STATE_DIR/runs, see crun(1)).\n"
-		   "Without --rdzv-id: the runs recorded on this machine.\n");
+		   "Without --rdzv-id: the runs recorded on this machine, or with --rdzv-endpoint\n"
+		   "the runs that store serves (a shared crun-rdzvd), one line each.\n");
 	opt_print_options(f, &status_table);
 	fprintf(f, "\nExit status: 0 running, 1 failed, 2 usage error (a credential file others\n"
 		   "can read included), 3 finished, 4 unknown run id (or every agent lost), 5 the\n"
@@ -207,9 +209,11 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 		o->history = v[ST_HISTORY].set;
 		if (o->run_id != NULL && o->run_id[0] == '\0') {
 			rc = opt_fail(&v[ST_RDZV_ID], &d, "an empty run id");
-		} else if (o->endpoint != NULL && o->run_id == NULL) {
-			rc = opt_fail(NULL, &d, "--rdzv-endpoint needs --rdzv-id (without both: the "
-						"runs recorded on this machine)");
+		} else if (o->endpoint != NULL && o->run_id == NULL &&
+			   strcmp(o->backend, "c10d") != 0 && strcmp(o->backend, "tcp") != 0) {
+			rc = opt_fail(NULL, &d, "--rdzv-endpoint without --rdzv-id lists the runs of "
+						"a crun store (c10d, tcp); a %s store needs --rdzv-id",
+				      opt_show(b, sizeof(b), o->backend));
 		} else if (strcmp(o->backend, "c10d") != 0 && strcmp(o->backend, "tcp") != 0 &&
 			   strcmp(o->backend, "file") != 0 && strcmp(o->backend, "etcd") != 0 &&
 			   strcmp(o->backend, "etcd-v2") != 0) {
@@ -332,7 +336,7 @@ static void take_nodes(struct job_view *v, void **rv, const size_t *rl, size_t n
 }
 
 /* Read the job: its end record and every node's record and history. 0 or a store error. */
-static int read_job(struct crun_store *st, const char *run_id, struct job_view *v)
+int status_read_job(struct crun_store *st, const char *run_id, struct job_view *v)
 {
 	char k_end[300], k_nodes[300], (*keys)[600] = NULL;
 	const char *ks[2] = {k_end, k_nodes};
@@ -428,7 +432,7 @@ static int show_records(const struct status_opts *o, const char *dir, struct run
 	return v.exit;
 }
 
-static void free_view(struct job_view *v)
+void status_free_view(struct job_view *v)
 {
 	run_record_free_all(v->nodes, v->n);
 	v->nodes = NULL;
@@ -467,6 +471,15 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 	if (rc != OPT_OK) {
 		return rc == OPT_EXIT ? 0 : STATUS_EXIT_USAGE;
 	}
+	if (op->run_id == NULL && op->endpoint != NULL) {
+		/* A store named, no run: the runs it serves (a shared crun-rdzvd). */
+		rc = store_connect(op, &st, &gone);
+		if (rc == 0) {
+			rc = status_list_store(st, op->endpoint, op->json);
+			crun_store_close(st);
+		}
+		return rc;
+	}
 	rc = load_records(op->run_id, recdir, sizeof(recdir), &recs, &nrec);
 	if (rc != 0 || op->run_id == NULL) {
 		/* No run named: the runs this machine has records of, as sacct(1) lists jobs. */
@@ -498,17 +511,17 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 		memset(&v, 0, sizeof(v));
 		v.run_id = op->run_id;
 		snprintf(v.source, sizeof(v.source), "store %s", op->endpoint);
-		rc = read_job(st, op->run_id, &v);
+		rc = status_read_job(st, op->run_id, &v);
 		if ((rc < 0 || (v.n == 0 && v.end[0] == '\0')) && nrec > 0) {
 			/* The store lost the job (or forgot it): what its agents left here. */
-			free_view(&v);
+			status_free_view(&v);
 			code = show_records(op, recdir, recs, nrec);
 			break;
 		}
 		if (rc < 0) {
 			fprintf(stderr, "crun status: reading run %s from %s: %s\n", op->run_id,
 				op->endpoint, crun_strerror(rc));
-			free_view(&v);
+			status_free_view(&v);
 			code = STATUS_EXIT_STORE;
 			break;
 		}
@@ -524,7 +537,7 @@ static int status_run(int argc, char **argv, struct status_opts *op)
 		}
 		fflush(stdout);
 		code = v.exit;
-		free_view(&v);
+		status_free_view(&v);
 		/* --watch ends with the job: finished, failed, or never known. */
 		if (!op->watch || code != STATUS_EXIT_RUNNING || interrupted) {
 			break;

@@ -404,3 +404,64 @@ void runs_print(const char *dir, const struct run_record *r, int n, bool json)
 	}
 	free(s);
 }
+
+static int cmp_rows(const void *a, const void *b)
+{
+	const struct run_row *x = a, *y = b;
+
+	if (x->start_ms != y->start_ms) {
+		return x->start_ms < y->start_ms ? -1 : 1;
+	}
+	return strcmp(x->id, y->id);
+}
+
+void store_runs_print(const char *source, struct run_row *rows, uint32_t n, uint32_t total,
+		      bool json)
+{
+	char start[96], change[96];
+	uint32_t i;
+	int w = 3;
+
+	qsort(rows, n, sizeof(*rows), cmp_rows);
+	for (i = 0; i < n; i++) {
+		w = (int)strlen(rows[i].id) > w ? (int)strlen(rows[i].id) : w;
+	}
+	if (json) {
+		printf("{\"source\":");
+		json_str(source);
+		printf(",\"total\":%" PRIu32 ",\"runs\":[", total);
+	} else if (n == 0) {
+		printf("no runs in %s\n", source);
+	} else {
+		printf("%-*s %-10s %5s %-25s %-25s %8s %10s\n", w, "RUN", "STATE", "NODES", "START",
+		       "LAST CHANGE", "KEYS", "BYTES");
+	}
+	for (i = 0; i < n; i++) {
+		const struct run_row *r = &rows[i];
+
+		snprintf(start, sizeof(start), "-");
+		snprintf(change, sizeof(change), "-");
+		if (r->start_ms > 0) {
+			fmt_time(r->start_ms, start, sizeof(start));
+		}
+		if (r->change_ms > 0) {
+			fmt_time(r->change_ms, change, sizeof(change));
+		}
+		if (json) {
+			printf("%s{\"run_id\":", i > 0 ? "," : "");
+			json_str(r->id);
+			printf(",\"state\":\"%s\",\"nodes\":%d,\"start\":\"%s\",\"last_change\":\"%s\","
+			       "\"keys\":%" PRId64 ",\"bytes\":%" PRId64 "}",
+			       r->state, r->nodes, start, change, r->keys, r->bytes);
+		} else {
+			printf("%-*s %-10s %5d %-25s %-25s %8" PRId64 " %10" PRId64 "\n", w, r->id,
+			       r->state, r->nodes, start, change, r->keys, r->bytes);
+		}
+	}
+	if (json) {
+		printf("],\"not_shown\":%" PRIu32 "}\n", total - n);
+	} else if (total > n) {
+		printf("%" PRIu32 " more not shown (the store names at most %" PRIu32 ")\n",
+		       total - n, n);
+	}
+}

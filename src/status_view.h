@@ -36,6 +36,28 @@ void job_view_print_table(const struct job_view *v, bool history);
 void job_view_print_json(const struct job_view *v);
 
 /** The runs recorded in @dir (one record each), newest last: a table or a JSON array. */
+/* One run a shared store serves, as `crun status --rdzv-endpoint` lists it (status_list.c). */
+struct run_row {
+	char id[129];
+	const char *state;  /* job_view's state: running, finished, failed, cancelled, unknown */
+	int nodes;          /* agents with a status record */
+	int64_t keys, bytes; /* what the store holds of the run */
+	int64_t start_ms;   /* its first recorded state change (0: none) */
+	int64_t change_ms;  /* its last (or the store's last write of it) */
+};
+
+/** The runs of a store, oldest start first; @total > @n: "N more not shown". */
+void store_runs_print(const char *source, struct run_row *rows, uint32_t n, uint32_t total,
+		      bool json);
+
+/* status.c: the job's end record and every node's record and history from @st. 0 or a store
+ * error. status_free_view() frees what it read. */
+struct crun_store;
+int status_read_job(struct crun_store *st, const char *run_id, struct job_view *v);
+void status_free_view(struct job_view *v);
+/* status_list.c: list the runs @st serves (LIST_RUNS); returns the exit status (said). */
+int status_list_store(struct crun_store *st, const char *endpoint, bool json);
+
 void runs_print(const char *dir, const struct run_record *r, int n, bool json);
 
 #endif

@@ -20,6 +20,7 @@
  * Semantics and return codes are those documented in include/crun/store.h.
  */
 struct store_backend;
+struct store_run;
 
 struct store_ops {
 	const char *name; /* "tcp", "file", "etcd" */
@@ -50,6 +51,9 @@ struct store_ops {
 	const char *(*last_error)(const struct store_backend *b);
 	/* Optional (NULL: the backend cannot): delete every key that starts with @prefix. */
 	int (*del_prefix)(struct store_backend *b, const char *prefix, int timeout_ms);
+	/* Optional (NULL: cannot): the runs the store holds (store_runs.h, store_list_runs()). */
+	int (*list_runs)(struct store_backend *b, uint32_t max, struct store_run **runs,
+			 uint32_t *n, uint32_t *total, int timeout_ms);
 	/* Optional, with del_prefix: the command that deletes @prefix's keys by hand. */
 	void (*forget_hint)(const char *prefix, char *buf, size_t cap);
 	void (*close)(struct store_backend *b);

@@ -16,6 +16,7 @@
 #include "src/common/log.h"
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/client_tcp_internal.h"
+#include "rendezvous/store/store_runs.h"
 #include "rendezvous/store/tls.h"
 #include "src/common/util.h"
 #include "src/common/backoff.h"
@@ -839,6 +840,52 @@ static int tcp_ping(struct store_backend *b, int timeout_ms)
 	return call(b, timeout_ms);
 }
 
+/* LIST_RUNS: -EOPNOTSUPP (the server's UNKNOWN_OP) from a crun-rdzvd that predates it. */
+static int tcp_list_runs(struct store_backend *b, uint32_t max, struct store_run **runs,
+			 uint32_t *n, uint32_t *total, int timeout_ms)
+{
+	struct store_run *r;
+	struct wire_str id;
+	struct wire_cur c;
+	size_t off = begin(b, WIRE_OP_LIST_RUNS);
+	uint32_t i, got;
+	int rc;
+
+	wire_put_u32(&b->out, max);
+	wire_frame_end(&b->out, off);
+	rc = call_reply(b, timeout_ms, &c);
+	if (rc < 0) {
+		return rc;
+	}
+	*total = wire_get_u32(&c);
+	got = wire_get_u32(&c);
+	if (c.bad || got > WIRE_LIST_MAX || got > *total) {
+		return bad_reply(b);
+	}
+	r = calloc(got + 1u, sizeof(*r));
+	if (r == NULL) {
+		return fail(b, -ENOMEM, "LIST_RUNS: out of memory");
+	}
+	for (i = 0; i < got && !c.bad; i++) {
+		id = wire_get_bytes(&c);
+		if (c.bad || id.len >= sizeof(r[i].id)) {
+			c.bad = true;
+			break;
+		}
+		memcpy(r[i].id, id.p, id.len);
+		r[i].keys = wire_get_i64(&c);
+		r[i].bytes = wire_get_i64(&c);
+		r[i].wrote_ms = wire_get_i64(&c);
+	}
+	if (!cur_done(&c)) {
+		free(r);
+		return bad_reply(b);
+	}
+	*runs = r;
+	*n = got;
+	return 0;
+}
+
 static void tcp_close(struct store_backend *b)
 {
 	if (b == NULL) {
@@ -868,6 +915,7 @@ static const struct store_ops tcp_ops = {
 	.multi_get = tcp_multi_get,
 	.multi_set = tcp_multi_set,
 	.ping = tcp_ping,
+	.list_runs = tcp_list_runs,
 	.last_error = store_tcp_last_error,
 	.close = tcp_close,
 };

@@ -252,6 +252,7 @@ static void charge(struct keyspace *ks, struct ks_entry *e, bool was, uint64_t o
 	if (e->acct != NULL) {
 		e->acct->bytes += now - old;
 		e->acct->keys += (uint64_t)dk;
+		e->acct->wrote_ms = ks->wall_ms;
 	}
 }
 

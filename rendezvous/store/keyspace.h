@@ -103,6 +103,7 @@ struct ks_acct {
 	struct htab_node node; /* in accts, by htab_hash(kind + name, seed) */
 	uint64_t bytes;
 	uint64_t keys;
+	int64_t wrote_ms; /* ks->wall_ms at its last write, delete or expiry (0: never set) */
 	uint32_t refs; /* entries (present or only waited on) that count here */
 	uint8_t kind;  /* enum ks_acct_kind */
 	uint32_t nlen;
@@ -173,6 +174,7 @@ struct keyspace {
 	struct ks_heap ttl;
 	struct ks_heap waits;
 	uint32_t max_value_len; /* APPEND's bound (SET's is the codec's) */
+	int64_t wall_ms;	/* the caller's: wall-clock ms of the request at hand (stamps accounts) */
 	ks_wait_cb *on_wait_done;
 	void *data; /* the caller's */
 };

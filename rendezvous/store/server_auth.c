@@ -424,6 +424,11 @@ static bool refuse_key(struct conn *c, const struct wire_req *r, struct wire_str
 	return false;
 }
 
+const char *srv_auth_scope(const struct conn *c)
+{
+	return c->auth != NULL && c->auth->scope_len > 0 ? c->auth->scope : NULL;
+}
+
 bool srv_auth_in_scope(struct conn *c, const struct wire_req *r)
 {
 	const struct srv_auth_conn *a = c->auth;

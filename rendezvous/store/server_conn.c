@@ -7,6 +7,7 @@
 
 #include "rendezvous/store/server_internal.h"
 #include "rendezvous/store/tcpstore_codec.h"
+#include "src/common/clock.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
 
@@ -370,6 +371,7 @@ static size_t consume(struct conn *c, const uint8_t *p, size_t left)
 	uint32_t take;
 	size_t total;
 
+	c->s->ks.wall_ms = crun_wall_ms(); /* what LIST_RUNS says of each run's last write */
 	if (c->proto != TS_PROTO_CRUN) {
 		/* PyTorch's TCPStore clients share the port; the first bytes tell them apart. */
 		total = srv_ts_consume(c, p, left);

@@ -284,6 +284,8 @@ bool srv_auth_tarpit_due(struct conn *c, int64_t now);
 bool srv_auth_gate(struct conn *c, uint8_t op, uint32_t id);
 /** A scoped connection touches only its run's keys; false: an error reply was queued. */
 bool srv_auth_in_scope(struct conn *c, const struct wire_req *r);
+/** The run a scoped connection is confined to (LIST_RUNS names only it), or NULL. */
+const char *srv_auth_scope(const struct conn *c);
 void srv_auth_conn_free(struct conn *c);
 void srv_auth_guard_free(struct store_server *s);
 

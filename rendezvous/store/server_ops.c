@@ -209,6 +209,67 @@ static void op_multi_set(struct conn *c, const struct wire_req *r)
 	reply_empty(c, r);
 }
 
+/* Newest write first, then by name: the runs LIST_RUNS names when there are too many. */
+static int cmp_acct(const void *pa, const void *pb)
+{
+	const struct ks_acct *a = *(const struct ks_acct *const *)pa;
+	const struct ks_acct *b = *(const struct ks_acct *const *)pb;
+	uint32_t n = a->nlen < b->nlen ? a->nlen : b->nlen;
+	int c;
+
+	if (a->wrote_ms != b->wrote_ms) {
+		return a->wrote_ms > b->wrote_ms ? -1 : 1;
+	}
+	c = memcmp(a->name, b->name, n);
+	return c != 0 ? c : (int)a->nlen - (int)b->nlen;
+}
+
+/*
+ * LIST_RUNS (docs/protocol.md): the runs with keys in the store, from their accounts (no key
+ * is read): u32 runs in all, u32 named here, then for each the run id, its keys, its bytes
+ * (its TCPStore namespace's included) and the wall-clock ms of its last write. At most
+ * r->n (WIRE_LIST_MAX when 0 or more), the newest first. A scoped connection sees its run only.
+ */
+static void op_list_runs(struct conn *c, const struct wire_req *r)
+{
+	struct keyspace *ks = &c->s->ks;
+	const char *scope = srv_auth_scope(c);
+	uint32_t max = r->n == 0 || r->n > WIRE_LIST_MAX ? WIRE_LIST_MAX : r->n;
+	const struct ks_acct **all, *a, *ts;
+	struct htab_node *node, *next;
+	uint32_t n = 0, i;
+	size_t b, off;
+
+	all = calloc(ks->accts.count + 1, sizeof(*all));
+	if (all == NULL) {
+		reply_error(c, r, WIRE_E_NO_MEMORY, "LIST_RUNS: out of memory");
+		return;
+	}
+	htab_for_each_safe(&ks->accts, b, node, next) {
+		a = container_of(node, struct ks_acct, node);
+		if (a->kind == KS_ACCT_SCOPE && a->keys > 0 &&
+		    (scope == NULL ||
+		     (a->nlen == strlen(scope) && memcmp(a->name, scope, a->nlen) == 0))) {
+			all[n++] = a;
+		}
+	}
+	qsort(all, n, sizeof(*all), cmp_acct);
+	off = reply_begin(c, r);
+	wire_put_u32(&c->out, n);
+	wire_put_u32(&c->out, n < max ? n : max);
+	for (i = 0; i < n && i < max; i++) {
+		a = all[i];
+		ts = ks_account(ks, KS_ACCT_TCPSTORE, (struct ks_str){a->name, a->nlen});
+		wire_put_bytes(&c->out, a->name, a->nlen);
+		wire_put_i64(&c->out, (int64_t)(a->keys + (ts != NULL ? ts->keys : 0)));
+		wire_put_i64(&c->out, (int64_t)(a->bytes + (ts != NULL ? ts->bytes : 0)));
+		wire_put_i64(&c->out, ts != NULL && ts->wrote_ms > a->wrote_ms ? ts->wrote_ms
+									: a->wrote_ms);
+	}
+	wire_frame_end(&c->out, off);
+	free(all);
+}
+
 void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *payload,
 		  size_t plen)
 {
@@ -272,6 +333,9 @@ void srv_dispatch(struct conn *c, const struct wire_hdr *h, const uint8_t *paylo
 		break;
 	case WIRE_OP_MULTI_SET:
 		op_multi_set(c, &r);
+		break;
+	case WIRE_OP_LIST_RUNS:
+		op_list_runs(c, &r);
 		break;
 	}
 	if (t0 != 0) {

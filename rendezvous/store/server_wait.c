@@ -13,6 +13,7 @@
 
 #include "rendezvous/store/server_internal.h"
 #include "rendezvous/store/tcpstore_codec.h"
+#include "src/common/clock.h"
 #include "src/common/log.h"
 
 _Static_assert((int)WIRE_WAIT_ALL == (int)KS_WAIT_ALL && (int)WIRE_WAIT_ANY == (int)KS_WAIT_ANY,
@@ -102,6 +103,7 @@ static void on_ks_timer(uv_timer_t *t)
 	struct store_server *s = t->data;
 
 	s->ks_armed = KS_NO_DEADLINE;
+	s->ks.wall_ms = crun_wall_ms();
 	ks_expire(&s->ks, (int64_t)uv_now(s->loop));
 	srv_flush_all(s); /* re-arms */
 }

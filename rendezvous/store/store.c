@@ -12,6 +12,7 @@
 #include "rendezvous/store/backend.h"
 #include "rendezvous/store/etcd_endpoint.h"
 #include "rendezvous/store/store_conf.h"
+#include "rendezvous/store/store_runs.h"
 #include "rendezvous/store/tls.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
@@ -533,6 +534,17 @@ const char *store_last_error(const struct crun_store *st)
 		return "";
 	}
 	return st->ops->last_error(st->b);
+}
+
+int store_list_runs(struct crun_store *st, uint32_t max, struct store_run **runs, uint32_t *n,
+		    uint32_t *total)
+{
+	*runs = NULL;
+	*n = *total = 0;
+	if (st == NULL || st->ops->list_runs == NULL) {
+		return -EOPNOTSUPP;
+	}
+	return st->ops->list_runs(st->b, max, runs, n, total, st->conf.timeout_ms);
 }
 
 int store_delete_prefix(struct crun_store *st)

@@ -20,6 +20,7 @@ static const char *const op_names[] = {
 	[WIRE_OP_CHECK] = "CHECK",	   [WIRE_OP_NUM_KEYS] = "NUM_KEYS",
 	[WIRE_OP_APPEND] = "APPEND",	   [WIRE_OP_MULTI_GET] = "MULTI_GET",
 	[WIRE_OP_MULTI_SET] = "MULTI_SET", [WIRE_OP_AUTH] = "AUTH",
+	[WIRE_OP_LIST_RUNS] = "LIST_RUNS",
 };
 
 static const char *const status_names[] = {
@@ -335,6 +336,9 @@ int wire_req_decode(const struct wire_hdr *h, const uint8_t *payload, size_t ple
 		break;
 	case WIRE_OP_PING:
 	case WIRE_OP_NUM_KEYS:
+		break;
+	case WIRE_OP_LIST_RUNS:
+		r->n = wire_get_u32(&d.c); /* 0 or more than WIRE_LIST_MAX: WIRE_LIST_MAX */
 		break;
 	case WIRE_OP_SET:
 		ok = dec_key(&d, &r->key) && dec_val(&d, &r->val);

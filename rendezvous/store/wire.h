@@ -24,6 +24,7 @@
 #define WIRE_MAX_SCOPE 128u     /* HELLO: the run id a client confines itself to */
 #define WIRE_AUTH_NONE 0u       /* HELLO reply: the store runs without authentication */
 #define WIRE_AUTH_TOKEN 1u      /* HELLO reply: send AUTH before anything else */
+#define WIRE_LIST_MAX 1024u     /* LIST_RUNS: the most runs one reply names */
 
 enum wire_op {
 	WIRE_OP_HELLO = 1,
@@ -40,7 +41,8 @@ enum wire_op {
 	WIRE_OP_MULTI_GET = 12,
 	WIRE_OP_MULTI_SET = 13,
 	WIRE_OP_AUTH = 14,
-	WIRE_OP_MAX = 14,
+	WIRE_OP_LIST_RUNS = 15, /* the runs (scopes) the store holds; servers before 0.3 lack it */
+	WIRE_OP_MAX = 15,
 };
 
 enum wire_status {
@@ -115,7 +117,7 @@ struct wire_req {
 	uint16_t version;        /* HELLO: when not WIRE_VERSION, nothing after it is decoded */
 	int64_t num;             /* SET: ttl_ms; WAIT: timeout_ms; ADD: delta */
 	uint8_t mode;            /* WAIT */
-	uint32_t n;              /* WAIT CHECK MULTI_GET MULTI_SET */
+	uint32_t n;              /* WAIT CHECK MULTI_GET MULTI_SET; LIST_RUNS: the most to name */
 	const uint8_t *list;     /* n x bytes key (or key,value pairs), already validated */
 	const uint8_t *list_end;
 };
