@@ -117,6 +117,10 @@ static json_object *event_json(const struct node_event *e)
 	put_str(o, "state", node_state_name(e->state));
 	put_int(o, "round", e->round);
 	put_int(o, "restarts", e->restarts);
+	if (e->state == NODE_STOPPING) {
+		/* Its operator stopped it: the node left the job (no failure). */
+		json_object_object_add(o, "left", json_object_new_boolean(1));
+	}
 	if (e->fail_exit >= 0) {
 		json_object *f = json_object_new_object();
 
@@ -139,6 +143,8 @@ static json_object *record_json(const struct run_record *r)
 	put_str(o, "host", l->host);
 	put_int(o, "pid", l->pid);
 	put_str(o, "state", run_end_name(r->end));
+	/* A cancelled node left the job (its operator stopped it); `crun status` shows "left". */
+	json_object_object_add(o, "left", json_object_new_boolean(r->end == RUN_END_CANCELLED));
 	put_int(o, "exit_code", r->exit_code);
 	put_int(o, "node_rank", l->node_rank);
 	put_int(o, "nodes", l->nodes);

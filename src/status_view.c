@@ -129,15 +129,22 @@ static void fmt_age(int64_t ms, char *buf, size_t cap)
 	}
 }
 
+/* A node its operator stopped (a signal: systemctl stop, scancel, Ctrl-C) left the job: the
+ * others go on without it or stop, so it is no failure ("left", not "stopping"). */
+static const char *state_word(enum node_state s)
+{
+	return s == NODE_STOPPING ? "left" : node_state_name(s);
+}
+
 static const char *shown_state(const struct job_view *v, const struct run_record *n)
 {
 	if (node_lost(v, &n->last)) {
 		return "lost";
 	}
 	if (v->from_records) {
-		return run_end_name(n->end);
+		return n->end == RUN_END_CANCELLED ? "left" : run_end_name(n->end);
 	}
-	return n->last.state == NODE_STOPPING ? "stopped" : node_state_name(n->last.state);
+	return state_word(n->last.state);
 }
 
 /* "17-20": the global ranks of a node in its last round; "-" when unknown. */
@@ -163,10 +170,10 @@ static void fmt_event(const struct node_event *e, char *buf, size_t cap)
 		snprintf(buf, cap, "rank %d failed, exit %d: %s", e->fail_rank, e->fail_exit,
 			 e->msg);
 	} else if (e->round >= 0) {
-		snprintf(buf, cap, "%s (round %d, restarts %d)", node_state_name(e->state),
+		snprintf(buf, cap, "%s (round %d, restarts %d)", state_word(e->state),
 			 e->round, e->restarts);
 	} else {
-		snprintf(buf, cap, "%s", node_state_name(e->state));
+		snprintf(buf, cap, "%s", state_word(e->state));
 	}
 }
 
@@ -286,7 +293,7 @@ static void json_history(const struct run_record *n)
 
 		fmt_time(e->wall_ms, when, sizeof(when));
 		printf("%s{\"time\":\"%s\",\"state\":\"%s\",\"round\":%d,\"restarts\":%d",
-		       i > 0 ? "," : "", when, node_state_name(e->state), e->round, e->restarts);
+		       i > 0 ? "," : "", when, state_word(e->state), e->round, e->restarts);
 		if (e->fail_exit >= 0) {
 			printf(",\"failure\":{\"rank\":%d,\"exit_code\":%d,\"message\":",
 			       e->fail_rank, e->fail_exit);

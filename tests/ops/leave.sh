@@ -4,7 +4,8 @@
 # sends) is a node leaving, not a failure (issue 21). Elastic (--nnodes 1:2, --max-restarts 0):
 # the other node re-forms alone without spending a restart, even when its worker then fails
 # the way a broken collective makes it fail, and says the node left. Fixed size (--nnodes 2):
-# the other stops at once, naming the node its operator stopped.
+# the other stops at once, naming the node its operator stopped. `crun status` (store and run
+# records) shows the stopped node as left, not failed.
 . "$(dirname "$0")/../agent/lib.sh"
 
 start_rdzvd
@@ -41,6 +42,34 @@ expect_grep "left: stopped by its operator (SIGTERM)" "$T/el.0.err" "the node's 
 expect_grep "round 1: complete .* world size 1, .* restarts 0" "$T/el.0.err" \
 	"round 1 alone, no restart spent"
 ! grep -aq "restart budget" "$T/el.0.err" || { cat "$T/el.0.err" >&2; fail "a restart was spent"; }
+
+note "crun status: the stopped node left (not failed), in the table, the timeline and --json"
+# left_shown WHAT ARGS...: crun status ARGS shows run el's node 1 as left and no failure.
+left_shown() {
+	local what=$1
+	shift
+	timeout -s KILL 60 "$CRUN" status --rdzv-id el --history "$@" >"$T/st" 2>"$T/st.err"
+	expect_eq $? 3 "crun status of the elastic run ($what): finished"
+	expect_grep "^1  *[^ ]*  *$PID_1  *left " "$T/st" "the stopped node's row ($what)"
+	expect_grep ":$PID_1  *left (round 0" "$T/st" "the stopped node's timeline ($what)"
+	! grep -aq "failed" "$T/st" || { cat "$T/st" >&2; fail "a failure shown ($what)"; }
+	timeout -s KILL 60 "$CRUN" status --rdzv-id el --json "$@" >"$T/st.json" 2>"$T/st.err"
+	python3 - "$T/st.json" "$PID_1" <<'PY' || fail "the stopped node in --json ($what)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = [x for x in d["agents"] if x["pid"] == int(sys.argv[2])][0]
+assert a["state"] == "left", a
+assert a["history"][-1]["state"] == "left", a
+PY
+}
+left_shown "from the store" --rdzv-endpoint "$ENDPOINT"
+left_shown "from the run records"
+python3 - "$CRUN_STATE_DIR/runs/el/"*":$PID_1.json" <<'PY' || fail "the stopped node's run record"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["state"] == "cancelled" and r["left"] is True and r["last_failure"] is None, r
+assert r["history"][-1]["left"] is True, r
+PY
 
 note "fixed size 2: SIGTERM to one agent; the other stops at once, naming it"
 rm -f "$T"/ready.* "$T/peerdown"
