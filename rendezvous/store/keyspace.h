@@ -10,7 +10,9 @@
  * through the one callback the caller gives ks_init(), whoever wrote the key.
  * It also keeps the stored data's accounts (ks_set_quotas()): the bytes (key + value) and
  * the keys of the whole store, of each run's scope and of each run's TCPStore namespace,
- * updated by every write, delete and expiry, and checked before a write grows them.
+ * updated by every write, delete and expiry, and checked before a write grows them; each run's
+ * account also keeps the wall time of its last change (ks->wall_ms, which the caller sets
+ * before a request: the server's LIST_RUNS reports it).
  * Not thread-safe. tests/unit/test_keyspace.c runs it alone.
  */
 #ifndef CRUN_RENDEZVOUS_STORE_KEYSPACE_H
