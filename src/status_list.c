@@ -58,8 +58,8 @@ int status_list_store(struct crun_store *st, const char *endpoint, bool json)
 
 	rc = store_list_runs(st, 0, &runs, &n, &total);
 	if (rc == -EOPNOTSUPP) {
-		fprintf(stderr, "crun status: store %s cannot list runs (crun-rdzvd older than "
-			"0.3.0, which lacks LIST_RUNS); name the run with --rdzv-id\n", endpoint);
+		fprintf(stderr, "crun status: store %s cannot list runs (its crun-rdzvd "
+			"predates the LIST_RUNS request); name the run with --rdzv-id\n", endpoint);
 		return STATUS_EXIT_STORE;
 	}
 	if (rc < 0) {
