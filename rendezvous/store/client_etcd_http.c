@@ -452,8 +452,8 @@ static int tls_fail(struct store_backend *b, const char *op, const struct etcd_e
 		snprintf(cert, sizeof(cert), "client certificate %.80s%s%.80s", b->cert,
 			 b->key != NULL ? ", key " : "", b->key != NULL ? b->key : "");
 	} else {
-		snprintf(cert, sizeof(cert), "no client certificate (CRUN_ETCD_CERT, or --rdzv-conf "
-					     "cert= and key=)");
+		snprintf(cert, sizeof(cert), "no client certificate (--tls-cert, --rdzv-conf "
+					     "cert= and key=, or CRUN_ETCD_CERT)");
 	}
 	snprintf(ca, sizeof(ca), "%s%.120s", b->cacert != NULL ? "CA " : "the system's CAs",
 		 b->cacert != NULL ? b->cacert : "");
