@@ -699,6 +699,7 @@ struct sweep {
 	bool said;     /* a member answered with an error */
 	bool refused;  /* every connection was refused */
 	bool noleader; /* a member answered "no leader" */
+	bool silent;   /* nothing came back at all: every attempt timed out */
 	char sum[sizeof(((struct crun_diag *)0)->msg)];
 	char brief[200]; /* "h1:p1 connection refused; h2:p2 etcdserver: no leader" */
 };
@@ -741,6 +742,7 @@ static int give_up(struct store_backend *b, const char *op, const struct sweep *
 			 op, ms,
 			 s->said      ? " (has the cluster lost its quorum?)"
 			 : s->refused ? " (is etcd running there?)"
+			 : s->silent  ? " (no answer: packets dropped, or the host down?)"
 				      : "",
 			 s->sum);
 }
@@ -768,6 +770,7 @@ static void sweep_note(struct sweep *cur, const struct store_backend *b, const s
 		       const char *op, int rc)
 {
 	cur->refused = cur->refused && rc == -ECONNREFUSED;
+	cur->silent = cur->silent && rc == -ETIMEDOUT && strstr(b->diag.msg, "etcd said") == NULL;
 	cur->said = cur->said || strstr(b->diag.msg, "etcd said") != NULL;
 	cur->noleader = cur->noleader || strstr(b->diag.msg, "no leader") != NULL;
 	note(cur->sum, sizeof(cur->sum), b, ep, op);
@@ -816,6 +819,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	for (;;) {
 		memset(&cur, 0, sizeof(cur));
 		cur.refused = true;
+		cur.silent = true;
 		for (tried = 0; tried < b->neps; tried++) {
 			ep = (b->cur + tried) % b->neps;
 			left = crun_ms_until(sweep ? until : deadline);

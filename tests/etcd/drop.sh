@@ -57,7 +57,8 @@ stamped() {
 
 # never_silent OUT WHAT: the run in OUT exited non-zero within BUDGET_S + 30 s; at least 3
 # lines name $EP and "no answer", the first within GAP_S s of the start, each within GAP_S s
-# of the one before, the exit within GAP_S s of the last. GAPS: the gaps in s.
+# of the one before, the exit within GAP_S s of the last; its last line (the error) says "no
+# answer". GAPS: the gaps in s.
 never_silent() {
 	local out=$1 what=$2 t prev=0 n=0 max=0
 	cat "$out" >&2
@@ -72,6 +73,9 @@ never_silent() {
 		prev=$t
 	done < <(grep -a -- "$EP" "$out" | grep -a -- "no answer")
 	[ $n -ge 3 ] || fail "$what: $n lines naming $EP and 'no answer' in $MS ms"
+	# The error it ends with says so too, not only the last attempt's cut-short timeout.
+	grep -av " exit [0-9]*$" "$out" | tail -n1 | grep -aq "no answer" ||
+		fail "$what: its last line does not say 'no answer'"
 	[ $((MS - prev)) -le $max ] || max=$((MS - prev))
 	[ $max -le $((GAP_S * 1000)) ] || fail "$what: $max ms without a line (bound $GAP_S s)"
 }
