@@ -41,6 +41,9 @@
  * seconds. Several elections (about 1 s each with etcd's defaults) fit in it.
  */
 #define QUORUM_LOST_MS 10000
+/* Every member silent (nothing came back) this long past the open gives up too, -ETIMEDOUT:
+ * heartbeat_timeout then bounds losing the store, not 3 keep-alives' 60 s (etcd/drop.sh). */
+#define SILENT_MS QUORUM_LOST_MS
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 1000
 /* A reply body bigger than this is refused: the largest legitimate one is a MULTI_GET chunk
@@ -889,9 +892,16 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 			full.noleader = true;
 			break;
 		}
+		if (!b->opening && b->served && tried == b->neps && cur.silent &&
+		    crun_now_ms() - start >= SILENT_MS) {
+			break;
+		}
 		if (crun_now_ms() - said_at >= PROGRESS_MS) {
 			said_at = crun_now_ms();
-			progress(b, op, &cur, start, until);
+			progress(b, op, &cur, start,
+				 !b->opening && b->served && cur.silent && start + SILENT_MS < until
+					 ? start + SILENT_MS
+					 : until);
 		}
 		backoff_pause(&bo, until); /* jittered in [d/2, d] */
 	}
