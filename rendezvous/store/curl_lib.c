@@ -45,7 +45,8 @@ static void load(void)
 	if (h == NULL) {
 		err = dlerror();
 		snprintf(load_err, sizeof(load_err),
-			 "the etcd backend needs libcurl: cannot load %s: %s (Debian: apt-get install libcurl4)",
+			 "the etcd backend needs libcurl: cannot load %s: %s (Debian: apt-get "
+			 "install libcurl4)",
 			 CURL_LIB_SONAME, err != NULL ? err : "unknown error");
 		return;
 	}
