@@ -2,7 +2,6 @@
 /* rendezvous/store/client_etcd_http.c: etcd's JSON gateway over libcurl: fail-over, errors, auth. */
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,13 +9,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <json-c/json.h>
 
 #include <crun/error.h>
 #include <crun/store.h>
 
 #include "rendezvous/store/client_etcd_internal.h"
+#include "rendezvous/store/curl_lib.h"
 #include "rendezvous/store/wire.h"
 #include "src/common/backoff.h"
 #include "src/common/clock.h"
@@ -42,6 +41,9 @@
  * seconds. Several elections (about 1 s each with etcd's defaults) fit in it.
  */
 #define QUORUM_LOST_MS 10000
+/* Every member silent (nothing came back) this long past the open gives up too, -ETIMEDOUT:
+ * heartbeat_timeout then bounds losing the store, not 3 keep-alives' 60 s (etcd/drop.sh). */
+#define SILENT_MS QUORUM_LOST_MS
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 1000
 /* A reply body bigger than this is refused: the largest legitimate one is a MULTI_GET chunk
@@ -77,14 +79,6 @@ struct etcd_stream {
 	bool amb;       /* that error leaves a write ambiguous */
 	bool any;       /* at least one message arrived */
 };
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_global(void)
-{
-	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 int etcd_fail(struct store_backend *b, int code, const char *fmt, ...)
 {
@@ -186,6 +180,7 @@ static size_t on_stream(char *p, size_t size, size_t nmemb, void *arg)
 
 static int set_headers(struct store_backend *b)
 {
+	const struct curl_lib *cu = b->cu;
 	struct curl_slist *h = NULL, *t;
 	char auth[4200];
 
@@ -196,26 +191,26 @@ static int set_headers(struct store_backend *b)
 					    "Grpc-Metadata-hasleader: true"};
 
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
-		t = curl_slist_append(h, fixed[i]);
+		t = cu->slist_append(h, fixed[i]);
 		if (t == NULL) {
-			curl_slist_free_all(h);
+			cu->slist_free_all(h);
 			return -ENOMEM;
 		}
 		h = t;
 	}
 	if (b->token != NULL && b->token[0] != '\0') {
 		snprintf(auth, sizeof(auth), "Authorization: %s", b->token);
-		t = curl_slist_append(h, auth);
+		t = cu->slist_append(h, auth);
 		if (t == NULL) {
-			curl_slist_free_all(h);
+			cu->slist_free_all(h);
 			return -ENOMEM;
 		}
 		h = t;
 	}
-	curl_slist_free_all(b->hdrs);
+	cu->slist_free_all(b->hdrs);
 	b->hdrs = h;
-	curl_easy_setopt(b->curl, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(b->scurl, CURLOPT_HTTPHEADER, h);
+	cu->easy_setopt(b->curl, CURLOPT_HTTPHEADER, h);
+	cu->easy_setopt(b->scurl, CURLOPT_HTTPHEADER, h);
 	return 0;
 }
 
@@ -241,55 +236,57 @@ static int on_debug(CURL *c, curl_infotype type, char *data, size_t size, void *
 /* An easy handle with the options every request shares. */
 static CURL *easy(struct store_backend *b)
 {
-	CURL *c = curl_easy_init();
+	const struct curl_lib *cu = b->cu;
+	CURL *c = cu->easy_init();
 
 	if (c == NULL) {
 		return NULL;
 	}
-	curl_easy_setopt(c, CURLOPT_SHARE, b->share);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROXY, ""); /* etcd is reached directly, whatever http_proxy says */
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+	cu->easy_setopt(c, CURLOPT_SHARE, b->share);
+	cu->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	cu->easy_setopt(c, CURLOPT_PROXY, ""); /* etcd is reached directly, whatever http_proxy says */
+	cu->easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	cu->easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	cu->easy_setopt(c, CURLOPT_POST, 1L);
+	cu->easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
 	/* A dead host under a held watch is noticed by TCP keepalive. */
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 10L);
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 5L);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, b->errbuf);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-	curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
-	curl_easy_setopt(c, CURLOPT_DEBUGDATA, b);
-	curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
+	cu->easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	cu->easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 10L);
+	cu->easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 5L);
+	cu->easy_setopt(c, CURLOPT_ERRORBUFFER, b->errbuf);
+	cu->easy_setopt(c, CURLOPT_WRITEDATA, b);
+	cu->easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
+	cu->easy_setopt(c, CURLOPT_DEBUGDATA, b);
+	cu->easy_setopt(c, CURLOPT_VERBOSE, 1L);
 	if (b->cacert != NULL) {
-		curl_easy_setopt(c, CURLOPT_CAINFO, b->cacert);
+		cu->easy_setopt(c, CURLOPT_CAINFO, b->cacert);
 	}
 	if (b->cert != NULL) {
-		curl_easy_setopt(c, CURLOPT_SSLCERT, b->cert);
+		cu->easy_setopt(c, CURLOPT_SSLCERT, b->cert);
 	}
 	if (b->key != NULL) {
-		curl_easy_setopt(c, CURLOPT_SSLKEY, b->key);
+		cu->easy_setopt(c, CURLOPT_SSLKEY, b->key);
 	}
 	return c;
 }
 
 int etcd_http_init(struct store_backend *b)
 {
-	pthread_once(&curl_once, curl_global);
-	if (curl_init_rc != CURLE_OK) {
-		return etcd_fail(b, -ENOMEM, "curl_global_init: %s",
-				 curl_easy_strerror(curl_init_rc));
+	const struct curl_lib *cu = curl_lib_get(&b->diag);
+
+	if (cu == NULL) {
+		return diag_prefix(&b->diag, "%s", b->where);
 	}
+	b->cu = cu;
 	/*
 	 * Two easy handles: one for calls, whose connection stays open between them, and one
 	 * for watches, whose connection is dropped when a wait ends. They share TLS sessions
 	 * and DNS answers (one thread uses both: no locks).
 	 */
-	b->share = curl_share_init();
+	b->share = cu->share_init();
 	if (b->share != NULL) {
-		curl_share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-		curl_share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+		cu->share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+		cu->share_setopt(b->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 	}
 	b->curl = easy(b);
 	b->scurl = easy(b);
@@ -304,15 +301,17 @@ int etcd_http_init(struct store_backend *b)
 
 void etcd_http_finish(struct store_backend *b)
 {
-	curl_easy_cleanup(b->curl);
-	curl_easy_cleanup(b->scurl);
-	b->curl = b->scurl = NULL;
-	if (b->share != NULL) {
-		curl_share_cleanup(b->share);
-		b->share = NULL;
+	const struct curl_lib *cu = b->cu;
+
+	if (cu != NULL) { /* NULL: libcurl could not be loaded, so nothing of it was made */
+		cu->easy_cleanup(b->curl);
+		cu->easy_cleanup(b->scurl);
+		if (b->share != NULL) {
+			cu->share_cleanup(b->share);
+		}
+		cu->slist_free_all(b->hdrs);
 	}
-	curl_slist_free_all(b->hdrs);
-	b->hdrs = NULL;
+	b->curl = b->scurl = b->share = b->hdrs = NULL;
 	free(b->rx);
 	b->rx = NULL;
 	b->rx_len = b->rx_cap = 0;
@@ -431,14 +430,15 @@ static bool tls_alert(const char *msg)
  */
 static bool dropped_after_handshake(struct store_backend *b, CURL *c, const struct etcd_ep *ep)
 {
+	const struct curl_lib *cu = b->cu;
 	curl_off_t tls_us = 0;
 	long conns = 0;
 
 	if (strncmp(ep->url, "https:", 6) != 0) {
 		return false;
 	}
-	curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &conns);
-	curl_easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &tls_us);
+	cu->easy_getinfo(c, CURLINFO_NUM_CONNECTS, &conns);
+	cu->easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &tls_us);
 	return conns > 0 && tls_us > 0 && (b->stream != NULL ? !b->stream->any : b->rx_len == 0);
 }
 
@@ -455,8 +455,8 @@ static int tls_fail(struct store_backend *b, const char *op, const struct etcd_e
 		snprintf(cert, sizeof(cert), "client certificate %.80s%s%.80s", b->cert,
 			 b->key != NULL ? ", key " : "", b->key != NULL ? b->key : "");
 	} else {
-		snprintf(cert, sizeof(cert), "no client certificate (CRUN_ETCD_CERT, or --rdzv-conf "
-					     "cert= and key=)");
+		snprintf(cert, sizeof(cert), "no client certificate (--tls-cert, --rdzv-conf "
+					     "cert= and key=, or CRUN_ETCD_CERT)");
 	}
 	snprintf(ca, sizeof(ca), "%s%.120s", b->cacert != NULL ? "CA " : "the system's CAs",
 		 b->cacert != NULL ? b->cacert : "");
@@ -471,6 +471,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 			    const char *path, const char *body, size_t blen, int tmo_ms,
 			    int conn_ms, bool *amb, struct json_object **reply, int *rc)
 {
+	const struct curl_lib *cu = b->cu;
 	CURL *c = b->stream != NULL ? b->scurl : b->curl;
 	char url[400];
 	struct json_object *o;
@@ -482,22 +483,22 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 
 	*reply = NULL;
 	snprintf(url, sizeof(url), "%s%s", ep->url, path);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(tmo_ms > 0 ? tmo_ms : 1));
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(conn_ms > 0 ? conn_ms : 1));
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, b->stream ? on_stream : on_body);
+	cu->easy_setopt(c, CURLOPT_URL, url);
+	cu->easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	cu->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
+	cu->easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(tmo_ms > 0 ? tmo_ms : 1));
+	cu->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(conn_ms > 0 ? conn_ms : 1));
+	cu->easy_setopt(c, CURLOPT_WRITEFUNCTION, b->stream ? on_stream : on_body);
 	b->rx_len = 0;
 	b->rx_err = 0;
 	b->errbuf[0] = '\0';
 	b->sends = 0;
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+	cc = cu->easy_perform(c);
+	cu->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
 	{
 		long oe = 0;
 
-		curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &oe);
+		cu->easy_getinfo(c, CURLINFO_OS_ERRNO, &oe);
 		b->os_errno = (int)oe;
 	}
 	/* Sent twice: the first may have been applied, whatever the second's answer. */
@@ -531,7 +532,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 		/* Refused on a second try after a reused connection died with the request. */
 		*amb = *amb || b->sends > 0;
 		*rc = etcd_fail(b, -ECONNREFUSED, "%s: %s: %s", op, ep->name,
-				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+				b->errbuf[0] ? b->errbuf : cu->easy_strerror(cc));
 		return ATT_RETRY;
 	case CURLE_OPERATION_TIMEDOUT:
 	case CURLE_SEND_ERROR:
@@ -547,7 +548,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 		*amb = *amb || b->sends > 0;
 		*rc = etcd_fail(b, cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNRESET,
 				"%s: %s: %s", op, ep->name,
-				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+				b->errbuf[0] ? b->errbuf : cu->easy_strerror(cc));
 		if (cc != CURLE_OPERATION_TIMEDOUT && dropped_after_handshake(b, c, ep)) {
 			return ATT_TLSDROP;
 		}
@@ -569,11 +570,11 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	case CURLE_SSL_INVALIDCERTSTATUS:
 	case CURLE_SSL_CLIENTCERT:
 	case CURLE_USE_SSL_FAILED:
-		*rc = tls_fail(b, op, ep, b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+		*rc = tls_fail(b, op, ep, b->errbuf[0] ? b->errbuf : cu->easy_strerror(cc));
 		return ATT_FINAL;
 	default:
 		*rc = etcd_fail(b, -EPROTO, "%s: %s: %s", op, ep->name,
-				b->errbuf[0] ? b->errbuf : curl_easy_strerror(cc));
+				b->errbuf[0] ? b->errbuf : cu->easy_strerror(cc));
 		return ATT_FINAL;
 	}
 	if (b->stream != NULL) {
@@ -701,6 +702,7 @@ struct sweep {
 	bool said;     /* a member answered with an error */
 	bool refused;  /* every connection was refused */
 	bool noleader; /* a member answered "no leader" */
+	bool silent;   /* nothing came back at all: every attempt timed out */
 	char sum[sizeof(((struct crun_diag *)0)->msg)];
 	char brief[200]; /* "h1:p1 connection refused; h2:p2 etcdserver: no leader" */
 };
@@ -743,6 +745,7 @@ static int give_up(struct store_backend *b, const char *op, const struct sweep *
 			 op, ms,
 			 s->said      ? " (has the cluster lost its quorum?)"
 			 : s->refused ? " (is etcd running there?)"
+			 : s->silent  ? " (no answer: packets dropped, or the host down?)"
 				      : "",
 			 s->sum);
 }
@@ -770,6 +773,7 @@ static void sweep_note(struct sweep *cur, const struct store_backend *b, const s
 		       const char *op, int rc)
 {
 	cur->refused = cur->refused && rc == -ECONNREFUSED;
+	cur->silent = cur->silent && rc == -ETIMEDOUT && strstr(b->diag.msg, "etcd said") == NULL;
 	cur->said = cur->said || strstr(b->diag.msg, "etcd said") != NULL;
 	cur->noleader = cur->noleader || strstr(b->diag.msg, "no leader") != NULL;
 	note(cur->sum, sizeof(cur->sum), b, ep, op);
@@ -818,6 +822,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	for (;;) {
 		memset(&cur, 0, sizeof(cur));
 		cur.refused = true;
+		cur.silent = true;
 		for (tried = 0; tried < b->neps; tried++) {
 			ep = (b->cur + tried) % b->neps;
 			left = crun_ms_until(sweep ? until : deadline);
@@ -887,9 +892,16 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 			full.noleader = true;
 			break;
 		}
+		if (!b->opening && b->served && tried == b->neps && cur.silent &&
+		    crun_now_ms() - start >= SILENT_MS) {
+			break;
+		}
 		if (crun_now_ms() - said_at >= PROGRESS_MS) {
 			said_at = crun_now_ms();
-			progress(b, op, &cur, start, until);
+			progress(b, op, &cur, start,
+				 !b->opening && b->served && cur.silent && start + SILENT_MS < until
+					 ? start + SILENT_MS
+					 : until);
 		}
 		backoff_pause(&bo, until); /* jittered in [d/2, d] */
 	}

@@ -52,7 +52,10 @@ struct etcd_stream;
 /* A streamed reply's messages, one at a time: return 0 to go on, 1 to stop, < 0 to fail. */
 typedef int (*etcd_msg_cb)(struct store_backend *b, struct json_object *msg, void *arg);
 
+struct curl_lib;
+
 struct store_backend {
+	const struct curl_lib *cu; /* libcurl's functions (curl_lib.h); NULL until loaded */
 	void *curl;                /* CURL *: calls; single-threaded, like the handle */
 	void *scurl;               /* CURL *: streams (watches) */
 	void *share;               /* CURLSH *: TLS sessions and DNS, shared by the two */
@@ -94,7 +97,7 @@ struct store_backend {
 /** Record an error "<where>: <fmt...>" in b->diag; returns @code. */
 int etcd_fail(struct store_backend *b, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/** Global curl set-up (once per process), the easy handle and its fixed options. */
+/** libcurl loaded (once per process, curl_lib.h), the easy handles and their fixed options. */
 int etcd_http_init(struct store_backend *b);
 void etcd_http_finish(struct store_backend *b);
 /**

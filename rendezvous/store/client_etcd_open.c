@@ -91,6 +91,45 @@ static int read_password(struct store_backend *b, const char *path, struct crun_
 	return b->password == NULL ? diag_set(d, -ENOMEM, "%s: out of memory", b->where) : 0;
 }
 
+static bool given(const char *v)
+{
+	return v != NULL && *v != '\0';
+}
+
+/*
+ * The TLS files: etcd's own (--rdzv-conf cacert=, cert=, key=; CRUN_ETCD_*), else the store's
+ * TLS options (--tls-ca, --tls-cert, --tls-key of crun status and crun-store), which name
+ * the same files. Those over http members are refused, not ignored: http has no certificate
+ * to verify.
+ */
+static int tls_conf(struct store_backend *b, const struct store_conf *c, struct crun_diag *d)
+{
+	bool own = given(c->etcd_cacert) || given(c->etcd_cert) || given(c->etcd_key);
+	size_t i;
+	int rc;
+
+	if (own || (!given(c->tls_ca) && !given(c->tls_cert) && !given(c->tls_key))) {
+		rc = conf_file(b, "CRUN_ETCD_CACERT", c->etcd_cacert, &b->cacert, d);
+		if (rc == 0) {
+			rc = conf_file(b, "CRUN_ETCD_CERT", c->etcd_cert, &b->cert, d);
+		}
+		return rc < 0 ? rc : conf_file(b, "CRUN_ETCD_KEY", c->etcd_key, &b->key, d);
+	}
+	for (i = 0; i < b->neps; i++) {
+		if (!b->eps[i].tls) {
+			return diag_set(d, CRUN_ECONFIG,
+					"%s: --tls-%s: member %s is reached over http, which has no "
+					"certificate to verify: give etcd+https:// or https:// members",
+					b->where, given(c->tls_ca) ? "ca" : "cert", b->eps[i].name);
+		}
+	}
+	rc = conf_file(b, "--tls-ca", c->tls_ca, &b->cacert, d);
+	if (rc == 0) {
+		rc = conf_file(b, "--tls-cert", c->tls_cert, &b->cert, d);
+	}
+	return rc < 0 ? rc : conf_file(b, "--tls-key", c->tls_key, &b->key, d);
+}
+
 /*
  * TLS files and credentials from the store's configuration (docs/etcd.md): the agent's from
  * --rdzv-conf, a worker's from the CRUN_ETCD_* variables it inherited, whose names the
@@ -101,13 +140,7 @@ static int read_conf(struct store_backend *b, const struct store_conf *c, struct
 	const char *user = c->etcd_user, *pwf = c->etcd_password_file;
 	int rc;
 
-	rc = conf_file(b, "CRUN_ETCD_CACERT", c->etcd_cacert, &b->cacert, d);
-	if (rc == 0) {
-		rc = conf_file(b, "CRUN_ETCD_CERT", c->etcd_cert, &b->cert, d);
-	}
-	if (rc == 0) {
-		rc = conf_file(b, "CRUN_ETCD_KEY", c->etcd_key, &b->key, d);
-	}
+	rc = tls_conf(b, c, d);
 	if (rc < 0) {
 		return rc;
 	}
