@@ -93,7 +93,7 @@ CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const voi
 CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
 				   size_t len, int64_t ttl_ms);
 /**
- * Set @key to @val (borrowed) without waiting for the store's answer (added in crun 0.4):
+ * Set @key to @val (borrowed) without waiting for the store's answer (CRUN_WORKER_1.3):
  * requests keep their order on the handle's connection, so a later operation on this handle
  * sees the value. A set the store refuses (a full quota), or one whose connection is lost
  * before the answer (it may or may not be stored: it is never sent again), is returned by the
