@@ -223,9 +223,12 @@ static int connect_next(struct crun_comm *c, struct cpu *p, struct crun_store *s
 	rc = crun_store_wait(st, keys, 1,
 			     crun_ms_until(deadline) > 0 ? crun_ms_until(deadline) : 1);
 	if (rc < 0) {
+		/* The store's words: they name our own address's set when that failed. */
+		const char *why = crun_store_last_error(st);
+
 		return diag_set(&c->diag, rc,
 				"comm %s: rank %d: waiting for rank %d's address (%s): %s", c->name,
-				c->rank, succ, key, crun_strerror(rc));
+				c->rank, succ, key, why[0] != '\0' ? why : crun_strerror(rc));
 	}
 	rc = crun_store_get(st, key, &val, &len);
 	if (rc < 0) {
@@ -393,7 +396,9 @@ static int listen_and_publish(struct crun_comm *c, struct crun_store *st, int *l
 	snprintf(suffix, sizeof(suffix), "addr/%d", c->rank);
 	rc = comm_key(c, key, sizeof(key), suffix);
 	if (rc == 0) {
-		rc = crun_store_set(st, key, addr, strlen(addr));
+		/* Not waited for: connect_next()'s wait follows it on the connection (one round
+		 * trip for both) and returns its failure if the store refused it. */
+		rc = crun_store_set_async(st, key, addr, strlen(addr));
 	}
 	if (rc < 0) {
 		diag_set(&c->diag, rc, "comm %s: rank %d: publish %s: %s", c->name, c->rank, key,

@@ -96,24 +96,24 @@ CRUN_EXPORT int crun_barrier(int timeout_ms)
 		goto out;
 	}
 	if (arrived == e->world_size) {
-		rc = crun_store_set(barrier_store, done_key, "1", 1);
+		/* Not waited for: the wait below follows it on the connection (one round trip
+		 * for both), and returns its failure if the store refused it. */
+		rc = crun_store_set_async(barrier_store, done_key, "1", 1);
 		if (rc < 0) {
 			goto out;
-		}
-		/* Every rank has left the previous generation's wait: its keys can go. */
-		if (gen > 1) {
-			snprintf(count_key, sizeof(count_key), "crun/barrier/%" PRIu64 "/count",
-				 gen - 1);
-			crun_store_delete(barrier_store, count_key);
-			snprintf(count_key, sizeof(count_key), "crun/barrier/%" PRIu64 "/done",
-				 gen - 1);
-			crun_store_delete(barrier_store, count_key);
 		}
 	}
 	keys[0] = done_key;
 	rc = crun_store_wait(barrier_store, keys, 1, timeout_ms);
 	if (rc == 0) {
 		worker_heartbeat(); /* every rank got here: progress (--worker-timeout) */
+	}
+	if (rc == 0 && arrived == e->world_size && gen > 1) {
+		/* Every rank has left the previous generation's wait: its keys can go. */
+		snprintf(count_key, sizeof(count_key), "crun/barrier/%" PRIu64 "/count", gen - 1);
+		crun_store_delete(barrier_store, count_key);
+		snprintf(count_key, sizeof(count_key), "crun/barrier/%" PRIu64 "/done", gen - 1);
+		crun_store_delete(barrier_store, count_key);
 	}
 out:
 	pthread_mutex_unlock(&barrier_lock);

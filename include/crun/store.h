@@ -93,6 +93,25 @@ CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const voi
 CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
 				   size_t len, int64_t ttl_ms);
 /**
+ * Set @key to @val (borrowed) without waiting for the store's answer (CRUN_WORKER_1.3):
+ * requests keep their order on the handle's connection, so a later operation on this handle
+ * sees the value. A set the store refuses (a full quota), or one whose connection is lost
+ * before the answer (it may or may not be stored: it is never sent again), is returned by the
+ * next call on this handle, whatever it is, with crun_store_last_error() naming the key and
+ * the store's words; that call's own request is then not run to completion (it may have been
+ * sent: its connection is dropped). crun_store_flush() waits for every answer. At most 1024
+ * sets (4 MiB of them) are unanswered at a time: the next one first reads the answers.
+ * Returns 0 when sent, a local error (-EINVAL, -EMSGSIZE), or an earlier set's failure.
+ * Backends other than TCP set synchronously.
+ */
+CRUN_EXPORT int crun_store_set_async(struct crun_store *st, const char *key, const void *val,
+				     size_t len);
+/**
+ * Wait for the answers to every crun_store_set_async() on this handle (the handle's timeout).
+ * Returns 0 when each was stored, else the first failure (later ones counted in the message).
+ */
+CRUN_EXPORT int crun_store_flush(struct crun_store *st);
+/**
  * Non-blocking get. On success *val is a malloc'd copy, NUL-terminated for convenience (not
  * counted in *len), owned by the caller (free()). Returns -ENOENT when the key is absent.
  */
@@ -141,6 +160,12 @@ CRUN_EXPORT int crun_store_multi_set(struct crun_store *st, const char *const *k
 				     const void *const *vals, const size_t *lens);
 /** Round trip to the server (the file backend checks the file is readable). */
 CRUN_EXPORT int crun_store_ping(struct crun_store *st);
+
+/**
+ * Why the last failed call on @st failed, in words ("store H:P: SET \"k\" (sent without
+ * waiting) was refused: ..."); "" when none did. Borrowed, valid until the next call on @st.
+ */
+CRUN_EXPORT const char *crun_store_last_error(const struct crun_store *st);
 
 /** The handle's prefix (borrowed, valid until close). */
 CRUN_EXPORT const char *crun_store_prefix(const struct crun_store *st);

@@ -55,13 +55,10 @@
 /* The transport (client_tcp_io.c) under the names this file has always used. */
 static void disconnect(struct store_backend *b)
 {
-	tcp_io_disconnect(b);
+	tcp_disconnect(b);
 }
 
-static int fail(struct store_backend *b, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(struct store_backend *b, int code, const char *fmt, ...)
+int tcp_fail(struct store_backend *b, int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -74,7 +71,9 @@ static int fail(struct store_backend *b, int code, const char *fmt, ...)
 /*
  * Send the frame in b->out and read its reply into b->rh / b->in. Returns 0 (the reply
  * status is OK), the mapped code of an error reply (message kept in b->diag), or a transport
- * error, after which the connection is dropped and the next call reconnects.
+ * error, after which the connection is dropped and the next call reconnects. Replies owed to
+ * sets sent without waiting come first: one of them refused, or lost, is what this returns
+ * (the request just sent may have run; the connection is dropped instead of waiting for it).
  */
 static int roundtrip(struct store_backend *b, int64_t deadline)
 {
@@ -82,58 +81,30 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 	size_t plen = 0;
 	int rc;
 
-	if (b->out.oom) {
-		wire_buf_finish(&b->out);
-		return fail(b, -ENOMEM, "out of memory");
+	rc = tcp_send_out(b, deadline);
+	if (rc == 0 && b->pipe.n > 0) {
+		rc = tcp_pipe_drain(b, deadline);
+		if (rc < 0 && b->fd >= 0) {
+			tcp_io_disconnect(b);
+		}
 	}
-	/* Only MULTI_SET can outgrow a frame (4096 values of 16 MiB). Refuse it here: the server
-	 * would drop the connection, and past 2^32 the length field would wrap and the values
-	 * would be read as frames. Nothing was sent, so the connection stays in sync. */
-	if (b->out.len - 4 > WIRE_MAX_FRAME) {
-		return fail(b, -EMSGSIZE, "%s: request of %zu bytes exceeds the frame limit %u",
-			    wire_op_name(b->out.p[4]), b->out.len - 4, (unsigned)WIRE_MAX_FRAME);
-	}
-	rc = tcp_io_send(b, b->out.p, b->out.len, deadline);
-	if (rc < 0) {
-		disconnect(b);
-		return fail(b, rc, "send: %s", tcp_io_strerror(b, rc));
-	}
-	rc = tcp_io_fill(b, WIRE_HDR_LEN, deadline);
 	if (rc == 0) {
-		rc = wire_hdr_decode(b->rb + b->rb_off, WIRE_MAX_FRAME, &b->rh);
-		if (rc < 0) {
-			b->junk_len = b->rb_len < sizeof(b->junk) ? b->rb_len : sizeof(b->junk);
-			memcpy(b->junk, b->rb + b->rb_off, b->junk_len);
-			disconnect(b);
-			return fail(b, -EPROTO, "reply: bad frame length %u", b->rh.len);
-		}
-		plen = b->rh.len - 8;
-		rc = tcp_io_fill(b, WIRE_HDR_LEN + plen, deadline);
+		rc = tcp_recv_frame(b, deadline, &plen);
 	}
 	if (rc < 0) {
-		disconnect(b);
-		if (rc == -ETIMEDOUT) {
-			return fail(b, rc, "no reply in time");
-		}
-		return fail(b, rc, "receive: %s", tcp_io_strerror(b, rc));
-	}
-	b->in = b->rb + b->rb_off + WIRE_HDR_LEN;
-	b->rb_off += WIRE_HDR_LEN + plen;
-	b->rb_len -= WIRE_HDR_LEN + plen;
-	if (b->rb_len == 0) {
-		b->rb_off = 0; /* b->in stays valid: nothing is read before it is parsed */
+		return rc;
 	}
 	if (!(b->rh.flags & WIRE_FLAG_REPLY) || (b->rh.id != id && b->rh.id != 0)) {
 		disconnect(b);
-		return fail(b, -EPROTO, "reply: unexpected frame (id %u, expected %u)", b->rh.id,
-			    id);
+		return tcp_fail(b, -EPROTO, "reply: unexpected frame (id %u, expected %u)",
+				b->rh.id, id);
 	}
 	if (b->rh.status != WIRE_OK) {
 		rc = wire_status_to_code(b->rh.status);
 		/* Op 0: a connection-level error (too many connections, a bad frame): no op. */
-		fail(b, rc, "%s%s%.*s", b->rh.op != 0 ? wire_op_name(b->rh.op) : "",
-		     b->rh.op != 0 ? ": " : "", (int)(plen > 400 ? 400 : plen),
-		     (const char *)b->in);
+		tcp_fail(b, rc, "%s%s%.*s", b->rh.op != 0 ? wire_op_name(b->rh.op) : "",
+			 b->rh.op != 0 ? ": " : "", (int)(plen > 400 ? 400 : plen),
+			 (const char *)b->in);
 		/* The server closes the connection after these (docs/protocol.md). */
 		if (b->rh.id != id || rc == -EPROTO || rc == -EOPNOTSUPP || rc == CRUN_EMAGIC ||
 		    rc == CRUN_EVERSION || rc == CRUN_EAUTH || rc == -ESHUTDOWN) {
@@ -188,7 +159,7 @@ static void put_key(struct store_backend *b, const char *key)
 static int bad_reply(struct store_backend *b)
 {
 	disconnect(b);
-	return fail(b, -EPROTO, "%s: malformed reply", wire_op_name(b->rh.op));
+	return tcp_fail(b, -EPROTO, "%s: malformed reply", wire_op_name(b->rh.op));
 }
 
 /* The step's message without our "store H:P: " prefix, for a fail() that names the step. */
@@ -208,12 +179,13 @@ static int auth_refused(struct store_backend *b, int rc)
 
 	snprintf(m, sizeof(m), "%s", own_msg(b));
 	if (rc == CRUN_EAUTH && strstr(m, "token mismatch") != NULL) {
-		return fail(b, rc,
-			    "handshake: token mismatch: the store refused our token (fingerprint "
-			    "%s from %s); its log names the fingerprint of its own",
-			    b->cred.fpr, b->cred.source);
+		return tcp_fail(
+			b, rc,
+			"handshake: token mismatch: the store refused our token (fingerprint "
+			"%s from %s); its log names the fingerprint of its own",
+			b->cred.fpr, b->cred.source);
 	}
-	return fail(b, rc, "handshake: %s", m);
+	return tcp_fail(b, rc, "handshake: %s", m);
 }
 
 /*
@@ -271,7 +243,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	int rc;
 
 	if (b->cred.set && token_random(cn, sizeof(cn)) < 0) {
-		return fail(b, -EIO, "handshake: no random bytes for a nonce");
+		return tcp_fail(b, -EIO, "handshake: no random bytes for a nonce");
 	}
 	b->junk_len = 0;
 	t0 = crun_now_ms();
@@ -291,7 +263,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 		char m[sizeof(b->diag.msg)];
 
 		snprintf(m, sizeof(m), "%s", own_msg(b));
-		fail(b, rc, "handshake: %s", m);
+		tcp_fail(b, rc, "handshake: %s", m);
 		disconnect(b);
 		return rc;
 	}
@@ -310,24 +282,26 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	}
 	if (auth == WIRE_AUTH_NONE) {
 		disconnect(b);
-		return fail(b, CRUN_EAUTH,
-			    "handshake: the store runs without authentication (--insecure) but we "
-			    "have a token (fingerprint %s from %s): refusing to use it",
-			    b->cred.fpr, b->cred.source);
+		return tcp_fail(
+			b, CRUN_EAUTH,
+			"handshake: the store runs without authentication (--insecure) but we "
+			"have a token (fingerprint %s from %s): refusing to use it",
+			b->cred.fpr, b->cred.source);
 	}
 	if (auth != WIRE_AUTH_TOKEN) {
 		return bad_reply(b);
 	}
 	if (!b->cred.set) {
 		disconnect(b);
-		return fail(b, CRUN_EAUTH,
-			    "handshake: the store requires a token and we have none (give a token "
-			    "file: --token-file, CRUN_STORE_TOKEN_FILE)");
+		return tcp_fail(
+			b, CRUN_EAUTH,
+			"handshake: the store requires a token and we have none (give a token "
+			"file: --token-file, CRUN_STORE_TOKEN_FILE)");
 	}
 	memcpy(sn, nonce.p, sizeof(sn));
 	if (token_proof(b->cred.key, sn, cn, TOKEN_ROLE_CLIENT, proof) < 0) {
 		disconnect(b);
-		return fail(b, -EIO, "handshake: HMAC failed");
+		return tcp_fail(b, -EIO, "handshake: HMAC failed");
 	}
 	off = begin(b, WIRE_OP_AUTH);
 	wire_put_bytes(&b->out, proof, sizeof(proof));
@@ -346,10 +320,10 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	if (token_proof(b->cred.key, sn, cn, TOKEN_ROLE_SERVER, proof) < 0 ||
 	    !token_equal(proof, theirs.p, sizeof(proof))) {
 		disconnect(b);
-		return fail(b, CRUN_EAUTH,
-			    "handshake: the store's proof is wrong: it does not hold our token "
-			    "(fingerprint %s from %s)",
-			    b->cred.fpr, b->cred.source);
+		return tcp_fail(b, CRUN_EAUTH,
+				"handshake: the store's proof is wrong: it does not hold our token "
+				"(fingerprint %s from %s)",
+				b->cred.fpr, b->cred.source);
 	}
 	return 0;
 }
@@ -411,8 +385,8 @@ static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 	if (gai != 0) {
 		/* A name that does not resolve yet (DNS catching up with a new host) is retried
 		 * like a store that is not up yet. */
-		return fail(b, gai == EAI_AGAIN ? -EAGAIN : -EINVAL, "cannot resolve %s: %s",
-			    b->host, gai_strerror(gai));
+		return tcp_fail(b, gai == EAI_AGAIN ? -EAGAIN : -EINVAL, "cannot resolve %s: %s",
+				b->host, gai_strerror(gai));
 	}
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
 		int64_t t = crun_now_ms() + CONNECT_TRY_MS;
@@ -424,12 +398,12 @@ static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 	}
 	freeaddrinfo(res);
 	if (rc < 0) {
-		return fail(b, rc, "connect: %s", crun_strerror(rc));
+		return tcp_fail(b, rc, "connect: %s", crun_strerror(rc));
 	}
 	rc = tcp_io_tls_start(b, deadline);
 	if (rc < 0) {
 		/* "TLS handshake: the store's certificate has expired (...)" */
-		fail(b, rc, "TLS handshake: %s", tcp_io_strerror(b, rc));
+		tcp_fail(b, rc, "TLS handshake: %s", tcp_io_strerror(b, rc));
 		disconnect(b);
 		*final = rc != -ECONNRESET && rc != -EPIPE;
 		return rc;
@@ -448,9 +422,10 @@ static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 		b->hs_try_ms = HANDSHAKE_TRY_MAX_MS;
 		disconnect(b);
 		*final = false;
-		return fail(b, rc, "it accepted the connection but did not answer the handshake in "
-				   "%.1f s (not a crun store?)",
-			    (double)(crun_now_ms() - t0) / 1000.0);
+		return tcp_fail(b, rc,
+				"it accepted the connection but did not answer the handshake in "
+				"%.1f s (not a crun store?)",
+				(double)(crun_now_ms() - t0) / 1000.0);
 	}
 	/* A refused handshake is final; a dropped one is worth a retry. */
 	*final = rc < 0 && rc != -ECONNRESET && rc != -EPIPE;
@@ -523,34 +498,42 @@ static int reconnect(struct store_backend *b, int64_t op_deadline)
 	}
 }
 
-/* Make sure there is a connection, then run the request in b->out. */
+int tcp_ensure_conn(struct store_backend *b, int64_t deadline)
+{
+	/* A request built before the reconnect is kept aside: the handshake reuses out. */
+	struct wire_buf saved = b->out;
+	uint32_t id = b->rh.id;
+	int rc;
+
+	if (b->fd >= 0) {
+		return 0;
+	}
+	memset(&b->out, 0, sizeof(b->out));
+	/* The operation's deadline covers reconnecting: a call never outlasts it. */
+	rc = reconnect(b, deadline);
+	wire_buf_finish(&b->out);
+	b->out = saved;
+	b->rh.id = id;
+	return rc;
+}
+
+/* Make sure there is a connection, then run the request in b->out. A set sent without waiting
+ * that failed and was not yet reported is reported instead, before anything is sent. */
 static int call(struct store_backend *b, int timeout_ms)
 {
 	int64_t deadline = crun_now_ms() + (timeout_ms < 0 ? 300000 : timeout_ms);
-	int rc;
+	int rc = tcp_pipe_take_error(b);
 
-	if (b->fd < 0) {
-		/* A request built before the reconnect is kept aside: the handshake reuses out. */
-		struct wire_buf saved = b->out;
-		uint32_t id = b->rh.id;
-
-		memset(&b->out, 0, sizeof(b->out));
-		/* The operation's deadline covers reconnecting: a call never outlasts it. */
-		rc = reconnect(b, deadline);
-		wire_buf_finish(&b->out);
-		b->out = saved;
-		b->rh.id = id;
-		if (rc < 0) {
-			return rc;
-		}
+	if (rc == 0) {
+		rc = tcp_ensure_conn(b, deadline);
 	}
-	return roundtrip(b, deadline);
+	return rc < 0 ? rc : roundtrip(b, deadline);
 }
 
 /* ---- operations ---- */
 
-static int tcp_set(struct store_backend *b, const char *key, const void *val, size_t len,
-		   int64_t ttl_ms, int timeout_ms)
+void tcp_set_frame(struct store_backend *b, const char *key, const void *val, size_t len,
+		   int64_t ttl_ms)
 {
 	size_t off = begin(b, WIRE_OP_SET);
 
@@ -558,6 +541,12 @@ static int tcp_set(struct store_backend *b, const char *key, const void *val, si
 	wire_put_bytes(&b->out, val, len);
 	wire_put_i64(&b->out, ttl_ms);
 	wire_frame_end(&b->out, off);
+}
+
+static int tcp_set(struct store_backend *b, const char *key, const void *val, size_t len,
+		   int64_t ttl_ms, int timeout_ms)
+{
+	tcp_set_frame(b, key, val, len, ttl_ms);
 	return call(b, timeout_ms);
 }
 
@@ -566,7 +555,7 @@ static int copy_out(struct store_backend *b, struct wire_str s, void **val, size
 	char *p = malloc((size_t)s.len + 1);
 
 	if (p == NULL) {
-		return fail(b, -ENOMEM, "out of memory");
+		return tcp_fail(b, -ENOMEM, "out of memory");
 	}
 	if (s.len > 0) {
 		memcpy(p, s.p, s.len);
@@ -864,7 +853,7 @@ static int tcp_list_runs(struct store_backend *b, uint32_t max, struct store_run
 	}
 	r = calloc(got + 1u, sizeof(*r));
 	if (r == NULL) {
-		return fail(b, -ENOMEM, "LIST_RUNS: out of memory");
+		return tcp_fail(b, -ENOMEM, "LIST_RUNS: out of memory");
 	}
 	for (i = 0; i < got && !c.bad; i++) {
 		id = wire_get_bytes(&c);
@@ -891,7 +880,9 @@ static void tcp_close(struct store_backend *b)
 	if (b == NULL) {
 		return;
 	}
+	tcp_pipe_close(b);
 	disconnect(b);
+	tcp_pipe_finish(b);
 	wire_buf_finish(&b->out);
 	free(b->rb);
 	free(b->host);
@@ -904,6 +895,8 @@ static void tcp_close(struct store_backend *b)
 static const struct store_ops tcp_ops = {
 	.name = "tcp",
 	.set = tcp_set,
+	.set_async = tcp_set_async,
+	.flush = tcp_flush,
 	.get = tcp_get,
 	.wait = tcp_wait,
 	.add = tcp_add,

@@ -283,3 +283,77 @@ int tcp_io_connect(struct store_backend *b, const struct addrinfo *ai, int64_t d
 	b->rcvtimeo_ms = 0;
 	return 0;
 }
+
+/* ---- frames (client_tcp.c builds them; these move them) ---- */
+
+bool tcp_out_ok(struct store_backend *b)
+{
+	if (b->out.oom) {
+		wire_buf_finish(&b->out);
+		tcp_fail(b, -ENOMEM, "out of memory");
+		return false;
+	}
+	/* Only MULTI_SET can outgrow a frame (4096 values of 16 MiB). Refuse it here: the server
+	 * would drop the connection, and past 2^32 the length field would wrap and the values
+	 * would be read as frames. Nothing was sent, so the connection stays in sync. */
+	if (b->out.len - 4 > WIRE_MAX_FRAME) {
+		tcp_fail(b, -EMSGSIZE, "%s: request of %zu bytes exceeds the frame limit %u",
+			 wire_op_name(b->out.p[4]), b->out.len - 4, (unsigned)WIRE_MAX_FRAME);
+		return false;
+	}
+	return true;
+}
+
+int tcp_send_out(struct store_backend *b, int64_t deadline)
+{
+	int rc;
+
+	if (!tcp_out_ok(b)) {
+		return b->diag.code;
+	}
+	rc = tcp_io_send(b, b->out.p, b->out.len, deadline);
+	if (rc < 0) {
+		tcp_fail(b, rc, "send: %s", tcp_io_strerror(b, rc));
+		tcp_disconnect(b);
+		/* Sets sent without waiting went with the connection: that is the news. */
+		return b->pipe.err.code != 0 ? tcp_pipe_take_error(b) : rc;
+	}
+	return 0;
+}
+
+int tcp_recv_frame(struct store_backend *b, int64_t deadline, size_t *plen_out)
+{
+	size_t plen = 0;
+	int rc;
+
+	rc = tcp_io_fill(b, WIRE_HDR_LEN, deadline);
+	if (rc == 0) {
+		rc = wire_hdr_decode(b->rb + b->rb_off, WIRE_MAX_FRAME, &b->rh);
+		if (rc < 0) {
+			b->junk_len = b->rb_len < sizeof(b->junk) ? b->rb_len : sizeof(b->junk);
+			memcpy(b->junk, b->rb + b->rb_off, b->junk_len);
+			tcp_fail(b, -EPROTO, "reply: bad frame length %u", b->rh.len);
+			tcp_disconnect(b);
+			return -EPROTO;
+		}
+		plen = b->rh.len - 8;
+		rc = tcp_io_fill(b, WIRE_HDR_LEN + plen, deadline);
+	}
+	if (rc < 0) {
+		if (rc == -ETIMEDOUT) {
+			tcp_fail(b, rc, "no reply in time");
+		} else {
+			tcp_fail(b, rc, "receive: %s", tcp_io_strerror(b, rc));
+		}
+		tcp_disconnect(b);
+		return rc;
+	}
+	b->in = b->rb + b->rb_off + WIRE_HDR_LEN;
+	b->rb_off += WIRE_HDR_LEN + plen;
+	b->rb_len -= WIRE_HDR_LEN + plen;
+	if (b->rb_len == 0) {
+		b->rb_off = 0; /* b->in stays valid: nothing is read before it is parsed */
+	}
+	*plen_out = plen;
+	return 0;
+}

@@ -393,6 +393,36 @@ CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const voi
 	return crun_store_set_ttl(st, key, val, len, 0);
 }
 
+CRUN_EXPORT int crun_store_set_async(struct crun_store *st, const char *key, const void *val,
+				     size_t len)
+{
+	const char *k;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = check_value(val, len);
+	if (rc == 0) {
+		rc = one_key(st, key, &k);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	if (st->ops->set_async == NULL) {
+		return st->ops->set(st->b, k, len ? val : "", len, 0, st->conf.timeout_ms);
+	}
+	return st->ops->set_async(st->b, k, len ? val : "", len, st->conf.timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_flush(struct crun_store *st)
+{
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	return st->ops->flush == NULL ? 0 : st->ops->flush(st->b, st->conf.timeout_ms);
+}
+
 CRUN_EXPORT int crun_store_get(struct crun_store *st, const char *key, void **val, size_t *len)
 {
 	const char *k;
@@ -545,6 +575,11 @@ int store_list_runs(struct crun_store *st, uint32_t max, struct store_run **runs
 		return -EOPNOTSUPP;
 	}
 	return st->ops->list_runs(st->b, max, runs, n, total, st->conf.timeout_ms);
+}
+
+CRUN_EXPORT const char *crun_store_last_error(const struct crun_store *st)
+{
+	return store_last_error(st);
 }
 
 int store_delete_prefix(struct crun_store *st)
