@@ -87,6 +87,17 @@ wait_pid() {
 	RC=$?
 }
 
+# wait_ok SECONDS PID WHAT FILE...: wait_pid, then fail unless PID exited 0, naming WHAT and
+# its status after showing the FILEs that say why (the last 60 lines of each).
+wait_ok() {
+	local limit=$1 pid=$2 what=$3
+	shift 3
+	wait_pid "$limit" "$pid"
+	[ "$RC" -eq 0 ] && return 0
+	tail -n 60 "$@" >&2
+	fail "$what exited $RC"
+}
+
 # start_rdzvd [ADDR] [NETNS]: a store daemon (RDZVD) listening on ADDR (127.0.0.1), port 0,
 # inside network namespace NETNS when one is given; sets ENDPOINT and RDZVD_PID.
 start_rdzvd() {
