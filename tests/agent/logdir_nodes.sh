@@ -14,8 +14,7 @@ need_netns "$TAG"
 NET=$(netns_subnet)
 netns_bridge "$TAG" "$NET" crun0 "${TAG}1" "${TAG}2" || { echo "no bridge support: skipping"; exit 77; }
 EP=$NET.1:29500 # namespace 1 is fresh: nothing else binds there; its agent hosts the store
-python3 -c 'import secrets; print(secrets.token_hex(32))' >"$T/token"
-chmod 600 "$T/token"
+token_file "$T/token"
 L=$T/logs
 
 # w.sh: every rank prints its rank and waits until all 4 of its attempt have started; rank 3

@@ -26,8 +26,7 @@ C=$NET.3
 PORT=29500 # each namespace is fresh: nothing else binds there
 PROG=$SRC/tests/agent/ddp_order.py
 # One token file for every node and the daemon, made before any of them starts.
-python3 -c 'import secrets; print(secrets.token_hex(32))' >"$T/token"
-chmod 600 "$T/token"
+token_file "$T/token"
 
 # node NS ID ENDPOINT ARGS...: start one agent of job ID in namespace NS; sets NODE_PID.
 node() {

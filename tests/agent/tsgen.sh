@@ -18,8 +18,7 @@
 
 need_torch
 PROG=$SRC/tests/agent/tsgen_worker.py
-python3 -c 'import secrets; print(secrets.token_hex(32))' >"$T/token"
-chmod 600 "$T/token"
+token_file "$T/token"
 
 # counts FILE: the distinct "joined=N world=W" lines the workers printed, one per line.
 counts() {

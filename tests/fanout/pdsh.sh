@@ -95,8 +95,7 @@ fi
 exec ip netns exec "$h" "$@"
 WRAP
 chmod +x "$T/hostwrap"
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token.odd"
-chmod 600 "$T/token.odd"
+token_file "$T/token.odd"
 ODD_HOST=${HOSTS[1]} ODD_TOKEN=$T/token.odd timeout -s KILL 60 bash "$PDSH_TOOL" -R exec \
 	--exec-prefix "$T/hostwrap %h" --crun "$CRUN" --rdzv-id "tok-$R" -w "$LIST" -- "$W" print:never \
 	>"$T/tok.out" 2>"$T/tok.err"

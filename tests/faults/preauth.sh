@@ -57,8 +57,7 @@ mkdir -m 0777 "$T/atk"
 fig() { awk -v k="$1" '$1 == k { print $2 }' "$2"; }
 
 # The job's token: 32 random bytes in hex, root's alone.
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
-chmod 0600 "$T/token"
+token_file "$T/token"
 export CRUN_TOKEN_FILE=$T/token
 
 # right_5 ENDPOINT OUT [CREDENTIAL]: five right-token handshakes one after another (root), each
