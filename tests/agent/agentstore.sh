@@ -40,8 +40,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 240 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/as.*.out "$T"/as.*.err >&2; fail "node $i exited $RC"; }
+	wait_ok 240 ${pids[$i]} "node $i" "$T"/as.*.out "$T"/as.*.err
 done
 expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_PORT=$port, TORCHELASTIC_USE_AGENT_STORE=True" \
 	"$T/as.0.err" "node 0 hosts the agent store on the master port"
@@ -64,8 +63,7 @@ if [ -x "$TORCHRUN" ]; then
 		track $!
 	done
 	for i in 0 1; do
-		wait_pid 240 ${pids[$i]}
-		[ $RC -eq 0 ] || { cat "$T"/tr.*.err >&2; fail "torchrun node $i exited $RC"; }
+		wait_ok 240 ${pids[$i]} "torchrun node $i" "$T"/tr.*.err
 	done
 	expect_eq "$(digest "$T/crun")" "$(digest "$T/torchrun")" "crun's digest vs torchrun's"
 else
@@ -87,8 +85,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 240 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/c.*.err >&2; fail "c10d node $i exited $RC"; }
+	wait_ok 240 ${pids[$i]} "c10d node $i" "$T"/c.*.err
 done
 expect_grep "workers meet through the agent store: MASTER_ADDR=127.0.0.1 MASTER_PORT=${ENDPOINT##*:}" \
 	"$T/c.1.err" "c10d agent store"
@@ -106,8 +103,7 @@ for i in 0 1; do
 	[ $i -eq 0 ] && wait_for 20 grep -q "hosting the rendezvous store" "$T/h.0.err"
 done
 for i in 0 1; do
-	wait_pid 60 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/h.*.err >&2; fail "c10d node $i exited $RC"; }
+	wait_ok 60 ${pids[$i]} "c10d node $i" "$T"/h.*.err
 done
 expect_grep "joining it as a client" "$T/h.1.err" "node 1 joins the agent's store"
 expect_eq "$(value_of "$T/h.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE (client)"
@@ -126,8 +122,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 60 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/p.*.err >&2; fail "c10d node $i exited $RC"; }
+	wait_ok 60 ${pids[$i]} "c10d node $i" "$T"/p.*.err
 done
 expect_eq "$(value_of "$T/p.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGENT_STORE"
 expect_grep "does not serve PyTorch's TCPStore clients" "$T/p.1.err" "the probe's answer"
@@ -142,8 +137,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 60 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/na.*.err >&2; fail "--no-agent-store node $i exited $RC"; }
+	wait_ok 60 ${pids[$i]} "--no-agent-store node $i" "$T"/na.*.err
 done
 expect_eq "$(value_of "$T/na.1.out" TORCHELASTIC_USE_AGENT_STORE)" False "USE_AGENT_STORE"
 expect_eq "$(value_of "$T/na.1.out" MASTER_PORT)" "$port" "MASTER_PORT"
@@ -159,8 +153,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 60 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/on.*.err >&2; fail "node $i exited $RC"; }
+	wait_ok 60 ${pids[$i]} "node $i" "$T"/on.*.err
 done
 expect_eq "$(value_of "$T/on.1.out" TORCHELASTIC_USE_AGENT_STORE)" True "USE_AGENT_STORE"
 expect_eq "$(value_of "$T/on.0.out" MASTER_PORT)" "$port" "MASTER_PORT"

@@ -90,8 +90,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 90 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T/two.$i.err" >&2; fail "node $i exit $RC"; }
+	wait_ok 90 ${pids[$i]} "node $i" "$T/two.$i.err"
 done
 expect_eq "$(cat "$T"/two.*.out | grep -c '^\[rank[0-9]\]:RANK=')" 2 "two workers ran"
 [ -f "$HOME/.config/crun/token" ] || fail "no default token file was made"

@@ -15,8 +15,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 240 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T/ddp.$i.out" "$T/ddp.$i.err" >&2; fail "node $i exited $RC"; }
+	wait_ok 240 ${pids[$i]} "node $i" "$T/ddp.$i.out" "$T/ddp.$i.err"
 done
 for r in 0 1 2 3; do
 	[ -s "$T/params.$r" ] || fail "rank $r wrote no parameters"

@@ -28,8 +28,7 @@ for i in 0 1; do
 	track $!
 done
 for i in 0 1; do
-	wait_pid 60 ${pids[$i]}
-	[ $RC -eq 0 ] || { cat "$T"/n.*.err >&2; fail "node $i exited $RC"; }
+	wait_ok 60 ${pids[$i]} "node $i" "$T"/n.*.err
 done
 expect_grep "hosting the rendezvous store at 127.0.0.2:$port" "$T/n.0.err" "the host node"
 expect_eq "$(sed -n 's/^\[rank[0-9]\]:FDS=//p' "$T/n.0.out")" "0 1 2" "worker fds on the host node"

@@ -18,9 +18,14 @@ export CRUN_STATE_DIR=$T/state
 export CRUN_TOKEN_FILE=$T/token
 unset CRUN_STORE_TOKEN CRUN_STORE_TOKEN_FILE
 PIDS=""
+# The network namespaces and links a test made (need_netns, then tests/lib/net.sh's
+# netns_bridge records them here): removed on exit.
+NETNS=""
+LINKS=""
 
 cleanup() {
 	kill_tracked
+	netns_teardown "$NETNS" "$LINKS"
 	rm -rf "$T"
 }
 trap cleanup EXIT
@@ -44,6 +49,13 @@ run_crun() {
 		cat "$err" >&2
 		fail "crun $* did not finish in ${limit}s"
 	fi
+}
+
+# need_netns TAG: the test runs as root and may make network namespaces (netns_usable TAG);
+# otherwise it says which is missing and is skipped (exit 77).
+need_netns() {
+	[ "$(id -u)" -eq 0 ] || { echo "needs root (network namespaces): skipping"; exit 77; }
+	netns_usable "$1" || { echo "ip netns add refused: skipping"; exit 77; }
 }
 
 # need_torch: PYTHON_EXEC is Debian's python3 with torch (the real PyTorch client), gloo on

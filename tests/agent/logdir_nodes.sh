@@ -8,32 +8,13 @@
 # only (network namespaces; 77 otherwise).
 . "$(dirname "$0")/lib.sh"
 
-[ "$(id -u)" -eq 0 ] || { echo "needs root (network namespaces): skipping"; exit 77; }
 TAG=ld$$
-ip netns add "${TAG}probe" 2>/dev/null || { echo "ip netns add refused: skipping"; exit 77; }
-ip netns del "${TAG}probe"
-NETNS=""
-LINKS=""
-cleanup_ns() {
-	kill_tracked
-	netns_teardown "$NETNS" "$LINKS"
-	rm -rf "$T"
-}
-trap cleanup_ns EXIT
+need_netns "$TAG"
 
-NET=10.$((100 + RANDOM % 100)).$((RANDOM % 250))
-BR=${TAG}br
-ip link add "$BR" type bridge || { echo "no bridge support: skipping"; exit 77; }
-LINKS=$BR
-for i in 1 2; do
-	NETNS="$NETNS $TAG$i"
-	LINKS="${TAG}r$i $LINKS"
-	netns_on_bridge "$TAG$i" "$BR" "${TAG}r$i" "${TAG}n$i" "$NET.$i/24" crun0
-done
-ip link set "$BR" up || fail "bridge up"
+NET=$(netns_subnet)
+netns_bridge "$TAG" "$NET" crun0 "${TAG}1" "${TAG}2" || { echo "no bridge support: skipping"; exit 77; }
 EP=$NET.1:29500 # namespace 1 is fresh: nothing else binds there; its agent hosts the store
-python3 -c 'import secrets; print(secrets.token_hex(32))' >"$T/token"
-chmod 600 "$T/token"
+token_file "$T/token"
 L=$T/logs
 
 # w.sh: every rank prints its rank and waits until all 4 of its attempt have started; rank 3

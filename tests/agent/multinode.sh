@@ -109,8 +109,7 @@ for i in 1 0; do
 	track $!
 done
 for p in "${pids[@]}"; do
-	wait_pid 60 $p
-	[ $RC -eq 0 ] || { cat "$T"/st.*.err >&2; fail "static node exited $RC"; }
+	wait_ok 60 $p "static node" "$T"/st.*.err
 done
 expect_eq "$(value_of "$T/st.1.out" RANK)" "2 3" "ranks of static node 1"
 expect_eq "$(value_of "$T/st.1.out" MASTER_PORT | cut -d' ' -f1)" "$port" "static MASTER_PORT"
@@ -125,8 +124,7 @@ for i in 0 1; do
 	track $!
 done
 for p in "${pids[@]}"; do
-	wait_pid 90 $p
-	[ $RC -eq 0 ] || { cat "$T"/fi.*.err >&2; fail "file-backend node exited $RC"; }
+	wait_ok 90 $p "file-backend node" "$T"/fi.*.err
 done
 cat "$T"/fi.*.out >"$T/fi.out"
 expect_eq "$(value_of "$T/fi.out" RANK)" "0 1" "ranks over the file backend"

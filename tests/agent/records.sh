@@ -48,8 +48,7 @@ wait_for 30 eval 'status_rc; [ $RC -eq 0 ] && [ "$(grep -c "running (round 0, re
 expect_grep '^history:$' "$T/st" "the history section while running"
 touch "$T/go"
 for i in 0 1; do
-	wait_pid 90 "${pids[$i]}"
-	[ $RC -eq 0 ] || { tail -n 20 "$T/n$i.err" >&2; fail "node $i exited $RC"; }
+	wait_ok 90 "${pids[$i]}" "node $i" "$T/n$i.err"
 done
 cat "$T/n0.err" "$T/n1.err" >"$T/both.err"
 expect_grep "(restart 1 of 1)" "$T/both.err" "the job restarted once"

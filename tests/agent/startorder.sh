@@ -11,33 +11,14 @@
 . "$(dirname "$0")/lib.sh"
 
 need_torch
-[ "$(id -u)" -eq 0 ] || { echo "needs root (network namespaces): skipping"; exit 77; }
 TAG=so$$
-ip netns add "${TAG}probe" 2>/dev/null || { echo "ip netns add refused: skipping"; exit 77; }
-ip netns del "${TAG}probe"
-NETNS=""
-LINKS=""
-cleanup_ns() {
-	kill_tracked
-	netns_teardown "$NETNS" "$LINKS"
-	rm -rf "$T"
-}
-trap cleanup_ns EXIT
+need_netns "$TAG"
 
 # Three hosts on one bridge: A (.1) hosts the store, B (.2) does not, C (.3) runs crun-rdzvd.
-NET=10.$((100 + RANDOM % 100)).$((RANDOM % 250))
-BR=${TAG}br
-ip link add "$BR" type bridge || { echo "no bridge support: skipping"; exit 77; }
-LINKS=$BR
-i=0
-for h in a b c; do
-	i=$((i + 1))
-	# One interface name in every namespace, for GLOO_SOCKET_IFNAME.
-	NETNS="$NETNS $TAG$h" # recorded first: a step that fails still leaves it to teardown
-	LINKS="${TAG}r$i $LINKS"
-	netns_on_bridge "$TAG$h" "$BR" "${TAG}r$i" "${TAG}n$i" "$NET.$i/24" crun0
-done
-ip link set "$BR" up || fail "bridge up"
+# One interface name in every namespace, for GLOO_SOCKET_IFNAME.
+NET=$(netns_subnet)
+netns_bridge "$TAG" "$NET" crun0 "${TAG}a" "${TAG}b" "${TAG}c" ||
+	{ echo "no bridge support: skipping"; exit 77; }
 export GLOO_SOCKET_IFNAME=crun0
 A=$NET.1
 B=$NET.2
@@ -45,8 +26,7 @@ C=$NET.3
 PORT=29500 # each namespace is fresh: nothing else binds there
 PROG=$SRC/tests/agent/ddp_order.py
 # One token file for every node and the daemon, made before any of them starts.
-python3 -c 'import secrets; print(secrets.token_hex(32))' >"$T/token"
-chmod 600 "$T/token"
+token_file "$T/token"
 
 # node NS ID ENDPOINT ARGS...: start one agent of job ID in namespace NS; sets NODE_PID.
 node() {

@@ -18,8 +18,7 @@
 
 need_torch
 PROG=$SRC/tests/agent/tsgen_worker.py
-python3 -c 'import secrets; print(secrets.token_hex(32))' >"$T/token"
-chmod 600 "$T/token"
+token_file "$T/token"
 
 # counts FILE: the distinct "joined=N world=W" lines the workers printed, one per line.
 counts() {
@@ -81,25 +80,9 @@ elif [ "$(id -u)" -ne 0 ]; then
 	exit 0
 fi
 TAG=tg$$
-NETNS=""
-LINKS=""
-cleanup_ns() {
-	kill_tracked
-	netns_teardown "$NETNS" "$LINKS"
-	rm -rf "$T"
-}
-trap cleanup_ns EXIT
-ip link add "${TAG}br" type bridge || { note "no bridge support: elastic case skipped"; exit 0; }
-LINKS=${TAG}br
-NET=10.$((100 + RANDOM % 100)).$((RANDOM % 250))
-i=0
-for h in a b; do
-	i=$((i + 1))
-	NETNS="$NETNS $TAG$h" # recorded first: a step that fails still leaves it to teardown
-	LINKS="${TAG}r$i $LINKS"
-	netns_on_bridge "$TAG$h" "${TAG}br" "${TAG}r$i" "${TAG}n$i" "$NET.$i/24" crun0
-done
-ip link set "${TAG}br" up || fail "bridge up"
+NET=$(netns_subnet)
+netns_bridge "$TAG" "$NET" crun0 "${TAG}a" "${TAG}b" ||
+	{ note "no bridge support: elastic case skipped"; exit 0; }
 export GLOO_SOCKET_IFNAME=crun0
 A=$NET.1
 PORT=29500 # each namespace is fresh: nothing else binds there

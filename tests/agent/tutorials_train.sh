@@ -169,37 +169,21 @@ if [ "$MODE" = one ]; then
 fi
 
 [ "$MODE" = two ] || fail "usage: tutorials_train.sh one|two"
-[ "$(id -u)" -eq 0 ] || { echo "needs root (network namespaces): skipping"; exit 77; }
 TAG=tt$$
-ip netns add "${TAG}probe" 2>/dev/null || { echo "ip netns add refused: skipping"; exit 77; }
-ip netns del "${TAG}probe"
-NETNS=""
-LINKS=""
+need_netns "$TAG"
 cleanup_ns() {
-	kill_tracked
-	netns_teardown "$NETNS" "$LINKS"
 	local ns
 	for ns in $NETNS; do
 		rm -rf "/etc/netns/$ns"
 	done
 	rmdir /etc/netns 2>/dev/null
-	rm -rf "$T"
+	cleanup
 }
 trap cleanup_ns EXIT
 
 # Two hosts on one bridge: A (.1) hosts the rendezvous, B (.2) does not.
-NET=10.$((100 + RANDOM % 100)).$((RANDOM % 250))
-BR=${TAG}br
-ip link add "$BR" type bridge || { echo "no bridge support: skipping"; exit 77; }
-LINKS=$BR
-i=0
-for h in a b; do
-	i=$((i + 1))
-	NETNS="$NETNS $TAG$h" # recorded first: a step that fails still leaves it to teardown
-	LINKS="${TAG}r$i $LINKS"
-	netns_on_bridge "$TAG$h" "$BR" "${TAG}r$i" "${TAG}n$i" "$NET.$i/24" crun0
-done
-ip link set "$BR" up || fail "bridge up"
+NET=$(netns_subnet)
+netns_bridge "$TAG" "$NET" crun0 "${TAG}a" "${TAG}b" || { echo "no bridge support: skipping"; exit 77; }
 for h in a b; do
 	mkdir -p "/etc/netns/$TAG$h" || fail "mkdir /etc/netns/$TAG$h"
 	printf '127.0.0.1 localhost\n%s.1 %sa\n%s.2 %sb\n' "$NET" "$TAG" "$NET" "$TAG" \

@@ -11,23 +11,12 @@
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
 command -v pdsh >/dev/null || skip "pdsh is not installed"
 TAG=cf$$
-ip netns add "${TAG}probe" 2>/dev/null || skip "ip netns add refused (needs CAP_SYS_ADMIN)"
-ip netns del "${TAG}probe"
+netns_usable "$TAG" || skip "ip netns add refused (needs CAP_SYS_ADMIN)"
 
 # The hosts are named by their addresses, so the endpoint (the first host) needs no resolver.
-NET=10.$((100 + RANDOM % 100)).$((RANDOM % 250))
-HOSTS=()
-BR=${TAG}br
-ip link add "$BR" type bridge || skip "no bridge support (ip link add type bridge refused)"
-LINKS=$BR
-for i in 1 2 3; do
-	h=$NET.$i
-	NETNS="$NETNS $h" # recorded first: a step that fails still leaves it to teardown
-	LINKS="${TAG}r$i $LINKS"
-	netns_on_bridge "$h" "$BR" "${TAG}r$i" "${TAG}n$i" "$h/24"
-	HOSTS+=("$h")
-done
-ip link set "$BR" up || fail "bridge up"
+NET=$(netns_subnet)
+HOSTS=("$NET.1" "$NET.2" "$NET.3")
+netns_bridge "$TAG" "$NET" "" "${HOSTS[@]}" || skip "no bridge support (ip link add type bridge refused)"
 LIST=$(IFS=,; echo "${HOSTS[*]}")
 # Ranks on different "hosts" must talk over the bridge, not shared memory; CRUN_* is forwarded.
 export CRUN_COMM_SHM=0
@@ -106,8 +95,7 @@ fi
 exec ip netns exec "$h" "$@"
 WRAP
 chmod +x "$T/hostwrap"
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token.odd"
-chmod 600 "$T/token.odd"
+token_file "$T/token.odd"
 ODD_HOST=${HOSTS[1]} ODD_TOKEN=$T/token.odd timeout -s KILL 60 bash "$PDSH_TOOL" -R exec \
 	--exec-prefix "$T/hostwrap %h" --crun "$CRUN" --rdzv-id "tok-$R" -w "$LIST" -- "$W" print:never \
 	>"$T/tok.out" 2>"$T/tok.err"

@@ -44,10 +44,8 @@ link_cut() {
 	if [ "$secs" -lt $HB_S ]; then
 		# Shorter than the heartbeat timeout: both nodes ride through; the job finishes
 		# without a restart or a re-formation on every rank.
-		wait_pid 90 "$PID_0"
-		[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
-		wait_pid 30 "$PID_1"
-		[ $RC -eq 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "node 1 exited $RC"; }
+		wait_ok 90 "$PID_0" "node 0" "$T/n0.err"
+		wait_ok 30 "$PID_1" "node 1" "$T/n1.err"
 		ms=$(($(now_ms) - t0))
 		if grep -aq "restarting\|round 1" "$T/n0.err" "$T/n1.err"; then
 			tail -n 20 "$T/n0.err" "$T/n1.err" >&2

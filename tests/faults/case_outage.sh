@@ -74,10 +74,8 @@ store_stall() {
 	wait_for 60 grep -aq "the store answers again" "$T/n0.err"
 	wait_for 60 grep -aq "the store answers again" "$T/n1.err"
 	touch "$FAULT_GATE"
-	wait_pid 60 "$PID_0"
-	[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
-	wait_pid 60 "$PID_1"
-	[ $RC -eq 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "node 1 exited $RC"; }
+	wait_ok 60 "$PID_0" "node 0" "$T/n0.err"
+	wait_ok 60 "$PID_1" "node 1" "$T/n1.err"
 	if grep -aq "restarting\|round 1\|store lost" "$T/n0.err" "$T/n1.err"; then
 		tail -n 20 "$T/n0.err" "$T/n1.err" >&2
 		fail "the 35 s stall made the job restart, re-form or give up"
@@ -105,10 +103,8 @@ store_stall_join() {
 	node 1 "$NS_B" 10.231.0.2
 	wait_for 120 all_trained
 	touch "$FAULT_GATE"
-	wait_pid 60 "$PID_0"
-	[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
-	wait_pid 60 "$PID_1"
-	[ $RC -eq 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "node 1 exited $RC"; }
+	wait_ok 60 "$PID_0" "node 0" "$T/n0.err"
+	wait_ok 60 "$PID_1" "node 1" "$T/n1.err"
 	if grep -aq "restarting\|round 1\|store lost" "$T/n0.err" "$T/n1.err"; then
 		tail -n 20 "$T/n0.err" "$T/n1.err" >&2
 		fail "the stall made the job restart, re-form or give up"

@@ -185,10 +185,8 @@ FAKETIME_DONT_FAKE_MONOTONIC=1 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verif
 	note "node 1's clock jumped from $1 to $2 at epoch $(cat "$T"/n?.out | grep -ac '^\[rank0\]:epoch ')"
 	# 300 epochs are 9 s in a plain build and 50-70 s in an ASan one, more on a loaded box: the
 	# bound is for a clock-driven stall (a wait computed on the wall clock: an hour), not speed.
-	wait_pid 240 "$PID_0"
-	[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
-	wait_pid 30 "$PID_1"
-	[ $RC -eq 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "node 1 (clock $1 then $2) exited $RC"; }
+	wait_ok 240 "$PID_0" "node 0" "$T/n0.err"
+	wait_ok 30 "$PID_1" "node 1 (clock $1 then $2)" "$T/n1.err"
 	ms=$(($(now_ms) - t0))
 	expect_digests 4 "$T/n0.out" "$T/n1.out"
 	expect_within $ms 240 "the job"

@@ -15,32 +15,25 @@ HELPER=$CRUN_BUILD_DIR/tests/worker/worker_helper
 W=$CRUN_BUILD_DIR/tests/agent/agent-test-worker
 ATK=crunatk$$
 LIMIT=60 # seconds, for every job this test runs
+. "$(dirname "$0")/../lib/user.sh" # user_need, user_add, user_del, as_atk
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "files: skipped: needs root (it creates a throwaway user); running as uid $(id -u)"
-	exit 77
-fi
-for t in useradd userdel runuser unshare sha256sum; do
-	command -v "$t" >/dev/null || { echo "files: skipped: no $t here"; exit 77; }
-done
+user_need files unshare sha256sum
 ROOT=$(mktemp -d "${TMPDIR:-/tmp}/crun-files.XXXXXX")
 chmod 0755 "$ROOT" # the attacker must reach the shared directories under it
 cleanup() {
-	userdel "$ATK" 2>/dev/null
+	user_del
 	rm -rf "$ROOT"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-useradd -M -r -s /usr/sbin/nologin "$ATK" ||
-	{ echo "files: skipped: useradd $ATK refused"; exit 77; }
+user_add files
 
 nfail=0
 fail() {
 	echo "FAIL: $CASE: $*"
 	nfail=$((nfail + 1))
 }
-as_atk() { runuser -u "$ATK" -- "$@"; }
 
 # A root-only file the attacker wants overwritten, and its digest.
 VICTIM=$ROOT/victim

@@ -9,34 +9,17 @@
 
 NS_A=$TAG-a
 NS_B=$TAG-b
-BR=${TAG}br
 net_up() {
-	local n
-	ip netns add "$NS_A" || skip "ip netns add refused (needs root / CAP_SYS_ADMIN)"
-	NETNS="$NS_A"
-	ip netns add "$NS_B" || fail "ip netns add $NS_B"
-	NETNS="$NETNS $NS_B"
-	ip link add "$BR" type bridge || skip "no bridge support (ip link add type bridge refused)"
-	LINKS="$BR"
-	for n in a b; do
-		ip link add "${TAG}r$n" type veth peer name "${TAG}$n" || fail "ip link add veth"
-		LINKS="${TAG}r$n $LINKS"
-		ip link set "${TAG}$n" netns "$TAG-$n" || fail "moving the veth into $TAG-$n"
-		ip link set "${TAG}r$n" master "$BR" || fail "adding the veth to the bridge"
-		ip link set "${TAG}r$n" up || fail "link up"
-		ip -n "$TAG-$n" link set lo up || fail "lo up in $TAG-$n"
-		ip -n "$TAG-$n" addr add "10.231.0.$([ $n = a ] && echo 1 || echo 2)/24" dev "${TAG}$n" ||
-			fail "address in $TAG-$n"
-		ip -n "$TAG-$n" link set "${TAG}$n" up || fail "link up in $TAG-$n"
-	done
-	ip link set "$BR" up || fail "bridge up"
+	netns_usable "$TAG" || skip "ip netns add refused (needs root / CAP_SYS_ADMIN)"
+	netns_bridge "$TAG" 10.231.0 "" "$NS_A" "$NS_B" ||
+		skip "no bridge support (ip link add type bridge refused)"
 	# The bridge must forward (a host firewall on bridged traffic would stop it).
 	start_rdzvd 10.231.0.1 "$NS_A"
 	wait_for 10 ip netns exec "$NS_B" "$CSTORE" -e "$ENDPOINT" -t 1 ping
 }
 
-link_down() { ip link set "${TAG}rb" down; }
-link_up() { ip link set "${TAG}rb" up; }
+link_down() { ip link set "${TAG}r2" down; }
+link_up() { ip link set "${TAG}r2" up; }
 
 # node I NS ADDR: agent I in namespace NS (train on 2 workers), in the background; PID_I.
 node() {

@@ -31,27 +31,21 @@ LOG_MAX=12   # store log lines the flood may cause (one summary line per 5 s, an
 RIGHT_MAX_MS=4000 # the longest a right-token handshake may take under attack
 GUESS_MAX=200     # verdicts per second the guesser may get (64 held connections / 1 s)
 . "$CRUN_SOURCE_DIR/tests/lib/proc.sh"
+. "$(dirname "$0")/../lib/user.sh" # user_need, user_add, user_del, as_atk
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "preauth: skipped: needs root (it creates a throwaway user); running as uid $(id -u)"
-	exit 77
-fi
-for t in useradd userdel runuser python3; do
-	command -v "$t" >/dev/null || { echo "preauth: skipped: no $t here"; exit 77; }
-done
+user_need preauth python3
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-preauth.XXXXXX")
 chmod 0755 "$T" # the attacker reads its script's output directory
 PIDS=""
 cleanup() {
 	kill_tracked
-	userdel "$ATK" 2>/dev/null
+	user_del
 	rm -rf "$T"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-useradd -M -r -s /usr/sbin/nologin "$ATK" ||
-	{ echo "preauth: skipped: useradd $ATK refused"; exit 77; }
+user_add preauth
 
 nfail=0
 fail() {
@@ -60,12 +54,10 @@ fail() {
 }
 # as_atk CMD...: the attacker's process, its own output under $T/atk (its directory).
 mkdir -m 0777 "$T/atk"
-as_atk() { runuser -u "$ATK" -- "$@"; }
 fig() { awk -v k="$1" '$1 == k { print $2 }' "$2"; }
 
 # The job's token: 32 random bytes in hex, root's alone.
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
-chmod 0600 "$T/token"
+token_file "$T/token"
 export CRUN_TOKEN_FILE=$T/token
 
 # right_5 ENDPOINT OUT [CREDENTIAL]: five right-token handshakes one after another (root), each

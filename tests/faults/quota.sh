@@ -15,6 +15,7 @@
 # run here (not root, no useradd/runuser; the tcpstore case needs torch).
 # shellcheck disable=SC2016 # the attacker's scripts expand in the attacker's shell
 . "$(dirname "$0")/../agent/lib.sh"
+. "$(dirname "$0")/../lib/user.sh" # user_need, user_add, user_del, as_atk
 
 ATK=crunq$$
 # Under ASan freed memory waits in a quarantine (256 MB by default) before reuse, which would
@@ -22,22 +23,14 @@ ATK=crunq$$
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4"
 LIMIT=180 # seconds, for every job and flood this test runs
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "quota: skipped: needs root (it creates a throwaway user); running as uid $(id -u)"
-	exit 77
-fi
-for t in useradd userdel runuser; do
-	command -v "$t" >/dev/null || { echo "quota: skipped: no $t here"; exit 77; }
-done
+user_need quota
 cleanup() {
 	kill_tracked
-	userdel "$ATK" 2>/dev/null
+	user_del
 	rm -rf "$T"
 }
 trap cleanup EXIT
-useradd -M -r -s /usr/sbin/nologin "$ATK" ||
-	{ echo "quota: skipped: useradd $ATK refused"; exit 77; }
-as_atk() { runuser -u "$ATK" -- "$@"; }
+user_add quota
 
 # rss_mb PID: its VmRSS in MB (whole).
 rss_mb() {

@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 # tests/lib/net.sh: network helpers the script tests share (sourced by tests/agent/lib.sh,
 # tests/faults/lib.sh, tests/faults/run.sh and tests/fanout/lib.sh, after tests/lib/proc.sh):
-# TCP ports held for the test, and the teardown of network namespaces and links a test made.
+# TCP ports held for the test, and network namespaces on a bridge: made, and torn down by name.
 
 # hold_ports VAR ADDR N [consecutive]: reserve N TCP ports of ADDR for the rest of the test
 # and set VAR (not a name starting with _) to them, separated by spaces ("consecutive": P,
@@ -57,6 +57,38 @@ netns_on_bridge() {
 	fi
 	ip -n "$ns" addr add "$addr" dev "$ifname" || fail "address in $ns"
 	ip -n "$ns" link set "$ifname" up || fail "link up in $ns"
+}
+
+# netns_usable TAG: this process may make network namespaces (root, iproute2, CAP_SYS_ADMIN):
+# a throwaway one, TAGprobe, is made and deleted. Status 1 when refused, for the caller to skip.
+netns_usable() {
+	ip netns add "${1}probe" 2>/dev/null || return 1
+	ip netns del "${1}probe"
+}
+
+# netns_subnet: print a random 10.X.Y prefix, the /24 of one test's bridge (X from 100 to 199).
+netns_subnet() {
+	echo "10.$((100 + RANDOM % 100)).$((RANDOM % 250))"
+}
+
+# netns_bridge TAG NET IFNAME NS...: a bridge TAGbr and on it one namespace per NS, the I-th
+# (from 1) through the veth pair TAGr<I> (here) and TAGn<I> (moved into NS and renamed IFNAME,
+# unless IFNAME is ""), with the address NET.<I>/24 (netns_on_bridge); then the bridge up. Each
+# name is added to NETNS or LINKS before the step that makes it, so the caller's
+# netns_teardown "$NETNS" "$LINKS" removes whatever was made. Status 1, with nothing made, when
+# the kernel refuses a bridge (the caller skips); any later refusal fails the test.
+netns_bridge() {
+	local tag=$1 net=$2 ifname=$3 i=0 ns
+	shift 3
+	ip link add "${tag}br" type bridge || return 1
+	LINKS="${tag}br $LINKS"
+	for ns in "$@"; do
+		i=$((i + 1))
+		NETNS="$NETNS $ns"
+		LINKS="${tag}r$i $LINKS"
+		netns_on_bridge "$ns" "${tag}br" "${tag}r$i" "${tag}n$i" "$net.$i/24" ${ifname:+"$ifname"}
+	done
+	ip link set "${tag}br" up || fail "bridge ${tag}br up"
 }
 
 # netns_teardown "NETNS..." "LINKS...": delete the network namespaces, each after SIGKILLing

@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 # tests/lib/proc.sh: shell helpers the script tests share (sourced by tests/agent/lib.sh,
 # tests/faults/lib.sh, tests/fanout/lib.sh and tests/slurm/slurm.sh): progress notes, tracked
-# processes, bounded waits, a crun-rdzvd of the test's own. The sourcing script defines fail()
+# processes, bounded waits, a crun-rdzvd of the test's own, token files. The sourcing script defines fail()
 # (how a failure is recorded differs) and kills $PIDS in its EXIT trap (kill_tracked).
 
 note() {
@@ -87,6 +87,17 @@ wait_pid() {
 	RC=$?
 }
 
+# wait_ok SECONDS PID WHAT FILE...: wait_pid, then fail unless PID exited 0, naming WHAT and
+# its status after showing the FILEs that say why (the last 60 lines of each).
+wait_ok() {
+	local limit=$1 pid=$2 what=$3
+	shift 3
+	wait_pid "$limit" "$pid"
+	[ "$RC" -eq 0 ] && return 0
+	tail -n 60 "$@" >&2
+	fail "$what exited $RC"
+}
+
 # start_rdzvd [ADDR] [NETNS]: a store daemon (RDZVD) listening on ADDR (127.0.0.1), port 0,
 # inside network namespace NETNS when one is given; sets ENDPOINT and RDZVD_PID.
 start_rdzvd() {
@@ -104,4 +115,11 @@ start_rdzvd() {
 	wait_for 20 grep -q ':[0-9][0-9]*$' "$T/rdzvd.out"
 	# shellcheck disable=SC2034 # for the caller
 	ENDPOINT=$(head -n1 "$T/rdzvd.out")
+}
+
+# token_file FILE: a new store token in FILE, 32 random bytes in hex (64 characters, past
+# src/common/token.h's minimum), readable by its owner alone.
+token_file() {
+	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1" || fail "writing the token $1"
+	chmod 0600 "$1" || fail "chmod 0600 $1"
 }
