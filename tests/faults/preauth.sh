@@ -113,7 +113,8 @@ cases() { [ -z "${want// /}" ] || [[ "$want" == *" $1 "* ]]; }
 CASE=job-flood
 if cases $CASE; then
 	echo "=== $CASE: $FLOOD token-less connections against a root --standalone job's store"
-	# The workers wait for the flood, then each opens 20 new store connections.
+	# The workers wait for the flood, then each opens 20 new store connections, then waits for
+	# the right-token client to finish (else a quick job could end, and its store, before it).
 	cat >"$T/w.sh" <<EOW
 #!/bin/bash
 [ "\$RANK" = 0 ] && cp "\$CRUN_STORE_TOKEN_FILE" "$T/jobkey"
@@ -121,9 +122,12 @@ while [ ! -e "$T/go" ]; do sleep 0.05; done
 for i in \$(seq 1 20); do
 	"$STORE" --timeout 20 set "k/\$RANK/\$i" v >/dev/null || { echo "rank \$RANK: set \$i failed" >&2; exit 1; }
 done
+# The job (and its store) stays until the right-token client is through.
+for i in \$(seq 1 2400); do [ -e "$T/done" ] && exit 0; sleep 0.05; done
+echo "rank \$RANK: no done file after 120 s" >&2; exit 1
 EOW
 	chmod 0755 "$T/w.sh"
-	rm -f "$T/go"
+	rm -f "$T/go" "$T/done"
 	(ulimit -Sn 1024 && exec timeout -s KILL 150 "$CRUN" --standalone --agent-store --nproc-per-node 2 \
 		"$T/w.sh") >"$T/job.out" 2>"$T/job.err" &
 	JOB=$!
@@ -136,6 +140,7 @@ EOW
 	from=$(wc -l <"$T/job.err")
 	touch "$T/go"
 	right_5 "$EP" "$T/job.right" "$T/jobkey"
+	touch "$T/done"
 	wait_pid 150 $JOB
 	[ "$RC" -eq 0 ] || { tail -n 20 "$T/job.err"; fail "the job exited $RC under the flood"; }
 	echo "$CASE: the job exited $RC"
