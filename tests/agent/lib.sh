@@ -60,6 +60,12 @@ need_netns() {
 
 # need_torch: PYTHON_EXEC is Debian's python3 with torch (the real PyTorch client), gloo on
 # loopback; otherwise the test is skipped (exit 77).
+# peer_runs: whether a test runs its peer's half (torchrun) too. The sanitizer pass of
+# scripts/test sets CRUN_TEST_PEER=0: crun runs there under ASan+UBSan, the peer (Python) gains
+# nothing from it, and the plain pass already compares the two. Without the peer a comparison
+# checks crun's half alone: the exit status the case expects, output, digests that agree.
+peer_runs() { [ "${CRUN_TEST_PEER:-1}" != 0 ]; }
+
 need_torch() {
 	export PYTHON_EXEC=/usr/bin/python3
 	if ! "$PYTHON_EXEC" -c 'import torch' 2>/dev/null; then
