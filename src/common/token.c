@@ -366,9 +366,9 @@ int token_cred_write(const char *path, const struct token_cred *c, struct crun_d
 
 /*
  * The kernel's generator, not OpenSSL's: RAND_bytes's first call in a process sets up
- * OpenSSL's DRBG (0.7-1.1 ms measured, docs/benchmarks.md), and every worker, agent and
- * client process makes its handshake nonce before anything else needs that DRBG.
- * getrandom(2) without flags blocks only until the kernel's pool is first seeded.
+ * OpenSSL's DRBG (0.7-1.0 ms of CPU, docs/security.md "OpenSSL's initialisation"), and
+ * without TLS nothing else in a worker, agent or client needs that DRBG: only the handshake
+ * nonce did. getrandom(2) without flags blocks only until the kernel's pool is first seeded.
  */
 int token_random(void *buf, size_t n)
 {
