@@ -6,13 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include <crun/error.h>
@@ -364,9 +364,29 @@ int token_cred_write(const char *path, const struct token_cred *c, struct crun_d
 	return 0;
 }
 
+/*
+ * The kernel's generator, not OpenSSL's: RAND_bytes's first call in a process sets up
+ * OpenSSL's DRBG (0.7-1.0 ms of CPU, docs/security.md "OpenSSL's initialisation"), and
+ * without TLS nothing else in a worker, agent or client needs that DRBG: only the handshake
+ * nonce did. getrandom(2) without flags blocks only until the kernel's pool is first seeded.
+ */
 int token_random(void *buf, size_t n)
 {
-	return RAND_bytes(buf, (int)n) == 1 ? 0 : -EIO;
+	uint8_t *p = buf;
+	ssize_t got;
+
+	while (n > 0) {
+		got = getrandom(p, n, 0);
+		if (got < 0 && errno == EINTR) {
+			continue;
+		}
+		if (got <= 0) {
+			return -EIO;
+		}
+		p += got;
+		n -= (size_t)got;
+	}
+	return 0;
 }
 
 int token_generate(char out[TOKEN_GEN_HEX + 1])

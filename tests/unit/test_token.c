@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/unit/test_token.c: token files, keys, proofs and fingerprints (src/common/token.c). */
+/* RAND_set_rand_method is deprecated in OpenSSL 3; the test uses it only to count calls. */
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <crun/error.h>
+#include <openssl/rand.h>
 
 #include "src/common/fs.h"
 #include "src/common/token.h"
@@ -219,6 +222,38 @@ static void weak_tokens_are_refused_naming_their_source(void **state)
 	assert_int_equal(token_check_strength(gen, "a fresh random token", &d), 0);
 }
 
+static int drbg_calls;
+
+static int counting_bytes(unsigned char *buf, int num)
+{
+	(void)buf;
+	(void)num;
+	drbg_calls++;
+	return 0; /* a failure, so a caller still on OpenSSL's generator fails too */
+}
+
+/* Nonces, tokens and salts come from getrandom(2): OpenSSL's generator, whose first use costs
+ * each new client process about a millisecond (issue 23), is never asked. */
+static void random_bytes_do_not_use_openssl_generator(void **state)
+{
+	static const RAND_METHOD counting = {.bytes = counting_bytes};
+	uint8_t a[TOKEN_NONCE_LEN] = {0}, b[TOKEN_NONCE_LEN] = {0}, zero[TOKEN_NONCE_LEN] = {0};
+	uint8_t big[4096];
+	char gen[TOKEN_GEN_HEX + 1];
+
+	(void)state;
+	assert_int_equal(RAND_set_rand_method(&counting), 1);
+	assert_int_equal(token_random(a, sizeof(a)), 0);
+	assert_int_equal(token_random(b, sizeof(b)), 0);
+	assert_int_equal(token_random(big, sizeof(big)), 0);
+	assert_int_equal(token_generate(gen), 0);
+	RAND_set_rand_method(NULL);
+	assert_int_equal(drbg_calls, 0);
+	assert_memory_not_equal(a, zero, sizeof(a));
+	assert_memory_not_equal(a, b, sizeof(a));
+	assert_int_equal(strlen(gen), TOKEN_GEN_HEX);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -229,6 +264,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(concurrent_creators_end_with_one_token),
 		cmocka_unit_test(job_credential_round_trips),
 		cmocka_unit_test(weak_tokens_are_refused_naming_their_source),
+		cmocka_unit_test(random_bytes_do_not_use_openssl_generator),
 	};
 
 	if (argc > 1) {
