@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 #include "src/common/net.h"
 #include "src/common/parse.h"
 #include "src/common/signames.h"
+#include "src/common/util.h"
 #include "src/gpu_count.h"
 #include "src/opt_store.h"
 #include "src/program.h"
@@ -254,19 +254,9 @@ int cli_random_run_id(char **out)
 {
 	unsigned char r[16];
 	char buf[40];
-	ssize_t n;
-	int fd;
 
-	n = getrandom(r, sizeof(r), 0);
-	if (n != (ssize_t)sizeof(r)) {
-		fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || read(fd, r, sizeof(r)) != (ssize_t)sizeof(r)) {
-			if (fd >= 0) {
-				close(fd);
-			}
-			return -EIO;
-		}
-		close(fd);
+	if (util_random(r, sizeof(r)) < 0) {
+		return -EIO;
 	}
 	r[6] = (unsigned char)((r[6] & 0x0f) | 0x40); /* a version 4 UUID, as torchrun makes */
 	r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);

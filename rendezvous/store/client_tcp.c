@@ -242,7 +242,7 @@ static int handshake(struct store_backend *b, int64_t deadline)
 	size_t off;
 	int rc;
 
-	if (b->cred.set && token_random(cn, sizeof(cn)) < 0) {
+	if (b->cred.set && util_random(cn, sizeof(cn)) < 0) {
 		return tcp_fail(b, -EIO, "handshake: no random bytes for a nonce");
 	}
 	b->junk_len = 0;

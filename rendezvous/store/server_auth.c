@@ -11,6 +11,7 @@
 #include "src/common/log.h"
 #include "src/common/net.h"
 #include "src/common/token.h"
+#include "src/common/util.h"
 
 /*
  * Failed handshakes are counted per source (all of loopback is one, an IPv6 source its /64) in
@@ -273,7 +274,7 @@ void srv_auth_hello(struct conn *c, const struct wire_req *r)
 		hello_reply(c, r, WIRE_AUTH_NONE, NULL);
 		return;
 	}
-	if (token_random(a->sn, sizeof(a->sn)) < 0) {
+	if (util_random(a->sn, sizeof(a->sn)) < 0) {
 		srv_conn_fail(c, r->op, r->id, WIRE_E_NO_MEMORY, "HELLO: no random bytes");
 		return;
 	}

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdbool.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "src/common/fs.h"
 #include "src/common/io.h"
+#include "src/common/util.h"
 
 int fs_check_private(int fd, const char *what, const char *path, struct crun_diag *d)
 {
@@ -206,16 +206,12 @@ static int random_hex(char *out, size_t n)
 	static const char hex[] = "0123456789abcdef";
 	unsigned char raw[16];
 	size_t i;
-	ssize_t got;
 
 	if (n > 2 * sizeof(raw)) {
 		return -EINVAL;
 	}
-	do {
-		got = getrandom(raw, (n + 1) / 2, 0);
-	} while (got < 0 && errno == EINTR);
-	if (got != (ssize_t)((n + 1) / 2)) {
-		return got < 0 ? -errno : -EIO;
+	if (util_random(raw, (n + 1) / 2) < 0) {
+		return -EIO;
 	}
 	for (i = 0; i < n; i++) {
 		out[i] = hex[(raw[i / 2] >> (i % 2 ? 0 : 4)) & 0xf];

@@ -2,7 +2,6 @@
 /* src/common/htab.c: the intrusive hash table (the store server's keys, the file store's index). */
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/random.h>
 
 #include "src/common/byteorder.h"
 #include "src/common/htab.h"
@@ -67,18 +66,9 @@ uint64_t htab_hash(const void *key, size_t len, const struct htab_seed *seed)
 int htab_seed_random(struct htab_seed *seed)
 {
 	uint8_t buf[16];
-	size_t got = 0;
-	ssize_t n;
 
-	while (got < sizeof(buf)) {
-		n = getrandom(buf + got, sizeof(buf) - got, 0);
-		if (n < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			return -errno;
-		}
-		got += (size_t)n;
+	if (util_random(buf, sizeof(buf)) < 0) {
+		return -EIO;
 	}
 	seed->k0 = get_le64(buf);
 	seed->k1 = get_le64(buf + 8);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include "src/common/io.h"
 #include "src/common/log.h"
 #include "src/common/token.h"
+#include "src/common/util.h"
 
 #define PROOF_CONTEXT_CLIENT "crun-store-v2 client proof"
 #define PROOF_CONTEXT_SERVER "crun-store-v2 server proof"
@@ -364,36 +364,11 @@ int token_cred_write(const char *path, const struct token_cred *c, struct crun_d
 	return 0;
 }
 
-/*
- * The kernel's generator, not OpenSSL's: RAND_bytes's first call in a process sets up
- * OpenSSL's DRBG (0.7-1.0 ms of CPU, docs/security.md "OpenSSL's initialisation"), and
- * without TLS nothing else in a worker, agent or client needs that DRBG: only the handshake
- * nonce did. getrandom(2) without flags blocks only until the kernel's pool is first seeded.
- */
-int token_random(void *buf, size_t n)
-{
-	uint8_t *p = buf;
-	ssize_t got;
-
-	while (n > 0) {
-		got = getrandom(p, n, 0);
-		if (got < 0 && errno == EINTR) {
-			continue;
-		}
-		if (got <= 0) {
-			return -EIO;
-		}
-		p += got;
-		n -= (size_t)got;
-	}
-	return 0;
-}
-
 int token_generate(char out[TOKEN_GEN_HEX + 1])
 {
 	uint8_t r[TOKEN_GEN_HEX / 2];
 
-	if (token_random(r, sizeof(r)) < 0) {
+	if (util_random(r, sizeof(r)) < 0) {
 		return -EIO;
 	}
 	hex(r, sizeof(r), out);
@@ -459,7 +434,7 @@ int token_file_ensure(const char *path, char **tok, bool *created, struct crun_d
 	if (rc < 0) {
 		return rc;
 	}
-	if (token_generate(gen) < 0 || token_random(salt, sizeof(salt)) < 0) {
+	if (token_generate(gen) < 0 || util_random(salt, sizeof(salt)) < 0) {
 		return diag_set(d, -EIO, "token file %s: no random bytes", path);
 	}
 	hex(salt, sizeof(salt), salt_hex);

@@ -91,8 +91,6 @@ int token_default_path(char *buf, size_t len, struct crun_diag *d);
 int token_file_ensure(const char *path, char **tok, bool *created, struct crun_diag *d);
 /** Overwrite and free a token (NULL is a no-op). */
 void token_wipe(char *tok);
-/** @n random bytes into @buf from getrandom(2) (nonces, tokens, salts). Returns 0 or -EIO. */
-int token_random(void *buf, size_t n);
 /**
  * The handshake proof of @role: HMAC-SHA256(@key, server_nonce || client_nonce || context),
  * the context naming the protocol and the role, so a proof cannot be replayed as the other.

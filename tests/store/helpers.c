@@ -332,7 +332,7 @@ int raw_handshake(int fd, const char *token, const char *scope, uint16_t *status
 
 	if (token != NULL &&
 	    (token_cred_from_token(&cred, token, scope, "test", NULL) < 0 ||
-	     token_random(cn, sizeof(cn)) < 0)) {
+	     util_random(cn, sizeof(cn)) < 0)) {
 		return -EINVAL;
 	}
 	wire_put_u32(&b, WIRE_MAGIC);

@@ -23,6 +23,7 @@
 
 #include "src/common/fs.h"
 #include "src/common/token.h"
+#include "src/common/util.h"
 
 static char dir[] = "/tmp/crun-unit-token-XXXXXX";
 
@@ -243,9 +244,9 @@ static void random_bytes_do_not_use_openssl_generator(void **state)
 
 	(void)state;
 	assert_int_equal(RAND_set_rand_method(&counting), 1);
-	assert_int_equal(token_random(a, sizeof(a)), 0);
-	assert_int_equal(token_random(b, sizeof(b)), 0);
-	assert_int_equal(token_random(big, sizeof(big)), 0);
+	assert_int_equal(util_random(a, sizeof(a)), 0);
+	assert_int_equal(util_random(b, sizeof(b)), 0);
+	assert_int_equal(util_random(big, sizeof(big)), 0);
 	assert_int_equal(token_generate(gen), 0);
 	RAND_set_rand_method(NULL);
 	assert_int_equal(drbg_calls, 0);
