@@ -25,7 +25,7 @@ char *crun_strdup(const char *s);
 
 /**
  * @n random bytes into @buf from the kernel (getrandom(2), retried on EINTR): nonces, tokens,
- * salts, run ids, hash seeds. The one source of randomness in crun: OpenSSL's generator is not
+ * salts, run ids, hash seeds, temporary names. OpenSSL's generator is not
  * used (its first call costs a process about 1 ms; docs/security.md). Returns 0 or -EIO.
  */
 int util_random(void *buf, size_t n);
