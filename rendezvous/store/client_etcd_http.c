@@ -731,9 +731,48 @@ static void brief_note(struct sweep *s, const struct store_backend *b, const str
 	append(s->brief, sizeof(s->brief), why);
 }
 
-/* The message of an operation that no endpoint could serve within @ms, after sweep @s. */
+/* The length of @op's verb: "lease keepalive" of "lease keepalive for /crun/KEY". */
+static int verb_len(const char *op)
+{
+	const char *k = strstr(op, " " ETCD_ROOT);
+	size_t n = k != NULL ? (size_t)(k - op) : strlen(op);
+
+	if (n >= 4 && strncmp(op + n - 4, " for", 4) == 0) {
+		n -= 4;
+	}
+	return (int)n;
+}
+
+/*
+ * Past the open, an operation that every member leaves silent, or (of several) answers only
+ * with errors, gives up within SILENT_MS (QUORUM_LOST_MS): said once then, by its caller.
+ */
+static bool quick_give_up(const struct store_backend *b, const struct sweep *s)
+{
+	return !b->opening && b->served && (s->silent || (b->neps > 1 && s->said));
+}
+
+/* The members' names, "h1:p1,h2:p2", into @out. */
+static void member_names(const struct store_backend *b, char *out, size_t cap)
+{
+	out[0] = '\0';
+	for (size_t i = 0; i < b->neps; i++) {
+		if (i > 0) {
+			append(out, cap, ",");
+		}
+		append(out, cap, b->eps[i].name);
+	}
+}
+
+/*
+ * The message of an operation that no endpoint could serve within @ms, after sweep @s. Past
+ * the open it is short, each member once (a running job's caller logs it with its own bound
+ * on each keep-alive that fails), the endpoints' full answers at debug level.
+ */
 static int give_up(struct store_backend *b, const char *op, const struct sweep *s, int ms)
 {
+	char names[200];
+
 	if (s->noleader) {
 		/* Short, and each member once: it is logged on every operation that meets it. */
 		(void)op; /* the cluster's state, whatever the operation */
@@ -741,13 +780,25 @@ static int give_up(struct store_backend *b, const char *op, const struct sweep *
 				"etcd has no leader (quorum lost?) for %d s: %s",
 				(ms + 500) / 1000, s->brief[0] != '\0' ? s->brief : s->sum);
 	}
-	return etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s",
-			 op, ms,
-			 s->said      ? " (has the cluster lost its quorum?)"
-			 : s->refused ? " (is etcd running there?)"
-			 : s->silent  ? " (no answer: packets dropped, or the host down?)"
-				      : "",
-			 s->sum);
+	etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s", op, ms,
+		  s->said      ? " (has the cluster lost its quorum?)"
+		  : s->refused ? " (is etcd running there?)"
+		  : s->silent  ? " (no answer: packets dropped, or the host down?)"
+			       : "",
+		  s->sum);
+	if (b->opening || !b->served) {
+		return -ETIMEDOUT;
+	}
+	log_debug("%s", b->diag.msg);
+	if (s->silent) {
+		member_names(b, names, sizeof(names));
+		return diag_set(&b->diag, -ETIMEDOUT,
+				"%.*s: no etcd endpoint could serve it in %d s (%s: no answer)",
+				verb_len(op), op, (ms + 500) / 1000, names);
+	}
+	return diag_set(&b->diag, -ETIMEDOUT, "%.*s: no etcd endpoint could serve it in %d s (%s)",
+			verb_len(op), op, (ms + 500) / 1000,
+			s->brief[0] != '\0' ? s->brief : "no member tried");
 }
 
 /* Log in again (the token expired) and start a stream's parse afresh; 0 or a negative code. */
@@ -780,14 +831,20 @@ static void sweep_note(struct sweep *cur, const struct store_backend *b, const s
 	brief_note(cur, b, ep, rc);
 }
 
-/* Nobody has served @op since @start: say so, each member once, and for how long yet. */
+/*
+ * Nobody has served @op since @start: say so, each member once, and for how long yet. A
+ * keep-alive that gives up within seconds is said once, when it does, by its caller (the
+ * rendezvous, with heartbeat_timeout): its progress is at debug level.
+ */
 static void progress(const struct store_backend *b, const char *op, const struct sweep *s,
 		     int64_t start, int64_t until)
 {
-	log_warn("etcd: %s: no member has answered for %" PRId64 " s (trying for %" PRId64
-		 " s more): %s",
-		 op, (crun_now_ms() - start) / 1000, (int64_t)crun_ms_until(until) / 1000,
-		 s->brief[0] != '\0' ? s->brief : "no member tried yet");
+	log_msg(b->keepalive && quick_give_up(b, s) ? LOG_DEBUG : LOG_WARN,
+	       "etcd: %.*s: no member has answered for %" PRId64 " s (trying for %" PRId64
+	       " s more): %s",
+	       verb_len(op), op, (crun_now_ms() - start) / 1000,
+	       (int64_t)crun_ms_until(until) / 1000,
+	       s->brief[0] != '\0' ? s->brief : "no member tried yet");
 }
 
 /* The common loop of etcd_call() and etcd_stream(). */
@@ -800,7 +857,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	struct backoff bo;
 	int left, tmo, conn, cap;
 	struct sweep cur, full = {.sum = ""};
-	bool amb = false, full_seen = false;
+	bool amb = false, full_seen = false, r_gave_up = false;
 	const char *body;
 	char *owned = NULL;
 	size_t blen, ep, tried;
@@ -907,14 +964,16 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	}
 	b->maybe_applied = amb;
 	rc = give_up(b, op, &full, (int)(crun_now_ms() - start));
+	r_gave_up = true;
 out:
 	free(owned);
 	/* The store API returns only a code: say here what it does not (open has its message;
 	 * a -EMSGSIZE or a missing key speaks for itself). */
 	if (rc < 0 && !b->opening &&
 	    (rc == -ETIMEDOUT || rc == ETCD_ENOLEADER || rc == CRUN_EAUTH || rc == CRUN_ESERVER) &&
-	    (rc != -ETIMEDOUT || strstr(b->diag.msg, "no etcd endpoint") != NULL)) {
-		log_warn("%s", b->diag.msg);
+	    (rc != -ETIMEDOUT || r_gave_up)) {
+		/* A keep-alive's caller says it, with its own bound (rdzv_watch.c). */
+		log_msg(b->keepalive ? LOG_DEBUG : LOG_WARN, "%s", b->diag.msg);
 	}
 	return rc;
 }

@@ -90,6 +90,7 @@ struct store_backend {
 	char errbuf[256];          /* curl's error text */
 	int os_errno;              /* the last attempt's connect errno (curl's), or 0 */
 	bool served;               /* a call past the open has been answered */
+	bool keepalive;            /* in a lease keep-alive: its caller reports a failure */
 	char where[300];           /* "store etcd://..." */
 	struct crun_diag diag;     /* the last error: "store etcd://...: OP: why" */
 };
