@@ -373,8 +373,10 @@ static bool watch_store_error(struct rdzv *r, int rc, int errors, int64_t last_o
 	atomic_store(&r->wst_bad, true);
 	if ((errors < c->keep_alive_max_attempt || silent < c->heartbeat_timeout_ms) &&
 	    !store_error_is_final(rc)) {
-		log_warn("rendezvous %s round %d: store: %s (attempt %d; no answer for %" PRId64
-			 " s of the %" PRId64 " s heartbeat_timeout allows)",
+		/* One short line per failed keep-alive: the store's words name it (etcd's each
+		 * member once), then how long of the allowed outage has passed. */
+		log_warn("rendezvous %s round %d: %s (attempt %d, %" PRId64 " of %" PRId64
+			 " s heartbeat_timeout)",
 			 r->run_id, r->round, rdzv_why(r->wst, rc), errors, silent / 1000,
 			 c->heartbeat_timeout_ms / 1000);
 		/*

@@ -188,7 +188,7 @@ int cli_etcd_finish(struct cli_parser *p)
 	const char *scheme;
 	char *ep;
 	size_t n;
-	int tls;
+	int tls, flag;
 
 	if (s->rdzv_kind != RDZV_KIND_ETCD) {
 		return 0;
@@ -199,8 +199,21 @@ int cli_etcd_finish(struct cli_parser *p)
 				p->etcd_tls_conf == 2 ? "https" : "http",
 				p->etcd_tls_endpoint == 2 ? "https" : "http");
 	}
-	tls = p->etcd_tls_conf > 0 ? p->etcd_tls_conf : p->etcd_tls_endpoint;
-	if (tls != 2 && (s->etcd_cacert != NULL || s->etcd_cert != NULL || s->etcd_key != NULL)) {
+	/* etcdctl's rule, crun status's too: no scheme with --tls-* files is https. */
+	flag = p->v[O_TLS_CA].set ? O_TLS_CA : p->v[O_TLS_CERT].set ? O_TLS_CERT : -1;
+	tls = etcd_protocol(p->etcd_tls_conf > 0 ? p->etcd_tls_conf
+			    : p->etcd_tls_endpoint > 0 ? p->etcd_tls_endpoint
+						       : ETCD_PROTO_NONE,
+			    flag >= 0);
+	if (tls == ETCD_PROTO_CONFLICT) {
+		return cli_fail(p, flag,
+				"the etcd members are reached over http (%s), which has no "
+				"certificate to verify: give https:// members or no scheme",
+				p->etcd_tls_conf > 0 ? "--rdzv-conf protocol=http"
+						     : "--rdzv-endpoint names http");
+	}
+	if (tls != ETCD_PROTO_HTTPS &&
+	    (s->etcd_cacert != NULL || s->etcd_cert != NULL || s->etcd_key != NULL)) {
 		return cli_fail(p, O_RDZV_CONF,
 				"cacert, cert and key need https (protocol=https or https:// "
 				"members)");
@@ -214,7 +227,7 @@ int cli_etcd_finish(struct cli_parser *p)
 		return cli_fail(p, O_RDZV_CONF,
 				"is_host: an etcd job never hosts a store (etcd is the store)");
 	}
-	scheme = tls == 2 ? "etcd+https://" : "etcd://";
+	scheme = tls == ETCD_PROTO_HTTPS ? "etcd+https://" : "etcd://";
 	n = strlen(scheme) + strlen(s->rdzv_endpoint) + 1;
 	ep = malloc(n);
 	if (ep == NULL) {
@@ -247,12 +260,7 @@ int cli_etcd_tls(struct cli_parser *p)
 	if (s->rdzv_kind != RDZV_KIND_ETCD || (s->tls_ca == NULL && s->tls_cert == NULL)) {
 		return 0;
 	}
-	if (strncmp(s->rdzv_endpoint, "etcd+https://", 13) != 0) {
-		/* Not ignored in silence: there is no certificate to verify over http. */
-		return cli_fail(p, s->tls_ca != NULL ? O_TLS_CA : O_TLS_CERT,
-				"the etcd members are reached over http, which has no certificate "
-				"to verify: give https:// members or --rdzv-conf protocol=https");
-	}
+	/* cli_etcd_finish() made the members https with these files, or refused http ones. */
 	if ((rc = tls_file(p, O_TLS_CA, "cacert", s->tls_ca, &s->etcd_cacert)) != 0 ||
 	    (rc = tls_file(p, O_TLS_CERT, "cert", s->tls_cert, &s->etcd_cert)) != 0 ||
 	    (rc = tls_file(p, O_TLS_KEY, "key", s->tls_key, &s->etcd_key)) != 0) {

@@ -178,10 +178,11 @@ int cli_etcd_endpoint(struct cli_parser *p, const char *v);
 /* An etcd --rdzv-conf key (protocol, cacert, cert, key, user, password_file, and torchrun's
  * etcd-v2 spellings): 0, CLI_USAGE, or 1 when @key is not one of them. */
 int cli_etcd_conf_item(struct cli_parser *p, const char *key, const char *val);
-/* After the endpoint and --rdzv-conf: check them together and build the store endpoint. */
+/* After the endpoint and --rdzv-conf: check them together and build the store endpoint (its
+ * protocol by etcd_protocol(): --tls-* files make members without a scheme https). */
 int cli_etcd_finish(struct cli_parser *p);
 /* After --tls-ca, --tls-cert and --tls-key: with --rdzv-backend etcd they verify etcd's https
- * members and present this client (as cacert=, cert= and key=); over http, a usage error. */
+ * members and present this client (as cacert=, cert= and key=). */
 int cli_etcd_tls(struct cli_parser *p);
 
 /* ---- cli_slurm.c: --rdzv-backend slurm, or a Slurm job step found in the environment ---- */

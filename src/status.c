@@ -16,6 +16,7 @@
 
 #include "agent/notify_status.h"
 #include "rendezvous/rdzv_keys.h"
+#include "rendezvous/store/etcd_endpoint.h"
 #include "src/common/clock.h"
 #include "src/common/json.h"
 #include "src/common/parse.h"
@@ -214,6 +215,15 @@ static int parse_args(int argc, char **argv, struct status_opts *o)
 			rc = opt_fail(NULL, &d, "--rdzv-endpoint without --rdzv-id lists the runs of "
 						"a crun store (c10d, tcp); a %s store needs --rdzv-id",
 				      opt_show(b, sizeof(b), o->backend));
+		} else if (strncmp(o->backend, "etcd", 4) == 0 &&
+			   etcd_protocol(etcd_named_protocol(o->endpoint),
+					 o->tls_ca != NULL || o->tls_cert != NULL) ==
+				   ETCD_PROTO_CONFLICT) {
+			rc = opt_fail(o->tls_ca != NULL ? &v[ST_TLS_CA] : &v[ST_TLS_CERT], &d,
+				      "the etcd members are reached over http (%s names it), which "
+				      "has no certificate to verify: give https:// members or no "
+				      "scheme",
+				      opt_show(b, sizeof(b), o->endpoint));
 		} else if (strcmp(o->backend, "c10d") != 0 && strcmp(o->backend, "tcp") != 0 &&
 			   strcmp(o->backend, "file") != 0 && strcmp(o->backend, "etcd") != 0 &&
 			   strcmp(o->backend, "etcd-v2") != 0) {
@@ -259,7 +269,13 @@ static int store_connect(const struct status_opts *o, struct crun_store **st, bo
 	int rc;
 
 	if (etcd && strstr(o->endpoint, "://") == NULL) {
-		snprintf(ep, sizeof(ep), "etcd://%s", o->endpoint);
+		/* No scheme: https with --tls-* files (the agent's rule, src/cli_etcd.c). */
+		snprintf(ep, sizeof(ep), "%s%s",
+			 etcd_protocol(ETCD_PROTO_NONE, o->tls_ca != NULL || o->tls_cert != NULL) ==
+					 ETCD_PROTO_HTTPS
+				 ? "etcd+https://"
+				 : "etcd://",
+			 o->endpoint);
 	} else if (tcp && strchr(o->endpoint, ':') == NULL) {
 		snprintf(ep, sizeof(ep), "%s:29400", o->endpoint); /* the agent's default port */
 	} else {

@@ -230,8 +230,10 @@ static int lease_for(struct store_backend *b, const char *key, int64_t ttl_s, in
 			json_object_put(req);
 			return oom(b);
 		}
+		b->keepalive = true;
 		rc = etcd_call(b, label(op, sizeof(op), "lease keepalive for", key),
 			       "/v3/lease/keepalive", req, &rep, deadline);
+		b->keepalive = false;
 		json_object_put(req);
 		if (rc == 0 && etcd_jget_int(etcd_jget(rep, "result"), "TTL") > 0) {
 			json_object_put(rep);

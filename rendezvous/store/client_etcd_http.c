@@ -622,42 +622,6 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	return ATT_OK;
 }
 
-/* Append @s to the NUL-terminated @sum of @cap bytes, cutting what does not fit. */
-static void append(char *sum, size_t cap, const char *s)
-{
-	size_t l = strlen(sum), k = strlen(s);
-
-	if (l + 1 >= cap) {
-		return;
-	}
-	k = k < cap - l - 1 ? k : cap - l - 1;
-	memcpy(sum + l, s, k);
-	sum[l + k] = '\0';
-}
-
-/* Append "NAME: why" (the message after "<where>: <op>: ") to the sweep's summary. */
-static void note(char *sum, size_t cap, const struct store_backend *b, const struct etcd_ep *ep,
-		 const char *op)
-{
-	const char *m = b->diag.msg;
-	size_t wl = strlen(b->where), ol = strlen(op);
-
-	if (strncmp(m, b->where, wl) == 0 && strncmp(m + wl, ": ", 2) == 0) {
-		m += wl + 2;
-	}
-	if (strncmp(m, op, ol) == 0 && strncmp(m + ol, ": ", 2) == 0) {
-		m += ol + 2;
-	}
-	if (sum[0] != '\0') {
-		append(sum, cap, "; ");
-	}
-	if (strncmp(m, ep->name, strlen(ep->name)) != 0) {
-		append(sum, cap, ep->name);
-		append(sum, cap, ": ");
-	}
-	append(sum, cap, m);
-}
-
 /*
  * The body of @req: its JSON, or for an array of requests (several watches on one stream)
  * each element's JSON on a line of its own, in *@owned (caller frees). NULL: out of memory.
@@ -697,59 +661,6 @@ static const char *request_body(struct json_object *req, size_t *len, char **own
 	return p;
 }
 
-/* How the endpoints of one sweep failed. */
-struct sweep {
-	bool said;     /* a member answered with an error */
-	bool refused;  /* every connection was refused */
-	bool noleader; /* a member answered "no leader" */
-	bool silent;   /* nothing came back at all: every attempt timed out */
-	char sum[sizeof(((struct crun_diag *)0)->msg)];
-	char brief[200]; /* "h1:p1 connection refused; h2:p2 etcdserver: no leader" */
-};
-
-/* Why one endpoint failed, in a few words, for the progress line and the quorum give-up. */
-static void brief_note(struct sweep *s, const struct store_backend *b, const struct etcd_ep *ep,
-		       int rc)
-{
-	const char *said = strstr(b->diag.msg, "etcd said: "), *w;
-	char why[200];
-
-	if (said != NULL) {
-		said += strlen("etcd said: ");
-		w = strncmp(said, "etcdserver: ", 12) == 0 ? said + 12 : said;
-	} else if (rc == -ECONNREFUSED) {
-		w = strstr(b->diag.msg, "resolve") != NULL ? "cannot resolve the name"
-		    : b->os_errno == ECONNREFUSED	    ? "refused"
-		    : b->os_errno != 0			    ? strerror(b->os_errno)
-							    : "cannot connect";
-	} else {
-		w = rc == -ETIMEDOUT ? "no answer in time"
-		    : rc == -ECONNRESET ? "connection lost"
-					: crun_strerror(rc);
-	}
-	snprintf(why, sizeof(why), "%s%.120s %.60s", s->brief[0] != '\0' ? "; " : "", ep->name, w);
-	append(s->brief, sizeof(s->brief), why);
-}
-
-/* The message of an operation that no endpoint could serve within @ms, after sweep @s. */
-static int give_up(struct store_backend *b, const char *op, const struct sweep *s, int ms)
-{
-	if (s->noleader) {
-		/* Short, and each member once: it is logged on every operation that meets it. */
-		(void)op; /* the cluster's state, whatever the operation */
-		return diag_set(&b->diag, ETCD_ENOLEADER,
-				"etcd has no leader (quorum lost?) for %d s: %s",
-				(ms + 500) / 1000, s->brief[0] != '\0' ? s->brief : s->sum);
-	}
-	return etcd_fail(b, -ETIMEDOUT, "%s: no etcd endpoint could serve it within %d ms%s: %s",
-			 op, ms,
-			 s->said      ? " (has the cluster lost its quorum?)"
-			 : s->refused ? " (is etcd running there?)"
-			 : s->silent  ? " (no answer: packets dropped, or the host down?)"
-				      : "",
-			 s->sum);
-}
-
 /* Log in again (the token expired) and start a stream's parse afresh; 0 or a negative code. */
 static int reauth(struct store_backend *b, int64_t deadline)
 {
@@ -768,28 +679,6 @@ static int reauth(struct store_backend *b, int64_t deadline)
 	return rc;
 }
 
-/* Endpoint @ep failed @op with @rc (b->diag says how): into the sweep's record. */
-static void sweep_note(struct sweep *cur, const struct store_backend *b, const struct etcd_ep *ep,
-		       const char *op, int rc)
-{
-	cur->refused = cur->refused && rc == -ECONNREFUSED;
-	cur->silent = cur->silent && rc == -ETIMEDOUT && strstr(b->diag.msg, "etcd said") == NULL;
-	cur->said = cur->said || strstr(b->diag.msg, "etcd said") != NULL;
-	cur->noleader = cur->noleader || strstr(b->diag.msg, "no leader") != NULL;
-	note(cur->sum, sizeof(cur->sum), b, ep, op);
-	brief_note(cur, b, ep, rc);
-}
-
-/* Nobody has served @op since @start: say so, each member once, and for how long yet. */
-static void progress(const struct store_backend *b, const char *op, const struct sweep *s,
-		     int64_t start, int64_t until)
-{
-	log_warn("etcd: %s: no member has answered for %" PRId64 " s (trying for %" PRId64
-		 " s more): %s",
-		 op, (crun_now_ms() - start) / 1000, (int64_t)crun_ms_until(until) / 1000,
-		 s->brief[0] != '\0' ? s->brief : "no member tried yet");
-}
-
 /* The common loop of etcd_call() and etcd_stream(). */
 static int run(struct store_backend *b, const char *op, const char *path, struct json_object *req,
 	       struct json_object **reply, int64_t deadline, bool sweep)
@@ -800,7 +689,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 	struct backoff bo;
 	int left, tmo, conn, cap;
 	struct sweep cur, full = {.sum = ""};
-	bool amb = false, full_seen = false;
+	bool amb = false, full_seen = false, r_gave_up = false;
 	const char *body;
 	char *owned = NULL;
 	size_t blen, ep, tried;
@@ -875,7 +764,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 				}
 				goto out;
 			}
-			sweep_note(&cur, b, &b->eps[ep], op, rc);
+			etcd_sweep_note(&cur, b, &b->eps[ep], op, rc);
 		}
 		if (tried == b->neps || !full_seen) {
 			/* The last sweep that tried them all is the one to report. */
@@ -898,7 +787,7 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 		}
 		if (crun_now_ms() - said_at >= PROGRESS_MS) {
 			said_at = crun_now_ms();
-			progress(b, op, &cur, start,
+			etcd_progress(b, op, &cur, start,
 				 !b->opening && b->served && cur.silent && start + SILENT_MS < until
 					 ? start + SILENT_MS
 					 : until);
@@ -906,15 +795,17 @@ static int run(struct store_backend *b, const char *op, const char *path, struct
 		backoff_pause(&bo, until); /* jittered in [d/2, d] */
 	}
 	b->maybe_applied = amb;
-	rc = give_up(b, op, &full, (int)(crun_now_ms() - start));
+	rc = etcd_give_up(b, op, &full, (int)(crun_now_ms() - start));
+	r_gave_up = true;
 out:
 	free(owned);
 	/* The store API returns only a code: say here what it does not (open has its message;
 	 * a -EMSGSIZE or a missing key speaks for itself). */
 	if (rc < 0 && !b->opening &&
 	    (rc == -ETIMEDOUT || rc == ETCD_ENOLEADER || rc == CRUN_EAUTH || rc == CRUN_ESERVER) &&
-	    (rc != -ETIMEDOUT || strstr(b->diag.msg, "no etcd endpoint") != NULL)) {
-		log_warn("%s", b->diag.msg);
+	    (rc != -ETIMEDOUT || r_gave_up)) {
+		/* A keep-alive's caller says it, with its own bound (rdzv_watch.c). */
+		log_msg(b->keepalive ? LOG_DEBUG : LOG_WARN, "%s", b->diag.msg);
 	}
 	return rc;
 }

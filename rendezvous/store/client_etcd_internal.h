@@ -90,6 +90,7 @@ struct store_backend {
 	char errbuf[256];          /* curl's error text */
 	int os_errno;              /* the last attempt's connect errno (curl's), or 0 */
 	bool served;               /* a call past the open has been answered */
+	bool keepalive;            /* in a lease keep-alive: its caller reports a failure */
 	char where[300];           /* "store etcd://..." */
 	struct crun_diag diag;     /* the last error: "store etcd://...: OP: why" */
 };
@@ -184,5 +185,26 @@ int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool a
  */
 int etcd_first_write_after(struct store_backend *b, const char *key, int64_t rev, bool *found,
 			   bool *put, void **val, size_t *len, int64_t deadline);
+
+/* How the endpoints of one sweep failed. */
+struct sweep {
+	bool said;     /* a member answered with an error */
+	bool refused;  /* every connection was refused */
+	bool noleader; /* a member answered "no leader" */
+	bool silent;   /* nothing came back at all: every attempt timed out */
+	char sum[sizeof(((struct crun_diag *)0)->msg)];
+	char brief[200]; /* "h1:p1 connection refused; h2:p2 etcdserver: no leader" */
+};
+
+/* ---- client_etcd_sweep.c ---- */
+
+/* Endpoint @ep failed @op with @rc (b->diag says how): into the sweep's record @cur. */
+void etcd_sweep_note(struct sweep *cur, const struct store_backend *b, const struct etcd_ep *ep,
+		     const char *op, int rc);
+/* @op was served by no member within @ms (sweep @s): b->diag says so; the code to return. */
+int etcd_give_up(struct store_backend *b, const char *op, const struct sweep *s, int ms);
+/* The progress line of @op, unserved since @start and tried until @until. */
+void etcd_progress(const struct store_backend *b, const char *op, const struct sweep *s,
+		   int64_t start, int64_t until);
 
 #endif

@@ -41,6 +41,36 @@ bool etcd_is_endpoint(const char *endpoint)
 	return endpoint != NULL && scheme_of(endpoint, &tls) > 0;
 }
 
+enum etcd_proto etcd_named_protocol(const char *list)
+{
+	struct etcd_ep_error err;
+	enum etcd_proto named = ETCD_PROTO_NONE;
+	struct etcd_ep *eps;
+	size_t n, i;
+
+	if (list == NULL || etcd_parse_members(list, false, &eps, &n, &err) < 0) {
+		return ETCD_PROTO_NONE;
+	}
+	for (i = 0; i < n && named == ETCD_PROTO_NONE; i++) {
+		if (eps[i].named) {
+			named = eps[i].tls ? ETCD_PROTO_HTTPS : ETCD_PROTO_HTTP;
+		}
+	}
+	free(eps);
+	return named;
+}
+
+enum etcd_proto etcd_protocol(enum etcd_proto named, bool tls_files)
+{
+	if (named == ETCD_PROTO_HTTP && tls_files) {
+		return ETCD_PROTO_CONFLICT;
+	}
+	if (named != ETCD_PROTO_NONE) {
+		return named;
+	}
+	return tls_files ? ETCD_PROTO_HTTPS : ETCD_PROTO_HTTP;
+}
+
 static int fault(struct etcd_ep_error *e, enum etcd_ep_fault f, const char *why, const char *member,
 		 size_t skip)
 {

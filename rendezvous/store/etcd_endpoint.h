@@ -70,4 +70,25 @@ int etcd_parse_endpoints(const char *endpoint, struct etcd_ep **eps, size_t *n,
 /** Whether @endpoint starts with one of the schemes (so the store takes it for etcd). */
 bool etcd_is_endpoint(const char *endpoint);
 
+/** The protocol of an etcd member list: named by a scheme or protocol=, or picked by the rule. */
+enum etcd_proto {
+	ETCD_PROTO_CONFLICT = -1, /* http named with TLS files: no certificate to verify */
+	ETCD_PROTO_NONE = 0,	  /* no scheme named */
+	ETCD_PROTO_HTTP = 1,
+	ETCD_PROTO_HTTPS = 2,
+};
+
+/**
+ * The protocol of the members of @list that the first one naming a scheme names; NONE when
+ * none does (or @list does not parse: the store says why when it opens).
+ */
+enum etcd_proto etcd_named_protocol(const char *list);
+
+/**
+ * The one rule for crun and crun status, as etcdctl's: the @named protocol; none named,
+ * https when the --tls-* flags give TLS files (@tls_files), else http. http named with
+ * TLS files is ETCD_PROTO_CONFLICT, the caller's usage error naming both.
+ */
+enum etcd_proto etcd_protocol(enum etcd_proto named, bool tls_files);
+
 #endif

@@ -57,14 +57,15 @@ wait_agents 60
 [ "$RCS" = 0 ] || { cat "$T/tlsflags.0.err" >&2; fail "exit code $RCS with --tls-* flags"; }
 expect_grep "CA=$C/ca.pem CERT=$C/client.pem KEY=$C/client.key" "$T/tlsflags.0.out" \
 	"the flags' files as etcd's"
-"$CRUN" --rdzv-backend etcd --rdzv-endpoint "$ETCD_EP" --tls-ca "$C/ca.pem" /bin/true \
+"$CRUN" --rdzv-backend etcd --rdzv-endpoint "http://$ETCD_EP" --tls-ca "$C/ca.pem" /bin/true \
 	>/dev/null 2>"$T/tlshttp.err"
-expect_eq $? 2 "exit code of --tls-ca with http members"
-expect_grep "^crun: --tls-ca: the etcd members are reached over http" "$T/tlshttp.err" \
-	"--tls-ca over http named, not ignored"
+expect_eq $? 2 "exit code of --tls-ca with http:// members"
+expect_grep "^crun: --tls-ca: the etcd members are reached over http (--rdzv-endpoint names" \
+	"$T/tlshttp.err" "--tls-ca over http named, not ignored"
 note "crun status over https, with the same files as --tls-*, while the job runs"
 # The worker runs until the test has looked (the file go), so the job is running meanwhile.
-CONF=last_call_timeout=1,protocol=https etcd_agents tlsst 1 1 --tls-ca "$C/ca.pem" \
+# No scheme and no protocol=: the --tls-* files make it https, as etcdctl's (issue 21).
+CONF=last_call_timeout=1 etcd_agents tlsst 1 1 --tls-ca "$C/ca.pem" \
 	--tls-cert "$C/client.pem" --tls-key "$C/client.key" /bin/sh -c \
 	'touch "$0.ready"; while [ ! -e "$0.go" ]; do sleep 0.05; done' "$T/tlsst"
 wait_for 60 files_at_least 1 "$T/tlsst.ready"
@@ -74,12 +75,19 @@ timeout -s KILL 60 "$CRUN" status --rdzv-backend etcd -e "etcd+https://$ETCD_EP"
 rc=$?
 [ $rc -eq 0 ] || { cat "$T/tlsst.status.err" >&2; fail "crun status over https: exit $rc"; }
 expect_grep '"run_id":"tlsst","state":"running"' "$T/tlsst.json" "the job's state over https"
+# The same rule: no scheme with --tls-* files is https; http:// with them a usage error.
 timeout -s KILL 60 "$CRUN" status --rdzv-backend etcd -e "$ETCD_EP" --rdzv-id tlsst \
-	--tls-ca "$C/ca.pem" >/dev/null 2>"$T/tlsst.http.err"
+	--tls-ca "$C/ca.pem" --tls-cert "$C/client.pem" --tls-key "$C/client.key" --json \
+	>"$T/tlsst.bare.json" 2>"$T/tlsst.bare.err"
 rc=$?
-[ $rc -ne 0 ] || fail "crun status --tls-ca with http members: exit 0"
-expect_grep "tls-ca: member $ETCD_EP is reached over http" "$T/tlsst.http.err" \
-	"--tls-ca over http named, not ignored"
+[ $rc -eq 0 ] || { cat "$T/tlsst.bare.err" >&2; fail "crun status --tls-* without a scheme: exit $rc"; }
+expect_grep '"run_id":"tlsst","state":"running"' "$T/tlsst.bare.json" \
+	"the job's state over https without a scheme"
+timeout -s KILL 60 "$CRUN" status --rdzv-backend etcd -e "http://$ETCD_EP" --rdzv-id tlsst \
+	--tls-ca "$C/ca.pem" >/dev/null 2>"$T/tlsst.http.err"
+expect_eq $? 2 "exit code of crun status --tls-ca with http:// members"
+expect_grep "^crun status: --tls-ca: the etcd members are reached over http (http://$ETCD_EP" \
+	"$T/tlsst.http.err" "--tls-ca over http named, not ignored"
 touch "$T/tlsst.go"
 wait_agents 60
 [ "$RCS" = 0 ] || { cat "$T/tlsst.0.err" >&2; fail "exit code $RCS of the job crun status read"; }

@@ -129,12 +129,30 @@ static void members_without_a_scheme_and_their_faults(void **state)
 	assert_int_equal(etcd_parse_members("h:1/v3", false, &eps, &n, &err), -EINVAL);
 }
 
+/* crun's and crun status's one rule (etcdctl's): no scheme with TLS files is https. */
+static void tls_files_pick_https_without_a_scheme(void **state)
+{
+	(void)state;
+	assert_int_equal(etcd_named_protocol("a:1,b"), ETCD_PROTO_NONE);
+	assert_int_equal(etcd_named_protocol("a:1,http://b"), ETCD_PROTO_HTTP);
+	assert_int_equal(etcd_named_protocol("etcd+https://a"), ETCD_PROTO_HTTPS);
+	assert_int_equal(etcd_named_protocol("ftp://a"), ETCD_PROTO_NONE); /* the open says */
+	assert_int_equal(etcd_named_protocol(NULL), ETCD_PROTO_NONE);
+	assert_int_equal(etcd_protocol(ETCD_PROTO_NONE, false), ETCD_PROTO_HTTP);
+	assert_int_equal(etcd_protocol(ETCD_PROTO_NONE, true), ETCD_PROTO_HTTPS);
+	assert_int_equal(etcd_protocol(ETCD_PROTO_HTTP, false), ETCD_PROTO_HTTP);
+	assert_int_equal(etcd_protocol(ETCD_PROTO_HTTP, true), ETCD_PROTO_CONFLICT);
+	assert_int_equal(etcd_protocol(ETCD_PROTO_HTTPS, false), ETCD_PROTO_HTTPS);
+	assert_int_equal(etcd_protocol(ETCD_PROTO_HTTPS, true), ETCD_PROTO_HTTPS);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(endpoint_lists_parse),
 		cmocka_unit_test(bad_endpoint_lists_name_the_endpoint),
 		cmocka_unit_test(members_without_a_scheme_and_their_faults),
+		cmocka_unit_test(tls_files_pick_https_without_a_scheme),
 	};
 
 	if (argc > 1) {

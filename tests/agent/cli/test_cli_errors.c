@@ -98,6 +98,11 @@ static void bad_command_lines_fail_with_one_line(void **state)
 		 "--rdzv-conf: protocol: http, but --rdzv-endpoint says https", false},
 		{{"--rdzv-backend", "etcd", "--rdzv-conf", "protocol=ftp", "true"},
 		 "--rdzv-conf: protocol: expected http or https, got \"ftp\"", false},
+		{{"--rdzv-backend", "etcd", "--rdzv-endpoint", "http://a", "--tls-ca", "/etc/passwd",
+		  "true"},
+		 "--tls-ca: the etcd members are reached over http (--rdzv-endpoint names http), "
+		 "which has no certificate to verify: give https:// members or no scheme",
+		 false},
 		{{"--rdzv-backend", "etcd", "--rdzv-conf", "cacert=/etc/passwd", "true"},
 		 "--rdzv-conf: cacert, cert and key need https (protocol=https or https:// members)",
 		 false},
