@@ -368,19 +368,29 @@ static int check_value(const void *val, size_t len)
 	return 0;
 }
 
+/* A value and its key, checked, the key made full (@*full) for a set, set_async or append. */
+static int value_key(struct crun_store *st, const char *key, const void *val, size_t len,
+		     const char **full)
+{
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = check_value(val, len);
+	return rc < 0 ? rc : one_key(st, key, full);
+}
+
 CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
 				   size_t len, int64_t ttl_ms)
 {
 	const char *k;
 	int rc;
 
-	if (st == NULL || ttl_ms < 0) {
+	if (ttl_ms < 0) {
 		return -EINVAL;
 	}
-	rc = check_value(val, len);
-	if (rc == 0) {
-		rc = one_key(st, key, &k);
-	}
+	rc = value_key(st, key, val, len, &k);
 	if (rc < 0) {
 		return rc;
 	}
@@ -399,13 +409,7 @@ CRUN_EXPORT int crun_store_set_async(struct crun_store *st, const char *key, con
 	const char *k;
 	int rc;
 
-	if (st == NULL) {
-		return -EINVAL;
-	}
-	rc = check_value(val, len);
-	if (rc == 0) {
-		rc = one_key(st, key, &k);
-	}
+	rc = value_key(st, key, val, len, &k);
 	if (rc < 0) {
 		return rc;
 	}
@@ -665,13 +669,7 @@ CRUN_EXPORT int crun_store_append(struct crun_store *st, const char *key, const 
 	const char *k;
 	int rc;
 
-	if (st == NULL) {
-		return -EINVAL;
-	}
-	rc = check_value(val, len);
-	if (rc == 0) {
-		rc = one_key(st, key, &k);
-	}
+	rc = value_key(st, key, val, len, &k);
 	if (rc < 0) {
 		return rc;
 	}

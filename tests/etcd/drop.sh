@@ -28,22 +28,6 @@ trap 'netns_teardown "$NS" ""; cleanup; rm -rf "$ETCD_DATA"' EXIT
 NSX="ip netns exec $NS"
 ip -n "$NS" link set lo up || fail "lo up in $NS"
 
-# stamped OUT CMD...: run CMD, each line of its stderr written to OUT after the ms since it
-# started; RC its exit status, MS how long it ran. CMD bounds itself (timeout -s KILL).
-stamped() {
-	local out=$1 t0 l
-	shift
-	t0=$(now_ms)
-	{
-		"$@" 2>&1 >/dev/null
-		echo "exit $?"
-	} | while IFS= read -r l; do
-		echo "$(($(now_ms) - t0)) $l"
-	done >"$out"
-	MS=$(($(now_ms) - t0))
-	RC=$(sed -n 's/^[0-9]* exit \([0-9]*\)$/\1/p' "$out" | tail -n1)
-}
-
 note "one etcd member in $NS at $EP"
 $NSX "$ETCD" --name drop --data-dir "$ETCD_DATA/drop" --listen-client-urls "$URL" \
 	--advertise-client-urls "$URL" --listen-peer-urls http://127.0.0.1:2380 \

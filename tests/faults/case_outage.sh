@@ -142,22 +142,6 @@ partition_fixed() {
 		"node 1 exit $RC${END_1:+ $(secs "$END_1") after the cut}"
 }
 
-# stamped OUT CMD...: run CMD, each line of its stderr written to OUT after the ms since it
-# started; RC its exit status, MS how long it ran. CMD bounds itself (its own timeout).
-stamped() {
-	local out=$1 t0 l
-	shift
-	t0=$(now_ms)
-	{
-		"$@" 2>&1 >/dev/null
-		echo "exit $?"
-	} | while IFS= read -r l; do
-		echo "$(($(now_ms) - t0)) $l"
-	done >"$out"
-	MS=$(($(now_ms) - t0))
-	RC=$(sed -n 's/^[0-9]* exit \([0-9]*\)$/\1/p' "$out" | tail -n1)
-}
-
 # progress OUT WHAT CAUSE FINAL BUDGET_S: the run in OUT (stamped) exited non-zero within
 # BUDGET_S + 30 s, its error naming FINAL; it said "waiting for the store at WHAT: CAUSE"
 # at least 3 times, the first within GAP_S s of the start, each within GAP_S s of the one

@@ -58,6 +58,22 @@ now_ms() {
 	echo $((us / 1000))
 }
 
+# stamped OUT CMD...: run CMD, each line of its stderr written to OUT after the ms since it
+# started; RC its exit status, MS how long it ran. CMD bounds itself (timeout -s KILL ...).
+stamped() {
+	local out=$1 t0 l
+	shift
+	t0=$(now_ms)
+	{
+		"$@" 2>&1 >/dev/null
+		echo "exit $?"
+	} | while IFS= read -r l; do
+		echo "$(($(now_ms) - t0)) $l"
+	done >"$out"
+	MS=$(($(now_ms) - t0))
+	RC=$(sed -n 's/^[0-9]* exit \([0-9]*\)$/\1/p' "$out" | tail -n1)
+}
+
 # wait_for SECONDS CMD...: poll CMD every 20 ms until it succeeds, or fail once SECONDS of
 # wall time have passed (however long CMD itself takes on a loaded machine).
 wait_for() {
