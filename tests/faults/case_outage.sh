@@ -31,6 +31,19 @@ all_trained() {
 	[ "$NDIG" -ge 4 ]
 }
 
+# wait_trained SECS: all_trained within SECS (150 epochs over TCP: seconds in a plain build, a
+# minute or more under ASan on a loaded box), else fail with both agents' last lines.
+wait_trained() {
+	local deadline=$(($(now_ms) + $1 * 1000))
+	until all_trained 2>/dev/null; do
+		if [ "$(now_ms)" -ge $deadline ]; then
+			tail -n 15 "$T/n0.err" "$T/n1.err" >&2
+			fail "the job did not train within $1 s ($NDIG of 4 digests)"
+		fi
+		sleep 0.1
+	done
+}
+
 # two_node_job: nodes 0 and 1 (fixed size 2, no restart allowed unless MAX_RESTARTS says)
 # trained and waiting at the gate, so the job runs while the fault is injected.
 two_node_job() {
@@ -39,7 +52,7 @@ two_node_job() {
 	net_up
 	node 0 "$NS_A" 10.231.0.1
 	node 1 "$NS_B" 10.231.0.2
-	wait_for 120 all_trained
+	wait_trained 240
 }
 
 # hold SECS: let SECS pass (the fault's length), noting when each agent exits meanwhile
@@ -101,7 +114,7 @@ store_stall_join() {
 	kill -CONT "$RDZVD_PID"
 	[ -z "$END_0" ] || { tail -n 20 "$T/n0.err" >&2; fail "node 0 exited during the stall"; }
 	node 1 "$NS_B" 10.231.0.2
-	wait_for 120 all_trained
+	wait_trained 240
 	touch "$FAULT_GATE"
 	wait_ok 60 "$PID_0" "node 0" "$T/n0.err"
 	wait_ok 60 "$PID_1" "node 1" "$T/n1.err"
