@@ -225,10 +225,32 @@ static int cmp_acct(const void *pa, const void *pb)
 }
 
 /*
+ * Whether an account's name can be a run id, as crun takes one (1..128 bytes, no control
+ * character: src/cli_flags.c): any unscoped writer makes an account of a key's first part
+ * ("<200 bytes>/x", "a\033]...;/x"), and naming it would break every client's listing (its
+ * run id field holds 128 bytes) or reach an operator's terminal.
+ */
+static bool run_id_like(const struct ks_acct *a)
+{
+	uint32_t i;
+
+	if (a->nlen == 0 || a->nlen > WIRE_MAX_SCOPE) {
+		return false;
+	}
+	for (i = 0; i < a->nlen; i++) {
+		if ((unsigned char)a->name[i] < 0x20 || (unsigned char)a->name[i] == 0x7f) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
  * LIST_RUNS (docs/protocol.md): the runs with keys in the store, from their accounts (no key
  * is read): u32 runs in all, u32 named here, then for each the run id, its keys, its bytes
  * (its TCPStore namespace's included) and the wall-clock ms of its last write. At most
- * r->n (WIRE_LIST_MAX when 0 or more), the newest first. A scoped connection sees its run only.
+ * r->n (WIRE_LIST_MAX when 0 or more), the newest first. A scoped connection sees its run only;
+ * an account whose name cannot be a run id (run_id_like()) is neither named nor counted.
  */
 static void op_list_runs(struct conn *c, const struct wire_req *r)
 {
@@ -240,17 +262,24 @@ static void op_list_runs(struct conn *c, const struct wire_req *r)
 	uint32_t n = 0, i;
 	size_t b, off;
 
-	all = calloc(ks->accts.count + 1, sizeof(*all));
+	/* A scoped connection's one run is looked up: its cost is not every tenant's count. */
+	all = calloc(scope != NULL ? 1 : ks->accts.count + 1, sizeof(*all));
 	if (all == NULL) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "LIST_RUNS: out of memory");
 		return;
 	}
-	htab_for_each_safe(&ks->accts, b, node, next) {
-		a = container_of(node, struct ks_acct, node);
-		if (a->kind == KS_ACCT_SCOPE && a->keys > 0 &&
-		    (scope == NULL ||
-		     (a->nlen == strlen(scope) && memcmp(a->name, scope, a->nlen) == 0))) {
+	if (scope != NULL) {
+		a = ks_account(ks, KS_ACCT_SCOPE,
+			       (struct ks_str){(const uint8_t *)scope, (uint32_t)strlen(scope)});
+		if (a != NULL && a->keys > 0 && run_id_like(a)) {
 			all[n++] = a;
+		}
+	} else {
+		htab_for_each_safe(&ks->accts, b, node, next) {
+			a = container_of(node, struct ks_acct, node);
+			if (a->kind == KS_ACCT_SCOPE && a->keys > 0 && run_id_like(a)) {
+				all[n++] = a;
+			}
 		}
 	}
 	qsort(all, n, sizeof(*all), cmp_acct);

@@ -219,6 +219,38 @@ static void scoped_connection_lists_its_run_only(void **state)
 	close(fd);
 }
 
+/*
+ * Any unscoped writer makes an account of a key's first part: one too long for a run id, or
+ * with a control character (a terminal escape), is neither named nor counted; before, the
+ * 200-byte one broke every client's listing (its run id field holds 128 bytes).
+ */
+static void names_that_cannot_be_run_ids_are_not_listed(void **state)
+{
+	struct listed l[8];
+	char key[300];
+	uint32_t total, n, id = 10;
+	int fd = raw_connect(dmn.port);
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(raw_hello(fd, TOKEN), 0);
+	n = list(fd, id++, 0, &total, l);
+	memset(key, 'L', 200);
+	snprintf(key + 200, sizeof(key) - 200, "/k");
+	set(fd, id++, key, "v");
+	set(fd, id++, "rdzv/esc\033]0;x\007/k", "v");
+	set(fd, id++, "rdzv/tab\tx/k", "v");
+	/* 128 bytes is a run id: named. */
+	memset(key, 'M', 128);
+	snprintf(key + 128, sizeof(key) - 128, "/k");
+	set(fd, id++, key, "v");
+	assert_int_equal(list(fd, id++, 0, &n, l), total + 1);
+	assert_int_equal(n, total + 1);
+	key[128] = '\0';
+	find(l, n, key);
+	close(fd);
+}
+
 static void no_listing_before_auth(void **state)
 {
 	struct wire_buf b = {0};
@@ -252,6 +284,7 @@ int main(int argc, char **argv)
 		/* In this order: the first counts every run of the daemon. */
 		cmocka_unit_test(runs_are_listed_with_their_usage),
 		cmocka_unit_test(scoped_connection_lists_its_run_only),
+		cmocka_unit_test(names_that_cannot_be_run_ids_are_not_listed),
 		cmocka_unit_test(no_listing_before_auth),
 	};
 
