@@ -94,7 +94,9 @@ static int roundtrip(struct store_backend *b, int64_t deadline)
 	if (rc < 0) {
 		return rc;
 	}
-	if (!(b->rh.flags & WIRE_FLAG_REPLY) || (b->rh.id != id && b->rh.id != 0)) {
+	/* Id 0 is only ever a connection-level error: an OK one answers nothing we sent. */
+	if (!(b->rh.flags & WIRE_FLAG_REPLY) ||
+	    (b->rh.id != id && (b->rh.id != 0 || b->rh.status == WIRE_OK))) {
 		disconnect(b);
 		return tcp_fail(b, -EPROTO, "reply: unexpected frame (id %u, expected %u)",
 				b->rh.id, id);

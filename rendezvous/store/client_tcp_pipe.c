@@ -91,7 +91,8 @@ int tcp_pipe_answered(struct store_backend *b, size_t plen)
 	const struct tcp_pend *e = &p->q[p->head];
 	int code;
 
-	if (p->n == 0 || (b->rh.id != e->id && b->rh.id != 0)) {
+	/* Id 0 is only ever a connection-level error: an OK one answers no set. */
+	if (p->n == 0 || (b->rh.id != e->id && (b->rh.id != 0 || b->rh.status == WIRE_OK))) {
 		return -EPROTO;
 	}
 	if (b->rh.status != WIRE_OK) {

@@ -45,6 +45,7 @@ struct mute {
 	uint8_t buf[MAX_CONNS][4096];
 	size_t len[MAX_CONNS];
 	int accepted;
+	int forge; /* answer SET with an OK reply of id 0 (a connection-level id) */
 };
 
 static void answer(int fd, const struct wire_hdr *h)
@@ -87,6 +88,11 @@ static void frames(struct mute *m, int i)
 		}
 		if (h.op == WIRE_OP_HELLO || h.op == WIRE_OP_PING) {
 			answer(m->fd[i], &h);
+		} else if (h.op == WIRE_OP_SET && __atomic_load_n(&m->forge, __ATOMIC_ACQUIRE)) {
+			struct wire_hdr z = h;
+
+			z.id = 0;
+			answer(m->fd[i], &z);
 		}
 		memmove(m->buf[i], m->buf[i] + total, m->len[i] - total);
 		m->len[i] -= total;
@@ -235,6 +241,31 @@ static void unanswered_get_times_out_at_its_deadline(void **state)
 }
 
 /*
+ * Id 0 is only a connection-level error (the server closes after it): an OK reply with id 0
+ * answers no request. A set, waited for or not, is not taken as stored on the word of one.
+ */
+static void ok_reply_with_id_0_is_no_answer(void **state)
+{
+	struct mute *m = *state;
+	const struct store_ops *ops;
+	struct store_backend *b;
+	int rc;
+
+	open_client(m, &b, &ops);
+	assert_int_equal(ops->ping(b, T), 0);
+	__atomic_store_n(&m->forge, 1, __ATOMIC_RELEASE);
+	assert_int_equal(ops->set_async(b, "k", "v", 1, T), 0);
+	rc = ops->flush(b, T);
+	print_message("flush: %d: %s\n", rc, store_tcp_last_error(b));
+	assert_int_equal(rc, -EPROTO);
+	assert_non_null(strstr(store_tcp_last_error(b), "SET \"k\" (sent without waiting)"));
+	rc = ops->set(b, "k2", "v", 1, 0, T);
+	print_message("set: %d: %s\n", rc, store_tcp_last_error(b));
+	assert_int_equal(rc, -EPROTO);
+	ops->close(b);
+}
+
+/*
  * The receive timeout is cached per connection: a short operation after long ones must not
  * inherit the long timeout, and a long one after short ones must not end early.
  */
@@ -331,6 +362,8 @@ int main(int argc, char **argv)
 						mute_setup, mute_teardown),
 		cmocka_unit_test_setup_teardown(receive_timeout_follows_each_operations_deadline,
 						mute_setup, mute_teardown),
+		cmocka_unit_test_setup_teardown(ok_reply_with_id_0_is_no_answer, mute_setup,
+						mute_teardown),
 		cmocka_unit_test(connect_to_a_port_that_drops_packets_is_bounded_per_try),
 	};
 
