@@ -21,7 +21,8 @@ if [ -z "${skip_reason-}" ]; then
 	expect_grep '128+N' "$T/crun.txt" "crun(1)'s exit status 128+N"
 	lib=$(cd "$BUILD/worker_api" && ls libcrun-worker.so.1.*.* | grep -v '\.p$' | head -n 1)
 	ver=$("$CRUN" --version | awk '{ print $2 }')
-	tr -s ' \n' ' ' <"$T/lw.txt" >"$T/lw1.txt"
+	# One line, and a word broken after its own hyphen ("libcrun-" at a line end) joined again.
+	tr -s ' \n' ' ' <"$T/lw.txt" | sed 's/- /-/g' >"$T/lw1.txt"
 	expect_grep "$lib, the library of crun $ver" "$T/lw1.txt" \
 		"libcrun-worker(3) names the built library ($lib) with crun $ver"
 else
