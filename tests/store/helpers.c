@@ -406,6 +406,23 @@ int raw_hello(int fd, const char *token)
 	return raw_handshake(fd, token, NULL, NULL, NULL, 0);
 }
 
+void raw_hello_unproved(int fd)
+{
+	struct wire_buf b = {0};
+	struct wire_hdr h;
+	uint8_t buf[256];
+
+	wire_put_u32(&b, WIRE_MAGIC);
+	wire_put_u16(&b, WIRE_VERSION);
+	wire_put_u16(&b, 0);
+	wire_put_u32(&b, 0);
+	wire_put_u32(&b, 0);
+	assert_int_equal(raw_frame(fd, WIRE_OP_HELLO, 1, b.p, b.len), 0);
+	wire_buf_finish(&b);
+	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
+	assert_int_equal(h.status, WIRE_OK);
+}
+
 void raw_expect_error(int fd, uint8_t op, uint32_t id, uint16_t status, const char *msg)
 {
 	struct wire_hdr h;

@@ -42,6 +42,8 @@ int raw_handshake(int fd, const char *token, const char *scope, uint16_t *status
 		  size_t len);
 /* raw_handshake() with no scope, no interest in the error. */
 int raw_hello(int fd, const char *token);
+/* A HELLO with no nonce and no scope, answered OK (asserted): the connection waits for AUTH. */
+void raw_hello_unproved(int fd);
 /* Read one frame: header into @h, payload (NUL-terminated) into @buf of @cap bytes. */
 int raw_read(int fd, struct wire_hdr *h, uint8_t *buf, size_t cap);
 /* Read one frame and check it is an error reply with @status and exactly @msg. */

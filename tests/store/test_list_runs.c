@@ -254,21 +254,11 @@ static void names_that_cannot_be_run_ids_are_not_listed(void **state)
 static void no_listing_before_auth(void **state)
 {
 	struct wire_buf b = {0};
-	struct wire_hdr h;
-	uint8_t buf[256];
 	int fd = raw_connect(dmn.port);
 
 	(void)state;
 	assert_true(fd >= 0);
-	wire_put_u32(&b, WIRE_MAGIC);
-	wire_put_u16(&b, WIRE_VERSION);
-	wire_put_u16(&b, 0);
-	wire_put_u32(&b, 0);
-	wire_put_u32(&b, 0);
-	assert_int_equal(raw_frame(fd, WIRE_OP_HELLO, 1, b.p, b.len), 0);
-	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
-	assert_int_equal(h.status, WIRE_OK);
-	b.len = 0;
+	raw_hello_unproved(fd);
 	wire_put_u32(&b, 0);
 	assert_int_equal(raw_frame(fd, WIRE_OP_LIST_RUNS, 2, b.p, b.len), 0);
 	raw_expect_error(fd, WIRE_OP_LIST_RUNS, 2, WIRE_E_AUTH,
