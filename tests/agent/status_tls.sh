@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 # tests/agent/status_tls.sh: the store's configuration is one value that every connection of
 # the agent borrows (issue 18), so TLS reaches all of them: `crun status` sees a TLS job, on the
-# agent-hosted store and on crun-rdzvd with mutual TLS, and no store logs a refused (plain)
-# connection from the status publisher; in static mode a second node rank 0 is named under
-# TLS as without it.
+# agent-hosted store and on crun-rdzvd with mutual TLS (where the run list, LIST_RUNS, names
+# it too), and no store logs a refused (plain) connection from the status publisher; in static
+# mode a second node rank 0 is named under TLS as without it.
 . "$(dirname "$0")/lib.sh"
 . "$SRC/tests/lib/tls_certs.sh"
 
@@ -72,6 +72,12 @@ wait_for 20 test -s "$T/d.out"
 EP=$(head -n1 "$T/d.out")
 job mtls "$EP" "${CLIENT_TLS[@]}"
 running mtls "$EP"
+note "the run list (LIST_RUNS) over mutual TLS: the job, running, 2 nodes"
+timeout -s KILL 30 "$CRUN" status --rdzv-endpoint "$EP" --timeout 5 "${CLIENT_TLS[@]}" \
+	>"$T/list" 2>"$T/list.err"
+RC=$?
+[ $RC -eq 0 ] || { cat "$T/list" "$T/list.err" >&2; fail "the run list: exit $RC"; }
+expect_grep '^mtls  *running  *2 ' "$T/list" "the run list names the job"
 finish mtls
 if grep -a "$REFUSAL" "$T/d.err" >&2; then
 	fail "crun-rdzvd refused a connection of the job (above)"
