@@ -120,7 +120,9 @@ static int tls_conf(struct store_backend *b, const struct store_conf *c, struct 
 			return diag_set(d, CRUN_ECONFIG,
 					"%s: --tls-%s: member %s is reached over http, which has no "
 					"certificate to verify: give etcd+https:// or https:// members",
-					b->where, given(c->tls_ca) ? "ca" : "cert", b->eps[i].name);
+					b->where,
+					given(c->tls_ca) ? "ca" : given(c->tls_cert) ? "cert" : "key",
+					b->eps[i].name);
 		}
 	}
 	rc = conf_file(b, "--tls-ca", c->tls_ca, &b->cacert, d);
