@@ -5,6 +5,7 @@
 # by someone else) and ends with the parameters torchrun's run of the same script gives;
 # --no-agent-store gives rank 0's TCPStore back; a duplicate static node rank is named.
 # Skipped (77) when torch is not importable.
+. "$(dirname "$0")/../lib/own_net.sh" "$@" # a network namespace of its own (root)
 . "$(dirname "$0")/lib.sh"
 
 need_torch

@@ -14,6 +14,7 @@
 #            its round is connected: the daemon closes it (issue 20) instead of serving it on.
 # Torch only (77); the grow case needs root (network namespaces), else it is skipped.
 # TSGEN_CASES="store pg ended grow" (the default) picks cases, e.g. to run one against another build.
+. "$(dirname "$0")/../lib/own_net.sh" "$@" # a network namespace of its own (root)
 . "$(dirname "$0")/lib.sh"
 
 need_torch

@@ -14,6 +14,7 @@
 # "idle": an idle torch 1.x worker under crun --agent-store (the store serves its TCPStore)
 # uses under 1 s of CPU time in 20 s (/proc/PID/stat utime + stime after init_process_group).
 # Skipped (77) without torch or without the torchrun peer.
+. "$(dirname "$0")/../lib/own_net.sh" "$@" # a network namespace of its own (root)
 . "$(dirname "$0")/lib.sh"
 
 need_torch

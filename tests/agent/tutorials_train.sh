@@ -21,6 +21,7 @@
 # Every job is bounded by $TUTORIAL_TIMEOUT (120) seconds: a hang fails naming its case. Every
 # job runs before the test fails; the summary names each case that differed. Skipped (77)
 # without torch or without the torchrun peer.
+. "$(dirname "$0")/../lib/own_net.sh" "$@" # a network namespace of its own (root)
 . "$(dirname "$0")/lib.sh"
 
 need_torch
