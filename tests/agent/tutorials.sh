@@ -5,7 +5,7 @@
 # program's own, plain env://), each run under crun and under torchrun (PyTorch 1.13, Debian's,
 # through ../shared/peers/torchrun) with the same flags, 1 node x 2 workers (--standalone) and
 # 2 nodes x 1 worker (c10d on 127.0.0.1): the same exit codes and the same output lines
-# (sorted). Each job is bounded by $TUTORIAL_TIMEOUT (60) seconds, so a hang fails naming its
+# (sorted). Each job is bounded by $TUTORIAL_TIMEOUT (180) seconds, so a hang fails naming its
 # case; every case runs before the test fails, and the summary names each one that differed.
 # Issue 19: with TORCHELASTIC_USE_AGENT_STORE=True, torch 1.x makes every rank a client of the
 # program's own port and nobody serves it (setup, tcp), and the program's own TCPStore server
@@ -20,7 +20,7 @@
 need_torch
 TORCHRUN=${CRUN_TORCHRUN:-$SRC/../shared/peers/torchrun}
 CASES=$SRC/tests/agent/tutorial_cases.py
-LIMIT=${TUTORIAL_TIMEOUT:-60}
+LIMIT=${TUTORIAL_TIMEOUT:-180}
 unset TORCHELASTIC_USE_AGENT_STORE MASTER_ADDR MASTER_PORT
 
 # out_lines: a job's output lines (stdin), crun's "[rankN]:" prefix taken off, sorted.

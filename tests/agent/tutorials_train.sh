@@ -18,7 +18,7 @@
 #        through /etc/netns/NS/, name both), c10d hosted in node A's namespace; ddp and elastic,
 #        the hosting node first (it listens) and last (the other is already trying), under
 #        both launchers. Root only (77).
-# Every job is bounded by $TUTORIAL_TIMEOUT (120) seconds: a hang fails naming its case. Every
+# Every job is bounded by $TUTORIAL_TIMEOUT (240) seconds: a hang fails naming its case. Every
 # job runs before the test fails; the summary names each case that differed. Skipped (77)
 # without torch or without the torchrun peer.
 . "$(dirname "$0")/../lib/own_net.sh" "$@" # a network namespace of its own (root)
@@ -28,7 +28,7 @@ need_torch
 TORCHRUN=${CRUN_TORCHRUN:-$SRC/../shared/peers/torchrun}
 [ -x "$TORCHRUN" ] || { echo "no torchrun peer at $TORCHRUN: skipping"; exit 77; }
 CASES=$SRC/tests/agent/tutorial_cases.py
-LIMIT=${TUTORIAL_TIMEOUT:-120}
+LIMIT=${TUTORIAL_TIMEOUT:-240}
 MODE=${1:-one}
 unset TORCHELASTIC_USE_AGENT_STORE MASTER_ADDR MASTER_PORT LOGLEVEL
 # torch.distributed.launch (1.13) run with the peer's fix applied (runpy runs the peer file
