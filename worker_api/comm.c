@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_api/comm.c: collectives API: argument checks, backend choice, dispatch, poisoning. */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,11 +248,16 @@ static int enter(struct crun_comm *c, const char *what)
 			  c->name, c->rank, what);
 		return -EBUSY;
 	}
-	if (__atomic_exchange_n(&c->busy, 1, __ATOMIC_ACQUIRE) != 0) {
-		log_error("comm %s: rank %d: %s: another thread is inside a call on this "
-			  "communicator (a DDP's buckets in flight?): one thread at a time",
-			  c->name, c->rank, what);
-		return -EBUSY;
+	for (int busy = 0; !__atomic_compare_exchange_n(&c->busy, &busy, 1, false,
+							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+	     busy = 0) {
+		if (busy != 2) {
+			log_error("comm %s: rank %d: %s: another thread is inside a call on this "
+				  "communicator (a DDP's buckets in flight?): one thread at a time",
+				  c->name, c->rank, what);
+			return -EBUSY;
+		}
+		sched_yield(); /* a DDP's step-end poll (comm_query_event()): microseconds */
 	}
 	return 0;
 }
@@ -536,6 +542,32 @@ int comm_wait(struct crun_comm *c, void *stream, int64_t deadline)
 	int rc = enter(c, "wait");
 
 	return rc < 0 ? rc : leave(c, do_wait(c, stream, deadline));
+}
+
+int comm_query_event(struct crun_comm *c, void *event, int64_t deadline, struct crun_diag *why)
+{
+	int rc, idle = 0;
+
+	if (c->ops->query_event == NULL) {
+		return 1; /* nothing is queued on a host backend */
+	}
+	if (!__atomic_compare_exchange_n(&c->busy, &idle, 2, false, __ATOMIC_ACQUIRE,
+					 __ATOMIC_RELAXED)) {
+		return 0; /* another thread's call: asked again later */
+	}
+	rc = comm_poisoned(c);
+	if (rc != 0) {
+		diag_set(why, rc, "%s", c->poison_msg);
+	} else {
+		c->diag.msg[0] = '\0';
+		c->diag.code = 0;
+		rc = finish(c, "step end", c->ops->query_event(c, event, deadline));
+		if (rc < 0) {
+			diag_set(why, rc, "%s", c->diag.msg);
+		}
+	}
+	__atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+	return rc;
 }
 
 CRUN_EXPORT int crun_comm_allreduce(struct crun_comm *c, const void *send, void *recv, size_t count,

@@ -46,6 +46,12 @@ struct comm_ops {
 	 * the communicator.
 	 */
 	int (*wait)(struct crun_comm *c, void *stream, int64_t deadline);
+	/*
+	 * Optional (nccl): 1 when @event has completed, 0 when not yet; never blocks. An
+	 * asynchronous error of the communicator, a failed query or @deadline passed: a
+	 * negative code, and the communicator is aborted, as a failed wait() does.
+	 */
+	int (*query_event)(struct crun_comm *c, void *event, int64_t deadline);
 	/* Release the backend state (c->impl); never fails. */
 	void (*destroy)(struct crun_comm *c);
 };
@@ -68,7 +74,8 @@ struct crun_comm {
 	 */
 	int poisoned;
 	char poison_msg[CRUN_DIAG_MSG_MAX];
-	int busy;	       /* 1 while a thread is inside a call that uses @diag (atomic) */
+	int busy;	       /* 1 while a thread is inside a call that uses @diag, 2 while
+				  comm_query_event() polls (atomic) */
 	int held;	       /* 1 while a DDP step is in flight on @c (comm_hold(); atomic) */
 	struct crun_diag diag; /* the last error, "<where>: <what>: <why>" (the busy thread's) */
 };
@@ -104,6 +111,18 @@ int comm_key(const struct crun_comm *c, char *buf, size_t len, const char *suffi
 int comm_allreduce_enqueue(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
 			   enum crun_redop op, void *stream);
 int comm_wait(struct crun_comm *c, void *stream, int64_t deadline);
+
+/*
+ * The device DDP's end-of-step watch (its communication thread, also between steps, while
+ * the program may call @c): has @event (recorded on the communicator's stream after a
+ * step's collectives) completed? 1 yes, 0 not yet, or a negative code with @c's message in
+ * @why: NCCL reported an asynchronous error, the query failed or @deadline passed; @c is
+ * then poisoned and NCCL's communicator aborted, as after a failed collective. It never
+ * blocks and never makes another thread's call fail: while another thread is inside a call
+ * on @c it answers 0 (ask again), and a thread that enters during the poll waits the few
+ * microseconds it takes (enter()). A poisoned @c answers its error.
+ */
+int comm_query_event(struct crun_comm *c, void *event, int64_t deadline, struct crun_diag *why);
 
 /*
  * A DDP step in flight (from its first gradient marked ready to the end of its sync): its

@@ -29,6 +29,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,20 @@
 #include "worker_api/gpu_loader.h"
 #include "worker_api/nccl_watchdog.h"
 
-/* Buffers found usable by check_buf() and remembered (device or managed memory only). */
+/* Allocations found usable by check_buf() and remembered (device or managed memory only). */
 #define NCCL_USABLE 8
+
+/*
+ * One remembered allocation: its range, device and the driver's buffer id, which is unique
+ * in the process and never given again after cudaFree (CU_POINTER_ATTRIBUTE_BUFFER_ID), so
+ * an address in the range approves a buffer only while the same id answers for it.
+ */
+struct nccl_usable {
+	uintptr_t base;
+	size_t size;	       /* 0: empty slot */
+	unsigned long long id;
+	int device;
+};
 
 struct nccl {
 	const struct gpu_cuda *cu; /* the loaded runtime (gpu_loader.h) */
@@ -61,7 +74,7 @@ struct nccl {
 	cudaStream_t stream; /* where collectives are enqueued: own or the program's */
 	float *token;	     /* one device float for barrier */
 	int device;	     /* the creator's current device (crun_cuda_device() under crun) */
-	const void *usable[NCCL_USABLE];
+	struct nccl_usable usable[NCCL_USABLE];
 	unsigned int usable_next;
 	struct nccl_watchdog wd; /* the deadline of every blocking call on @comm */
 };
@@ -347,6 +360,37 @@ static int nccl_wait(struct crun_comm *c, void *stream, int64_t deadline)
 	return device_leave(c, g, prev, rc);
 }
 
+/*
+ * Has @event (the device DDP's end of step, on the collectives' stream) completed? Never
+ * waits: the DDP's communication thread asks again until @deadline, beside NCCL's
+ * asynchronous error state, and an error or the deadline aborts the communicator (a peer
+ * that never joins a queued collective would otherwise hold its kernel, the stream and the
+ * compute stream waiting on @event, for ever). cudaEventQuery needs no current device.
+ */
+static int nccl_query_event(struct crun_comm *c, void *event, int64_t deadline)
+{
+	struct nccl *g = c->impl;
+	ncclResult_t st;
+	cudaError_t e;
+	int rc = 0;
+
+	e = g->cu->cudaEventQuery((cudaEvent_t)event);
+	if (e == cudaSuccess) {
+		return 1;
+	}
+	if (e != cudaErrorNotReady) {
+		rc = cuda_fail(c, e, "cudaEventQuery (end of step)");
+	} else if (g->nc->ncclCommGetAsyncError(g->comm, &st) == ncclSuccess &&
+		   st != ncclSuccess && st != ncclInProgress) {
+		rc = nccl_fail(c, g->comm, st, "the step's collectives");
+	} else if (crun_now_ms() >= deadline) {
+		rc = diag_set(&c->diag, -ETIMEDOUT,
+			      "comm %s: rank %d: the step's collectives: not complete within %d ms",
+			      c->name, c->rank, c->timeout_ms);
+	}
+	return abort_on_failure(g, rc);
+}
+
 static int nccl_broadcast(struct crun_comm *c, void *buf, size_t count, enum crun_dtype dt,
 			  int root)
 {
@@ -413,22 +457,54 @@ static int nccl_barrier(struct crun_comm *c)
  * NCCL takes memory the communicator's device can address (NCCL's "Data Pointers": device
  * memory of that device, managed memory, host memory registered and mapped for it). A plain
  * host pointer would be read by NCCL's kernels as a device address and kill the CUDA
- * context, so it is refused here, before NCCL sees it. Usable device and managed buffers
- * are remembered (their addresses are not reused by host allocations), so a program that
- * reduces the same buffers every step asks the runtime once per buffer.
+ * context, so it is refused here, before NCCL sees it. Usable device and managed
+ * allocations are remembered with their range, device and buffer id (struct nccl_usable),
+ * so a program that reduces the same buffers every step asks the driver for one attribute
+ * per call (cuPointerGetAttribute: a lookup in the driver's address table on the host, no
+ * GPU round trip, as cudaPointerGetAttributes is) instead of the runtime's full attributes;
+ * an address whose allocation was freed, and what now lives there (host memory mapped at
+ * it, another allocation, on any device), has no id or another one, and is checked afresh.
  */
+static bool usable_hit(struct nccl *g, const void *buf)
+{
+	uintptr_t p = (uintptr_t)buf;
+	unsigned long long id;
+	unsigned int i;
+
+	for (i = 0; i < NCCL_USABLE; i++) {
+		struct nccl_usable *u = &g->usable[i];
+
+		if (u->size == 0 || p < u->base || p - u->base >= u->size) {
+			continue;
+		}
+		if (gpu_cuda_buffer_id(buf, &id) == 0 && id == u->id) {
+			return true;
+		}
+		u->size = 0; /* freed: whatever is there now is not what was approved */
+	}
+	return false;
+}
+
+/* Remember @buf's allocation, when the driver can name it (else it is asked every time). */
+static void usable_add(struct nccl *g, const void *buf)
+{
+	struct nccl_usable u = {.device = g->device};
+
+	if (gpu_cuda_alloc_of(buf, &u.id, &u.base, &u.size) == 0 && u.size > 0) {
+		g->usable[g->usable_next++ % NCCL_USABLE] = u;
+	}
+}
+
+/* Can NCCL use @buf (the @which buffer of @what)? -EFAULT, naming what it is, if not. */
 static int nccl_check_buf(struct crun_comm *c, const char *what, const char *which, const void *buf)
 {
 	struct nccl *g = c->impl;
 	struct cudaPointerAttributes a;
 	const char *why = NULL;
 	cudaError_t e;
-	unsigned int i;
 
-	for (i = 0; i < NCCL_USABLE; i++) {
-		if (g->usable[i] == buf) {
-			return 0;
-		}
+	if (usable_hit(g, buf)) {
+		return 0;
 	}
 	memset(&a, 0, sizeof(a));
 	e = g->cu->cudaPointerGetAttributes(&a, buf);
@@ -472,7 +548,7 @@ static int nccl_check_buf(struct crun_comm *c, const char *what, const char *whi
 						  "CRUN_BACKEND_CPU"
 						: " (host buffers need a cpu communicator)");
 	}
-	g->usable[g->usable_next++ % NCCL_USABLE] = buf;
+	usable_add(g, buf);
 	return 0;
 }
 
@@ -548,6 +624,7 @@ static const struct comm_ops nccl_ops = {
 	.reduce_scatter = nccl_reduce_scatter,
 	.barrier = nccl_barrier,
 	.check_buf = nccl_check_buf,
+	.query_event = nccl_query_event,
 	.allreduce_enqueue = nccl_allreduce_enqueue,
 	.wait = nccl_wait,
 	.destroy = nccl_destroy,

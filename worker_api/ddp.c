@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <crun/comm.h>
 #include <crun/ddp.h>
@@ -112,17 +113,86 @@ static int drain(struct crun_ddp *d, bool failed)
 }
 
 /*
+ * The step's last bucket is queued on the device (d->mu held, released around the calls):
+ * make the compute stream wait for it on the device and watch it from here, or, after a
+ * failure, drain what was queued (nothing of a failed step may outlive it). The step stays
+ * watched from its end: a later step's end is covered by the same watch (its work follows on
+ * the same stream), which keeps the older step's number and deadline.
+ */
+static void step_end(struct crun_ddp *d)
+{
+	bool failed = d->err != 0;
+	int rc = 0;
+
+	pthread_mutex_unlock(&d->mu);
+	if (!failed) {
+		rc = d->mem->end_step(d);
+	}
+	if (failed || rc < 0) {
+		int drc = drain(d, true);
+
+		rc = rc < 0 ? rc : drc;
+	}
+	pthread_mutex_lock(&d->mu);
+	if (rc < 0 && d->err == 0) {
+		d->err = rc;
+	}
+	if (d->err != 0) {
+		d->watching = false; /* the communicator is poisoned: nothing left to watch */
+	} else if (!d->watching) {
+		d->watching = true;
+		d->watch_deadline = crun_now_ms() + d->comm->timeout_ms;
+		d->watch_step = d->steps + 1;
+	}
+	d->finished = d->nb;
+}
+
+/*
+ * One look at the watched steps (d->mu held, released around the query); between looks the
+ * thread sleeps on d->work (new buckets wake it): 20 us for the first 2 ms, then 200 us, so
+ * a step that completes quickly is seen quickly and a long one costs no CPU. A failure
+ * becomes the DDP's sticky error, returned by the next crun_ddp_sync(), crun_ddp_wait(),
+ * crun_ddp_broadcast_params(), or logged by crun_ddp_destroy().
+ */
+static void watch(struct crun_ddp *d, int64_t since_ns)
+{
+	int64_t deadline = d->watch_deadline, wake;
+	long long step = d->watch_step;
+	struct timespec ts;
+	int rc;
+
+	pthread_mutex_unlock(&d->mu);
+	rc = d->mem->query(d, deadline, step);
+	pthread_mutex_lock(&d->mu);
+	if (rc != 0) {
+		d->watching = false;
+		if (rc < 0 && d->err == 0) {
+			d->err = rc;
+		}
+		pthread_cond_broadcast(&d->done);
+		return;
+	}
+	wake = crun_now_ns() + (crun_now_ns() - since_ns < 2000000 ? 20000 : 200000);
+	ts.tv_sec = (time_t)(wake / 1000000000);
+	ts.tv_nsec = (long)(wake % 1000000000);
+	pthread_cond_timedwait(&d->work, &d->mu, &ts);
+}
+
+/*
  * Buckets are started in bucket order, each as soon as it is ready, without waiting for the
  * one before to complete: with host memory a bucket is complete when reduce_bucket() returns
  * (the allreduce is synchronous), so it is finished at once, as it always was; with device
  * memory it is only queued on the communicator's stream, so every ready bucket is queued at
- * once and their transfers follow each other on the device, and the thread drains the
- * stream after the step's last bucket.
+ * once and their transfers follow each other on the device; after the step's last bucket
+ * the compute stream is made to wait for them (step_end()), and between buckets the thread
+ * watches the steps still in flight on the device (watch()).
  */
 static void *comm_thread(void *arg)
 {
 	struct crun_ddp *d = arg;
 	struct ddp_bucket *bk;
+	int64_t since = 0;
+	bool was_watching = false;
 	int rc;
 
 	on_comm_thread = true;
@@ -139,22 +209,23 @@ static void *comm_thread(void *arg)
 					d->err = rc;
 				}
 			}
-			if (d->mem->drain == NULL) {
+			if (d->mem->end_step == NULL) {
 				d->finished++;
 			} else if (d->next == d->nb) {
-				bool failed = d->err != 0;
-
-				pthread_mutex_unlock(&d->mu);
-				rc = drain(d, failed);
-				pthread_mutex_lock(&d->mu);
-				if (rc < 0 && d->err == 0) {
-					d->err = rc;
-				}
-				d->finished = d->nb;
+				step_end(d);
 			}
 			pthread_cond_broadcast(&d->done);
 			continue;
 		}
+		if (d->watching) {
+			if (!was_watching) {
+				since = crun_now_ns();
+			}
+			was_watching = true;
+			watch(d, since);
+			continue;
+		}
+		was_watching = false;
 		pthread_cond_wait(&d->work, &d->mu);
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -216,7 +287,7 @@ CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_op
 		return rc;
 	}
 	pthread_mutex_init(&d->mu, NULL);
-	pthread_cond_init(&d->work, NULL);
+	crun_cond_init_monotonic(&d->work); /* watch()'s pause */
 	crun_cond_init_monotonic(&d->done); /* wait_step()'s bound */
 	if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
 		crun_ddp_destroy(d);
@@ -249,10 +320,18 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 		pthread_mutex_unlock(&d->mu);
 		pthread_join(d->thread, NULL);
 	}
-	/* Buckets queued on a device but not drained (destroyed mid-step, failed or not): let
-	 * them land, or the communicator time out, before their buffers go. */
-	if (d->mem->drain != NULL && d->next > d->finished) {
-		drain(d, d->err != 0);
+	/* Buckets queued on a device and not seen complete (destroyed mid-step, or the last
+	 * step still watched): let them land, or the communicator time out, before their
+	 * buffers go; a failure no crun_ddp_sync() or crun_ddp_wait() returned is logged. */
+	if (d->mem->drain != NULL && (d->next > d->finished || d->watching)) {
+		long long step = d->watching ? d->watch_step : d->steps + 1;
+
+		if (drain(d, d->err != 0) < 0 && d->err == 0) {
+			log_warn("ddp: destroy: step %lld's collectives: %s", step, d->diag.msg);
+		}
+	}
+	if (d->tdiag.code != 0) {
+		log_warn("ddp: destroy: an error no call returned: %s", d->tdiag.msg);
 	}
 	if (d->holding) {
 		comm_release(d->comm); /* destroyed mid-step */
@@ -264,6 +343,9 @@ CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d)
 	}
 	for (i = 0; d->mem->tensor_finish != NULL && i < d->nt; i++) {
 		d->mem->tensor_finish(d, &d->t[i]);
+	}
+	if (d->mem->fini != NULL) {
+		d->mem->fini(d);
 	}
 	free(d->b);
 	free(d->t);
@@ -409,6 +491,8 @@ static int broadcast(struct crun_ddp *d, float *buf, size_t n)
 	return 0;
 }
 
+static int wait_watch(struct crun_ddp *d);
+
 CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 {
 	struct ddp_bucket *bk;
@@ -419,6 +503,9 @@ CRUN_EXPORT int crun_ddp_broadcast_params(struct crun_ddp *d)
 	}
 	pthread_mutex_lock(&d->mu);
 	rc = build(d);
+	if (rc == 0 && d->nmarked == 0 && d->next == 0) {
+		rc = wait_watch(d); /* the last step's collectives, still on the device */
+	}
 	if (rc == 0 && d->err != 0) {
 		rc = d->err;
 	} else if (rc == 0 && (d->nmarked != 0 || d->next != 0 || d->finished != 0)) {
@@ -583,6 +670,72 @@ static int wait_step(struct crun_ddp *d)
 	return 0;
 }
 
+/*
+ * Wait (d->mu held) until the communication thread has seen the steps it watches complete
+ * or fail (device memory). Its query has the communicator's deadline, so beyond that plus
+ * twice the timeout and a second the thread is stuck (as in wait_step()). Says what it
+ * waits for every 5 s.
+ */
+static int wait_watch(struct crun_ddp *d)
+{
+	int64_t start = crun_now_ms(), note = start + DDP_NOTE_MS, limit, now;
+	struct timespec ts;
+
+	while (d->watching) {
+		now = crun_now_ms();
+		limit = d->watch_deadline + 2 * (int64_t)d->comm->timeout_ms + 1000;
+		if (now >= limit) {
+			d->stuck = true;
+			return diag_set(&d->diag, -ETIMEDOUT,
+					"ddp: rank %d: wait: step %lld's collectives were neither "
+					"seen complete nor failed %lld ms after their deadline: the "
+					"communication thread is stuck in a call; this DDP cannot be "
+					"used any more",
+					crun_comm_rank(d->comm), d->watch_step,
+					(long long)(now - d->watch_deadline));
+		}
+		if (now >= note) {
+			log_info("ddp: rank %d: waiting for step %lld's collectives on the device "
+				 "after %lld ms (deadline in %lld ms)",
+				 crun_comm_rank(d->comm), d->watch_step, (long long)(now - start),
+				 (long long)(d->watch_deadline - now));
+			note = now + DDP_NOTE_MS;
+		}
+		ts = crun_mono_timespec(limit < note ? limit : note);
+		pthread_cond_timedwait(&d->done, &d->mu, &ts);
+	}
+	return 0;
+}
+
+CRUN_EXPORT int crun_ddp_wait(struct crun_ddp *d)
+{
+	int rc;
+
+	if (d == NULL) {
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&d->mu);
+	if (d->stuck) {
+		pthread_mutex_unlock(&d->mu);
+		return -ETIMEDOUT;
+	}
+	if (d->nmarked != 0) {
+		rc = diag_set(&d->diag, -EBUSY,
+			      "ddp: wait: a step is in flight (%d of %d gradients marked ready): "
+			      "call crun_ddp_sync() first",
+			      d->nmarked, d->nt);
+		pthread_mutex_unlock(&d->mu);
+		return rc;
+	}
+	rc = wait_watch(d);
+	if (rc == 0) {
+		rc = d->err;
+	}
+	take_thread_error(d);
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
 CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 {
 	int i, rc;
@@ -631,6 +784,7 @@ CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d)
 	d->next = 0;
 	d->finished = 0;
 	d->nmarked = 0;
+	d->steps++;
 	if (d->holding) {
 		comm_release(d->comm);
 		d->holding = false;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <crun/comm.h>
 #include <crun/ddp.h>
@@ -46,6 +47,7 @@ struct crun_ddp {
 	void *stream;                /* the program's compute stream (borrowed); NULL: legacy */
 	int device;                  /* the device of the thread that created the DDP */
 	const struct gpu_cuda *cu;   /* the loaded CUDA runtime (gpu_loader.h) */
+	void *step_ev;               /* recorded on the comm stream at each step's end */
 
 	pthread_t thread;
 	bool thread_started;
@@ -60,6 +62,15 @@ struct crun_ddp {
 	bool holding; /* a step is in flight: the comm is held for it (comm_hold()) */
 	bool stuck; /* the thread made no progress within twice the comm's timeout (ddp.c) */
 	bool no_sync;
+	/*
+	 * Device memory: a step's collectives are still queued on the device after its sync
+	 * returned (end_step()); the communication thread watches them (query()) until they
+	 * complete, the communicator reports an error, or @watch_deadline.
+	 */
+	bool watching;
+	int64_t watch_deadline; /* crun_now_ms() time: the oldest unfinished step's end + timeout */
+	long long watch_step;   /* the oldest step (1-based: its sync's number) not seen complete */
+	long long steps;        /* steps ended by crun_ddp_sync() so far */
 	struct crun_diag diag;  /* the last failure, for crun_ddp_last_error() */
 	struct crun_diag tdiag; /* the communication thread's failure, moved to @diag under @mu */
 };
@@ -82,6 +93,8 @@ struct ddp_memops {
 	bool has_stream; /* crun_ddp_set_stream() applies */
 	/* crun_ddp_create(): accept the communicator (else CRUN_EBACKEND), capture state. */
 	int (*init)(struct crun_ddp *d);
+	/* crun_ddp_destroy(), after everything queued completed: release what init made. */
+	void (*fini)(struct crun_ddp *d);
 	/* crun_ddp_register() (d->mu held) and crun_ddp_destroy(): per-tensor state. */
 	int (*tensor_init)(struct crun_ddp *d, struct ddp_tensor *t);
 	void (*tensor_finish)(struct crun_ddp *d, struct ddp_tensor *t);
@@ -103,12 +116,25 @@ struct ddp_memops {
 	/* Average @n floats at @buf over the world, in place. */
 	int (*allreduce_avg)(struct crun_ddp *d, float *buf, size_t n);
 	/*
-	 * Wait until everything copy and allreduce_avg queued has completed. NULL: they are
-	 * complete when they return (host memory), so each bucket is finished as soon as it is
-	 * reduced. Otherwise (CUDA) the communication thread queues every ready bucket at once
-	 * and calls drain once the step's last bucket is queued, also after a failure (nothing
-	 * queued may outlive the step); the broadcast calls it at its end. Bounded by the
-	 * communicator's timeout.
+	 * NULL (host memory): copy and allreduce_avg are complete when they return, so each
+	 * bucket is finished as soon as it is reduced, and nothing outlives a step. Otherwise
+	 * (CUDA) the communication thread queues every ready bucket at once and, once the step's
+	 * last bucket is queued, calls end_step: make the program's compute stream wait on the
+	 * device for everything queued (an event recorded on the comm stream,
+	 * cudaStreamWaitEvent), without the host waiting; crun_ddp_sync() then returns, and the
+	 * thread watches the step with query until it completes.
+	 */
+	int (*end_step)(struct crun_ddp *d);
+	/*
+	 * Communication thread, d->mu not held: has everything end_step covered completed? 1
+	 * yes, 0 not yet (never blocks), or a negative code naming step @step: the
+	 * communicator's asynchronous error, or @deadline passed (the communicator is aborted).
+	 */
+	int (*query)(struct crun_ddp *d, int64_t deadline, long long step);
+	/*
+	 * Wait until everything copy and allreduce_avg queued has completed (NULL with
+	 * end_step). After a failed step (nothing queued may outlive it), at the broadcast's end
+	 * and at destroy. Bounded by the communicator's timeout.
 	 */
 	int (*drain)(struct crun_ddp *d);
 	/* Training thread, before the parameters are broadcast: the program's writes landed. */

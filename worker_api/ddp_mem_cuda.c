@@ -8,9 +8,16 @@
  * communicator's own stream wait for a bucket's events, copies through the flat buffer on
  * that stream when the bucket's tensors are not back to back, queues the average there
  * (ncclAllReduce, CRUN_REDOP_AVG, through the backend's queue-only call), queues the copies
- * back, and goes on to the next ready bucket without waiting for any of it; drain() waits
- * for the stream, as the backend waits for a collective, once the step's last bucket is
- * queued.
+ * back, and goes on to the next ready bucket without waiting for any of it. Once the step's
+ * last bucket is queued, end_step()
+ * records an event on the comm stream and makes the compute stream wait for it
+ * (cudaStreamWaitEvent), as PyTorch's DDP does, so crun_ddp_sync() returns without the host
+ * waiting for the data: the program's next kernels on the compute stream run after the
+ * averaged gradients are in place. The communication thread then watches that event
+ * (query(): cudaEventQuery beside NCCL's asynchronous error state, to the communicator's
+ * deadline, which aborts it) and reports a failure at the next sync, crun_ddp_wait(),
+ * broadcast or destroy. drain() waits for the stream only after a failed step, at the
+ * broadcast's end and at destroy.
  * Every CUDA call goes through the run-time loaded runtime (gpu_loader.h).
  *
  * Devices: the DDP works on the communicator's device (d->device), which must be current on
@@ -114,7 +121,20 @@ static int cuda_init(struct crun_ddp *d)
 				"compute stream must be on the communicator's device)",
 				crun_comm_rank(d->comm), cur, d->device, d->device);
 	}
+	e = d->cu->cudaEventCreateWithFlags((cudaEvent_t *)&d->step_ev, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		d->step_ev = NULL;
+		return cuda_fail(d, e, "cudaEventCreateWithFlags (end of step)");
+	}
 	return 0;
+}
+
+/* Destroy, once nothing queued refers to the event any more (or the comm was aborted). */
+static void cuda_fini(struct crun_ddp *d)
+{
+	if (d->step_ev != NULL) {
+		d->cu->cudaEventDestroy((cudaEvent_t)d->step_ev);
+	}
 }
 
 /* An event belongs to the device current when it is made: the DDP's. */
@@ -308,6 +328,43 @@ static int cuda_drain(struct crun_ddp *d)
 	return 0;
 }
 
+/*
+ * Communication thread, the step's last bucket queued: everything on the comm stream so far
+ * (this step's buckets and copies) is what the program's next work on the compute stream
+ * needs. Recorded on the DDP's device (the thread's: cuda_wait_grads() set it); the legacy
+ * stream (d->stream NULL) is that device's.
+ */
+static int cuda_end_step(struct crun_ddp *d)
+{
+	cudaError_t e;
+
+	e = d->cu->cudaEventRecord((cudaEvent_t)d->step_ev, comm_stream(d));
+	if (e != cudaSuccess) {
+		return cuda_fail(d, e, "cudaEventRecord (end of step, comm stream)");
+	}
+	e = d->cu->cudaStreamWaitEvent((cudaStream_t)d->stream, (cudaEvent_t)d->step_ev, 0);
+	if (e != cudaSuccess) {
+		return cuda_fail(d, e, "cudaStreamWaitEvent (compute stream on the end of step)");
+	}
+	return 0;
+}
+
+/* Has the last end_step()'s event completed? Never blocks (comm_query_event()). */
+static int cuda_query(struct crun_ddp *d, int64_t deadline, long long step)
+{
+	struct crun_diag why = {0, ""};
+	int rc;
+
+	rc = comm_query_event(d->comm, d->step_ev, deadline, &why);
+	if (rc < 0) {
+		return diag_set(ddp_diag(d), rc,
+				"ddp_cuda: rank %d: step %lld (its collectives, still on the "
+				"device when its crun_ddp_sync() returned): %s",
+				crun_comm_rank(d->comm), step, why.msg);
+	}
+	return rc;
+}
+
 /* Parameters the program wrote (a host-to-device copy, an init kernel) must have landed. */
 static int cuda_params_ready(struct crun_ddp *d)
 {
@@ -328,6 +385,7 @@ static int cuda_params_ready(struct crun_ddp *d)
 const struct ddp_memops ddp_cuda_memops = {
 	.has_stream = true,
 	.init = cuda_init,
+	.fini = cuda_fini,
 	.tensor_init = cuda_tensor_init,
 	.tensor_finish = cuda_tensor_finish,
 	.buf_alloc = cuda_buf_alloc,
@@ -337,6 +395,8 @@ const struct ddp_memops ddp_cuda_memops = {
 	.wait_grads = cuda_wait_grads,
 	.copy = cuda_copy,
 	.allreduce_avg = cuda_allreduce_avg,
+	.end_step = cuda_end_step,
+	.query = cuda_query,
 	.drain = cuda_drain,
 	.params_ready = cuda_params_ready,
 };

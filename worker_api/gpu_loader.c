@@ -296,10 +296,17 @@ int gpu_cuda_device_count(const struct gpu_cuda *cu, struct crun_diag *d)
 			drv > 0 ? drv % 1000 / 10 : 0);
 }
 
-/* Two driver functions, from the libcuda.so.1 the runtime loaded (never loaded here). */
+/* Driver functions, from the libcuda.so.1 the runtime loaded (never loaded here). */
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int (*drv_device_get)(int *dev, int ordinal);
 static int (*drv_primary_state)(int dev, unsigned int *flags, int *active);
+static int (*drv_ptr_attr)(void *data, int attr, uintptr_t ptr);
+static int (*drv_ptr_attrs)(unsigned int n, int *attrs, void **data, uintptr_t ptr);
+
+/* CUpointer_attribute values of cuda.h (stable since CUDA 4.0 / 10.0 / 11.2). */
+#define GPU_CU_POINTER_ATTRIBUTE_BUFFER_ID 7
+#define GPU_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define GPU_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
 
 static void drv_load_once(void)
 {
@@ -317,6 +324,37 @@ static void drv_load_once(void)
 		memcpy(&drv_device_get, &a, sizeof(a));
 		memcpy(&drv_primary_state, &b, sizeof(b));
 	}
+	/* CUdeviceptr is an unsigned integer of pointer size; each pair optional on its own. */
+	a = dlsym(h, "cuPointerGetAttribute");
+	b = dlsym(h, "cuPointerGetAttributes");
+	if (a != NULL && b != NULL) {
+		memcpy(&drv_ptr_attr, &a, sizeof(a));
+		memcpy(&drv_ptr_attrs, &b, sizeof(b));
+	}
+}
+
+int gpu_cuda_alloc_of(const void *p, unsigned long long *id, uintptr_t *base, size_t *size)
+{
+	int attrs[3] = {GPU_CU_POINTER_ATTRIBUTE_BUFFER_ID,
+			GPU_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+			GPU_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+	void *data[3] = {id, base, size};
+
+	pthread_once(&drv_once, drv_load_once);
+	if (drv_ptr_attrs == NULL || drv_ptr_attrs(3, attrs, data, (uintptr_t)p) != 0) {
+		return -1;
+	}
+	return 0;
+}
+
+int gpu_cuda_buffer_id(const void *p, unsigned long long *id)
+{
+	pthread_once(&drv_once, drv_load_once);
+	if (drv_ptr_attr == NULL ||
+	    drv_ptr_attr(id, GPU_CU_POINTER_ATTRIBUTE_BUFFER_ID, (uintptr_t)p) != 0) {
+		return -1;
+	}
+	return 0;
 }
 
 int gpu_cuda_device_active(int dev)

@@ -3,6 +3,9 @@
 #ifndef CRUN_WORKER_API_GPU_LOADER_H
 #define CRUN_WORKER_API_GPU_LOADER_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "config.h"
 #include "src/common/diag.h"
 
@@ -51,6 +54,7 @@ struct gpu_nccl;
 	X(cudaEventCreateWithFlags)                                                                \
 	X(cudaEventDestroy)                                                                        \
 	X(cudaEventRecord)                                                                         \
+	X(cudaEventQuery)                                                                          \
 	X(cudaPointerGetAttributes)
 
 /* Exactly the NCCL functions libcrun-worker calls (comm_nccl.c). */
@@ -111,6 +115,17 @@ int gpu_cuda_device_count(const struct gpu_cuda *cu, struct crun_diag *d);
  * call), which loads the driver library this looks into.
  */
 int gpu_cuda_device_active(int dev);
+
+/**
+ * The allocation that holds @p, from the driver (one cuPointerGetAttributes() of
+ * CU_POINTER_ATTRIBUTE_BUFFER_ID, RANGE_START_ADDR and RANGE_SIZE): 0 with *@id (unique in
+ * the process for each allocation, never reused after cudaFree), *@base and *@size; -1 when
+ * @p is in no allocation CUDA knows (host memory, a freed buffer) or the driver's functions
+ * were not found. Like gpu_cuda_device_active(), after the runtime is initialised.
+ */
+int gpu_cuda_alloc_of(const void *p, unsigned long long *id, uintptr_t *base, size_t *size);
+/** Only the buffer id of @p's allocation (cuPointerGetAttribute()): 0, or -1 as above. */
+int gpu_cuda_buffer_id(const void *p, unsigned long long *id);
 
 #endif
 

@@ -99,7 +99,8 @@ CRUN_EXPORT int crun_ddp_create(struct crun_comm *comm, const struct crun_ddp_op
 				struct crun_ddp **out);
 /**
  * Stop the communication thread and free; NULL is a no-op. A bucket whose allreduce is in
- * flight is waited for (bounded by the communicator's timeout); buckets not yet started are
+ * flight, or a synced step's collectives still on the device, are waited for (bounded by the
+ * communicator's timeout; a failure no call returned is logged); buckets not yet started are
  * dropped. Call it from the training thread, not concurrently with crun_ddp_grad_ready().
  */
 CRUN_EXPORT void crun_ddp_destroy(struct crun_ddp *d);
@@ -130,8 +131,30 @@ CRUN_EXPORT int crun_ddp_grad_ready(struct crun_ddp *d, int index);
  * In no_sync mode: returns 0 at once, gradients stay local (accumulate them). Returns 0 or the
  * first error of the step, a collective's or CRUN_ECUDA (the DDP is then unusable: destroy it;
  * crun_ddp_last_error() says what failed).
+ *
+ * CUDA memory: the host does not wait for the data. Once every bucket's allreduce is queued
+ * on the communicator's stream, the compute stream (crun_ddp_set_stream()'s) is made to wait
+ * for them on the device (an event, cudaStreamWaitEvent) and this returns: work the program
+ * then queues on the compute stream sees the averaged gradients; the host must not read
+ * them before that stream (or crun_ddp_wait()) says so. A failure of those collectives (an
+ * asynchronous NCCL error, or no completion within the communicator's timeout, which aborts
+ * it) is seen by the DDP's thread after this returned: it is returned, naming the step
+ * ("step N", counting syncs from 1), by the first crun_ddp_sync(), crun_ddp_wait() or
+ * crun_ddp_broadcast_params() that follows its detection (at the latest, the one after the
+ * communicator's timeout has run out), and logged by crun_ddp_destroy() if no call returned
+ * it. Host memory: complete on return, as always.
  */
 CRUN_EXPORT int crun_ddp_sync(struct crun_ddp *d);
+/**
+ * CUDA memory: wait on the host until the collectives of the steps synced so far have
+ * completed on the device (at most the communicator's timeout after the last sync; says
+ * every 5 s what it waits for), e.g. before reading gradients on the host or saving a
+ * checkpoint. Returns 0, a failure of those collectives (as crun_ddp_sync() would report
+ * it), the DDP's sticky error, -EBUSY (a step is in flight: call crun_ddp_sync() first),
+ * -ETIMEDOUT (the DDP's thread is stuck) or -EINVAL (NULL). Host memory: returns the sticky
+ * error (0) at once.
+ */
+CRUN_EXPORT int crun_ddp_wait(struct crun_ddp *d);
 /**
  * Enter (@on) or leave no_sync mode (gradient accumulation without communication). It takes
  * effect at a step boundary: a step already in flight (a gradient marked ready) is still
@@ -151,7 +174,7 @@ CRUN_EXPORT int crun_ddp_bucket_count(const struct crun_ddp *d);
  * Buckets whose allreduce has completed in the current step (0 .. bucket count): lets a
  * program (or a test) see communication finish while backward is still running. Host memory
  * counts each bucket as it completes; CUDA memory queues the buckets on the device and counts
- * them all when the step's last one has completed there.
+ * them all when the step's last one is queued and the compute stream made to wait for it.
  */
 CRUN_EXPORT int crun_ddp_buckets_reduced(struct crun_ddp *d);
 /** Index of the bucket holding tensor @index, or -EINVAL. */

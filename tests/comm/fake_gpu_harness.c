@@ -33,6 +33,10 @@ static void fake_load(void)
 	CHECK(cu != NULL && nc != NULL && drv != NULL, "%s", dlerror());
 	*(void **)&fk.ctx_state = dlsym(drv, "cuDevicePrimaryCtxGetState");
 	*(void **)&fk.malloc = dlsym(cu, "cudaMalloc");
+	*(void **)&fk.free = dlsym(cu, "cudaFree");
+	*(void **)&fk.malloc_at = dlsym(cu, "fake_cuda_malloc_at");
+	*(void **)&fk.launch = dlsym(cu, "fake_cuda_launch");
+	*(void **)&fk.event_query = dlsym(cu, "cudaEventQuery");
 	*(void **)&fk.set_device = dlsym(cu, "cudaSetDevice");
 	*(void **)&fk.get_device = dlsym(cu, "cudaGetDevice");
 	*(void **)&fk.hold = dlsym(cu, "fake_cuda_stream_hold");
@@ -40,7 +44,8 @@ static void fake_load(void)
 	*(void **)&fk.log = dlsym(cu, "fake_cuda_log");
 	*(void **)&fk.stat = dlsym(nc, "fake_nccl_stat");
 	*(void **)&fk.async_error = dlsym(nc, "fake_nccl_async_error");
-	CHECK(fk.hold != NULL && fk.log != NULL && fk.stat != NULL && fk.async_error != NULL &&
+	CHECK(fk.hold != NULL && fk.log != NULL && fk.malloc_at != NULL && fk.launch != NULL &&
+		      fk.stat != NULL && fk.async_error != NULL &&
 		      fk.ctx_state != NULL && dlsym(drv, "fake_cu_mark_active") != NULL,
 	      "%s and libnccl.so.2 are not the fakes: LD_LIBRARY_PATH must lead to "
 	      "tests/comm/fake_gpu (LD_LIBRARY_PATH=%s)",
@@ -102,6 +107,7 @@ void in_child(void (*fn)(void), const char *const *env)
 					    "FAKE_CUDA_DRIVER",
 					    "FAKE_NCCL_HANG",
 					    "FAKE_NCCL_RANKS",
+					    "FAKE_NCCL_PEER_ADD",
 					    "FAKE_CUDA_HANG",
 					    "CRUN_VIRTUAL_LOCAL_RANK",
 					    "OMPI_COMM_WORLD_LOCAL_RANK",

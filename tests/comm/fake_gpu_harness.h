@@ -36,6 +36,10 @@
 /* The fake runtime's, driver's and NCCL's functions the cases call themselves. */
 struct fake_fns {
 	cudaError_t (*malloc)(void **, size_t);
+	cudaError_t (*free)(void *);
+	cudaError_t (*malloc_at)(void *, size_t); /* fake_cuda_malloc_at(): at a given address */
+	cudaError_t (*launch)(cudaStream_t, void (*)(void *), void *); /* a "kernel" (malloc'd arg) */
+	cudaError_t (*event_query)(cudaEvent_t);
 	cudaError_t (*set_device)(int);
 	cudaError_t (*get_device)(int *);
 	void (*hold)(int);

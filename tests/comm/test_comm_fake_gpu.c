@@ -5,7 +5,7 @@
  * What the GPU path decides before NCCL does anything, shown without a GPU: which device a
  * rank uses, the refusal of more local ranks than GPUs, the check that the communicator's
  * device is the caller's, host buffers refused before NCCL sees them, the caller's device
- * restored after a collective, the collectives on a blocking communicator split off the
+ * restored after a collective, a freed buffer's address not approved by the cache, the collectives on a blocking communicator split off the
  * non-blocking one (with a deadline on the split), one thread at a time, the cause of a
  * CUDA initialisation failure named, and the device DDP queuing every ready bucket's
  * allreduce before the one before has completed (then waiting once, with the deadline and
@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "src/common/clock.h"
@@ -364,6 +365,60 @@ static void communicator_device_is_the_callers(void **state)
 	in_child(no_crun_case, outside);
 }
 
+/* ---- the usable-buffer cache forgets freed allocations ---- */
+
+#define STALE_N 1024 /* floats: one page */
+
+/* A buffer approved, freed, and then host memory or device 1's buffer at its address. */
+static void stale_case(void)
+{
+	struct crun_store *st = store_open();
+	struct crun_comm *c = NULL;
+	size_t bytes = STALE_N * sizeof(float);
+	float *buf;
+	void *m;
+	int rc;
+
+	rc = create(st, CRUN_BACKEND_NCCL, 10000, &c);
+	CHECK(rc == 0, "create: %s", crun_strerror(rc));
+	buf = dev_floats(STALE_N);
+	rc = crun_comm_allreduce(c, buf, buf, STALE_N, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == 0, "allreduce: %s", crun_comm_last_error(c));
+	CHECK(fk.free(buf) == cudaSuccess, "fake cudaFree");
+	/* Host memory where the buffer was: NCCL (the fake aborts) must never see it. */
+	m = mmap(buf, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	CHECK(m == buf, "host memory at %p: %p (%s)", (void *)buf, m, strerror(errno));
+	rc = crun_comm_allreduce(c, buf, buf, STALE_N, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == -EFAULT && strstr(crun_comm_last_error(c), "is host memory") != NULL,
+	      "host memory at a freed buffer's address: %s: %s", crun_strerror(rc),
+	      crun_comm_last_error(c));
+	munmap(m, bytes);
+	/* Device 1's allocation at the same address. */
+	CHECK(fk.set_device(1) == cudaSuccess && fk.malloc_at(buf, bytes) == cudaSuccess &&
+		      fk.set_device(0) == cudaSuccess,
+	      "device 1 buffer at %p", (void *)buf);
+	rc = crun_comm_allreduce(c, buf, buf, STALE_N, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == -EFAULT && strstr(crun_comm_last_error(c), "is on CUDA device 1, the "
+							       "communicator on device 0") != NULL,
+	      "device 1 memory at a freed buffer's address: %s: %s", crun_strerror(rc),
+	      crun_comm_last_error(c));
+	/* Freed and reallocated on the right device: usable again. */
+	CHECK(fk.free(buf) == cudaSuccess && fk.malloc_at(buf, bytes) == cudaSuccess, "realloc");
+	rc = crun_comm_allreduce(c, buf, buf, STALE_N, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
+	CHECK(rc == 0, "allreduce on device 0 again: %s", crun_comm_last_error(c));
+	crun_comm_destroy(c);
+	store_done(st);
+}
+
+static void freed_buffers_are_checked_again(void **state)
+{
+	static const char *const env[] = {"FAKE_CUDA_DEVICES=2", NULL};
+
+	(void)state;
+	in_child(stale_case, env);
+}
+
 /* ---- one thread at a time ---- */
 
 static void busy_case(void)
@@ -556,12 +611,15 @@ static void queue_case(void)
 	int k, rc;
 
 	queue_setup(20000);
-	/* Each step: the QB allreduces queued back to back ('A'), the stream found idle once
-	 * ('W'); one at a time would read "AWAWAWAW". */
+	/* Each step: the QB allreduces queued back to back ('A'), the step's end found complete
+	 * once ('W'); one at a time would read "AWAWAWAW". The host reads the gradients, so it
+	 * waits for them first (sync itself does not wait). */
 	for (k = 1; k <= 2; k++) {
 		queue_step(k);
 		rc = crun_ddp_sync(q.d);
 		CHECK(rc == 0, "sync: %s", crun_ddp_last_error(q.d));
+		rc = crun_ddp_wait(q.d);
+		CHECK(rc == 0, "wait: %s", crun_ddp_last_error(q.d));
 		fk.log(log, sizeof(log), 0);
 		CHECK(strcmp(log, "AAAAW") == 0,
 		      "step %d: queue log \"%s\", expected \"AAAAW\" (every bucket queued, "
@@ -583,6 +641,8 @@ static void queue_case(void)
 	CHECK(rc == -EBUSY, "a barrier while the buckets are in flight: %s", crun_strerror(rc));
 	rc = crun_ddp_sync(q.d);
 	CHECK(rc == 0, "sync: %s", crun_ddp_last_error(q.d));
+	rc = crun_ddp_wait(q.d);
+	CHECK(rc == 0, "wait: %s", crun_ddp_last_error(q.d));
 	fk.log(log, sizeof(log), 0);
 	CHECK(strcmp(log, "AAAAW") == 0, "held step: queue log \"%s\"", log);
 	queue_check_grads(3);
@@ -590,7 +650,10 @@ static void queue_case(void)
 	queue_done();
 }
 
-/* The wait has the communicator's deadline, and aborts it as a collective's wait does. */
+/*
+ * The step's end is watched with the communicator's deadline, which aborts it as a
+ * collective's wait does; sync itself returned at once, and the failure is the next call's.
+ */
 static void queue_timeout_case(void)
 {
 	char log[256];
@@ -602,14 +665,18 @@ static void queue_timeout_case(void)
 	t0 = crun_now_ms();
 	queue_step(1);
 	rc = crun_ddp_sync(q.d);
+	CHECK(rc == 0, "sync with the stream held: %s: %s", crun_strerror(rc),
+	      crun_ddp_last_error(q.d));
+	rc = crun_ddp_wait(q.d);
 	fk.hold(0);
 	fk.log(log, sizeof(log), 0);
-	CHECK(rc == -ETIMEDOUT, "sync with the stream held: %s: %s", crun_strerror(rc),
+	CHECK(rc == -ETIMEDOUT, "wait with the stream held: %s: %s", crun_strerror(rc),
 	      crun_ddp_last_error(q.d));
 	CHECK(crun_now_ms() - t0 < 5000, "took %lld ms", (long long)(crun_now_ms() - t0));
 	CHECK(strcmp(log, "AAAA") == 0, "queue log \"%s\"", log);
-	CHECK(strstr(crun_ddp_last_error(q.d), "not complete within 300 ms") != NULL, "message: %s",
-	      crun_ddp_last_error(q.d));
+	CHECK(strstr(crun_ddp_last_error(q.d), "step 1 ") != NULL &&
+		      strstr(crun_ddp_last_error(q.d), "not complete within 300 ms") != NULL,
+	      "message: %s", crun_ddp_last_error(q.d));
 	CHECK(fk.stat("abort") == 1, "%d aborts", fk.stat("abort"));
 	/* Poisoned, as after a synchronous collective's timeout. */
 	rc = crun_comm_allreduce(q.c, q.g[0], q.g[0], QN, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM);
@@ -617,7 +684,8 @@ static void queue_timeout_case(void)
 	queue_done();
 }
 
-/* An asynchronous NCCL error while the DDP waits, and one already raised at a bucket's enqueue. */
+/* An asynchronous NCCL error while the step is watched, and one already raised at a bucket's
+ * enqueue. */
 static void queue_async_error_case(void)
 {
 	char log[256];
@@ -627,13 +695,15 @@ static void queue_async_error_case(void)
 	queue_setup(20000);
 	fk.hold(1);
 	queue_step(1);
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == 0, "sync: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
 	queued = queue_wait_queued(QB, log, sizeof(log));
 	fk.async_error(ncclRemoteError);
-	rc = crun_ddp_sync(q.d);
+	rc = crun_ddp_wait(q.d);
 	fk.hold(0);
 	CHECK(queued, "queue log \"%s\"", log);
-	CHECK(rc == CRUN_ENCCL, "sync: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
-	CHECK(strstr(crun_ddp_last_error(q.d), "queued collectives") != NULL, "message: %s",
+	CHECK(rc == CRUN_ENCCL, "wait: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	CHECK(strstr(crun_ddp_last_error(q.d), "the step's collectives") != NULL, "message: %s",
 	      crun_ddp_last_error(q.d));
 	CHECK(fk.stat("abort") == 1, "%d aborts", fk.stat("abort"));
 	queue_done();
@@ -674,6 +744,7 @@ int main(void)
 		cmocka_unit_test(split_and_init_keep_the_deadline),
 		cmocka_unit_test(more_local_ranks_than_gpus_is_refused),
 		cmocka_unit_test(communicator_device_is_the_callers),
+		cmocka_unit_test(freed_buffers_are_checked_again),
 		cmocka_unit_test(second_thread_gets_ebusy),
 		cmocka_unit_test(cuda_init_failures_name_the_cause),
 		cmocka_unit_test(ddp_buckets_are_queued_before_the_previous_completes),

@@ -8,7 +8,9 @@
  * comes) aborted by the watchdog at the deadline; crun_ddp_sync() bounded when its
  * communication thread is stuck; the DDP refusing a device other than its communicator's;
  * no context made on GPU 0 by a thread that never chose a device; a collective from another
- * thread refused for the whole of a DDP step. Each case runs in a child of its own
+ * thread refused for the whole of a DDP step; crun_ddp_sync() not waiting on the host (the
+ * compute stream waits for the step's collectives on the device) and a later step, wait or
+ * the deadline reporting what failed after it returned. Each case runs in a child of its own
  * (fake_gpu_harness.h).
  */
 #include <stdarg.h> /* cmocka 1.x wants these before cmocka.h */
@@ -270,6 +272,170 @@ static void ddp_waits_are_bounded(void **state)
 	in_child(ddp_stuck_case, env);
 }
 
+/* ---- the end of a step: the compute stream waits on the device, not the host ---- */
+
+#define SN 16 /* floats per tensor (ddp_setup()) */
+
+/* A "kernel" on the compute stream: it writes (@out NULL) or reads (into @out) a gradient. */
+struct grad_kernel {
+	float *grad;
+	float *out; /* NULL: produce grad[i] = 10 + i; else copy grad into out */
+	int *ran;
+};
+
+static void grad_kernel_run(void *arg)
+{
+	struct grad_kernel *k = arg;
+	int i;
+
+	for (i = 0; i < SN; i++) {
+		if (k->out == NULL) {
+			k->grad[i] = (float)(10 + i);
+		} else {
+			k->out[i] = k->grad[i];
+		}
+	}
+	__atomic_store_n(k->ran, 1, __ATOMIC_SEQ_CST);
+}
+
+static void launch_grad_kernel(float *grad, float *out, int *ran)
+{
+	struct grad_kernel *k = malloc(sizeof(*k));
+
+	CHECK(k != NULL, "malloc");
+	*k = (struct grad_kernel){grad, out, ran};
+	CHECK(fk.launch(NULL, grad_kernel_run, k) == cudaSuccess, "fake kernel launch");
+}
+
+/*
+ * The device held: gradients produced by kernels still queued on the compute stream (the
+ * legacy one), marked ready, synced: sync returns with nothing of the step run (the host did
+ * not wait); a kernel queued after sync sees, once the device runs, the averaged gradients
+ * (the other rank's are +2: the average is +1), because the compute stream waits for the
+ * step's collectives.
+ */
+static void stream_wait_case(void)
+{
+	static float seen[2][SN];
+	int produced[2] = {0, 0}, consumed[2] = {0, 0};
+	int t, i, rc;
+
+	ddp_setup(3000);
+	fk.hold(1);
+	for (t = 1; t >= 0; t--) {
+		launch_grad_kernel(q.g[t], NULL, &produced[t]);
+		CHECK(crun_ddp_grad_ready(q.d, t) == 0, "grad_ready: %s", crun_ddp_last_error(q.d));
+	}
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == 0,
+	      "sync with the device held: %s: %s (it waited on the host for the step's "
+	      "collectives instead of making the compute stream wait for them)",
+	      crun_strerror(rc), crun_ddp_last_error(q.d));
+	CHECK(!produced[0] && !produced[1] && q.g[0][0] == 0.0f,
+	      "the device ran work while held");
+	for (t = 0; t < 2; t++) {
+		launch_grad_kernel(q.g[t], seen[t], &consumed[t]);
+	}
+	fk.hold(0);
+	rc = crun_ddp_wait(q.d);
+	CHECK(rc == 0, "wait: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	for (t = 0; t < 2; t++) {
+		CHECK(produced[t] && consumed[t], "tensor %d: kernels ran: %d %d", t, produced[t],
+		      consumed[t]);
+		for (i = 0; i < SN; i++) {
+			CHECK(seen[t][i] == (float)(11 + i),
+			      "tensor %d[%d]: the kernel after sync saw %g, expected the average "
+			      "%d: the compute stream did not wait for the allreduce",
+			      t, i, (double)seen[t][i], 11 + i);
+		}
+	}
+	CHECK(fk.stat("abort") == 0, "%d aborts", fk.stat("abort"));
+	crun_ddp_destroy(q.d);
+	crun_comm_destroy(q.c);
+	store_done(q.st);
+}
+
+/* Wait (bounded, named) until the fake NCCL counts @n aborts. */
+static bool aborts_reach(int n)
+{
+	int64_t end = crun_now_ms() + 10000;
+
+	while (fk.stat("abort") < n) {
+		if (crun_now_ms() > end) {
+			return false;
+		}
+		usleep(1000);
+	}
+	return true;
+}
+
+/*
+ * Step 1's collectives fail on the device (an asynchronous NCCL error) after its sync
+ * returned: the DDP's thread aborts the communicator, and step 2's sync names step 1.
+ */
+static void async_error_next_step_case(void)
+{
+	int rc;
+
+	ddp_setup(20000);
+	fk.hold(1);
+	CHECK(crun_ddp_grad_ready(q.d, 1) == 0, "grad_ready: %s", crun_ddp_last_error(q.d));
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == 0, "sync 1 (device held): %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	fk.async_error(ncclRemoteError);
+	CHECK(aborts_reach(1), "the communicator was not aborted within 10 s of the error (%d)",
+	      fk.stat("abort"));
+	fk.hold(0);
+	rc = crun_ddp_grad_ready(q.d, 1);
+	CHECK(rc == 0, "grad_ready 2: %s", crun_ddp_last_error(q.d));
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == CRUN_ENCCL && strstr(crun_ddp_last_error(q.d), "step 1 ") != NULL &&
+		      strstr(crun_ddp_last_error(q.d), "the step's collectives") != NULL,
+	      "sync 2: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	/* Sticky, and the same for an explicit wait. */
+	rc = crun_ddp_wait(q.d);
+	CHECK(rc == CRUN_ENCCL, "wait: %s", crun_strerror(rc));
+	crun_ddp_destroy(q.d);
+	crun_comm_destroy(q.c);
+	store_done(q.st);
+}
+
+/* A step whose allreduce never completes on the device: the watch's deadline fires. */
+static void never_completes_case(void)
+{
+	int64_t t0;
+	int rc;
+
+	ddp_setup(400);
+	fk.hold(1);
+	t0 = crun_now_ms();
+	CHECK(crun_ddp_grad_ready(q.d, 1) == 0, "grad_ready: %s", crun_ddp_last_error(q.d));
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == 0, "sync: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	rc = crun_ddp_wait(q.d);
+	CHECK(rc == -ETIMEDOUT && strstr(crun_ddp_last_error(q.d), "step 1 ") != NULL &&
+		      strstr(crun_ddp_last_error(q.d), "not complete within 400 ms") != NULL,
+	      "wait: %s: %s", crun_strerror(rc), crun_ddp_last_error(q.d));
+	CHECK(crun_now_ms() - t0 < 4 * 1400, "took %lld ms", (long long)(crun_now_ms() - t0));
+	CHECK(fk.stat("abort") == 1, "%d aborts", fk.stat("abort"));
+	fk.hold(0);
+	rc = crun_ddp_sync(q.d);
+	CHECK(rc == -ETIMEDOUT, "sync after: %s", crun_strerror(rc));
+	crun_ddp_destroy(q.d);
+	crun_comm_destroy(q.c);
+	store_done(q.st);
+}
+
+static void sync_makes_the_compute_stream_wait(void **state)
+{
+	static const char *const env[] = {"FAKE_NCCL_RANKS=2", "FAKE_NCCL_PEER_ADD=2", NULL};
+
+	(void)state;
+	in_child(stream_wait_case, env);
+	in_child(async_error_next_step_case, env);
+	in_child(never_completes_case, env);
+}
+
 /* ---- devices ---- */
 
 /* Local rank 1 of 2: the communicator on device 1, the DDP created on a thread on device 0. */
@@ -399,6 +565,7 @@ int main(void)
 		cmocka_unit_test(mpirun_and_srun_local_ranks_are_read),
 		cmocka_unit_test(blocking_collective_is_aborted_at_its_deadline),
 		cmocka_unit_test(ddp_waits_are_bounded),
+		cmocka_unit_test(sync_makes_the_compute_stream_wait),
 		cmocka_unit_test(ddp_device_is_the_communicators),
 		cmocka_unit_test(no_context_on_gpu_0),
 		cmocka_unit_test(a_step_holds_the_communicator),

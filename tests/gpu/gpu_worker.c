@@ -11,7 +11,8 @@
  *                       contiguous gradients with scattered parameters), parameters broadcast
  *                       from rank 0, exact averages with ranks marking in different orders,
  *                       no_sync, the error codes (-EBUSY for a broadcast in a partly marked
- *                       step), then STEPS steps of training whose parameters must match one
+ *                       step), a slow gradient producer, a sync that must not wait on the
+ *                       host (the compute stream gated shut until it returns), then STEPS steps of training whose parameters must match one
  *                       process trained on the whole batch, and (several ranks) a bucket plan
  *                       that differs between ranks. Exit 77 without a GPU, or when a node has
  *                       more ranks than GPUs (NCCL refuses two ranks on one GPU; it says so).
@@ -433,6 +434,50 @@ static void slow_producer_step(struct dut *d, float **grad, cudaStream_t s, int 
 	}
 }
 
+/* A host function that holds the compute stream until the program opens the gate (120 s). */
+static void CUDART_CB stream_gate(void *arg)
+{
+	struct timespec ts = {0, 1000000};
+	int i;
+
+	for (i = 0; i < 120000 && !__atomic_load_n((const int *)arg, __ATOMIC_ACQUIRE); i++) {
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * crun_ddp_sync() must not wait on the host for the step's collectives: the gradients are
+ * written, then the compute stream @s is shut by a gate (a host function) in front of the
+ * events the DDP records when they are marked ready, and the gate opens only once sync has
+ * returned. A sync that waited for the data would wait for a stream that waits for it, until
+ * the communicator's timeout. Afterwards @s still sees the averages (it waits for the step
+ * on the device).
+ */
+static void gated_step(struct dut *d, float **grad, cudaStream_t s, int rank, int world,
+		       float *host)
+{
+	static int gate;
+	int t;
+
+	for (t = 0; t < NT; t++) {
+		fill(grad[t], tn[t], (float)(5 * (rank + 1)), s, host);
+	}
+	__atomic_store_n(&gate, 0, __ATOMIC_RELEASE);
+	CUDA_OK(cudaLaunchHostFunc(s, stream_gate, &gate));
+	for (t = NT - 1; t >= 0; t--) {
+		EXPECT(dut_ready(d, t), 0);
+	}
+	EXPECT(dut_sync(d), 0);
+	if (cudaStreamQuery(s) != cudaErrorNotReady) {
+		fail("the compute stream ran past its closed gate");
+	}
+	__atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+	for (t = 0; t < NT; t++) {
+		expect_values(grad[t], tn[t], 5.0f * (float)(world + 1) / 2.0f,
+			      "averaged gradient of a step synced with the stream gated", t, s, host);
+	}
+}
+
 static int ddp(bool one)
 {
 	struct crun_comm_opts copts = {.backend = CRUN_BACKEND_NCCL, .timeout_ms = 60000,
@@ -558,6 +603,7 @@ static int ddp(bool one)
 			      s, host);
 	}
 	slow_producer_step(d, grad, s, rank, world, host);
+	gated_step(d, grad, s, rank, world, host);
 	/* Training: parameters after STEPS steps against one process on the whole batch. */
 	err = train_matches_one_process(d, param, grad, s, rank, world);
 	if (err > 1e-5) {

@@ -11,18 +11,24 @@
  * (read at each call): FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_ERROR (the error
  * cudaGetDeviceCount returns instead), FAKE_CUDA_DRIVER (cudaDriverGetVersion, default 13000),
  * FAKE_CUDA_HANG=streamwait (cudaStreamWaitEvent never returns).
- * fake_cuda_stream_hold(1) makes cudaStreamQuery answer "not ready" (and
- * cudaStreamSynchronize wait) until released. Streams keep a count of the work queued on
- * them by the fake NCCL (fake_cuda_stream_queue()); the queries and synchronisations that
- * find that work complete mark it done. Both are written, in order, to one log
- * (fake_cuda_log(): a letter per collective queued, 'W' when a stream's queued work was
- * found complete), so a test can tell "queue, queue, queue, wait" from "queue, wait, queue,
- * wait".
+ * Streams run their work in order and later, as a GPU does: fake_cuda_stream_hold(1) stops
+ * the "device" (cudaStreamQuery and cudaEventQuery answer "not ready", cudaStreamSynchronize
+ * waits), and work queued then (copies, the fake NCCL's collectives, event records and waits,
+ * a test's kernels through fake_cuda_launch()) runs only when fake_cuda_stream_hold(0)
+ * releases it: in submission order per stream, a cudaStreamWaitEvent holding its stream until
+ * the event's record (as of the wait) has run. Not held, work runs at once when its stream
+ * has nothing pending. The legacy stream (NULL) is one more stream. Streams keep a count of
+ * the collectives queued on them by the fake NCCL (fake_cuda_stream_queue()); the queries and
+ * synchronisations that find that work complete (of the stream, or of an event recorded on
+ * it) mark it done. Both are written, in order, to one log (fake_cuda_log(): a letter per
+ * collective queued, 'W' when a stream's queued work was found complete), so a test can tell
+ * "queue, queue, queue, wait" from "queue, wait, queue, wait".
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #pragma GCC diagnostic push
@@ -33,15 +39,31 @@
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
-/* fake_libcuda.c: the device's primary context is active once used. */
+/* fake_libcuda.c: the device's primary context is active once used; the allocations. */
 void fake_cu_mark_active(int dev);
+void fake_cu_track(void *p, size_t n, int dev);
+void fake_cu_untrack(void *p);
 
 struct CUstream_st {
 	int id;
-	int queued; /* collectives queued by the fake NCCL and not yet found complete */
+	int queued;  /* collectives queued by the fake NCCL and not yet found complete */
+	int pending; /* operations queued on it and not yet run (under @lock) */
 };
 struct CUevent_st {
-	int id;
+	unsigned long gen, done; /* records made, records run (under @lock) */
+	cudaStream_t stream;     /* of the last record */
+};
+
+/* Work queued on a stream: a function (copy, collective, kernel), an event record or wait. */
+enum op_kind { OP_FN, OP_RECORD, OP_WAIT };
+struct fake_op {
+	struct fake_op *next;
+	cudaStream_t s;
+	enum op_kind kind;
+	void (*fn)(void *);
+	void *arg; /* OP_FN: freed after the run */
+	cudaEvent_t ev;
+	unsigned long gen;
 };
 
 struct fake_alloc {
@@ -54,6 +76,8 @@ struct fake_alloc {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc *allocs;
 static __thread int current;
+static struct CUstream_st legacy; /* the NULL stream */
+static struct fake_op *ops, **ops_tail = &ops; /* queued work, in submission order */
 static int hold;	/* cudaStreamQuery: not ready while set */
 static int queries;	/* cudaStreamQuery calls while held */
 static char qlog[4096]; /* under @lock */
@@ -69,9 +93,14 @@ static int env_int(const char *name, int def)
 FAKE_EXPORT void fake_cuda_stream_hold(int on);
 FAKE_EXPORT int fake_cuda_held_queries(void);
 
+static void run_queued(void);
+
 FAKE_EXPORT void fake_cuda_stream_hold(int on)
 {
 	__atomic_store_n(&hold, on, __ATOMIC_SEQ_CST);
+	if (!on) {
+		run_queued();
+	}
 }
 
 FAKE_EXPORT int fake_cuda_held_queries(void)
@@ -94,9 +123,7 @@ static void log_add(char c)
 FAKE_EXPORT void fake_cuda_stream_queue(cudaStream_t s, char what)
 {
 	pthread_mutex_lock(&lock);
-	if (s != NULL) {
-		s->queued++;
-	}
+	(s != NULL ? s : &legacy)->queued++;
 	log_add(what);
 	pthread_mutex_unlock(&lock);
 }
@@ -116,12 +143,120 @@ FAKE_EXPORT void fake_cuda_log(char *buf, size_t len, int reset)
 /* @s is idle: what was queued on it is complete. */
 static void stream_done(cudaStream_t s)
 {
+	s = s != NULL ? s : &legacy;
 	pthread_mutex_lock(&lock);
-	if (s != NULL && s->queued > 0) {
+	if (s->queued > 0) {
 		s->queued = 0;
 		log_add('W');
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+static cudaStream_t real_stream(cudaStream_t s)
+{
+	return s != NULL ? s : &legacy;
+}
+
+/* Can @o run now (under @lock)? The first pending op of its stream, its event recorded. */
+static int runnable(const struct fake_op *o)
+{
+	const struct fake_op *p;
+
+	for (p = ops; p != o; p = p->next) {
+		if (p->s == o->s) {
+			return 0;
+		}
+	}
+	return o->kind != OP_WAIT || o->ev->done >= o->gen;
+}
+
+/* Run @o (under @lock; a function runs unlocked: it may be a test's kernel). */
+static void run_op(struct fake_op *o)
+{
+	switch (o->kind) {
+	case OP_FN:
+		pthread_mutex_unlock(&lock);
+		o->fn(o->arg);
+		free(o->arg);
+		pthread_mutex_lock(&lock);
+		break;
+	case OP_RECORD:
+		if (o->ev->done < o->gen) {
+			o->ev->done = o->gen;
+		}
+		break;
+	case OP_WAIT:
+		break;
+	}
+	o->s->pending--;
+}
+
+/* The "device" runs what it can, in order, until nothing queued can run (or it is held). */
+static void run_queued(void)
+{
+	struct fake_op **pp, *o;
+	int progress = 1;
+
+	pthread_mutex_lock(&lock);
+	while (progress && !__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
+		progress = 0;
+		for (pp = &ops; (o = *pp) != NULL; pp = &o->next) {
+			if (runnable(o)) {
+				*pp = o->next;
+				if (ops_tail == &o->next) {
+					ops_tail = pp;
+				}
+				run_op(o);
+				free(o);
+				progress = 1;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+static cudaError_t enqueue(cudaStream_t s, enum op_kind kind, void (*fn)(void *), void *arg,
+			   cudaEvent_t ev, unsigned long gen)
+{
+	struct fake_op *o = calloc(1, sizeof(*o));
+
+	if (o == NULL) {
+		free(arg);
+		return cudaErrorMemoryAllocation;
+	}
+	o->s = real_stream(s);
+	o->kind = kind;
+	o->fn = fn;
+	o->arg = arg;
+	o->ev = ev;
+	o->gen = gen;
+	pthread_mutex_lock(&lock);
+	o->s->pending++;
+	*ops_tail = o;
+	ops_tail = &o->next;
+	pthread_mutex_unlock(&lock);
+	run_queued();
+	return cudaSuccess;
+}
+
+/* Queue @fn(@arg) on @s (a "kernel"; @arg, malloc'd, is freed after it runs). */
+FAKE_EXPORT cudaError_t fake_cuda_launch(cudaStream_t s, void (*fn)(void *), void *arg);
+
+FAKE_EXPORT cudaError_t fake_cuda_launch(cudaStream_t s, void (*fn)(void *), void *arg)
+{
+	return enqueue(s, OP_FN, fn, arg, NULL, 0);
+}
+
+/* Nothing of @s is queued and the device runs (under no lock). */
+static int stream_idle(cudaStream_t s)
+{
+	int idle;
+
+	pthread_mutex_lock(&lock);
+	idle = real_stream(s)->pending == 0;
+	pthread_mutex_unlock(&lock);
+	return idle && !__atomic_load_n(&hold, __ATOMIC_SEQ_CST);
 }
 
 FAKE_EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
@@ -172,14 +307,22 @@ FAKE_EXPORT cudaError_t cudaSetDevice(int d)
 	return cudaSuccess;
 }
 
-FAKE_EXPORT cudaError_t cudaMalloc(void **p, size_t n)
+/*
+ * Device memory is pages of its own (mmap), so that once freed a test can map host memory,
+ * or allocate another device's buffer (fake_cuda_malloc_at()), at the very same address.
+ */
+static cudaError_t alloc_at(void **p, size_t n, void *at)
 {
 	struct fake_alloc *a = calloc(1, sizeof(*a));
+	void *m;
 
-	if (a == NULL || (a->p = calloc(1, n > 0 ? n : 1)) == NULL) {
+	m = mmap(at, n > 0 ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+		 (at != NULL ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+	if (a == NULL || m == MAP_FAILED || (at != NULL && m != at)) {
 		free(a);
 		return cudaErrorMemoryAllocation;
 	}
+	a->p = m;
 	a->n = n;
 	a->device = current;
 	fake_cu_mark_active(current);
@@ -187,8 +330,24 @@ FAKE_EXPORT cudaError_t cudaMalloc(void **p, size_t n)
 	a->next = allocs;
 	allocs = a;
 	pthread_mutex_unlock(&lock);
+	fake_cu_track(a->p, n > 0 ? n : 1, current);
 	*p = a->p;
 	return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaMalloc(void **p, size_t n)
+{
+	return alloc_at(p, n, NULL);
+}
+
+/* cudaMalloc() on the current device at @at (free address space: a freed buffer's). */
+FAKE_EXPORT cudaError_t fake_cuda_malloc_at(void *at, size_t n);
+
+FAKE_EXPORT cudaError_t fake_cuda_malloc_at(void *at, size_t n)
+{
+	void *p;
+
+	return alloc_at(&p, n, at);
 }
 
 FAKE_EXPORT cudaError_t cudaFree(void *p)
@@ -209,7 +368,8 @@ FAKE_EXPORT cudaError_t cudaFree(void *p)
 	if (a == NULL) {
 		return cudaErrorInvalidValue;
 	}
-	free(a->p);
+	fake_cu_untrack(a->p);
+	munmap(a->p, a->n > 0 ? a->n : 1);
 	free(a);
 	return cudaSuccess;
 }
@@ -241,13 +401,32 @@ FAKE_EXPORT cudaError_t cudaMemset(void *p, int v, size_t n)
 	return cudaSuccess;
 }
 
+struct copy_arg {
+	void *dst;
+	const void *src;
+	size_t n;
+};
+
+static void copy_run(void *arg)
+{
+	struct copy_arg *a = arg;
+
+	memmove(a->dst, a->src, a->n);
+}
+
 FAKE_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 					enum cudaMemcpyKind kind, cudaStream_t s)
 {
+	struct copy_arg *a = malloc(sizeof(*a));
+
 	(void)kind;
-	(void)s;
-	memmove(dst, src, n);
-	return cudaSuccess;
+	if (a == NULL) {
+		return cudaErrorMemoryAllocation;
+	}
+	a->dst = dst;
+	a->src = src;
+	a->n = n;
+	return enqueue(s, OP_FN, copy_run, a, NULL, 0);
 }
 
 FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
@@ -257,9 +436,25 @@ FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int 
 	return *s != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
+/* Queued work still refers to @s or @e: keep it (CUDA releases it once that work is done). */
+static int referenced(const void *p)
+{
+	const struct fake_op *o;
+	int found = 0;
+
+	pthread_mutex_lock(&lock);
+	for (o = ops; o != NULL && !found; o = o->next) {
+		found = (const void *)o->s == p || (const void *)o->ev == p;
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
 FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-	free(s);
+	if (!referenced(s)) {
+		free(s);
+	}
 	return cudaSuccess;
 }
 
@@ -269,6 +464,9 @@ FAKE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s)
 		__atomic_add_fetch(&queries, 1, __ATOMIC_SEQ_CST);
 		return cudaErrorNotReady;
 	}
+	if (!stream_idle(s)) {
+		return cudaErrorNotReady; /* waits for an event no one has recorded yet */
+	}
 	stream_done(s);
 	return cudaSuccess;
 }
@@ -277,7 +475,7 @@ FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
 	struct timespec ts = {0, 1000000};
 
-	while (__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
+	while (!stream_idle(s)) {
 		nanosleep(&ts, NULL);
 	}
 	stream_done(s);
@@ -289,14 +487,17 @@ FAKE_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsig
 	struct timespec ts = {0, 1000000};
 	const char *h = getenv("FAKE_CUDA_HANG");
 
-	(void)s;
-	(void)e;
+	unsigned long gen;
+
 	(void)flags;
 	/* FAKE_CUDA_HANG=streamwait: a call that ignores every deadline, for good. */
 	while (h != NULL && strcmp(h, "streamwait") == 0) {
 		nanosleep(&ts, NULL);
 	}
-	return cudaSuccess;
+	pthread_mutex_lock(&lock);
+	gen = e->gen; /* the record as of this call, as CUDA's */
+	pthread_mutex_unlock(&lock);
+	return enqueue(s, OP_WAIT, NULL, NULL, e, gen);
 }
 
 FAKE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
@@ -308,13 +509,42 @@ FAKE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int fl
 
 FAKE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-	free(e);
+	if (!referenced(e)) {
+		free(e);
+	}
 	return cudaSuccess;
 }
 
 FAKE_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-	(void)e;
-	(void)s;
+	unsigned long gen;
+
+	pthread_mutex_lock(&lock);
+	gen = ++e->gen;
+	e->stream = real_stream(s);
+	pthread_mutex_unlock(&lock);
+	return enqueue(s, OP_RECORD, NULL, NULL, e, gen);
+}
+
+/* Complete when its last record has run; the collectives queued before it are then done. */
+FAKE_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	cudaStream_t s;
+	int done;
+
+	if (__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
+		__atomic_add_fetch(&queries, 1, __ATOMIC_SEQ_CST);
+		return cudaErrorNotReady;
+	}
+	pthread_mutex_lock(&lock);
+	done = e->done >= e->gen;
+	s = e->stream;
+	pthread_mutex_unlock(&lock);
+	if (!done) {
+		return cudaErrorNotReady;
+	}
+	if (s != NULL) {
+		stream_done(s);
+	}
 	return cudaSuccess;
 }

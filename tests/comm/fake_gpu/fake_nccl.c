@@ -7,13 +7,17 @@
  * ncclCommGetAsyncError polls; ncclCommSplit of a non-blocking parent reports on the parent
  * and writes the child to its pointer when done (or when the parent is aborted, as NCCL's
  * split thread does). A host pointer handed to a collective aborts the process, as a real
- * NCCL kernel would kill the CUDA context. A collective computes its result at once and
- * tells the fake runtime it was queued on its stream (fake_cuda_stream_queue()). Knobs:
+ * NCCL kernel would kill the CUDA context. A collective is queued on its stream as the fake
+ * runtime's work (fake_cuda_launch(): it computes its result when the stream reaches it, at
+ * once unless the runtime is held) and tells the runtime it was queued
+ * (fake_cuda_stream_queue()). Knobs:
  * FAKE_NCCL_HANG=init|split (that step never completes), or =coll: a collective on a blocking
  * communicator never returns (a peer that never arrives while NCCL connects inside the call)
  * until ncclCommAbort() from another thread makes it return ncclInternalError; FAKE_NCCL_RANKS=N (default 1):
  * accept communicators of N ranks, whose other ranks are taken to hold the same data as this
- * one (a sum is N times it, an average and a gather are copies of it).
+ * one (a sum is N times it, an average and a gather are copies of it), or, for an allreduce
+ * with FAKE_NCCL_PEER_ADD=V, this one's plus V (so an average differs from the input: x +
+ * (N-1)V/N).
  * fake_nccl_stat(NAME) counts: "coll_nonblocking", "coll_blocking", "split", "abort",
  * "finalize", "destroy", "live". fake_nccl_async_error(R) makes ncclCommGetAsyncError
  * report R on every communicator from now on (a peer's failure; 0 ends it).
@@ -56,8 +60,9 @@ static ncclResult_t async_error; /* fake_nccl_async_error() */
 FAKE_EXPORT int fake_nccl_stat(const char *name);
 FAKE_EXPORT void fake_nccl_async_error(ncclResult_t r);
 
-/* fake_cudart.c: @what was queued on @s. */
+/* fake_cudart.c: @what was queued on @s; @fn(@arg) queued on @s as a kernel. */
 void fake_cuda_stream_queue(cudaStream_t s, char what);
+cudaError_t fake_cuda_launch(cudaStream_t s, void (*fn)(void *), void *arg);
 
 FAKE_EXPORT void fake_nccl_async_error(ncclResult_t r)
 {
@@ -283,6 +288,68 @@ static void scale(void *p, size_t n, ncclDataType_t t, int k)
 	}
 }
 
+struct coll_arg {
+	enum kind kind;
+	const void *send;
+	void *recv;
+	size_t count;
+	ncclDataType_t t;
+	ncclRedOp_t op;
+	int nranks, rank;
+	double peer_add; /* FAKE_NCCL_PEER_ADD */
+};
+
+/* Allreduce with FAKE_NCCL_PEER_ADD: the other ranks' elements are this one's plus V. */
+static void add_peers(void *p, size_t n, ncclDataType_t t, ncclRedOp_t op, int nranks, double v)
+{
+	double add = (nranks - 1) * v / (op == ncclAvg ? nranks : 1);
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (t == ncclFloat64) {
+			((double *)p)[i] += add;
+		} else {
+			((float *)p)[i] += (float)add;
+		}
+	}
+}
+
+/* The collective's kernel, run when its stream reaches it (every rank holds this one's data). */
+static void coll_run(void *arg)
+{
+	const struct coll_arg *a = arg;
+	size_t bytes = a->count * tsize(a->t);
+	int i;
+
+	switch (a->kind) {
+	case ALLREDUCE:
+		memmove(a->recv, a->send, bytes);
+		if (a->op == ncclSum) {
+			scale(a->recv, a->count, a->t, a->nranks);
+		}
+		add_peers(a->recv, a->count, a->t, a->op, a->nranks, a->peer_add);
+		break;
+	case BROADCAST:
+		memmove(a->recv, a->send, bytes);
+		break;
+	case ALLGATHER:
+		/* This rank's block last: @send may be one of the blocks (in place). */
+		for (i = 0; i < a->nranks; i++) {
+			if (i != a->rank) {
+				memmove((char *)a->recv + (size_t)i * bytes, a->send, bytes);
+			}
+		}
+		memmove((char *)a->recv + (size_t)a->rank * bytes, a->send, bytes);
+		break;
+	case REDUCE_SCATTER:
+		memmove(a->recv, (const char *)a->send + (size_t)a->rank * bytes, bytes);
+		if (a->op == ncclSum) {
+			scale(a->recv, a->count, a->t, a->nranks);
+		}
+		break;
+	}
+}
+
 /*
  * A collective of @kind on @c over @send and @recv (@count elements of @t per rank), every
  * other rank holding this one's data: device memory only, as NCCL's kernels need.
@@ -294,7 +361,7 @@ static ncclResult_t coll(enum kind kind, const char *what, const void *send, voi
 	static const char letter[] = {'A', 'B', 'G', 'R'};
 	struct cudaPointerAttributes a;
 	const void *bufs[2] = {send, recv};
-	size_t bytes = count * tsize(t);
+	struct coll_arg *ca;
 	int i;
 
 	for (i = 0; i < 2; i++) {
@@ -314,31 +381,16 @@ static ncclResult_t coll(enum kind kind, const char *what, const void *send, voi
 	    strcmp(getenv("FAKE_NCCL_HANG"), "coll") == 0) {
 		return hang_until_aborted(c);
 	}
-	switch (kind) {
-	case ALLREDUCE:
-		memmove(recv, send, bytes);
-		if (op == ncclSum) {
-			scale(recv, count, t, c->nranks);
-		}
-		break;
-	case BROADCAST:
-		memmove(recv, send, bytes);
-		break;
-	case ALLGATHER:
-		/* This rank's block last: @send may be one of the blocks (in place). */
-		for (i = 0; i < c->nranks; i++) {
-			if (i != c->rank) {
-				memmove((char *)recv + (size_t)i * bytes, send, bytes);
-			}
-		}
-		memmove((char *)recv + (size_t)c->rank * bytes, send, bytes);
-		break;
-	case REDUCE_SCATTER:
-		memmove(recv, (const char *)send + (size_t)c->rank * bytes, bytes);
-		if (op == ncclSum) {
-			scale(recv, count, t, c->nranks);
-		}
-		break;
+	ca = malloc(sizeof(*ca));
+	if (ca == NULL) {
+		return ncclSystemError;
+	}
+	*ca = (struct coll_arg){kind, send, recv, count, t, op, c->nranks, c->rank, 0};
+	if (getenv("FAKE_NCCL_PEER_ADD") != NULL) {
+		ca->peer_add = atof(getenv("FAKE_NCCL_PEER_ADD"));
+	}
+	if (fake_cuda_launch(s, coll_run, ca) != cudaSuccess) {
+		return ncclUnhandledCudaError;
 	}
 	if (c->blocking) {
 		__atomic_add_fetch(&st.coll_blocking, 1, __ATOMIC_SEQ_CST);
