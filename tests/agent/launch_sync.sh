@@ -7,6 +7,10 @@
 . "$(dirname "$0")/lib.sh"
 
 command -v strace >/dev/null || { echo "strace not installed: skipping"; exit 77; }
+if ! strace -f -qq -o /dev/null true 2>/dev/null; then
+	echo "strace cannot trace here (ptrace refused): skipping"
+	exit 77
+fi
 
 note "a standalone job under strace: no flush on the launch path"
 timeout -s KILL 120 strace -f -qq -o "$T/trace" \
