@@ -296,8 +296,8 @@ static int publish_temp(int fd, int dfd, const char *prefix, char *name, size_t 
 	return rc;
 }
 
-/* Write @chunks to @fd and fsync it. */
-static int write_chunks(int fd, const struct fs_chunk *chunks, size_t nchunks)
+/* Write @chunks to @fd and fsync it when @durable. */
+static int write_chunks(int fd, const struct fs_chunk *chunks, size_t nchunks, bool durable)
 {
 	size_t i;
 	int rc = 0;
@@ -305,7 +305,7 @@ static int write_chunks(int fd, const struct fs_chunk *chunks, size_t nchunks)
 	for (i = 0; rc == 0 && i < nchunks; i++) {
 		rc = io_write_full(fd, chunks[i].data, chunks[i].len);
 	}
-	if (rc == 0 && fsync(fd) < 0) {
+	if (rc == 0 && durable && fsync(fd) < 0) {
 		rc = -errno;
 	}
 	return rc;
@@ -324,7 +324,7 @@ static bool tmpfile_unsupported(int rc)
  */
 static int write_via_temp(int dfd, const char *base, const char *prefix,
 			  const struct fs_chunk *chunks, size_t nchunks, mode_t mode, bool tmpfile,
-			  bool *fallback)
+			  bool durable, bool *fallback)
 {
 	char name[NAME_MAX + 1] = "";
 	int fd, rc;
@@ -335,7 +335,7 @@ static int write_via_temp(int dfd, const char *base, const char *prefix,
 		*fallback = tmpfile && tmpfile_unsupported(fd);
 		return fd;
 	}
-	rc = write_chunks(fd, chunks, nchunks);
+	rc = write_chunks(fd, chunks, nchunks, durable);
 	if (rc == 0 && tmpfile) {
 		rc = publish_temp(fd, dfd, prefix, name, sizeof(name));
 		if (rc < 0) {
@@ -352,7 +352,7 @@ static int write_via_temp(int dfd, const char *base, const char *prefix,
 	if (rc < 0 && name[0] != '\0') {
 		unlinkat(dfd, name, 0);
 	}
-	if (rc == 0 && fsync(dfd) < 0) {
+	if (rc == 0 && durable && fsync(dfd) < 0) {
 		rc = -errno;
 	}
 	return rc;
@@ -360,6 +360,12 @@ static int write_via_temp(int dfd, const char *base, const char *prefix,
 
 int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchunks, mode_t mode,
 		    const char *tmp_prefix)
+{
+	return fs_write_replace(path, chunks, nchunks, mode, tmp_prefix, true);
+}
+
+int fs_write_replace(const char *path, const struct fs_chunk *chunks, size_t nchunks,
+		     mode_t mode, const char *tmp_prefix, bool durable)
 {
 	char dir[PATH_MAX], prefix[NAME_MAX + 1];
 	const char *base;
@@ -386,9 +392,10 @@ int fs_write_atomic(const char *path, const struct fs_chunk *chunks, size_t nchu
 	if (dfd < 0) {
 		return -errno;
 	}
-	rc = write_via_temp(dfd, base, prefix, chunks, nchunks, mode, true, &fallback);
+	rc = write_via_temp(dfd, base, prefix, chunks, nchunks, mode, true, durable, &fallback);
 	if (fallback) {
-		rc = write_via_temp(dfd, base, prefix, chunks, nchunks, mode, false, &fallback);
+		rc = write_via_temp(dfd, base, prefix, chunks, nchunks, mode, false, durable,
+				    &fallback);
 	}
 	close(dfd);
 	return rc;

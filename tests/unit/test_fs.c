@@ -297,6 +297,26 @@ static void fs_write_atomic_replaces_the_old_file_whole(void **state)
 	assert_int_equal(entries(""), 1);
 }
 
+/* Not durable (fs_write_replace, durable false): the same whole replacement, mode and no temp. */
+static void fs_write_replace_without_fsync_replaces_the_file_whole(void **state)
+{
+	const struct fs_chunk c1[] = {{"first\n", 6}};
+	const struct fs_chunk c2[] = {{"second ", 7}, {"version\n", 8}};
+	char p[PATH_MAX];
+	struct stat sb;
+	mode_t old = umask(022);
+
+	(void)state;
+	snprintf(p, sizeof(p), "%s", at("rec"));
+	assert_int_equal(fs_write_replace(p, c1, 1, 0600, NULL, false), 0);
+	assert_int_equal(fs_write_replace(p, c2, 2, 0600, NULL, false), 0);
+	umask(old);
+	assert_string_equal(slurp(p), "second version\n");
+	assert_int_equal(stat(p, &sb), 0);
+	assert_int_equal(sb.st_mode & 07777, 0600);
+	assert_int_equal(entries(""), 1);
+}
+
 /* A name without a directory goes to the current one. */
 static void fs_write_atomic_takes_a_bare_file_name(void **state)
 {
@@ -454,6 +474,7 @@ int main(int argc, char **argv)
 		T(fs_fsync_dir_needs_a_directory),
 		T(fs_write_atomic_writes_every_chunk_with_the_mode),
 		T(fs_write_atomic_replaces_the_old_file_whole),
+		T(fs_write_replace_without_fsync_replaces_the_file_whole),
 		T(fs_write_atomic_takes_a_bare_file_name),
 		T(fs_write_atomic_refuses_a_directory_name),
 		T(fs_write_atomic_failing_mid_write_keeps_the_old_file),
