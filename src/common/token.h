@@ -51,6 +51,12 @@ void token_fingerprint(const void *tok, size_t len, char out[TOKEN_FPR_HEX + 1])
  * HMAC-SHA256(token, "job:" @scope) for a non-empty @scope. Returns 0 or -EIO.
  */
 int token_derive_key(const void *tok, size_t len, const char *scope, uint8_t key[TOKEN_KEY_LEN]);
+/**
+ * HMAC-SHA256(@key, @a || @b) into @out (@b may be NULL with @blen 0): the one HMAC every
+ * key and proof goes through (nettle's). Returns 0.
+ */
+int token_hmac(const void *key, size_t klen, const void *a, size_t alen, const void *b,
+	       size_t blen, uint8_t out[TOKEN_KEY_LEN]);
 /** A scope may be a run id that cannot reach another run's keys: 1..128 printable bytes,
  *  no '/', no space, and not "rdzv". */
 bool token_scope_valid(const char *scope);
@@ -99,7 +105,7 @@ void token_wipe(char *tok);
 int token_proof(const uint8_t key[TOKEN_KEY_LEN], const uint8_t sn[TOKEN_NONCE_LEN],
 		const uint8_t cn[TOKEN_NONCE_LEN], enum token_role role,
 		uint8_t out[TOKEN_KEY_LEN]);
-/** Constant-time comparison of @n bytes (CRYPTO_memcmp). */
+/** Constant-time comparison of @n bytes (nettle's memeql_sec). */
 bool token_equal(const void *a, const void *b, size_t n);
 
 #endif
