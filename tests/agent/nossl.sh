@@ -33,18 +33,19 @@ P=$T/pki
 make_tls_certs "$P" || fail "cannot make the test certificates"
 unset CRUN_STORE_TLS_CA CRUN_STORE_TLS_CERT CRUN_STORE_TLS_KEY CRUN_STORE_TLS_SERVER_NAME
 
-# hidden SECONDS CMD...: CMD in a private mount namespace where libssl.so.3 and
-# libcrypto.so.3 are empty files (the loader refuses them), killed after SECONDS.
+# "${HIDE[@]}" CMD...: CMD in a private mount namespace where libssl.so.3 and
+# libcrypto.so.3 are empty files (the loader refuses them); unshare and sh exec, so $! of a
+# background one is CMD itself. hidden SECONDS CMD...: the same, killed after SECONDS.
+HIDE=(unshare -m --propagation private sh -c
+	'for l in $0; do mount --bind /dev/null "$l" || exit 99; done; exec "$@"' "$LIBS")
 hidden() {
 	local limit=$1
 	shift
-	timeout -s KILL "$limit" unshare -m --propagation private sh -c \
-		'for l in $0; do mount --bind /dev/null "$l" || exit 99; done; exec "$@"' \
-		"$LIBS" "$@"
+	timeout -s KILL "$limit" "${HIDE[@]}" "$@"
 }
 
 note "OpenSSL hidden: crun-rdzvd serves a plain job, its workers meet at a barrier"
-hidden 300 "$RDZVD" --listen 127.0.0.1:0 >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+"${HIDE[@]}" "$RDZVD" --listen 127.0.0.1:0 >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 track $!
 wait_for 20 test -s "$T/rdzvd.out"
 ENDPOINT=$(head -n1 "$T/rdzvd.out")
