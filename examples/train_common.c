@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <openssl/evp.h>
+#include <nettle/sha2.h>
 #if TRAIN_HAVE_ZLIB
 #include <zlib.h>
 #endif
@@ -457,13 +457,13 @@ void evaluate(const struct model *m, struct crun_comm *comm, const struct datase
 
 void sha256_hex(const void *data, size_t len, char hex[65])
 {
-	unsigned char md[32];
-	unsigned int mdlen = 0;
+	unsigned char md[SHA256_DIGEST_SIZE];
+	struct sha256_ctx c;
 	int i;
 
-	if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32) {
-		die("sha256: EVP_Digest failed");
-	}
+	sha256_init(&c);
+	sha256_update(&c, len, data);
+	sha256_digest(&c, sizeof(md), md);
 	for (i = 0; i < 32; i++) {
 		snprintf(hex + 2 * i, 3, "%02x", md[i]);
 	}

@@ -889,7 +889,7 @@ static void tcp_close(struct store_backend *b)
 	free(b->rb);
 	free(b->host);
 	free(b->tls_name);
-	SSL_CTX_free(b->tls_ctx);
+	tls_ctx_free(b->tls_ctx);
 	memset(&b->cred, 0, sizeof(b->cred));
 	free(b);
 }

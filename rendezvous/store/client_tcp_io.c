@@ -13,12 +13,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
 
 #include <crun/error.h>
 
 #include "rendezvous/store/client_tcp_internal.h"
 #include "rendezvous/store/tls.h"
+#include "rendezvous/store/tls_lib.h"
 #include "src/common/clock.h"
 
 void tcp_io_disconnect(struct store_backend *b)

@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
 
 #include "rendezvous/store/server_internal.h"
+#include "src/common/token.h"
 #include "src/common/clock.h"
 #include "src/common/log.h"
 
@@ -377,7 +377,7 @@ static bool authorized(const struct store_server *s, const char *req)
 			end--;
 		}
 		return (size_t)(end - v) == s->token_len &&
-		       CRYPTO_memcmp(v, s->token, s->token_len) == 0;
+		       token_equal(v, s->token, s->token_len);
 	}
 	return false;
 }

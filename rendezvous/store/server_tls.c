@@ -5,12 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #include "rendezvous/store/server_internal.h"
 #include "rendezvous/store/tcpstore_codec.h"
 #include "rendezvous/store/tls.h"
+#include "rendezvous/store/tls_lib.h"
 #include "src/common/log.h"
 
 /*
@@ -45,7 +44,7 @@ int srv_tls_init(struct store_server *s, const struct store_server_opts *o,
 
 void srv_tls_finish(struct store_server *s)
 {
-	SSL_CTX_free(s->tls_ctx);
+	tls_ctx_free(s->tls_ctx);
 	s->tls_ctx = NULL;
 	free(s->tls_plain);
 	s->tls_plain = NULL;
@@ -79,8 +78,10 @@ bool srv_tls_conn_start(struct conn *c)
 
 void srv_tls_conn_free(struct conn *c)
 {
-	SSL_free(c->ssl);
-	c->ssl = NULL;
+	if (c->ssl != NULL) {
+		SSL_free(c->ssl);
+		c->ssl = NULL;
+	}
 }
 
 void srv_tls_seal(struct conn *c)

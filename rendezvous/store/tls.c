@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/tls.c: OpenSSL contexts from PEM files, peer names, and the error bridge. */
+/* rendezvous/store/tls.c: OpenSSL (loaded when TLS is configured), contexts from PEM files,
+ * peer names, and the error bridge. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -10,17 +12,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509v3.h>
-
 #include <crun/error.h>
 
 #include "rendezvous/store/tls.h"
+#include "rendezvous/store/tls_lib.h"
 #include "src/common/fs.h"
 #include "src/common/io.h"
 #include "src/common/log.h"
 #include "src/common/net.h"
+#include "src/common/util.h"
 
 #define KEY_FILE_MAX (64 * 1024)
 
@@ -31,6 +31,69 @@ struct tls_note {
 	char not_after[64];
 	char name[256];     /* the name the peer's certificate had to match ("" for none) */
 };
+
+struct tls_lib crun_tls_lib;
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static char lib_err[512]; /* why loading failed; "" when it did not */
+
+#define TLS_LIB_SYM(n) {#n, offsetof(struct tls_lib, p_##n)},
+struct tls_sym {
+	const char *name;
+	size_t off;
+};
+static const struct tls_sym crypto_syms[] = {TLS_LIB_CRYPTO_FUNCS(TLS_LIB_SYM)};
+static const struct tls_sym ssl_syms[] = {TLS_LIB_SSL_FUNCS(TLS_LIB_SYM)};
+#undef TLS_LIB_SYM
+
+/* dlopen @soname and resolve @n symbols of @syms from it into the table; 0 or -1 (lib_err). */
+static int lib_open(const char *soname, const struct tls_sym *syms, size_t n)
+{
+	const char *err;
+	void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL), *p;
+	size_t i;
+
+	if (h == NULL) {
+		err = dlerror();
+		snprintf(lib_err, sizeof(lib_err),
+			 "TLS needs OpenSSL 3: cannot load %s: %s (Debian: apt-get install libssl3)",
+			 soname, err != NULL ? err : "unknown error");
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		p = dlsym(h, syms[i].name);
+		if (p == NULL) {
+			snprintf(lib_err, sizeof(lib_err), "TLS: %s: missing symbol %s", soname,
+				 syms[i].name);
+			return -1;
+		}
+		/* POSIX guarantees a function pointer survives the round trip through void *. */
+		*(void **)((char *)&crun_tls_lib + syms[i].off) = p;
+	}
+	return 0;
+}
+
+static void lib_load(void)
+{
+	if (lib_open(TLS_LIB_SONAME_CRYPTO, crypto_syms, ARRAY_SIZE(crypto_syms)) == 0) {
+		lib_open(TLS_LIB_SONAME_SSL, ssl_syms, ARRAY_SIZE(ssl_syms));
+	}
+}
+
+int tls_lib_load(struct crun_diag *d)
+{
+	pthread_once(&lib_once, lib_load);
+	if (lib_err[0] != '\0') {
+		return diag_set(d, CRUN_ECONFIG, "%s", lib_err);
+	}
+	return 0;
+}
+
+void tls_ctx_free(SSL_CTX *ctx)
+{
+	if (ctx != NULL) {
+		SSL_CTX_free(ctx);
+	}
+}
 
 static int note_idx = -1;
 static BIO_METHOD *sock_method;
@@ -281,15 +344,25 @@ static int ctx_create(const struct tls_files *f, bool server, SSL_CTX **out,
 {
 	SSL_CTX *ctx;
 	int rc, mode = SSL_VERIFY_NONE;
+	long floor;
 
-	pthread_once(&note_once, note_init);
 	*out = NULL;
+	rc = tls_lib_load(d);
+	if (rc < 0) {
+		return rc;
+	}
+	pthread_once(&note_once, note_init);
 	ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
 	if (ctx == NULL || note_idx < 0 || sock_method == NULL) {
 		SSL_CTX_free(ctx);
 		return file_fail(d, "context", "", "cannot create");
 	}
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	/* TLS 1.2 at least, but never below the system policy's floor (openssl.cnf's
+	 * MinProtocol, applied by SSL_CTX_new): 0 is "no floor". */
+	floor = SSL_CTX_get_min_proto_version(ctx);
+	if (floor == 0 || floor < TLS1_2_VERSION) {
+		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	}
 	/* No session tickets to hand out: every connection is authenticated afresh. A close
 	 * without close_notify is a lost connection (-ECONNRESET, retried), not a TLS error:
 	 * the store's frames carry their own lengths, so a cut cannot pass for a whole reply. */

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* rendezvous/store/tls.h: the one bridge to OpenSSL TLS: contexts from files, peer names, errors */
+/* (OpenSSL is loaded when the first context is made: rendezvous/store/tls_lib.h.) */
 #ifndef CRUN_RENDEZVOUS_STORE_TLS_H
 #define CRUN_RENDEZVOUS_STORE_TLS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include <openssl/ssl.h>
+#include <openssl/ssl.h> /* types only */
 
 #include "src/common/diag.h"
 
@@ -38,6 +39,8 @@ bool tls_files_any(const struct tls_files *f);
 int tls_server_ctx(const struct tls_files *f, SSL_CTX **out, struct crun_diag *d);
 /** A client context: @f->ca required; @f->cert with @f->key for mutual TLS. */
 int tls_client_ctx(const struct tls_files *f, SSL_CTX **out, struct crun_diag *d);
+/** Free a context from tls_server_ctx() or tls_client_ctx(); NULL (plain TCP) is a no-op. */
+void tls_ctx_free(SSL_CTX *ctx);
 
 /**
  * A connection object on @ctx with room for the verification note tls_describe() reads.

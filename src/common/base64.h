@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/base64.h: standard base64 (RFC 4648) through libcrypto, decoded strictly. */
+/* src/common/base64.h: standard base64 (RFC 4648) through nettle, decoded strictly. */
 #ifndef CRUN_SRC_COMMON_BASE64_H
 #define CRUN_SRC_COMMON_BASE64_H
 
 #include <stddef.h>
 
 /*
- * OpenSSL does the conversion (EVP_EncodeBlock, EVP_DecodeBlock); what it does not check is
- * checked here, since EVP_DecodeBlock takes '=' anywhere as a zero digit, counts padding as
- * decoded bytes and skips white space at either end. The etcd backend uses this for every key
+ * nettle does the conversion (base64_encode_raw, base64_decode_update); what it does not check
+ * is checked here, since its decoder skips white space anywhere, takes a group left short and
+ * leaves unused bits unchecked unless padding follows. The etcd backend uses this for every key
  * and value on the wire.
  */
 

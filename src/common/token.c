@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* src/common/token.c: token files, handshake keys and proofs, fingerprints (OpenSSL). */
+/* src/common/token.c: token files, handshake keys and proofs, fingerprints (nettle). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,10 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
+#include <nettle/sha2.h>
 
 #include <crun/error.h>
 
@@ -57,42 +56,43 @@ static int unhex(const char *s, size_t n, uint8_t *out)
 
 void token_fingerprint(const void *tok, size_t len, char out[TOKEN_FPR_HEX + 1])
 {
-	uint8_t md[SHA256_DIGEST_LENGTH];
+	uint8_t md[SHA256_DIGEST_SIZE];
+	struct sha256_ctx c;
 
-	SHA256(tok, len, md);
+	sha256_init(&c);
+	sha256_update(&c, len, tok);
+	sha256_digest(&c, sizeof(md), md);
 	hex(md, TOKEN_FPR_HEX / 2, out);
-	OPENSSL_cleanse(md, sizeof(md));
+	explicit_bzero(md, sizeof(md));
+	explicit_bzero(&c, sizeof(c));
 }
 
-static int hmac2(const void *key, size_t klen, const void *a, size_t alen, const void *b,
-		 size_t blen, uint8_t out[TOKEN_KEY_LEN])
+/* nettle: no library state to set up, so the first call costs what the hash does. The
+ * context, which holds the key's pads, is wiped. */
+int token_hmac(const void *key, size_t klen, const void *a, size_t alen, const void *b,
+	       size_t blen, uint8_t out[TOKEN_KEY_LEN])
 {
-	uint8_t msg[TOKEN_SCOPE_MAX + 2 * TOKEN_NONCE_LEN + 64];
-	unsigned int olen = 0;
+	struct hmac_sha256_ctx c;
 
-	if (alen + blen > sizeof(msg)) {
-		return -EINVAL;
-	}
-	memcpy(msg, a, alen);
+	hmac_sha256_set_key(&c, klen, key);
+	hmac_sha256_update(&c, alen, a);
 	if (blen > 0) {
-		memcpy(msg + alen, b, blen);
+		hmac_sha256_update(&c, blen, b);
 	}
-	if (HMAC(EVP_sha256(), key, (int)klen, msg, alen + blen, out, &olen) == NULL ||
-	    olen != TOKEN_KEY_LEN) {
-		return -EIO;
-	}
+	hmac_sha256_digest(&c, TOKEN_KEY_LEN, out);
+	explicit_bzero(&c, sizeof(c));
 	return 0;
 }
 
 int token_derive_key(const void *tok, size_t len, const char *scope, uint8_t key[TOKEN_KEY_LEN])
 {
 	if (scope == NULL || scope[0] == '\0') {
-		return hmac2(tok, len, "store:", 6, NULL, 0, key);
+		return token_hmac(tok, len, "store:", 6, NULL, 0, key);
 	}
 	if (strlen(scope) > TOKEN_SCOPE_MAX) {
 		return -EINVAL;
 	}
-	return hmac2(tok, len, "job:", 4, scope, strlen(scope), key);
+	return token_hmac(tok, len, "job:", 4, scope, strlen(scope), key);
 }
 
 bool token_scope_valid(const char *scope)
@@ -265,7 +265,7 @@ int token_file_read(const char *path, char **tok, struct crun_diag *d)
 	}
 	rc = read_private(path, buf, TOKEN_MAX_LEN + 2, d);
 	if (rc < 0) {
-		OPENSSL_cleanse(buf, TOKEN_MAX_LEN + 2);
+		explicit_bzero(buf, TOKEN_MAX_LEN + 2);
 		free(buf);
 		return rc;
 	}
@@ -276,7 +276,7 @@ int token_file_read(const char *path, char **tok, struct crun_diag *d)
 void token_wipe(char *tok)
 {
 	if (tok != NULL) {
-		OPENSSL_cleanse(tok, strlen(tok));
+		explicit_bzero(tok, strlen(tok));
 		free(tok);
 	}
 }
@@ -345,15 +345,15 @@ int token_cred_write(const char *path, const struct token_cred *c, struct crun_d
 	hex(c->key, TOKEN_KEY_LEN, keyhex);
 	n = snprintf(line, sizeof(line), "%s %s %s %s\n", TOKEN_JOB_MAGIC, c->scope, keyhex,
 		     c->fpr);
-	OPENSSL_cleanse(keyhex, sizeof(keyhex));
+	explicit_bzero(keyhex, sizeof(keyhex));
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		rc = -errno;
-		OPENSSL_cleanse(line, sizeof(line));
+		explicit_bzero(line, sizeof(line));
 		return diag_set(d, rc, "token file %s: %s", path, strerror(-rc));
 	}
 	rc = io_write_full(fd, line, (size_t)n);
-	OPENSSL_cleanse(line, sizeof(line));
+	explicit_bzero(line, sizeof(line));
 	if (close(fd) < 0 && rc == 0) {
 		rc = -errno;
 	}
@@ -372,7 +372,7 @@ int token_generate(char out[TOKEN_GEN_HEX + 1])
 		return -EIO;
 	}
 	hex(r, sizeof(r), out);
-	OPENSSL_cleanse(r, sizeof(r));
+	explicit_bzero(r, sizeof(r));
 	return 0;
 }
 
@@ -440,18 +440,18 @@ int token_file_ensure(const char *path, char **tok, bool *created, struct crun_d
 	hex(salt, sizeof(salt), salt_hex);
 	/* A random name: hosts sharing the directory over NFS may have equal pids. */
 	if (snprintf(tmp, sizeof(tmp), "%s.new.%s", path, salt_hex) >= (int)sizeof(tmp)) {
-		OPENSSL_cleanse(gen, sizeof(gen));
+		explicit_bzero(gen, sizeof(gen));
 		return diag_set(d, -ENAMETOOLONG, "token file %s: path too long", path);
 	}
 	strcat(gen, "\n");
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		rc = -errno;
-		OPENSSL_cleanse(gen, sizeof(gen));
+		explicit_bzero(gen, sizeof(gen));
 		return diag_set(d, rc, "token file %s: %s: %s", path, tmp, strerror(-rc));
 	}
 	rc = io_write_full(fd, gen, strlen(gen));
-	OPENSSL_cleanse(gen, sizeof(gen));
+	explicit_bzero(gen, sizeof(gen));
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
 	}
@@ -479,10 +479,10 @@ int token_proof(const uint8_t key[TOKEN_KEY_LEN], const uint8_t sn[TOKEN_NONCE_L
 
 	memcpy(msg, sn, TOKEN_NONCE_LEN);
 	memcpy(msg + TOKEN_NONCE_LEN, cn, TOKEN_NONCE_LEN);
-	return hmac2(key, TOKEN_KEY_LEN, msg, sizeof(msg), ctx, strlen(ctx), out);
+	return token_hmac(key, TOKEN_KEY_LEN, msg, sizeof(msg), ctx, strlen(ctx), out);
 }
 
 bool token_equal(const void *a, const void *b, size_t n)
 {
-	return CRYPTO_memcmp(a, b, n) == 0;
+	return memeql_sec(a, b, n) != 0;
 }

@@ -48,9 +48,16 @@ int token_check_strength(const char *tok, const char *source, struct crun_diag *
 void token_fingerprint(const void *tok, size_t len, char out[TOKEN_FPR_HEX + 1]);
 /**
  * The handshake key of token @tok (@len bytes): HMAC-SHA256(token, "store:") unscoped,
- * HMAC-SHA256(token, "job:" @scope) for a non-empty @scope. Returns 0 or -EIO.
+ * HMAC-SHA256(token, "job:" @scope) for a non-empty @scope. Returns 0, or -EINVAL for a
+ * scope longer than TOKEN_SCOPE_MAX.
  */
 int token_derive_key(const void *tok, size_t len, const char *scope, uint8_t key[TOKEN_KEY_LEN]);
+/**
+ * HMAC-SHA256(@key, @a || @b) into @out (@b may be NULL with @blen 0): the one HMAC every
+ * key and proof goes through (nettle's). Returns 0.
+ */
+int token_hmac(const void *key, size_t klen, const void *a, size_t alen, const void *b,
+	       size_t blen, uint8_t out[TOKEN_KEY_LEN]);
 /** A scope may be a run id that cannot reach another run's keys: 1..128 printable bytes,
  *  no '/', no space, and not "rdzv". */
 bool token_scope_valid(const char *scope);
@@ -94,12 +101,12 @@ void token_wipe(char *tok);
 /**
  * The handshake proof of @role: HMAC-SHA256(@key, server_nonce || client_nonce || context),
  * the context naming the protocol and the role, so a proof cannot be replayed as the other.
- * Returns 0 or -EIO (then @out is no proof: treat as a failed handshake).
+ * Returns 0 (a negative code would mean no proof: treat it as a failed handshake).
  */
 int token_proof(const uint8_t key[TOKEN_KEY_LEN], const uint8_t sn[TOKEN_NONCE_LEN],
 		const uint8_t cn[TOKEN_NONCE_LEN], enum token_role role,
 		uint8_t out[TOKEN_KEY_LEN]);
-/** Constant-time comparison of @n bytes (CRYPTO_memcmp). */
+/** Constant-time comparison of @n bytes (nettle's memeql_sec). */
 bool token_equal(const void *a, const void *b, size_t n);
 
 #endif
