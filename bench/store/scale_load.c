@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench/store/scale_load.c: a store at the machine's connection limit (driven by bench/store/scale). */
+/* bench/store/scale_load.c: the store at the connection limit (driven by bench/store/scale). */
 /*
  * scale_load --endpoint HOST:PORT --proto crun|tcpstore --clients N --procs P
  *            --server-pid PID [--steps A,B,...] [--sources K] [--timeout S] [--phased]
@@ -25,7 +25,7 @@
  * Without --phased the processes run straight through after one common start: {"ms"} is
  * first connect to last release. With --phased the parent steps every process through the
  * phases together: opening up to each --steps count (then N), adding, waiting; it prints each
- * phase's wall time and the server's CPU time (all its threads, /proc/PID/task/STAR/schedstat) and
+ * phase's wall time and the server's CPU time (all its threads, /proc/PID/task/TID/schedstat) and
  * RSS (/proc/PID/status) after it. Either way the last line is one JSON object; on a failure
  * it holds "error": the first client error, which names the limit that stopped the run.
  */
