@@ -841,18 +841,54 @@ static int check_shape(struct rdzv *r, struct crun_diag *d)
 	return 0;
 }
 
+/*
+ * A node not in a round: where to start (@R, from "cur": the last round that closed, else 0)
+ * and whether the job is over (@end_known 1 and @endv its "end" value, else 0), one round trip.
+ */
+static int read_cur_end(struct rdzv *r, int *R, char *endv, size_t cap, int *end_known,
+			struct crun_diag *d)
+{
+	const char *keys[2] = {"cur", "end"};
+	void *vals[2] = {NULL, NULL};
+	size_t lens[2] = {0, 0}, n;
+	char v[32];
+	int rc;
+
+	rc = crun_store_multi_get(r->st, keys, 2, vals, lens);
+	if (rc < 0) {
+		return diag_set(d, rc, "rendezvous %s: read current round and job state: %s",
+				r->run_id, rdzv_why(r->st, rc));
+	}
+	*R = 0;
+	if (vals[0] != NULL) {
+		n = lens[0] < sizeof(v) ? lens[0] : sizeof(v) - 1;
+		memcpy(v, vals[0], n);
+		v[n] = '\0';
+		*R = atoi(v) > 0 ? atoi(v) : 0;
+	}
+	*end_known = vals[1] != NULL;
+	if (vals[1] != NULL) {
+		n = lens[1] < cap ? lens[1] : cap - 1;
+		memcpy(endv, vals[1], n);
+		endv[n] = '\0';
+	}
+	free(vals[0]);
+	free(vals[1]);
+	return 0;
+}
+
 int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag *d)
 {
-	char v[64];
+	char endv[REC_MAX];
 	int64_t deadline;
-	int R, rc, guard, end_known = -1; /* "end" read when leaving a round: 1 set, 0 not */
+	int R = 0, rc, guard, end_known = -1; /* "end" read when leaving a round: 1 set, 0 not */
 
 	if (r->thr_running) {
 		rdzv_watch_stop(r);
 	}
 	deadline = crun_now_ms() + r->conf.join_timeout_ms;
 	if (r->in_round) {
-		char key[KEY_MAX], endv[REC_MAX];
+		char key[KEY_MAX];
 		const char *keys[2] = {key, "end"};
 		void *vals[2] = {NULL, NULL};
 		size_t lens[2] = {0, 0};
@@ -892,20 +928,18 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 			return end_verdict(r, endv, d);
 		}
 	} else {
-		rc = rdzv_get_str(r->st, "cur", v, sizeof(v));
-		if (rc < 0 && rc != -ENOENT) {
-			return diag_set(d, rc, "rendezvous %s: read current round: %s", r->run_id,
-					rdzv_why(r->st, rc));
-		}
-		R = rc == 0 ? atoi(v) : 0;
-		if (R < 0) {
-			R = 0;
+		rc = read_cur_end(r, &R, endv, sizeof(endv), &end_known, d);
+		if (rc < 0) {
+			return rc;
 		}
 	}
 	r->in_round = false;
 	rc = check_shape(r, d);
 	if (rc < 0) {
 		return rc;
+	}
+	if (end_known == 1) {
+		return end_verdict(r, endv, d);
 	}
 	for (guard = 0; guard < 100000; guard++) {
 		/* Just read above when leaving a round: not again for its successor. */
