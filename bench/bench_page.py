@@ -43,6 +43,14 @@ REASONS = [
      "start; TCPStore's starts at about 226 MB (a Python process with torch imported) and its "
      "growth for 1,000 connections hides inside memory it already holds: its total, the row "
      "above, is 33x crun's."),
+    ("scale", r"^RSS slope, bytes/conn",
+     "a slope on a large base, not a smaller server: PyTorch's server is a Python process "
+     "with torch imported that starts at about 226 MB, and the few bytes it adds per "
+     "connection land in memory it already holds; crun-rdzvd starts at 2.4-2.5 MB and adds "
+     "820 (TCPStore protocol) to 1,077 (crun's, authenticated) bytes per connection "
+     "(`bench/store/scale build --quick`, 2026-11-27, load average 11.5). Its total RSS, the "
+     "rows above, is 50-80x crun's at 500-2,000 connections; the two lines cross only past "
+     "about 300,000 connections."),
     ("tcpstore", r"^(get, \d+ clients|barrier, 100 connections)",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "
@@ -243,8 +251,86 @@ def parse_ddp(out):
         {"ddp": series}
 
 
+SCALE_COLS = [("crun protocol on crun", "crun-rdzvd, crun protocol"),
+              ("tcpstore protocol on crun", "crun-rdzvd, TCPStore protocol"),
+              ("tcpstore protocol on TCPStore", "TCPStore server (PyTorch), TCPStore protocol")]
+
+
+def scale_cell(v):
+    """A bench/store/scale result cell: (ms, server CPU us/op, RSS MB, bytes/conn), None where
+    absent (a failed run's cell has no leading figure)."""
+    ms = re.match(r"^([\d,.]+) ms\b", v)
+    us = re.search(r"\(([\d,.]+) us/op\)", v)
+    rss = re.search(r"RSS ([\d,.]+) MB", v)
+    slope = re.match(r"^([\d,.]+) bytes/connection", v)
+    return tuple(num(x.group(1)) if x else None for x in (ms, us, rss, slope))
+
+
+def scale_lost(key, c, t, lost):
+    """Compare the TCPStore protocol on crun-rdzvd (c) with PyTorch's server (t) on one row:
+    the better side's name and ratio, and each figure the peer wins appended to lost."""
+    (cms, cus, crss, cb), (tms, tus, trss, tb) = scale_cell(c), scale_cell(t)
+    better = []
+    for what, a, b in (("time", cms if key.startswith("barrier") else None, tms),
+                       ("server CPU/op", cus, tus), ("RSS", crss, trss), ("bytes/conn", cb, tb)):
+        if a is None or b is None or not a or not b:
+            continue
+        better.append("%s: %s %.2fx" % (what, "crun" if a <= b else "TCPStore",
+                                        max(a, b) / min(a, b)))
+        if b < a:
+            lost.append(("%s, %s" % (key, what), "TCPStore"))
+    # A phase's wall time on a loaded box: lost only where the server's own CPU says so too.
+    if not key.startswith("barrier") and cms and tms and tms < cms:
+        why = None
+        if cus and tus and cus < tus:
+            why = ("the step's wall time, %.0f ms against %.0f, is the loaded 2-core box's "
+                   "scheduling of 8 client processes and the server: in the same step crun's "
+                   "server spent %.1f us of CPU per operation, PyTorch's %.1f." %
+                   (cms, tms, cus, tus))
+        lost.append(("%s, wall time" % key, "TCPStore", why))
+    return "; ".join(better)
+
+
+def parse_scale(out):
+    """bench/store/scale: one row per measurement, a column per protocol and server."""
+    cells, order, text = {}, [], []
+    for ln in out.splitlines():
+        if ln.startswith("store at ") or ln.startswith("Extrapolation") or ln.startswith("  ") \
+                or ln.startswith("("):
+            text.append("- " + ln.strip() if ln.startswith("  ") else ln.strip())
+    for r in md_rows(out):
+        if len(r) != 3:
+            continue
+        key = re.sub(r"^open(\+add)? ", "open to ", r[1]).replace(" conns", " connections")
+        if key not in cells:
+            order.append(key)
+        cells.setdefault(key, {})[r[0]] = r[2]
+    rows, lost, barrier, rss = [], [], {}, {}
+    for key in order:
+        c = cells[key]
+        row = [key] + [c.get(src, "") for src, _ in SCALE_COLS]
+        row.append(scale_lost(key, row[2], row[3], lost) if row[2] and row[3] else "")
+        rows.append(row)
+        m = re.match(r"^(barrier|open to) ([\d,]+)", key)
+        for src, title in SCALE_COLS:
+            ms, _, mb, _ = scale_cell(c.get(src, ""))
+            if m and m.group(1) == "barrier" and ms:
+                barrier.setdefault(title, []).append((num(m.group(2)), ms))
+            if m and m.group(1) == "open to" and mb:
+                rss.setdefault(title, []).append((num(m.group(2)), mb))
+    table = [text[0], ""] if text and text[0].startswith("store at") else []
+    table += md_table(["row"] + [t for _, t in SCALE_COLS] + ["TCPStore protocol: better"],
+                      rows)
+    table += ["", "A row that stopped names the limit or error that stopped it (\"stopped\", "
+              "\"failed\"). open to N: connect and authenticate (crun's protocol) or connect and "
+              "ADD (TCPStore's) up to N connections; RSS is the server's after the step."]
+    table += [""] + [ln for ln in text if not ln.startswith("store at")]
+    return table, lost, {"scale_barrier": barrier, "scale_rss": rss}
+
+
 PARSERS = {"launch": parse_launch, "store": parse_store, "tcpstore": parse_tcpstore,
-           "allreduce": parse_allreduce, "rdzv_scale": parse_rdzv, "ddp": parse_ddp}
+           "allreduce": parse_allreduce, "rdzv_scale": parse_rdzv, "ddp": parse_ddp,
+           "scale": parse_scale}
 
 # picture -> (title, x label, y label, log x, log y)
 PLOTS = {
@@ -260,6 +346,10 @@ PLOTS = {
     "allreduce_4": ("Allreduce, 4 ranks: busbw and this core's limit", "bytes", "GB/s", True,
                     True),
     "rdzv": ("One rendezvous round", "agents", "ms", True, True),
+    "scale_barrier": ("The store near the connection limit: barrier", "connections", "ms",
+                      True, True),
+    "scale_rss": ("The store near the connection limit: server RSS", "connections", "MB",
+                  True, True),
     "ddp": ("DDP weak scaling, examples/train", "ranks", "samples/s", False, False),
 }
 
@@ -318,6 +408,8 @@ TITLES = {
     "allreduce": "CPU allreduce against gloo, and this machine's limit (bench/allreduce)",
     "rdzv_scale": "Rendezvous scale: crun-rdzvd against etcd (bench/rdzv_scale)",
     "ddp": "DDP weak scaling of examples/train (bench/ddp)",
+    "scale": "The store toward the connection limit, both protocols, against PyTorch's TCPStore "
+             "server (bench/store/scale)",
     "nccl": "NCCL allreduce through libcrun-worker against direct NCCL (bench/nccl)",
 }
 NOTES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes")

@@ -4,7 +4,8 @@
 # (1 and 2 ranks through a real crun-rdzvd) and the GPU bench (skipped without a GPU, saying
 # so) into a page of the test's own; the page holds the table, the picture it names exists as
 # an SVG, --reuse writes the same page again from the kept results, and a bad --only is refused
-# by name. Skipped (77) without gnuplot.
+# by name; bench/store/scale's table and pictures from a recorded real output (scale.out).
+# Skipped (77) without gnuplot.
 set -u
 BUILD=${CRUN_BUILD_DIR:?CRUN_BUILD_DIR must be set (meson test sets it)}
 SRC=${CRUN_SOURCE_DIR:?}
@@ -39,6 +40,32 @@ sed 's|img2/|img/|g' "$T/again.md" | cmp -s - "$T/bench.md" || {
 	diff "$T/bench.md" "$T/again.md" >&2
 	fail "--reuse wrote a different page"
 }
+
+# bench/store/scale's parser on a recorded real output (tests/bench/scale.out: `bench/store/scale
+# build --quick`, 2026-11-27, load average 11.5): the table, both pictures, the lost row's reason.
+python3 - "$SRC/tests/bench/scale.out" "$T/scale" <<'PY' || fail "could not write the scale results"
+import json, os, sys
+os.makedirs(sys.argv[2])
+m = {"date": "2026-11-27 18:53 UTC", "nproc": 2, "cpu": "recorded", "kernel": "recorded",
+     "load": 11.5, "load_end": 13.8, "minutes": 0.6}
+r = {"scale": {"command": "bench/store/scale build --quick", "out": open(sys.argv[1]).read(),
+               "error": None, "seconds": 38}}
+json.dump({"machine": m, "results": r}, open(os.path.join(sys.argv[2], "results.json"), "w"))
+PY
+"$SRC/bench/all" "$BUILD" --reuse "$T/scale" --only scale --page "$T/scale.md" \
+	--img "$T/simg" 2>"$T/scale.err" || { cat "$T/scale.err" >&2; fail "bench/all --only scale failed"; }
+expect_grep '^## The store toward the connection limit' "$T/scale.md" "the scale section"
+expect_grep '^| barrier 2,000 connections | [0-9,.]* ms .* | [0-9,.]* ms .* | [0-9,.]* ms .* | time: ' \
+	"$T/scale.md" "the 2,000-connection barrier row, three servers"
+expect_grep '^| RSS slope | 1,077 bytes/connection' "$T/scale.md" "the bytes per connection"
+expect_grep 'fd limit 20000' "$T/scale.md" "the limit the run met"
+expect_grep '^- RSS slope, bytes/conn (TCPStore): a slope on a large base' "$T/scale.md" \
+	"the lost row's reason"
+! grep -q 'no stated reason' "$T/scale.md" || fail "a lost scale row without a reason"
+for p in scale_barrier scale_rss; do
+	expect_grep "!\[$p\](simg/$p.svg)" "$T/scale.md" "the $p picture's link"
+	[ "$(grep -c 'stroke-dasharray\|<path' "$T/simg/$p.svg")" -gt 3 ] || fail "$p.svg has no lines"
+done
 
 RC=0
 "$SRC/bench/all" "$BUILD" --only ddp,nope --page "$T/x.md" 2>"$T/bad.err" || RC=$?
