@@ -283,7 +283,7 @@ def scale_lost(key, c, t, lost):
     if not key.startswith("barrier") and cms and tms and tms < cms:
         why = None
         if cus and tus and cus < tus:
-            why = ("the step's wall time, %.0f ms against %.0f, is the loaded 2-core box's "
+            why = ("the step's wall time, %.1f ms against %.1f, is the loaded 2-core box's "
                    "scheduling of 8 client processes and the server: in the same step crun's "
                    "server spent %.1f us of CPU per operation, PyTorch's %.1f." %
                    (cms, tms, cus, tus))
