@@ -279,6 +279,11 @@ def scale_lost(key, c, t, lost):
                                         max(a, b) / min(a, b)))
         if b < a:
             lost.append(("%s, %s" % (key, what), "TCPStore"))
+    if (cms, cus, crss, cb) == (None,) * 4 and (tms or tus or tb):
+        lost.append(("%s, crun-rdzvd failed" % key, "TCPStore"))  # the cell says why
+        better.append("TCPStore (crun-rdzvd failed)")
+    if (tms, tus, trss, tb) == (None,) * 4 and (cms or cus or cb):
+        better.append("crun (TCPStore failed)")
     # A phase's wall time on a loaded box: lost only where the server's own CPU says so too.
     if not key.startswith("barrier") and cms and tms and tms < cms:
         why = None
