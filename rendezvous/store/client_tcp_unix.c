@@ -12,6 +12,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -60,6 +61,20 @@ static bool is_local(const struct sockaddr *sa)
 	return local;
 }
 
+/* The first reason a socket was not used: the one the fallback's debug line names. */
+__attribute__((format(printf, 3, 4))) static void note_why(char *why, size_t len,
+							   const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why[0] != '\0') {
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(why, len, fmt, ap);
+	va_end(ap);
+}
+
 /* Connect to @path, whose directory @owner owns, and check who listens. 0, or -errno with the
  * reason in @why. */
 static int try_path(struct store_backend *b, const char *path, uid_t owner, char *why,
@@ -77,17 +92,17 @@ static int try_path(struct store_backend *b, const char *path, uid_t owner, char
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
-		snprintf(why, len, "%s: %s", path, strerror(-rc));
+		note_why(why, len, "%s: %s", path, strerror(-rc));
 		goto err;
 	}
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &n) < 0) {
 		rc = -errno;
-		snprintf(why, len, "%s: SO_PEERCRED: %s", path, strerror(-rc));
+		note_why(why, len, "%s: SO_PEERCRED: %s", path, strerror(-rc));
 		goto err;
 	}
 	if (cr.uid != owner) {
 		rc = -EPERM;
-		snprintf(why, len, "%s: served by uid %u, not by its directory's owner %u", path,
+		note_why(why, len, "%s: served by uid %u, not by its directory's owner %u", path,
 			 (unsigned)cr.uid, (unsigned)owner);
 		goto err;
 	}
@@ -111,7 +126,7 @@ static int trusted_dir(const char *dir, uid_t *owner, char *why, size_t len)
 		rc = -EPERM;
 	}
 	if (rc < 0) {
-		snprintf(why, len, "%s: %s", dir,
+		note_why(why, len, "%s: %s", dir,
 			 rc == -EPERM ? "not a directory only this user or root can write"
 				      : strerror(-rc));
 	}
@@ -168,6 +183,9 @@ int tcp_unix_connect(struct store_backend *b, const struct addrinfo *res, int64_
 	for (ai = res; ai != NULL && !b->unix_off && rc < 0; ai = ai->ai_next) {
 		if (!is_local(ai->ai_addr)) {
 			continue;
+		}
+		if (strncmp(why, "the endpoint", 12) == 0) {
+			why[0] = '\0';
 		}
 		if (b->unix_given[0] == '\0') {
 			rc = try_defaults(b, ai->ai_addr, why, sizeof(why));
