@@ -88,11 +88,13 @@ static int try_path(struct store_backend *b, const char *path, uid_t owner, char
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	/* Blocking, as tcp_io_connect() leaves its socket: a local connect does not wait. */
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* A local connect completes at once, or fails with EAGAIN when the listener's backlog
+	 * is full (a flood): then TCP, never a wait. */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
-		note_why(why, len, "%s: %s", path, strerror(-rc));
+		note_why(why, len, "%s: %s", path,
+			 rc == -EAGAIN ? "its backlog is full" : strerror(-rc));
 		goto err;
 	}
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &n) < 0) {
@@ -104,6 +106,13 @@ static int try_path(struct store_backend *b, const char *path, uid_t owner, char
 		rc = -EPERM;
 		note_why(why, len, "%s: served by uid %u, not by its directory's owner %u", path,
 			 (unsigned)cr.uid, (unsigned)owner);
+		goto err;
+	}
+	/* Blocking from here on, as tcp_io_connect() leaves its socket. */
+	rc = fcntl(fd, F_GETFL);
+	if (rc < 0 || fcntl(fd, F_SETFL, rc & ~O_NONBLOCK) < 0) {
+		rc = -errno;
+		note_why(why, len, "%s: fcntl: %s", path, strerror(-rc));
 		goto err;
 	}
 	b->fd = fd;
@@ -177,7 +186,7 @@ int tcp_unix_connect(struct store_backend *b, const struct addrinfo *res, int64_
 	uid_t owner;
 	int rc = -ENOENT;
 
-	(void)deadline; /* a local connect answers at once, or not at all */
+	(void)deadline; /* a local connect answers at once (try_path()) */
 	b->unix_path[0] = '\0';
 	snprintf(why, sizeof(why), "the endpoint is not an address of this host");
 	for (ai = res; ai != NULL && !b->unix_off && rc < 0; ai = ai->ai_next) {

@@ -31,12 +31,13 @@ int store_unix_dir(char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* "any" for a wildcard address, else the address as text. */
+/* "any" ("any6": IPv6's, which serves IPv6 alone) for a wildcard address, else the address
+ * as text. */
 static void addr_name(const struct sockaddr *sa, char *buf, size_t len)
 {
 	static const struct in6_addr any6 = IN6ADDR_ANY_INIT;
 
-	snprintf(buf, len, "any");
+	snprintf(buf, len, sa->sa_family == AF_INET6 ? "any6" : "any");
 	if (sa->sa_family == AF_INET) {
 		const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
 

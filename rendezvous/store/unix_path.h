@@ -13,7 +13,7 @@
  * listens on a socket file named after the address and port it bound and its network
  * namespace, in a directory only its user can write (docs/store.md, "Same-host clients"):
  *
- *   DIR/store-<netns inode>-<address or "any">-<port>.sock
+ *   DIR/store-<netns inode>-<address, "any" or "any6">-<port>.sock
  *
  * DIR: /run/crun for root; else $XDG_RUNTIME_DIR/crun; else /tmp/crun-<uid>. A client whose
  * endpoint is local looks in its own user's DIR and in /run/crun, and talks only to a server
