@@ -8,6 +8,7 @@
  * server's life, says which server owns the path: a socket left by a killed server (its lock
  * released by the kernel) is replaced; one a live server holds is left alone.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -75,6 +76,43 @@ static int take_lock(const char *path, int *fd_out)
 	return -EAGAIN;
 }
 
+/*
+ * Remove what killed servers left in @dir: every "store-*.sock.lock" whose lock is free,
+ * and its socket. Their files would otherwise stay until reboot, one pair per port a killed
+ * agent used. A server starting on one of those paths at this very moment finds the lock
+ * held and serves TCP only (said in its log).
+ */
+static void sweep_stale(const char *dir, const char *own)
+{
+	char path[STORE_UNIX_PATH_MAX + 8];
+	struct dirent *e;
+	size_t n;
+	DIR *d = opendir(dir);
+	int fd;
+
+	if (d == NULL) {
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		n = strlen(e->d_name);
+		if (strncmp(e->d_name, "store-", 6) != 0 || n < 11 ||
+		    strcmp(e->d_name + n - 10, ".sock.lock") != 0 ||
+		    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) {
+			continue;
+		}
+		path[strlen(path) - 5] = '\0'; /* the socket's path */
+		if (strcmp(path, own) == 0 || take_lock(path, &fd) < 0) {
+			continue;
+		}
+		unlink(path);
+		log_debug("store: removed %s, left by a server that is gone", path);
+		strcat(path, ".lock");
+		unlink(path);
+		close(fd);
+	}
+	closedir(d);
+}
+
 /* Bind and listen on @path (any stale socket there removed first: we hold its lock). */
 static int bind_path(const char *path, int *fd_out)
 {
@@ -135,6 +173,9 @@ static int choose_path(struct store_server *s, const char *given, char *why, siz
 	if (rc == 0 && (rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &n)) == 0) {
 		rc = store_unix_path(dir, (struct sockaddr *)&ss, s->unix_path,
 				     sizeof(s->unix_path));
+	}
+	if (rc == 0) {
+		sweep_stale(dir, s->unix_path);
 	}
 	if (rc < 0) {
 		snprintf(why, len, "no path for it in %s: %s", dir, strerror(-rc));

@@ -5,7 +5,8 @@
 # bridge with B): a client in A uses its socket (the server's metrics count it), a client in B
 # uses TCP; a throwaway user with no token (or a wrong one) is refused on the socket as over
 # TCP; the per-address cap counts socket clients; a removed socket means TCP; a killed
-# daemon's stale socket is replaced and a stopped one's removed; and a 2-worker crun job's
+# daemon's stale socket is replaced (and swept by a daemon on another port) and a stopped
+# one's removed; and a 2-worker crun job's
 # workers (libcrun-worker) reach the agent's own store over it. Root only (77).
 set -u
 BUILD=${CRUN_BUILD_DIR:?}
@@ -31,6 +32,10 @@ user_need unix_socket ip ss curl
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-unix-test.XXXXXX")
 chmod 0755 "$T" # the throwaway user reads nothing here but its own directory below
 cleanup() {
+	# The last daemon stops cleanly (its socket removed), bounded; then everything else.
+	if [ -n "${RDZVD_PID:-}" ] && kill "$RDZVD_PID" 2>/dev/null; then
+		timeout 10 tail --pid="$RDZVD_PID" -f /dev/null
+	fi
 	kill_tracked
 	netns_teardown "$NETNS" "$LINKS"
 	user_del
@@ -125,7 +130,8 @@ for i in 1 2 3; do
 	timeout -s KILL 150 "${A[@]}" "$STORE" -e "$EP" -t 120 wait never 2>"$T/hold$i" &
 	track $!
 done
-wait_for 30 test "$(metric crun_store_connections)" = 3
+conns_are() { [ "$(metric crun_store_connections)" = "$1" ]; }
+wait_for 30 conns_are 3
 client a "$T/a4" ping && fail "a 4th connection from A was let in past --max-conns-per-addr 3"
 grep -q "connected over its unix socket" "$T/a4" || fail "the 4th did not come on the socket"
 grep -qi "too many connections\|connections from" "$T/a4" ||
@@ -143,6 +149,14 @@ client a "$T/a6" ping || fail "ping with the socket removed: $(cat "$T/a6")"
 grep -q "over TCP (no unix socket: $SOCK: No such file" "$T/a6" ||
 	fail "no debug line saying TCP: $(cat "$T/a6")"
 grep -qi "error\|warn" "$T/a6" && fail "the fallback logged more than a debug line"
+
+note "what a killed daemon leaves is swept by the next one, on another port"
+kill -9 "$RDZVD_PID"
+wait_for 30 exited "$RDZVD_PID"
+[ -e "$SOCK.lock" ] || fail "the killed daemon left no lock file (the check needs one)"
+EP=$NET.1:$((PORT + 1))
+daemon
+[ -e "$SOCK.lock" ] && fail "$SOCK.lock, left by a killed daemon, was not swept"
 
 note "a 2-worker crun job: its workers reach the agent's store on its socket"
 timeout -s KILL 120 env CRUN_LOG_LEVEL=debug "$CRUN" --standalone --nproc-per-node 2 \
