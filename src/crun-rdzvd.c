@@ -23,6 +23,7 @@
 #include "src/common/diag.h"
 #include "src/common/parse.h"
 #include "rendezvous/store/store_conf.h"
+#include "rendezvous/store/unix_path.h"
 #include "src/common/token.h"
 #include "src/opt.h"
 #include "src/opt_store.h"
@@ -65,6 +66,8 @@ enum rdzvd_opt {
 	R_TCPSTORE_RUN,
 	R_TS_DATA,
 	R_TS_KEYS,
+	R_UNIX_SOCKET,
+	R_NO_UNIX_SOCKET,
 	R_METRICS,
 	R_VERBOSE,
 	R_QUIET,
@@ -143,6 +146,14 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 		       "gloo bootstrap stores 130)", NULL},
 	[R_TS_KEYS] = {"tcpstore-max-keys", 0, true, false, "N",
 		       "stored keys under RUN/tcpstore/ (default 65536)", NULL},
+	[R_UNIX_SOCKET] = {"unix-socket", 0, true, false, "PATH",
+			   "also serve same-host clients on this AF_UNIX socket, in a directory "
+			   "only this user can write (default: /run/crun/store-NETNS-ADDR-PORT.sock "
+			   "as root, else under $XDG_RUNTIME_DIR/crun or /tmp/crun-UID; clients find "
+			   "a default one themselves, this one with $CRUN_STORE_UNIX_SOCKET)",
+			   "Same-host clients"},
+	[R_NO_UNIX_SOCKET] = {"no-unix-socket", 0, false, false, NULL,
+			      "serve TCP only (also: CRUN_STORE_UNIX_SOCKET=off)", NULL},
 	[R_METRICS] = {"metrics", 0, true, false, "ADDR:PORT",
 		       "serve Prometheus metrics at http://ADDR:PORT/metrics (a scrape sends "
 		       "the store's token as Authorization: Bearer); default: none", "Monitoring"},
@@ -210,6 +221,8 @@ struct config {
 	struct store_settings ss; /* the store flags, for the one token policy */
 	struct store_conf sc;	  /* what they resolve to: the token and TLS files served */
 	bool insecure;
+	const char *unix_socket; /* --unix-socket */
+	bool no_unix_socket;     /* --no-unix-socket */
 	char tsprefix[STORE_TCPSTORE_MAX_PREFIX + 1];
 };
 
@@ -359,6 +372,8 @@ static int parse(int argc, char **argv, struct config *c)
 	}
 	c->o.listen = v[R_LISTEN].set ? v[R_LISTEN].val : NULL;
 	c->o.metrics_listen = v[R_METRICS].set ? v[R_METRICS].val : NULL;
+	c->unix_socket = v[R_UNIX_SOCKET].set ? v[R_UNIX_SOCKET].val : NULL;
+	c->no_unix_socket = v[R_NO_UNIX_SOCKET].set;
 	c->ss.tls_cert = f.tls_cert;
 	c->ss.tls_key = f.tls_key;
 	c->ss.tls_ca = f.tls_ca;
@@ -375,6 +390,12 @@ static int parse(int argc, char **argv, struct config *c)
 	}
 	if (c->o.listen == NULL || *c->o.listen == '\0') {
 		rc = opt_fail(NULL, &d, "--listen ADDR:PORT is required (see crun-rdzvd --help)");
+	} else if (c->unix_socket != NULL && c->no_unix_socket) {
+		rc = opt_fail(&v[R_UNIX_SOCKET], &d, "contradicts --no-unix-socket");
+	} else if (c->unix_socket != NULL &&
+		   (c->unix_socket[0] != '/' || strlen(c->unix_socket) >= STORE_UNIX_PATH_MAX)) {
+		rc = opt_fail(&v[R_UNIX_SOCKET], &d, "expected an absolute path under %d bytes",
+			      STORE_UNIX_PATH_MAX);
 	} else if (c->ss.tls_ca != NULL && c->ss.tls_cert == NULL) {
 		rc = opt_fail(&v[R_TLS_CA], &d, "needs --tls-cert and --tls-key (mutual TLS is "
 						 "served with a certificate)");
@@ -414,6 +435,11 @@ static int resolve_store_conf(struct config *c)
 		log_info("token from %s", c->sc.token_src);
 	}
 	store_conf_server_opts(&c->sc, &c->o);
+	if (c->unix_socket != NULL) {
+		c->o.unix_socket = c->unix_socket;
+	} else if (c->no_unix_socket) {
+		c->o.unix_socket = NULL;
+	}
 	return 0;
 }
 

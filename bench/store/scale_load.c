@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/clock.h"
 #include <crun/error.h>
 #include <crun/store.h>
 
@@ -78,14 +79,6 @@ static struct {
 static struct shared *sh;
 static pid_t *kids;
 static int go[MAX_PHASES][2]; /* a process starts phase k when go[k] reads EOF */
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -318,7 +311,7 @@ static void child(int p, bool phased)
 	}
 	wait_go(k);
 	if (!phased) {
-		int64_t t = now_ns(), old = 0;
+		int64_t t = crun_now_ns(), old = 0;
 
 		__atomic_compare_exchange_n(&sh->t_start_ns, &old, t, false, __ATOMIC_ACQ_REL,
 					    __ATOMIC_ACQUIRE);
@@ -355,7 +348,7 @@ static void child(int p, bool phased)
 	}
 	phase_done(k);
 	if (!phased) {
-		int64_t t = now_ns(), cur = __atomic_load_n(&sh->t_end_ns, __ATOMIC_ACQUIRE);
+		int64_t t = crun_now_ns(), cur = __atomic_load_n(&sh->t_end_ns, __ATOMIC_ACQUIRE);
 
 		while (t > cur && !__atomic_compare_exchange_n(&sh->t_end_ns, &cur, t, false,
 								__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -426,7 +419,7 @@ static int64_t cpu_ns(void)
 /* Until every process is through phase @k, one failed, or the timeout: false if not. */
 static bool wait_phase(int k, const char *what)
 {
-	int64_t start = now_ns(), next = start + PROGRESS_S * (int64_t)1000000000;
+	int64_t start = crun_now_ns(), next = start + PROGRESS_S * (int64_t)1000000000;
 	int64_t end = start + (int64_t)g.timeout_ms * 1000000;
 	int d;
 
@@ -434,13 +427,13 @@ static bool wait_phase(int k, const char *what)
 		if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE)) {
 			return false;
 		}
-		if (now_ns() > end) {
+		if (crun_now_ns() > end) {
 			snprintf(sh->err, sizeof(sh->err), "%s: %d of %d processes done after %d s",
 				 what, d, g.procs, g.timeout_ms / 1000);
 			sh->failed = 1;
 			return false;
 		}
-		if (now_ns() > next) {
+		if (crun_now_ns() > next) {
 			fprintf(stderr, "scale_load: waiting for %s: %d of %d processes done\n", what,
 				d, g.procs);
 			next += PROGRESS_S * (int64_t)1000000000;
@@ -476,13 +469,13 @@ static int run_phased(void)
 		} else {
 			snprintf(what, sizeof(what), "%s", k == g.nsteps ? "add" : "wait");
 		}
-		t0 = now_ns();
+		t0 = crun_now_ns();
 		c0 = cpu_ns();
 		close(go[k][1]);
 		if (!wait_phase(k, what)) {
 			break;
 		}
-		t1 = now_ns();
+		t1 = crun_now_ns();
 		c1 = cpu_ns();
 		if (g.tcpstore && k == g.nsteps) {
 			continue; /* the adds were in the open phases */

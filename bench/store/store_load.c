@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/clock.h"
 #include <crun/error.h>
 #include <crun/store.h>
 
@@ -48,14 +49,6 @@ struct slot {
 
 static const char *g_endpoint;
 static char g_prefix[64];
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -114,12 +107,12 @@ static void *shared(size_t n)
 /* Until every child is ready, one failed, or 300 s passed. */
 static void wait_ready(struct slot *s, int n)
 {
-	int64_t end = now_ns() + 300 * (int64_t)1000000000;
+	int64_t end = crun_now_ns() + 300 * (int64_t)1000000000;
 	int i;
 
 	for (i = 0; i < n; i++) {
 		while (!__atomic_load_n(&s[i].ready, __ATOMIC_ACQUIRE)) {
-			if (__atomic_load_n(&s[i].rc, __ATOMIC_ACQUIRE) != 0 || now_ns() > end) {
+			if (__atomic_load_n(&s[i].rc, __ATOMIC_ACQUIRE) != 0 || crun_now_ns() > end) {
 				return;
 			}
 			usleep(1000);
@@ -163,7 +156,7 @@ static void child_throughput(struct slot *s, int id, const char *op, int seconds
 	}
 	__atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
 	wait_go();
-	t0 = now_ns();
+	t0 = crun_now_ns();
 	s->t_begin_ns = t0;
 	end = t0 + (int64_t)seconds * 1000000000;
 	do {
@@ -182,7 +175,7 @@ static void child_throughput(struct slot *s, int id, const char *op, int seconds
 		} else {
 			rc = crun_store_add(st, "add", 1, &r);
 		}
-		t1 = now_ns();
+		t1 = crun_now_ns();
 		if (rc < 0) {
 			fprintf(stderr, "store_load: %s: %s\n", op, crun_strerror(rc));
 			s->rc = 1;
@@ -195,7 +188,7 @@ static void child_throughput(struct slot *s, int id, const char *op, int seconds
 	if (op[0] == 's') {
 		/* Every set answered (stored) within the time measured. */
 		rc = crun_store_flush(st);
-		t1 = now_ns();
+		t1 = crun_now_ns();
 		if (rc < 0) {
 			fprintf(stderr, "store_load: set: %s\n", crun_store_last_error(st));
 			s->rc = 1;
@@ -269,7 +262,7 @@ static void child_barrier(struct slot *s, int first, int count, int total, int t
 	}
 	__atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
 	wait_go();
-	s->t_start_ns = now_ns();
+	s->t_start_ns = crun_now_ns();
 	for (i = 0; i < count; i++) {
 		if (open_store(&st[i], timeout_ms) < 0) {
 			_exit(1);
@@ -290,7 +283,7 @@ static void child_barrier(struct slot *s, int first, int count, int total, int t
 			_exit(1);
 		}
 	}
-	s->t_end_ns = now_ns();
+	s->t_end_ns = crun_now_ns();
 	(void)first;
 	for (i = 0; i < count; i++) {
 		crun_store_close(st[i]);

@@ -77,10 +77,11 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 		   struct crun_diag *d);
 /*
  * store_tcp_open() with @tls (borrowed; NULL or no file named: plain TCP): TLS on the
- * connection (rendezvous/store/tls.h), the token handshake then running inside it.
+ * connection (rendezvous/store/tls.h), the token handshake then running inside it; and
+ * @unix_socket, the same-host socket setting (store_conf's unix_socket; NULL: the default).
  */
 int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
-		       const struct tls_files *tls, int connect_timeout_ms,
+		       const struct tls_files *tls, const char *unix_socket, int connect_timeout_ms,
 		       struct store_backend **out, const struct store_ops **ops,
 		       struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,

@@ -18,6 +18,7 @@
 #include "rendezvous/store/client_tcp_internal.h"
 #include "rendezvous/store/store_runs.h"
 #include "rendezvous/store/tls.h"
+#include "rendezvous/store/unix_path.h"
 #include "src/common/util.h"
 #include "src/common/backoff.h"
 #include "src/common/clock.h"
@@ -390,7 +391,9 @@ static int try_once(struct store_backend *b, int64_t deadline, bool *final)
 		return tcp_fail(b, gai == EAI_AGAIN ? -EAGAIN : -EINVAL, "cannot resolve %s: %s",
 				b->host, gai_strerror(gai));
 	}
-	for (ai = res; ai != NULL; ai = ai->ai_next) {
+	/* A local endpoint: the store's AF_UNIX socket when it has one (client_tcp_unix.c). */
+	rc = tcp_unix_connect(b, res, deadline) == 0 ? 0 : -ETIMEDOUT;
+	for (ai = rc == 0 ? NULL : res; ai != NULL; ai = ai->ai_next) {
 		int64_t t = crun_now_ms() + CONNECT_TRY_MS;
 
 		rc = tcp_io_connect(b, ai, t < deadline ? t : deadline);
@@ -924,11 +927,11 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
 		   struct crun_diag *d)
 {
-	return store_tcp_open_tls(host, port, cred, NULL, connect_timeout_ms, out, ops, d);
+	return store_tcp_open_tls(host, port, cred, NULL, NULL, connect_timeout_ms, out, ops, d);
 }
 
 int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
-		       const struct tls_files *tls, int connect_timeout_ms,
+		       const struct tls_files *tls, const char *unix_socket, int connect_timeout_ms,
 		       struct store_backend **out, const struct store_ops **ops,
 		       struct crun_diag *d)
 {
@@ -946,6 +949,10 @@ int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred
 	b->port = port;
 	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
 	b->host = strdup(host);
+	b->unix_off = store_unix_off(unix_socket);
+	if (unix_socket != NULL && unix_socket[0] == '/') {
+		snprintf(b->unix_given, sizeof(b->unix_given), "%s", unix_socket);
+	}
 	if (cred != NULL) {
 		b->cred = *cred;
 	}

@@ -71,6 +71,9 @@ struct store_backend {
 	size_t junk_len;
 	struct crun_diag diag; /* the last error: "store H:P: what" (server's message, or ours) */
 	struct tcp_pipe pipe;  /* sets sent without waiting for their replies */
+	bool unix_off;         /* no AF_UNIX socket, even for a local endpoint */
+	char unix_given[108];  /* the socket to use for a local endpoint; "": the default ones */
+	char unix_path[108];   /* the connection's socket; "": TCP */
 };
 
 /** Close the connection (TLS session included); the next operation reconnects. */
@@ -83,6 +86,13 @@ int tcp_io_connect(struct store_backend *b, const struct addrinfo *ai, int64_t d
  * -EPROTO (the store does not speak TLS), -ECONNRESET, -ETIMEDOUT.
  */
 int tcp_io_tls_start(struct store_backend *b, int64_t deadline);
+/**
+ * When an address in @res (getaddrinfo's) is this host's, connect to the store's AF_UNIX
+ * socket (rendezvous/store/unix_path.h) if there is one and its server is its directory's
+ * owner (SO_PEERCRED). 0: connected (b->unix_path names it); else -ENOENT, and the caller
+ * connects over TCP (why, at debug level).
+ */
+int tcp_unix_connect(struct store_backend *b, const struct addrinfo *res, int64_t deadline);
 /** Send all @n bytes before @deadline. 0 or a negative code. */
 int tcp_io_send(struct store_backend *b, const uint8_t *p, size_t n, int64_t deadline);
 /** Make @need bytes available at b->rb + b->rb_off before @deadline. 0 or a negative code. */

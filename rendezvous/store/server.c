@@ -208,6 +208,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		opts->max_value_len > 0 ? (uint32_t)opts->max_value_len : CRUN_STORE_MAX_VALUE_LEN;
 	s->lim.max_keys = CRUN_STORE_MAX_KEYS;
 	s->refs = 1;
+	s->unix_lock = -1;
 
 	uv_tcp_init(loop, &s->listener);
 	uv_timer_init(loop, &s->ks_timer);
@@ -229,7 +230,10 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 		return rc;
 	}
 	format_address(s);
-	rc = srv_metrics_start(s, opts->metrics_listen, d);
+	rc = srv_unix_start(s, opts, d);
+	if (rc == 0) {
+		rc = srv_metrics_start(s, opts->metrics_listen, d);
+	}
 	if (rc < 0) {
 		store_server_close(s);
 		return rc;
@@ -279,6 +283,7 @@ void store_server_close(struct store_server *s)
 	uv_close((uv_handle_t *)&s->ks_timer, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
 	srv_metrics_close(s, on_server_handle_closed);
+	srv_unix_close(s, on_server_handle_closed);
 	/* Every held wait gets an explicit answer, then every connection closes. */
 	for (c = s->conns; c != NULL; c = c->next) {
 		while ((w = c->waits) != NULL) {

@@ -90,6 +90,10 @@ struct store_server_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
+	/* Same-host clients over AF_UNIX (docs/store.md, "Same-host clients"): NULL: none; "":
+	 * the default path for the bound address (rendezvous/store/unix_path.h); else this
+	 * path. The socket is removed at close. */
+	const char *unix_socket;
 	/* "ADDR:PORT": serve Prometheus metrics there (server_metrics.c); NULL: none. */
 	const char *metrics_listen;
 };

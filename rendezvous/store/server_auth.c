@@ -101,7 +101,7 @@ static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
 
 	memset(out, 0, 16);
 	snprintf(text, len, "?");
-	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
+	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return false;
 	}
 	if (ss.ss_family == AF_INET) {

@@ -48,6 +48,10 @@ void srv_conn_peer(struct conn *c, char *buf, size_t len)
 	int n = sizeof(ss);
 
 	snprintf(buf, len, "?");
+	if (srv_conn_is_unix(c)) {
+		srv_unix_peer(c, buf, len);
+		return;
+	}
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
 		return;
 	}
@@ -549,8 +553,13 @@ void srv_on_connection(uv_stream_t *server, int status)
 	}
 	c->s = s;
 	c->refs = 1;
+	if (server->type == UV_NAMED_PIPE) {
+		uv_pipe_init(s->loop, &c->pipe, 0);
+		s->met.accepted_unix++;
+	} else {
+		uv_tcp_init(s->loop, &c->tcp);
+	}
 	c->tcp.data = c;
-	uv_tcp_init(s->loop, &c->tcp);
 	s->refs++;
 	c->next = s->conns;
 	if (s->conns != NULL) {
@@ -564,9 +573,11 @@ void srv_on_connection(uv_stream_t *server, int status)
 		srv_conn_close(c);
 		return;
 	}
-	uv_tcp_nodelay(&c->tcp, 1);
-	/* A peer host that vanishes while holding a wait is found by keepalive, not idleness. */
-	uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
+	if (!srv_conn_is_unix(c)) {
+		uv_tcp_nodelay(&c->tcp, 1);
+		/* A peer host that vanishes holding a wait is found by keepalive, not idleness. */
+		uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
+	}
 	if (s->closing) {
 		srv_conn_close(c);
 		return;

@@ -98,6 +98,7 @@ struct srv_metrics {
 	struct scrape *scrapes; /* open scrape connections */
 	int nscrapers;
 	uint64_t accepted, ts_ops, scrapes_refused;
+	uint64_t accepted_unix;              /* of accepted: over the AF_UNIX socket */
 	uint64_t ops[256];                   /* crun requests by operation */
 	uint64_t lat[SRV_LAT_BUCKETS + 1];   /* handling time histogram (last: above all) */
 	double lat_sum;
@@ -131,7 +132,10 @@ struct peer {
 };
 
 struct conn {
-	uv_tcp_t tcp;             /* tcp.data == this */
+	union {                   /* .data == this */
+		uv_tcp_t tcp;     /* from the TCP listener */
+		uv_pipe_t pipe;   /* from the AF_UNIX one (tcp.type is then UV_NAMED_PIPE) */
+	};
 	struct store_server *s;
 	struct conn *prev;
 	struct conn *next;        /* in server->conns */
@@ -247,7 +251,37 @@ struct store_server {
 	char *ts_refusal;         /* why they are refused (log line); NULL: a default */
 	bool ts_refusal_logged;   /* the first refusal was logged; the rest are counted */
 	struct srv_metrics met;
+	/* Same-host clients (server_unix.c): the socket file, its lock; unix_on false: none */
+	uv_pipe_t unix_listener;
+	int unix_lock;
+	bool unix_on;
+	char unix_path[108];      /* sizeof(sockaddr_un.sun_path) */
 };
+
+/* ---- server_unix.c: same-host clients over an AF_UNIX socket (docs/store.md) ---- */
+
+/**
+ * Listen on opts->unix_socket ("": the default path for the bound address, unix_path.h) too.
+ * 0 (also when the default path cannot be served: said in the log), or a negative code with
+ * @d when a path given cannot be served.
+ */
+int srv_unix_start(struct store_server *s, const struct store_server_opts *o,
+		   struct crun_diag *d);
+/** Stop listening and remove the socket file; the closed handle calls @on_closed. */
+void srv_unix_close(struct store_server *s, uv_close_cb on_closed);
+/** Whether @c came over the AF_UNIX socket. */
+static inline bool srv_conn_is_unix(const struct conn *c)
+{
+	return c->tcp.type == UV_NAMED_PIPE;
+}
+/**
+ * @c's peer address for the per-address and pre-authentication limits and the handshake's
+ * rate limit: a unix client counts as loopback (127.0.0.1), as a local TCP client would.
+ * 0 or a libuv error.
+ */
+int srv_conn_peername(struct conn *c, struct sockaddr_storage *ss, int *n);
+/** A unix client's name for messages: "unix:uid=U,pid=P". */
+void srv_unix_peer(struct conn *c, char *buf, size_t len);
 
 /* ---- server_wait.c: held waits of connections, the keyspace's clock ---- */
 

@@ -141,7 +141,7 @@ static bool peer_key(struct conn *c, uint8_t *key, uint8_t *klen, char *name, si
 	int n = sizeof(ss);
 	char *colon;
 
-	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
+	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return false;
 	}
 	if (ss.ss_family == AF_INET) {

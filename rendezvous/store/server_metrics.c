@@ -150,6 +150,9 @@ static void store_metrics(struct store_server *s, struct text *t)
 	put(t, "crun_store_connections %zu\n", s->nconns);
 	metric(t, "crun_store_connections_accepted_total", "counter", "connections accepted");
 	put(t, "crun_store_connections_accepted_total %" PRIu64 "\n", s->met.accepted);
+	metric(t, "crun_store_unix_connections_accepted_total", "counter",
+	       "connections accepted on the AF_UNIX socket (same-host clients)");
+	put(t, "crun_store_unix_connections_accepted_total %" PRIu64 "\n", s->met.accepted_unix);
 	metric(t, "crun_store_connection_limit", "gauge", "the connection cap in force");
 	put(t, "crun_store_connection_limit %d\n", s->max_connections);
 	metric(t, "crun_store_requests_total", "counter", "requests handled, by operation");

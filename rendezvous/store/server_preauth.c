@@ -65,7 +65,7 @@ static bool source_key(struct conn *c, uint8_t key[16], char *name, size_t len)
 	uint8_t *a;
 
 	memset(key, 0, 16);
-	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
+	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return false;
 	}
 	if (ss.ss_family == AF_INET6 &&

@@ -14,6 +14,7 @@
 #include "rendezvous/store/store_conf.h"
 #include "rendezvous/store/store_runs.h"
 #include "rendezvous/store/tls.h"
+#include "rendezvous/store/unix_path.h"
 #include "src/common/util.h"
 #include "src/common/diag.h"
 #include "src/common/net.h"
@@ -103,7 +104,14 @@ static int open_backend(const struct store_conf *c, const struct token_cred *cre
 				"or file:///PATH with a port in 1..65535",
 				endpoint);
 	}
-	return store_tcp_open_tls(host, port, cred, &tls, c->connect_timeout_ms, b, ops, d);
+	if (c->unix_socket != NULL && !store_unix_off(c->unix_socket) &&
+	    c->unix_socket[0] != '/') {
+		return diag_set(d, -EINVAL,
+				"%s=%s: expected \"off\" or the absolute path of a store's socket",
+				STORE_UNIX_ENV, c->unix_socket);
+	}
+	return store_tcp_open_tls(host, port, cred, &tls, c->unix_socket, c->connect_timeout_ms,
+				  b, ops, d);
 }
 
 /* The credential @c names, scoped to c->scope: the token it resolved (named by where it came

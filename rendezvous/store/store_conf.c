@@ -10,6 +10,7 @@
 #include <crun/error.h>
 
 #include "rendezvous/store/store_conf.h"
+#include "rendezvous/store/unix_path.h"
 #include "rendezvous/store/server.h"
 #include "src/common/log.h"
 #include "src/common/token.h"
@@ -48,6 +49,8 @@ static int copy_settings(struct store_conf *c, const struct store_settings *s)
 	rc |= set_str(&c->etcd_cacert, s->etcd_cacert);
 	rc |= set_str(&c->etcd_cert, s->etcd_cert);
 	rc |= set_str(&c->etcd_key, s->etcd_key);
+	/* Read here, once, like the etcd settings: workers inherit it with the environment. */
+	rc |= set_str(&c->unix_socket, getenv(STORE_UNIX_ENV));
 	c->insecure = s->insecure;
 	c->connect_timeout_ms = s->connect_timeout_ms;
 	c->timeout_ms = s->timeout_ms;
@@ -178,7 +181,7 @@ void store_conf_finish(struct store_conf *c)
 		      &c->tls_key,     &c->tls_server_name,
 		      &c->etcd_user,   &c->etcd_password_file,
 		      &c->etcd_cacert, &c->etcd_cert,
-		      &c->etcd_key};
+		      &c->etcd_key,    &c->unix_socket};
 	size_t i;
 
 	token_wipe(c->token);
@@ -245,6 +248,11 @@ void store_conf_server_opts(const struct store_conf *c, struct store_server_opts
 	o->tls_cert = c->tls_cert;
 	o->tls_key = c->tls_key;
 	o->tls_ca = c->tls_ca;
+	/* The server's socket: the default path unless turned off (crun-rdzvd's flags may
+	 * override this). */
+	o->unix_socket = store_unix_off(c->unix_socket) ? NULL
+			 : c->unix_socket != NULL	  ? c->unix_socket
+							  : "";
 }
 
 void store_settings_etcd_env(struct store_settings *s)

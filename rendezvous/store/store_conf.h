@@ -67,6 +67,9 @@ struct store_conf {
 	char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 	char *etcd_user, *etcd_password_file, *etcd_cacert, *etcd_cert, *etcd_key;
 	int connect_timeout_ms, timeout_ms;
+	/* Same-host clients over AF_UNIX (rendezvous/store/unix_path.h): $CRUN_STORE_UNIX_SOCKET
+	 * as this process found it; NULL: the default paths, "off": none, else that path. */
+	char *unix_socket;
 };
 
 /**

@@ -21,28 +21,12 @@ for b in "$CRUN" "$RDZVD" "$STORE" "$HELLO" $LIBW; do
 	fi
 done
 
-# The loader's paths of one soname (several where /lib and /usr/lib both list it).
-libpaths() {
-	ldconfig -p 2>/dev/null | sed -n "s/^[[:space:]]*$1 (.*) => //p" | sort -u
-}
-LIBS=$( (libpaths libssl.so.3; libpaths libcrypto.so.3) | tr '\n' ' ')
-[ -n "$LIBS" ] || { echo "SKIP: no libssl.so.3 in the loader's cache to hide"; exit 77; }
-unshare -m true 2>/dev/null || { echo "SKIP: unshare -m refused (needs root)"; exit 77; }
+. "$SRC/tests/lib/hide_libs.sh" # hide_libs, hidden, fails_at_once
+hide_libs libssl.so.3 libcrypto.so.3
 command -v openssl >/dev/null || { echo "SKIP: no openssl command"; exit 77; }
 P=$T/pki
 make_tls_certs "$P" || fail "cannot make the test certificates"
 unset CRUN_STORE_TLS_CA CRUN_STORE_TLS_CERT CRUN_STORE_TLS_KEY CRUN_STORE_TLS_SERVER_NAME
-
-# "${HIDE[@]}" CMD...: CMD in a private mount namespace where libssl.so.3 and
-# libcrypto.so.3 are empty files (the loader refuses them); unshare and sh exec, so $! of a
-# background one is CMD itself. hidden SECONDS CMD...: the same, killed after SECONDS.
-HIDE=(unshare -m --propagation private sh -c
-	'for l in $0; do mount --bind /dev/null "$l" || exit 99; done; exec "$@"' "$LIBS")
-hidden() {
-	local limit=$1
-	shift
-	timeout -s KILL "$limit" "${HIDE[@]}" "$@"
-}
 
 note "OpenSSL hidden: crun-rdzvd serves a plain job, its workers meet at a barrier"
 "${HIDE[@]}" "$RDZVD" --listen 127.0.0.1:0 >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
@@ -67,29 +51,13 @@ RC=$?
 [ $RC -eq 0 ] || { cat "$T/sa.err" >&2; fail "a standalone job without OpenSSL: exit $RC"; }
 expect_eq "$(grep -c 'hello from rank' "$T/sa.out")" 2 "both standalone workers ran"
 
-# fails_at_once WHAT ARGS...: ARGS, with OpenSSL hidden, exit non-zero within 20 s naming
-# the library crun could not load.
-fails_at_once() {
-	local what=$1 t0 dt
-	shift
-	t0=$(now_ms)
-	hidden 60 "$@" >"$T/f.out" 2>"$T/f.err"
-	RC=$?
-	dt=$(($(now_ms) - t0))
-	cat "$T/f.err" >&2
-	[ $RC -ne 0 ] || fail "$what without OpenSSL exited 0"
-	[ $RC -ne 137 ] || fail "$what without OpenSSL ran past 60 s"
-	expect_grep "TLS needs OpenSSL 3: cannot load libcrypto.so.3" "$T/f.err" \
-		"$what: the missing library named"
-	[ $dt -lt 20000 ] || fail "$what without OpenSSL took $dt ms to fail (not at once)"
-}
-
 note "OpenSSL hidden: TLS fails at once, naming the library"
-fails_at_once "crun-rdzvd --tls-*" "$RDZVD" --listen 127.0.0.1:0 --tls-cert "$P/server.pem" \
+NOSSL="TLS needs OpenSSL 3: cannot load libcrypto.so.3"
+fails_at_once "crun-rdzvd --tls-*" "$NOSSL" "$RDZVD" --listen 127.0.0.1:0 --tls-cert "$P/server.pem" \
 	--tls-key "$P/server.key"
-fails_at_once "a TLS job" "$CRUN" --standalone --nproc-per-node 1 --tls-ca "$P/ca.pem" \
+fails_at_once "a TLS job" "$NOSSL" "$CRUN" --standalone --nproc-per-node 1 --tls-ca "$P/ca.pem" \
 	--tls-cert "$P/server.pem" --tls-key "$P/server.key" "$HELLO"
-fails_at_once "a TLS client" "$STORE" --endpoint "$ENDPOINT" --timeout 5 \
+fails_at_once "a TLS client" "$NOSSL" "$STORE" --endpoint "$ENDPOINT" --timeout 5 \
 	--tls-ca "$P/ca.pem" get k
 
 # Loaded on demand, OpenSSL still initialises itself with the system configuration

@@ -191,6 +191,8 @@ store_drop() {
 	ip netns add "$ns" || skip "ip netns add refused (needs root / CAP_SYS_ADMIN)"
 	NETNS="$ns"
 	ip -n "$ns" link set lo up || fail "lo up in $ns"
+	# The rule drops TCP: same-host clients would pass it on the store's unix socket.
+	export CRUN_STORE_UNIX_SOCKET=off
 	start_rdzvd 127.0.0.1 "$ns"
 	port=${ENDPOINT##*:}
 	NSX="ip netns exec $ns"

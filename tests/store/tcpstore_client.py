@@ -125,6 +125,9 @@ def barrier_member(i, n, q):
 
 
 def barrier(n):
+    import torch.distributed  # noqa: F401  once, before the fork: n imports at once on a loaded
+    # 2-core box took 37 s, past the join's bound, while the barrier itself took 0.5 s
+
     q = multiprocessing.Queue()
     ps = [multiprocessing.Process(target=barrier_member, args=(i, n, q)) for i in range(n)]
     for p in ps:
