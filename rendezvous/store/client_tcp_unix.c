@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/client_tcp_unix.c: a local endpoint's AF_UNIX socket (docs/store.md). */
+/* rendezvous/store/client_tcp_unix.c: a local endpoint's AF_UNIX socket (docs/security.md). */
 /*
  * Before any byte is sent, the socket's server must be the user that owns its directory, and
  * that user this client's or root: a directory no one else can write (unix_path.h) holds only

@@ -90,7 +90,7 @@ struct store_server_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
-	/* Same-host clients over AF_UNIX (docs/store.md, "Same-host clients"): NULL: none; "":
+	/* Same-host clients over AF_UNIX (docs/security.md, "Same-host clients"): NULL: none; "":
 	 * the default path for the bound address (rendezvous/store/unix_path.h); else this
 	 * path. The socket is removed at close. */
 	const char *unix_socket;

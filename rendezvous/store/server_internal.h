@@ -258,7 +258,7 @@ struct store_server {
 	char unix_path[108];      /* sizeof(sockaddr_un.sun_path) */
 };
 
-/* ---- server_unix.c: same-host clients over an AF_UNIX socket (docs/store.md) ---- */
+/* ---- server_unix.c: same-host clients over an AF_UNIX socket (docs/security.md) ---- */
 
 /**
  * Listen on opts->unix_socket ("": the default path for the bound address, unix_path.h) too.

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/server_unix.c: same-host clients over an AF_UNIX socket (docs/store.md). */
+/* rendezvous/store/server_unix.c: same-host clients over an AF_UNIX socket (docs/security.md). */
 /*
  * The socket is one more listener of the same server: its connections are served exactly as
  * TCP ones (handshake, token, TLS when configured, every limit), and count as loopback for

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rendezvous/store/unix_path.h: where a store's AF_UNIX socket lives (docs/store.md). */
+/* rendezvous/store/unix_path.h: where a store's AF_UNIX socket lives (docs/security.md). */
 #ifndef CRUN_RENDEZVOUS_STORE_UNIX_PATH_H
 #define CRUN_RENDEZVOUS_STORE_UNIX_PATH_H
 
@@ -11,7 +11,7 @@
 /*
  * Same-host clients of a crun store (crun-rdzvd, the agent's store) skip TCP: the server also
  * listens on a socket file named after the address and port it bound and its network
- * namespace, in a directory only its user can write (docs/store.md, "Same-host clients"):
+ * namespace, in a directory only its user can write (docs/security.md, "Same-host clients"):
  *
  *   DIR/store-<netns inode>-<address, "any" or "any6">-<port>.sock
  *

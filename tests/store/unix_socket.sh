@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# tests/store/unix_socket.sh: same-host clients over the store's AF_UNIX socket (docs/store.md,
+# tests/store/unix_socket.sh: same-host clients over the store's AF_UNIX socket (docs/security.md,
 # "Same-host clients"), with real daemons and processes. A crun-rdzvd in namespace A (on a
 # bridge with B): a client in A uses its socket (the server's metrics count it), a client in B
 # uses TCP; a throwaway user with no token (or a wrong one) is refused on the socket as over
