@@ -707,11 +707,19 @@ static int read_keys(struct store_backend *b, const char *op, const char *const 
 	int64_t rev;
 	int rc;
 
+	char lab[LABEL_MAX + 32];
+	size_t l;
+
 	*kv = calloc(n, sizeof(**kv));
 	if (*kv == NULL) {
 		return oom(b);
 	}
-	rc = etcd_read_many(b, op, keys, n, vals, *kv, &rev, deadline_of(timeout_ms));
+	/* An error names the keys as a get's does: the first, and how many more. */
+	l = strlen(label(lab, LABEL_MAX, op, n > 0 ? keys[0] : ""));
+	if (n > 1) {
+		snprintf(lab + l, sizeof(lab) - l, " and %zu more", n - 1);
+	}
+	rc = etcd_read_many(b, lab, keys, n, vals, *kv, &rev, deadline_of(timeout_ms));
 	if (rc < 0) {
 		free(*kv);
 		*kv = NULL;
