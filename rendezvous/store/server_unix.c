@@ -215,7 +215,9 @@ int srv_unix_start(struct store_server *s, const struct store_server_opts *o,
 		} else {
 			close(fd);
 		}
-		snprintf(why, sizeof(why), "%s: %s", s->unix_path, uv_strerror(rc));
+		/* strerror, not uv_strerror: libuv's errors are -errno here, and uv_strerror
+		 * allocates (and never frees) the text of a code it does not know, 0 included. */
+		snprintf(why, sizeof(why), "%s: %s", s->unix_path, strerror(-rc));
 	}
 	if (rc == 0) {
 		log_debug("store %s: same-host clients also on %s", s->addr, s->unix_path);
