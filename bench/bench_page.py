@@ -60,8 +60,8 @@ REASONS = [
      "112-232 ms."),
 ]
 
-RUNS_ALONE = ("Each benchmark ran once, on a shared 2-core machine that seven other engineers "
-              "were building and testing on; small rows move by 2x from run to run there.")
+RUNS_ALONE = ("Each benchmark ran once; the load average says how busy the machine was, and at "
+              "a load above the core count small rows move by 2x from run to run.")
 
 
 def num(s):
