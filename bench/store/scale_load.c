@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "src/common/clock.h"
+#include "src/common/util.h"
 #include <crun/error.h>
 #include <crun/store.h>
 
@@ -363,26 +364,6 @@ static void child(int p, bool phased)
 
 /* ---- the parent: the server's RSS and CPU, the phases ---- */
 
-static long rss_kb(void)
-{
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", g.server_pid);
-	f = fopen(path, "r");
-	if (f == NULL) {
-		return -1;
-	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) {
-			break;
-		}
-	}
-	fclose(f);
-	return kb;
-}
-
 /* The server's CPU time so far, every thread, in ns (schedstat's first field). */
 static int64_t cpu_ns(void)
 {
@@ -483,7 +464,7 @@ static int run_phased(void)
 		printf("%s{\"phase\": \"%s\", \"conns\": %d, \"ms\": %.2f, \"server_cpu_ms\": %.2f, "
 		       "\"rss_kb\": %ld}",
 		       k ? ", " : "", what, k < g.nsteps ? g.steps[k] : g.clients,
-		       (double)(t1 - t0) / 1e6, (double)(c1 - c0) / 1e6, rss_kb());
+		       (double)(t1 - t0) / 1e6, (double)(c1 - c0) / 1e6, util_rss_kib(g.server_pid));
 		fflush(stdout);
 	}
 	printf("]");
@@ -493,7 +474,7 @@ static int run_phased(void)
 static int run(bool phased)
 {
 	int k, status, bad = 0, nph = g.nsteps + 2;
-	long base = rss_kb();
+	long base = util_rss_kib(g.server_pid);
 	int64_t c0 = cpu_ns(), c1;
 	int rc;
 
@@ -540,7 +521,7 @@ static int run(bool phased)
 	c1 = cpu_ns();
 	printf("\"clients\": %d, \"procs\": %d, \"base_kb\": %ld, \"rss_kb\": %ld, "
 	       "\"server_cpu_ms\": %.1f",
-	       g.clients, g.procs, base, rss_kb(), (double)(c1 - c0) / 1e6);
+	       g.clients, g.procs, base, util_rss_kib(g.server_pid), (double)(c1 - c0) / 1e6);
 	for (k = 0; k < nph; k++) {
 		if (phased) {
 			close(go[k][1]); /* a failed run: let the rest go on to their exit */

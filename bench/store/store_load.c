@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "src/common/clock.h"
+#include "src/common/util.h"
 #include <crun/error.h>
 #include <crun/store.h>
 
@@ -327,26 +328,6 @@ static int barrier(int clients, int procs, int timeout_ms)
 	return 0;
 }
 
-static long rss_kb(int pid)
-{
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	f = fopen(path, "r");
-	if (f == NULL) {
-		return -1;
-	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) {
-			break;
-		}
-	}
-	fclose(f);
-	return kb;
-}
-
 static void child_idle(struct slot *s, int count, int hold[2])
 {
 	struct crun_store **st = calloc((size_t)count, sizeof(*st));
@@ -376,7 +357,7 @@ static void child_idle(struct slot *s, int count, int hold[2])
 static int idle(int clients, int procs, int server_pid)
 {
 	struct slot *s;
-	long base = rss_kb(server_pid), rss;
+	long base = util_rss_kib(server_pid), rss;
 	int hold[2], i;
 
 	if (base < 0) {
@@ -397,7 +378,7 @@ static int idle(int clients, int procs, int server_pid)
 	close(hold[0]);
 	wait_ready(s, procs);
 	usleep(200000); /* let the server finish accepting before reading its RSS */
-	rss = rss_kb(server_pid);
+	rss = util_rss_kib(server_pid);
 	close(hold[1]);
 	if (reap(procs) > 0) {
 		fprintf(stderr, "store_load: a client failed\n");

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* src/common/util.c: crun_strdup and util_random. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -28,4 +29,24 @@ int util_random(void *buf, size_t n)
 		n -= (size_t)got;
 	}
 	return 0;
+}
+
+long util_rss_kib(int pid)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	if (f == NULL) {
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "VmRSS: %ld kB", &v) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return v;
 }

@@ -30,4 +30,7 @@ char *crun_strdup(const char *s);
  */
 int util_random(void *buf, size_t n);
 
+/** Resident set size of process @pid in KiB (VmRSS of /proc/PID/status), or -1. */
+long util_rss_kib(int pid);
+
 #endif

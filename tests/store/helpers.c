@@ -200,22 +200,7 @@ int daemon_run(const char *const *args, char *err, size_t errlen)
 
 long rss_kib(pid_t pid)
 {
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (f == NULL) {
-		return -1;
-	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1) {
-			break;
-		}
-	}
-	fclose(f);
-	return v;
+	return util_rss_kib((int)pid);
 }
 
 int raw_connect(int port)

@@ -128,20 +128,11 @@ static void wrong_token_is_refused_without_a_fingerprint(void **state)
 static void requests_before_auth_are_refused(void **state)
 {
 	struct wire_buf b = {0};
-	struct wire_hdr h;
-	uint8_t buf[256];
 	int fd = raw_connect(dmn.port);
 
 	(void)state;
 	assert_true(fd >= 0);
-	wire_put_u32(&b, WIRE_MAGIC);
-	wire_put_u16(&b, WIRE_VERSION);
-	wire_put_u16(&b, 0);
-	wire_put_u32(&b, 0);
-	wire_put_u32(&b, 0);
-	assert_int_equal(raw_frame(fd, WIRE_OP_HELLO, 1, b.p, b.len), 0);
-	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
-	assert_int_equal(h.status, WIRE_OK);
+	raw_hello_unproved(fd);
 	assert_int_equal(raw_frame(fd, WIRE_OP_PING, 2, NULL, 0), 0);
 	raw_expect_error(fd, WIRE_OP_PING, 2, WIRE_E_AUTH, "expected AUTH after HELLO, got op 2");
 	raw_expect_closed(fd);
@@ -149,9 +140,7 @@ static void requests_before_auth_are_refused(void **state)
 	/* A proof of the wrong size. */
 	fd = raw_connect(dmn.port);
 	assert_true(fd >= 0);
-	assert_int_equal(raw_frame(fd, WIRE_OP_HELLO, 1, b.p, b.len), 0);
-	assert_int_equal(raw_read(fd, &h, buf, sizeof(buf)), 0);
-	b.len = 0;
+	raw_hello_unproved(fd);
 	wire_put_bytes(&b, "short", 5);
 	assert_int_equal(raw_frame(fd, WIRE_OP_AUTH, 2, b.p, b.len), 0);
 	raw_expect_error(fd, WIRE_OP_AUTH, 2, WIRE_E_INVALID, "AUTH: proof of 5 bytes (expected 32)");
