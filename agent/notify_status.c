@@ -266,11 +266,8 @@ static void *publisher_main(void *arg)
 		if (s->stop && s->published == s->version) {
 			break;
 		}
-		/* clockwait names the clock itself: libfaketime (the clock-jump fault cases)
-		 * wraps pthread_cond_timedwait and, with the wall clock an hour back, handed it a
-		 * deadline already past, so this thread published in a busy loop. */
 		if (s->version == s->published &&
-		    pthread_cond_clockwait(&s->cond, &s->lock, CLOCK_MONOTONIC, &next) == ETIMEDOUT) {
+		    crun_cond_wait_mono(&s->cond, &s->lock, &next) == ETIMEDOUT) {
 			due = true;
 		}
 	}

@@ -175,7 +175,7 @@ static void watch(struct crun_ddp *d, int64_t since_ns)
 	wake = crun_now_ns() + (crun_now_ns() - since_ns < 2000000 ? 20000 : 200000);
 	ts.tv_sec = (time_t)(wake / 1000000000);
 	ts.tv_nsec = (long)(wake % 1000000000);
-	pthread_cond_timedwait(&d->work, &d->mu, &ts);
+	crun_cond_wait_mono(&d->work, &d->mu, &ts);
 }
 
 /*
@@ -665,7 +665,7 @@ static int wait_step(struct crun_ddp *d)
 			note = now + DDP_NOTE_MS;
 		}
 		ts = crun_mono_timespec(last + limit < note ? last + limit : note);
-		pthread_cond_timedwait(&d->done, &d->mu, &ts);
+		crun_cond_wait_mono(&d->done, &d->mu, &ts);
 	}
 	return 0;
 }
@@ -702,7 +702,7 @@ static int wait_watch(struct crun_ddp *d)
 			note = now + DDP_NOTE_MS;
 		}
 		ts = crun_mono_timespec(limit < note ? limit : note);
-		pthread_cond_timedwait(&d->done, &d->mu, &ts);
+		crun_cond_wait_mono(&d->done, &d->mu, &ts);
 	}
 	return 0;
 }

@@ -21,7 +21,7 @@ static void *watch(void *arg)
 		}
 		if (crun_now_ms() < w->deadline) {
 			ts = crun_mono_timespec(w->deadline);
-			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+			crun_cond_wait_mono(&w->cv, &w->mu, &ts);
 			continue;
 		}
 		/* Past the deadline and the call has not returned: abort under the lock, so that

@@ -54,3 +54,8 @@ struct timespec crun_mono_timespec(int64_t ms)
 	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
 	return ts;
 }
+
+int crun_cond_wait_mono(pthread_cond_t *cond, pthread_mutex_t *mu, const struct timespec *at)
+{
+	return pthread_cond_clockwait(cond, mu, CLOCK_MONOTONIC, at);
+}

@@ -24,5 +24,12 @@ int crun_ms_until(int64_t deadline_ms);
  */
 void crun_cond_init_monotonic(pthread_cond_t *cond);
 struct timespec crun_mono_timespec(int64_t ms);
+/**
+ * Wait on @cond (@mu held) until the monotonic time @at: pthread_cond_clockwait, which names
+ * its clock. libfaketime (tests/faults' clock jumps) wraps pthread_cond_timedwait and, with
+ * the wall clock an hour back, hands it a deadline already past: a waiter then spins.
+ * Returns what pthread_cond_clockwait returns (0, ETIMEDOUT).
+ */
+int crun_cond_wait_mono(pthread_cond_t *cond, pthread_mutex_t *mu, const struct timespec *at);
 
 #endif

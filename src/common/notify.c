@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/clock.h"
 #include "src/common/notify.h"
 #include "src/common/log.h"
 
@@ -160,7 +161,7 @@ static void *watchdog_main(void *arg)
 			at.tv_sec++;
 			at.tv_nsec -= 1000000000;
 		}
-		while (!nt.stop && pthread_cond_timedwait(&nt.cond, &nt.lock, &at) != ETIMEDOUT) {
+		while (!nt.stop && crun_cond_wait_mono(&nt.cond, &nt.lock, &at) != ETIMEDOUT) {
 		}
 	}
 	pthread_mutex_unlock(&nt.lock);
