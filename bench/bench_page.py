@@ -51,6 +51,14 @@ REASONS = [
      "(`bench/store/scale build --quick`, 2026-11-27, load average 11.5). Its total RSS, the "
      "rows above, is 50-80x crun's at 500-2,000 connections; the two lines cross only past "
      "about 300,000 connections."),
+    ("scale", r"^wait, server CPU/op",
+     "a tie within the run-to-run spread: crun-rdzvd answers a WAIT whose key is set with "
+     "one read and one write (`strace -c -f`, 2,000 connections). Until 2026-11-27 the bench let a process close its connections as soon "
+     "as its own waits were answered, so the other processes' wait phase also carried that "
+     "teardown (an EOF read, epoll_ctl and close per connection); with every connection held "
+     "until the phase is read, 3 alternating runs at 2,000 connections (load average 11-14) "
+     "gave crun-rdzvd 20.1-21.4 us/op and PyTorch's server 22.9-28.4, and the crun protocol's "
+     "wait fell from 25 to 11-16 us/op."),
     ("tcpstore", r"^(get, \d+ clients|barrier, 100 connections)",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "
@@ -266,6 +274,12 @@ def scale_cell(v):
     return tuple(num(x.group(1)) if x else None for x in (ms, us, rss, slope))
 
 
+def scale_runq(v):
+    """A phase cell's "runq X ms": the server runnable but waiting for a CPU; None if absent."""
+    m = re.search(r"runq ([\d,.]+) ms", v)
+    return num(m.group(1)) if m else None
+
+
 def scale_lost(key, c, t, lost):
     """Compare the TCPStore protocol on crun-rdzvd (c) with PyTorch's server (t) on one row:
     the better side's name and ratio, and each figure the peer wins appended to lost."""
@@ -287,11 +301,17 @@ def scale_lost(key, c, t, lost):
     # A phase's wall time on a loaded box: lost only where the server's own CPU says so too.
     if not key.startswith("barrier") and cms and tms and tms < cms:
         why = None
+        crq, trq = scale_runq(c), scale_runq(t)
         if cus and tus and cus < tus:
             why = ("the step's wall time, %.1f ms against %.1f, is the loaded 2-core box's "
                    "scheduling of 8 client processes and the server: in the same step crun's "
                    "server spent %.1f us of CPU per operation, PyTorch's %.1f." %
                    (cms, tms, cus, tus))
+        elif crq is not None and trq is not None and cms - crq <= tms - trq:
+            why = ("the step's wall time, %.1f ms against %.1f, is time the server waited for "
+                   "a CPU on the loaded box: crun-rdzvd was runnable but not running for %.1f ms "
+                   "of it, PyTorch's server for %.1f (schedstat); the rest, %.1f ms against "
+                   "%.1f, is crun's less." % (cms, tms, crq, trq, cms - crq, tms - trq))
         lost.append(("%s, wall time" % key, "TCPStore", why))
     return "; ".join(better)
 

@@ -58,7 +58,7 @@
 #include "src/common/net.h"
 
 #define MAX_STEPS 8
-#define MAX_PHASES (MAX_STEPS + 3) /* open steps, add, wait */
+#define MAX_PHASES (MAX_STEPS + 4) /* open steps, add, wait; the close gate */
 #define PROGRESS_S 5               /* a wait says what it waits for this often */
 
 struct shared {
@@ -348,6 +348,13 @@ static void child(int p, bool phased)
 		conn_wait(&c[i]);
 	}
 	phase_done(k);
+	if (phased) {
+		/* Hold every connection until the parent has read the wait phase's CPU: a
+		 * process that closed as soon as its own waits were done put its teardown
+		 * (EOF read, epoll_ctl, close: 3 syscalls a connection) into the other
+		 * processes' wait phase, and the wait read about twice the add. */
+		wait_go(k + 1);
+	}
 	if (!phased) {
 		int64_t t = crun_now_ns(), cur = __atomic_load_n(&sh->t_end_ns, __ATOMIC_ACQUIRE);
 
@@ -364,13 +371,17 @@ static void child(int p, bool phased)
 
 /* ---- the parent: the server's RSS and CPU, the phases ---- */
 
-/* The server's CPU time so far, every thread, in ns (schedstat's first field). */
-static int64_t cpu_ns(void)
+/*
+ * The server's CPU time so far, every thread, in ns (schedstat's first field); with @rq,
+ * also its time runnable but waiting for a CPU (the second field): the part of a phase's
+ * wall time the server lost to the machine's other processes, not to its own work.
+ */
+static int64_t cpu_ns_rq(int64_t *rq)
 {
 	char path[96];
 	struct dirent *e;
-	long long v;
-	int64_t sum = 0;
+	long long v, w;
+	int64_t sum = 0, wait = 0;
 	DIR *d;
 	FILE *f;
 
@@ -387,14 +398,23 @@ static int64_t cpu_ns(void)
 			 e->d_name);
 		f = fopen(path, "r");
 		if (f != NULL) {
-			if (fscanf(f, "%lld", &v) == 1) {
+			if (fscanf(f, "%lld %lld", &v, &w) == 2) {
 				sum += v;
+				wait += w;
 			}
 			fclose(f);
 		}
 	}
 	closedir(d);
+	if (rq != NULL) {
+		*rq = wait;
+	}
 	return sum;
+}
+
+static int64_t cpu_ns(void)
+{
+	return cpu_ns_rq(NULL);
 }
 
 /* Until every process is through phase @k, one failed, or the timeout: false if not. */
@@ -439,7 +459,7 @@ static void print_err(void)
 static int run_phased(void)
 {
 	int nph = g.nsteps + 2, k;
-	int64_t t0, c0, t1, c1;
+	int64_t t0, c0, t1, c1, q0, q1;
 	char what[64];
 
 	printf("{\"phases\": [");
@@ -451,20 +471,21 @@ static int run_phased(void)
 			snprintf(what, sizeof(what), "%s", k == g.nsteps ? "add" : "wait");
 		}
 		t0 = crun_now_ns();
-		c0 = cpu_ns();
+		c0 = cpu_ns_rq(&q0);
 		close(go[k][1]);
 		if (!wait_phase(k, what)) {
 			break;
 		}
 		t1 = crun_now_ns();
-		c1 = cpu_ns();
+		c1 = cpu_ns_rq(&q1);
 		if (g.tcpstore && k == g.nsteps) {
 			continue; /* the adds were in the open phases */
 		}
 		printf("%s{\"phase\": \"%s\", \"conns\": %d, \"ms\": %.2f, \"server_cpu_ms\": %.2f, "
-		       "\"rss_kb\": %ld}",
+		       "\"server_runq_ms\": %.2f, \"rss_kb\": %ld}",
 		       k ? ", " : "", what, k < g.nsteps ? g.steps[k] : g.clients,
-		       (double)(t1 - t0) / 1e6, (double)(c1 - c0) / 1e6, util_rss_kib(g.server_pid));
+		       (double)(t1 - t0) / 1e6, (double)(c1 - c0) / 1e6, (double)(q1 - q0) / 1e6,
+		       util_rss_kib(g.server_pid));
 		fflush(stdout);
 	}
 	printf("]");
@@ -473,7 +494,7 @@ static int run_phased(void)
 
 static int run(bool phased)
 {
-	int k, status, bad = 0, nph = g.nsteps + 2;
+	int k, status, bad = 0, nph = g.nsteps + 2, ngo = nph + 1; /* + the close gate */
 	long base = util_rss_kib(g.server_pid);
 	int64_t c0 = cpu_ns(), c1;
 	int rc;
@@ -486,7 +507,7 @@ static int run(bool phased)
 	if (sh == MAP_FAILED || kids == NULL) {
 		die("out of memory");
 	}
-	for (k = 0; k < nph; k++) {
+	for (k = 0; k < ngo; k++) {
 		if (pipe(go[k]) < 0) {
 			die("pipe: %s", strerror(errno));
 		}
@@ -497,13 +518,13 @@ static int run(bool phased)
 			die("fork: %s", strerror(errno));
 		}
 		if (kids[k] == 0) {
-			for (int j = 0; j < nph; j++) {
+			for (int j = 0; j < ngo; j++) {
 				close(go[j][1]);
 			}
 			child(k, phased);
 		}
 	}
-	for (k = 0; k < nph; k++) {
+	for (k = 0; k < ngo; k++) {
 		close(go[k][0]);
 	}
 	if (phased) {
@@ -522,9 +543,9 @@ static int run(bool phased)
 	printf("\"clients\": %d, \"procs\": %d, \"base_kb\": %ld, \"rss_kb\": %ld, "
 	       "\"server_cpu_ms\": %.1f",
 	       g.clients, g.procs, base, util_rss_kib(g.server_pid), (double)(c1 - c0) / 1e6);
-	for (k = 0; k < nph; k++) {
+	for (k = 0; k < ngo; k++) {
 		if (phased) {
-			close(go[k][1]); /* a failed run: let the rest go on to their exit */
+			close(go[k][1]); /* the close gate; after a failure, let the rest exit */
 		}
 	}
 	if (rc != 0 || sh->failed) {
