@@ -25,8 +25,9 @@
  * Without --phased the processes run straight through after one common start: {"ms"} is
  * first connect to last release. With --phased the parent steps every process through the
  * phases together: opening up to each --steps count (then N), adding, waiting; it prints each
- * phase's wall time and the server's CPU time (all its threads, /proc/PID/task/TID/schedstat) and
- * RSS (/proc/PID/status) after it. Either way the last line is one JSON object; on a failure
+ * phase's wall time, the server's CPU time and its time runnable but waiting for a CPU (all its
+ * threads, /proc/PID/task/TID/schedstat) and RSS (/proc/PID/status) after it. No connection
+ * closes before the last phase is read (a close gate), so no phase carries another's teardown. Either way the last line is one JSON object; on a failure
  * it holds "error": the first client error, which names the limit that stopped the run.
  */
 #include <arpa/inet.h>
