@@ -13,8 +13,8 @@
  *   DIR/start.<RANK>.<RESTART_COUNT> gets the CLOCK_REALTIME ns at which this worker started.
  *   MODE exit:       exit 0 at once
  *        hold:MS     sleep MS, exit 0
- *        crash-once: rank 0 waits until every rank has stamped, writes DIR/crash (ns) and
- *                    exits 1, the others sleep; once DIR/crash exists a worker writes
+ *        crash-once: rank 0 waits until every rank has stamped, then 200-300 ms (a random
+ *                    point of torchrun's monitor period), writes DIR/crash (ns) and exits 1, the others sleep; once DIR/crash exists a worker writes
  *                    DIR/re.<RANK> (its start ns) and exits 0
  */
 static long long now_ns(void)
@@ -96,7 +96,14 @@ int main(int argc, char **argv)
 				usleep(10000);
 			}
 		}
-		usleep(200000); /* let every worker settle into its sleep */
+		/*
+		 * Let every worker settle into its sleep, then crash at a random point of torchrun's
+		 * 100 ms monitor period: a fixed 200 ms put the crash at the same phase of its loop
+		 * every run (just before or just after a pass), so its restart was either about
+		 * 30 ms or about 130 ms late, not the 50 ms a failure at an arbitrary time costs it on
+		 * average. crun sees the exit as it happens, whatever the phase.
+		 */
+		usleep((useconds_t)(200000 + (now_ns() / 1000) % 100000));
 		snprintf(path, sizeof(path), "%s/crash", argv[1]);
 		put(path, now_ns());
 		return 1;
