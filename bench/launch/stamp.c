@@ -16,8 +16,8 @@
  *        hold:MS     sleep MS, exit 0
  *        crash-once[:MS]: rank 0 waits until every rank has stamped, then 200 ms plus a
  *                    random part of MS (default 100: a random point of torchrun's monitor
- *                    period), writes DIR/crash (ns) and exits 1, the others sleep; once DIR/crash exists a worker writes
- *                    DIR/re.<RANK> (its start ns) and exits 0
+ *                    period), writes DIR/crash (ns) and exits 1, the others sleep; once
+ *                    DIR/crash exists a worker writes DIR/re.<RANK> (its start ns), exits 0
  */
 static long long now_ns(void)
 {
