@@ -2,6 +2,7 @@
 /* bench/launch/stamp.c: a benchmark worker: records when it started, then exits or crashes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,10 @@
  *   DIR/start.<RANK>.<RESTART_COUNT> gets the CLOCK_REALTIME ns at which this worker started.
  *   MODE exit:       exit 0 at once
  *        hold:MS     sleep MS, exit 0
- *        crash-once: rank 0 waits until every rank has stamped, writes DIR/crash (ns) and
- *                    exits 1, the others sleep; once DIR/crash exists a worker writes
- *                    DIR/re.<RANK> (its start ns) and exits 0
+ *        crash-once[:MS]: rank 0 waits until every rank has stamped, then 200 ms plus a
+ *                    random part of MS (default 100: a random point of torchrun's monitor
+ *                    period), writes DIR/crash (ns) and exits 1, the others sleep; once
+ *                    DIR/crash exists a worker writes DIR/re.<RANK> (its start ns), exits 0
  */
 static long long now_ns(void)
 {
@@ -57,12 +59,16 @@ int main(int argc, char **argv)
 	int rank = env_int("RANK"), restart = env_int("TORCHELASTIC_RESTART_COUNT");
 	int world = env_int("WORLD_SIZE");
 	char path[4096];
+	/* crash-once[:MS]: the period of the peer's monitor loop the crash is spread over */
+	bool crash = argc > 2 && strncmp(argv[2], "crash-once", 10) == 0 &&
+		     (argv[2][10] == '\0' || argv[2][10] == ':');
+	long long period_ms = crash && argv[2][10] == ':' ? atoll(argv[2] + 11) : 100;
 
-	if (argc < 3) {
-		fprintf(stderr, "usage: stamp DIR exit|hold:MS|crash-once\n");
+	if (argc < 3 || period_ms <= 0) {
+		fprintf(stderr, "usage: stamp DIR exit|hold:MS|crash-once[:MS]\n");
 		return 2;
 	}
-	if (strcmp(argv[2], "crash-once") == 0) {
+	if (crash) {
 		/*
 		 * torchrun keeps the restart count of nodes that did not fail, so a replacement
 		 * is recognised by the crash mark instead.
@@ -83,7 +89,7 @@ int main(int argc, char **argv)
 		usleep((useconds_t)atoi(argv[2] + 5) * 1000);
 		return 0;
 	}
-	if (strcmp(argv[2], "crash-once") == 0) {
+	if (crash) {
 		int r, tries;
 
 		if (rank != 0) {
@@ -96,7 +102,14 @@ int main(int argc, char **argv)
 				usleep(10000);
 			}
 		}
-		usleep(200000); /* let every worker settle into its sleep */
+		/*
+		 * Let every worker settle into its sleep, then crash at a random point of torchrun's
+		 * monitor period (100 ms, or MS): a fixed 200 ms put the crash at the same phase of
+		 * its loop every run (just before or just after a pass), so its restart was either a
+		 * few ms or about 100 ms late, not the half period a failure at an arbitrary time
+		 * costs it on average. crun sees the exit as it happens, whatever the phase.
+		 */
+		usleep((useconds_t)(200000 + (now_ns() / 1000) % (period_ms * 1000)));
 		snprintf(path, sizeof(path), "%s/crash", argv[1]);
 		put(path, now_ns());
 		return 1;
