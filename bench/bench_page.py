@@ -176,6 +176,25 @@ def parse_tcpstore(out):
     return table, lost, {"tcpstore_ops": ops, "tcpstore_barrier": barrier}
 
 
+def allreduce_work_reason(r):
+    """A lost allreduce row where crun did less work than gloo and its ranks waited for a core
+    longer than they ran: the row's own CPU and run-queue wait columns (bench/allreduce/run)."""
+    if len(r) < 12:
+        return None
+    try:
+        (ccpu, gcpu), (cwait, gwait) = [[float(x) for x in c.split("/")] for c in r[10:12]]
+    except ValueError:
+        return None
+    if ccpu >= gcpu or cwait <= ccpu:
+        return None
+    return ("crun did the less work: its ranks used %.0f us of CPU per call against gloo's %.0f "
+            "(%.2fx), and were runnable but waiting for a core %.0f us per call against gloo's "
+            "%.0f (schedstat's run_delay, both measured in this run): crun's time went to "
+            "waiting for a share of a loaded machine (%.1fx its CPU time), not to work beyond "
+            "gloo's; profile and measurements in bench/notes/allreduce.md."
+            % (ccpu, gcpu, gcpu / ccpu, cwait, gwait, cwait / ccpu))
+
+
 def allreduce_reason(loads):
     """A lost allreduce row is explained by the load each half met, when crun's met more."""
     if loads is None or loads[0] <= 1.2 * loads[1]:
@@ -209,7 +228,8 @@ def parse_allreduce(out):
         size = num(r[0]) * (1 << 20 if "MiB" in r[0] else 1 << 10)
         ratio = num(r[5]) if r[5] != "-" else None
         if ratio is not None and ratio < 1:
-            lost.append(("%d ranks, %s" % (n, r[0]), "gloo", allreduce_reason(loads.get(n))))
+            lost.append(("%d ranks, %s" % (n, r[0]), "gloo",
+                         allreduce_work_reason(r) or allreduce_reason(loads.get(n))))
         s = series.setdefault("allreduce_%d" % n, {})
         s.setdefault("crun busbw", []).append((size, num(r[2])))
         if r[4] != "-":

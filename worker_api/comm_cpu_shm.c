@@ -152,9 +152,22 @@ int cpu_shm_setup(struct crun_comm *c, struct cpu *p, int64_t deadline)
 	     shm_map(c, succ, false, 0, &p->shm_succ, &p->shm_len[2]) < 0)) {
 		votes[0] = 0;
 	}
-	if (votes[0] == 1 && (cma_env == NULL || strcmp(cma_env, "0") != 0)) {
-		/* Single copy: may I read my predecessor's memory (same pid namespace, ptrace
-		 * allowed)? Everyone must say yes. */
+	if (cma_env != NULL && strcmp(cma_env, "0") != 0 && strcmp(cma_env, "1") != 0) {
+		log_warn("comm %s: CRUN_COMM_CMA=\"%.32s\" is not 0 or 1; copying through the rings",
+			 c->name, cma_env);
+	}
+	/*
+	 * Single copy (process_vm_readv) only when asked for with CRUN_COMM_CMA=1. Copying
+	 * through the rings won every size it applies to (256 KiB to 64 MiB, 2 and 4 ranks)
+	 * on the 2-core guest of issue 23, in time and in CPU: at 16 MiB, 2 ranks, 9.5-12.4 ms
+	 * against 12.5-29.8 ms; 4 ranks, 30-34 ms against 77-145 ms, where the readv's page
+	 * pinning (pin_user_pages_remote, follow_page_pte: 18-20% of the ranks' CPU in `perf
+	 * record`) and the reader doing every hop's copy alone left the ranks waiting on the
+	 * run queue (bench/notes/allreduce.md).
+	 */
+	if (votes[0] == 1 && cma_env != NULL && strcmp(cma_env, "1") == 0) {
+		/* May I read my predecessor's memory (same pid namespace, ptrace allowed)?
+		 * Everyone must say yes. */
 		uint64_t v = 0;
 		struct iovec lo = {&v, sizeof(v)};
 		struct iovec re = {(void *)(uintptr_t)p->shm_pred->probe_addr, sizeof(v)};

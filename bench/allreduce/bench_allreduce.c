@@ -9,19 +9,43 @@
 #include <crun/crun.h>
 
 /* usage: bench_allreduce ENDPOINT PREFIX RANK SIZE MIN_BYTES MAX_BYTES
- * Rank 0 prints "bytes iters seconds copy_warm copy_cold reduce_warm reduce_cold" per size: the
- * allreduce's time per call (the best of 5 loops of the slowest rank's mean), then this core's
+ * Rank 0 prints "bytes iters seconds copy_warm copy_cold reduce_warm reduce_cold cpu" per size:
+ * the allreduce's time per call (the best of 5 loops of the slowest rank's mean), then this core's
  * own limit at that size in GB/s, measured by rank 0 in the same run while the other ranks wait
  * at a barrier: memcpy of the size, and a two-input reduce (d[i] = a[i] + b[i], float32) of the
  * size, each warm (the buffers just touched: in cache where they fit) and cold (a 64 MiB
- * scratch buffer written between calls evicts them). */
+ * scratch buffer written between calls evicts them), then the CPU time per call of all ranks
+ * together in seconds (CLOCK_PROCESS_CPUTIME_ID over the 5 loops; cpu / seconds is the cores the
+ * collective kept busy: on a loaded machine a measure of the work done, not of the share won),
+ * then the time per call all ranks spent runnable but waiting for a core (run_delay of
+ * /proc/self/schedstat, the same loops): what other tenants' load cost this run. */
 
-static double now(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds this thread has waited on a run queue (schedstat's run_delay); 0 if unknown. */
+static double run_delay(void)
+{
+	unsigned long long cpu_ns, wait_ns = 0;
+	FILE *f = fopen("/proc/self/schedstat", "r");
+
+	if (f != NULL) {
+		if (fscanf(f, "%llu %llu", &cpu_ns, &wait_ns) != 2) {
+			wait_ns = 0;
+		}
+		fclose(f);
+	}
+	return (double)wait_ns * 1e-9;
+}
+
+static double now(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
 }
 
 #define REPEATS 5
@@ -195,9 +219,11 @@ int main(int argc, char **argv)
 	for (size_t b = minb; b <= maxb; b *= 4) {
 		size_t count = b / sizeof(float);
 		int iters = iters_for(b);
-		double best = 1e30, lim[4] = {0};
+		double best = 1e30, lim[4] = {0}, per[2], every[2 * MAX_RANKS], sum[2] = {0};
 
 		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM); /* warm up */
+		per[0] = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+		per[1] = run_delay();
 		/* The machine is shared: the best of REPEATS timed loops, each loop timed by its
 		 * slowest rank. */
 		for (int k = 0; k < REPEATS && rc == 0; k++) {
@@ -218,6 +244,17 @@ int main(int argc, char **argv)
 			}
 			best = dt < best ? dt : best;
 		}
+		/* This rank's CPU and run-queue wait per call (the barriers and gathers between loops
+		 * are noise), summed over the ranks. */
+		per[0] = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - per[0]) / (REPEATS * iters);
+		per[1] = (run_delay() - per[1]) / (REPEATS * iters);
+		if (rc == 0) {
+			rc = crun_comm_allgather(c, per, every, 2, CRUN_DTYPE_FLOAT64);
+		}
+		for (int r = 0; rc == 0 && r < size; r++) {
+			sum[0] += every[2 * r];
+			sum[1] += every[2 * r + 1];
+		}
 		if (rc < 0) {
 			fprintf(stderr, "bench_allreduce: %zu bytes: %s (%s)\n", b,
 				crun_strerror(rc), crun_comm_last_error(c));
@@ -229,8 +266,8 @@ int main(int argc, char **argv)
 		}
 		rc = crun_comm_barrier(c);
 		if (rank == 0 && rc == 0) {
-			printf("%zu %d %.9f %.3f %.3f %.3f %.3f\n", b, iters, best, lim[0], lim[1],
-			       lim[2], lim[3]);
+			printf("%zu %d %.9f %.3f %.3f %.3f %.3f %.9f %.9f\n", b, iters, best, lim[0],
+			       lim[1], lim[2], lim[3], sum[0], sum[1]);
 			fflush(stdout);
 		}
 	}

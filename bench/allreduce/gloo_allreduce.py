@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 # bench/allreduce/gloo_allreduce.py: one rank of PyTorch gloo's allreduce, for comparison (see run).
+import glob
 import sys
 import time
 
@@ -9,6 +10,18 @@ import torch.distributed as dist
 
 def iters_for(nbytes):
     return max(2, min(100, (32 << 20) // nbytes))
+
+
+def run_delay():
+    """Seconds this rank's threads have waited on a run queue (schedstat's run_delay)."""
+    t = 0
+    for f in glob.glob("/proc/self/task/*/schedstat"):
+        try:
+            with open(f) as fh:
+                t += int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that ended meanwhile
+    return t * 1e-9
 
 
 def main():
@@ -24,6 +37,8 @@ def main():
         iters = iters_for(b)
         dist.all_reduce(t)  # warm up
         best = 1e30
+        cpu = time.process_time()  # CLOCK_PROCESS_CPUTIME_ID: every thread of this rank
+        wait = run_delay()
         # The machine is shared: the best of 5 timed loops, each timed by its slowest rank.
         for _ in range(5):
             dist.barrier()
@@ -33,8 +48,12 @@ def main():
             dt = torch.tensor([(time.monotonic() - t0) / iters], dtype=torch.float64)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             best = min(best, dt.item())
+        # CPU and run-queue wait per call of all ranks together, as bench_allreduce.c measures.
+        per = torch.tensor([time.process_time() - cpu, run_delay() - wait],
+                           dtype=torch.float64) / (5 * iters)
+        dist.all_reduce(per)
         if rank == 0:
-            print(b, iters, "%.9f" % best, flush=True)
+            print(b, iters, "%.9f" % best, "%.9f %.9f" % tuple(per.tolist()), flush=True)
         b *= 4
     dist.destroy_process_group()
 

@@ -70,8 +70,9 @@ struct crun_comm_opts {
  * Environment: CRUN_BACKEND=cpu|nccl|auto (only when opts->backend is AUTO); CRUN_COMM_ADDR
  * (cpu: address to listen on; default: the local address that routes to MASTER_ADDR, else
  * 127.0.0.1); CRUN_COMM_SHM=0 (cpu: no shared memory even when every rank is on one host);
- * CRUN_COMM_CMA=0 (cpu, one host: copy through the shared rings instead of reading peers'
- * buffers with process_vm_readv); CRUN_COMM_SHM_RING (bytes per shared-memory link, default
+ * CRUN_COMM_CMA=1 (cpu, one host: read peers' buffers with process_vm_readv from 256 KiB up
+ * instead of copying through the shared rings; default 0, the faster where measured);
+ * CRUN_COMM_SHM_RING (bytes per shared-memory link, default
  * 1 MiB); CRUN_COMM_SOCKBUF (SO_SNDBUF/SO_RCVBUF bytes; default 0: kernel autotuning);
  * CRUN_COMM_SIMD=base (cpu: reduce with the baseline x86-64 loops even where AVX2 is available);
  * CRUN_GPU_SHARING=1 (nccl: allow more local ranks than visible GPUs; libcrun-worker(3)).

@@ -401,7 +401,8 @@ static void wait_strays(struct crun_store *st)
 	}
 }
 
-/* Rank 0 of the stray scenario: send stderr (the library's log) to a memfd during create. */
+/* Rank 0 of the stray scenario, every rank of links: stderr (the library's log) to a memfd
+ * during create. */
 static int capture_stderr(int *saved)
 {
 	int fd = memfd_create("comm-worker-log", MFD_CLOEXEC);
@@ -409,9 +410,48 @@ static int capture_stderr(int *saved)
 	fflush(stderr);
 	*saved = dup(STDERR_FILENO);
 	if (fd < 0 || *saved < 0 || dup2(fd, STDERR_FILENO) < 0) {
-		FAILF("stray: capturing stderr: %s", strerror(errno));
+		FAILF("capturing stderr: %s", strerror(errno));
 	}
 	return fd;
+}
+
+/* Put stderr back and return what was captured (echoed) in @log. */
+static void captured_log(int fd, int saved, char *log, size_t len)
+{
+	ssize_t n;
+
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, log, len - 1, 0);
+	close(fd);
+	log[n > 0 ? n : 0] = '\0';
+	fputs(log, stderr);
+}
+
+/* The links scenario: create logged (debug) the kind of link $COMM_WANT_LINKS names. */
+static void check_links(int fd, int saved)
+{
+	const char *want = getenv("COMM_WANT_LINKS");
+	char log[8192], tag[64];
+	const char *q;
+	size_t wl;
+
+	captured_log(fd, saved, log, sizeof(log));
+	if (want == NULL) {
+		FAILF("links: COMM_WANT_LINKS is not set");
+	}
+	snprintf(tag, sizeof(tag), "and from rank %d: ", (g_rank + g_size - 1) % g_size);
+	q = strstr(log, tag);
+	if (q == NULL) {
+		FAILF("links: create logged no \"%s\" line", tag);
+	}
+	q += strlen(tag);
+	wl = strlen(want);
+	if (strncmp(q, want, wl) != 0 || (q[wl] != '\n' && q[wl] != '\0')) {
+		FAILF("links: create chose \"%.*s\", want \"%s\"", (int)strcspn(q, "\n"), q,
+		      want);
+	}
 }
 
 /* Put stderr back, echo what was captured, and check each stray was rejected for its reason. */
@@ -420,16 +460,9 @@ static void check_strays_rejected(int fd, int saved)
 	static const char *const why[] = {"Connection reset by peer", "bad magic",
 					  "different generation"};
 	char log[8192];
-	ssize_t n;
 	int count = 0;
 
-	fflush(stderr);
-	dup2(saved, STDERR_FILENO);
-	close(saved);
-	n = pread(fd, log, sizeof(log) - 1, 0);
-	close(fd);
-	log[n > 0 ? n : 0] = '\0';
-	fputs(log, stderr);
+	captured_log(fd, saved, log, sizeof(log));
 	for (const char *q = log; (q = strstr(q, "rejected connection from")) != NULL; q++) {
 		count++;
 	}
@@ -651,6 +684,9 @@ int main(int argc, char **argv)
 			setenv("CRUN_LOG_LEVEL", "warn", 1);
 		}
 	}
+	if (strcmp(scen, "links") == 0) {
+		setenv("CRUN_LOG_LEVEL", "debug", 1); /* the link kind is a debug line */
+	}
 	timeout_ms = argc > 6 ? atoi(argv[6]) : 60000;
 	so.endpoint = argv[1];
 	so.prefix = argv[2];
@@ -675,7 +711,7 @@ int main(int argc, char **argv)
 	if (strcmp(scen, "stray") == 0 && g_rank == 2) {
 		wait_strays(st);
 	}
-	if (strcmp(scen, "stray") == 0 && g_rank == 0) {
+	if ((strcmp(scen, "stray") == 0 && g_rank == 0) || strcmp(scen, "links") == 0) {
 		log_fd = capture_stderr(&saved_stderr);
 	}
 	if (strcmp(scen, "die") == 0) {
@@ -683,7 +719,9 @@ int main(int argc, char **argv)
 	}
 	t0 = crun_now_ms();
 	rc = crun_comm_create(st, g_rank, g_size, &co, &c);
-	if (log_fd >= 0) {
+	if (log_fd >= 0 && strcmp(scen, "links") == 0) {
+		check_links(log_fd, saved_stderr);
+	} else if (log_fd >= 0) {
 		check_strays_rejected(log_fd, saved_stderr);
 	}
 	if (strcmp(scen, "badaddr") == 0) {
@@ -725,7 +763,7 @@ int main(int argc, char **argv)
 	}
 	crun_store_close(st);
 	st = NULL;
-	if (strcmp(scen, "all") == 0 || strcmp(scen, "stray") == 0) {
+	if (strcmp(scen, "all") == 0 || strcmp(scen, "stray") == 0 || strcmp(scen, "links") == 0) {
 		scenario_all(c);
 	} else if (strcmp(scen, "big") == 0) {
 		scenario_big(c);
