@@ -144,7 +144,7 @@ static int joined_count(struct rdzv *r, int R)
 	int64_t v = 0;
 
 	rdzv_rkey(key, R, "joined");
-	if (crun_store_add(r->st, key, 0, &v) < 0) {
+	if (rdzv_count_read(r, key, &v) < 0) {
 		return -1;
 	}
 	return (int)PACK_POS(v);
@@ -339,8 +339,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 				"%s (%s); every node needs its own --node-rank",
 				r->run_id, j->R, j->g, oh, oa);
 	}
-	rc = crun_store_add(r->st, j->k_joined, ((int64_t)1 << 32) | c->local_world_size,
-			    &j->packed);
+	rc = rdzv_count_in(r, j->k_joined, &j->packed);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: join: %s", r->run_id, j->R,
 				rdzv_why(r->st, rc));
@@ -360,8 +359,7 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 	char key[KEY_MAX], rec[REC_MAX];
 	int rc;
 
-	rc = crun_store_add(r->st, j->k_joined, ((int64_t)1 << 32) | c->local_world_size,
-			    &j->packed);
+	rc = rdzv_count_in(r, j->k_joined, &j->packed);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: join: %s", r->run_id, j->R,
 				rdzv_why(r->st, rc));
@@ -434,6 +432,10 @@ static int close_round(struct join *j, int64_t v, struct crun_diag *d)
 	bool won;
 	int rc;
 
+	rc = rdzv_seats_close(r, j->R, j->rcount, &v, d);
+	if (rc < 0) {
+		return rc;
+	}
 	snprintf(rec, sizeof(rec), "%d %d %d", (int)PACK_POS(v), (int)PACK_CUM(v), j->rcount);
 	rc = rdzv_cas_str(r->st, j->k_closed, rec, j->cur, sizeof(j->cur), &won);
 	if (rc < 0) {
@@ -465,7 +467,7 @@ static int try_close(struct join *j, int64_t now, struct crun_diag *d)
 		int64_t v = j->packed;
 
 		if (j->p != c->max_nodes) {
-			rc = crun_store_add(r->st, j->k_joined, 0, &v);
+			rc = rdzv_count_read(r, j->k_joined, &v);
 			if (rc < 0) {
 				return diag_set(d, rc, "rendezvous %s round %d: count: %s",
 						r->run_id, j->R, rdzv_why(r->st, rc));
@@ -559,7 +561,7 @@ static void report_progress(struct join *j, int64_t now)
 	int joined, rc;
 
 	rdzv_rkey(key, j->R, "joined");
-	rc = crun_store_add(r->st, key, 0, &v);
+	rc = rdzv_count_read(r, key, &v);
 	if (rc < 0) {
 		/* Say what failed, not "-1 of N nodes joined". */
 		log_warn("rendezvous %s round %d: cannot read how many nodes joined: %s; timeout "
@@ -724,6 +726,10 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 
 		snprintf(rs, sizeof(rs), "%d", j->R);
 		(void)rdzv_set_str(r->st, "cur", rs);
+	}
+	rc = rdzv_seats_place(r, j->R, j->p, count, &j->packed, d);
+	if (rc < 0) {
+		return rc;
 	}
 	rc = rdzv_fill_assignment(r, j->R, j->g, j->packed, count, world, restarts, j->deadline,
 				  a, d);
