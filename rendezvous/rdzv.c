@@ -340,7 +340,7 @@ void rdzv_note_gone(struct rdzv *r)
 		return;
 	}
 	r->gone = true;
-	rc = crun_store_add(r->st, "gone", 1, &n);
+	rc = store_ticket(r->st, "gone", &n); /* every member at once: a ticket */
 	if (rc == 0) {
 		snprintf(key, sizeof(key), "gone/%" PRId64, n);
 		rc = rdzv_set_str(r->st, key, "1");

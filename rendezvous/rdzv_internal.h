@@ -32,7 +32,8 @@
  *   r/<R>/fin/<g>        node g's workers all exited 0
  *   r/<R>/done           a ticket per finished node (store_ticket()); r/<R>/alldone when it reaches the count
  *   r/<R>/wake/<g>/<n>   written by rdzv_watch_stop() to wake the watch thread at once
- *   gone, gone/<n>       nodes that saw the job end; the n-th writes gone/<n> (rdzv_wait_left)
+ *   gone, gone/<n>       nodes that saw the job end (a ticket each); the n-th writes gone/<n>
+ *                        (rdzv_wait_left)
  *   agree/<what>         a value the nodes share, the first proposal wins (rdzv_agree()):
  *                        "logdir", the job's --log-dir folder (agent/logroute.h)
  *

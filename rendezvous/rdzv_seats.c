@@ -83,8 +83,29 @@ int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, unsigned *np
 			rdzv_rkey(kb + (size_t)i * KEY_MAX, R, "node/%d", base + i);
 		}
 		rc = crun_store_wait(r->st, keys, (size_t)k, clamp_ms(wait_ms));
-		if (rc == 0) {
+		if (rc == 0 || rc == -ETIMEDOUT) {
+			/* Timed out: which record is missing, or did the store not answer? */
+			int w = rc;
+
 			rc = crun_store_multi_get(r->st, keys, (size_t)k, vals, lens);
+			for (i = 0; rc == 0 && w < 0 && i < k; i++) {
+				if (vals[i] == NULL) {
+					rc = diag_set(d, -ETIMEDOUT,
+						      "rendezvous %s round %d: node record %d (position "
+						      "%d) still absent after %" PRId64 " ms",
+						      r->run_id, R, base + i, base + i + 1, wait_ms);
+				}
+			}
+			if (rc == -ETIMEDOUT) {
+				for (i = 0; i < k; i++) {
+					free(vals[i]);
+					vals[i] = NULL;
+				}
+				goto out;
+			}
+			if (rc == 0 && w < 0) {
+				rc = 0; /* every one came after all */
+			}
 		}
 		if (rc < 0) {
 			diag_set(d, rc, "rendezvous %s round %d: read node records %d-%d: %s",
@@ -207,9 +228,10 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t *packed, struct 
 	if (rc == -ETIMEDOUT) {
 		free(np);
 		snprintf(why, sizeof(why),
-			 "a node counted in (one of positions 1-%d) published no node record "
-			 "within close_timeout (%" PRId64 " ms): its agent died while joining",
-			 count, r->conf.close_timeout_ms);
+			 "%.300s: its agent died while joining (a node counted in must publish its "
+			 "record within close_timeout)",
+			 d != NULL ? d->msg : "a node record is missing");
+		diag_clear(d); /* handled here: the round re-forms */
 		rc = close_seatless(r, R, rcount, why, packed);
 		return rc < 0 ? diag_set(d, rc, "rendezvous %s round %d: close: %s", r->run_id, R,
 					 rdzv_why(r->st, rc))

@@ -660,7 +660,7 @@ int store_forget_job(struct crun_store *st, int members, int left_rc, struct cru
 	}
 	if (left_rc == 0) {
 		/* Everyone has read the end; only the last to say so may delete what they read. */
-		rc = crun_store_add(st, "left", 1, &left);
+		rc = store_ticket(st, "left", &left);
 		if (rc == 0 && left < members) {
 			return 0;
 		}
