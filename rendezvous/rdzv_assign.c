@@ -78,14 +78,13 @@ static int static_rank_offset(struct rdzv *r, int R, int g, int64_t deadline, in
 			      struct crun_diag *d)
 {
 	unsigned *np = calloc((size_t)g, sizeof(*np));
-	int64_t off = 0;
+	int64_t off = 0, wait_ms = max64(deadline - crun_now_ms(), r->conf.close_timeout_ms);
 	int i, rc;
 
 	if (np == NULL) {
 		return diag_set(d, -ENOMEM, "rendezvous: out of memory");
 	}
-	rc = rdzv_read_nprocs(r, R, g, max64(deadline - crun_now_ms(), r->conf.close_timeout_ms),
-			      np, d);
+	rc = rdzv_read_nprocs(r, R, g, wait_ms, wait_ms, np, d);
 	for (i = 0; rc == 0 && i < g; i++) {
 		off += np[i];
 	}

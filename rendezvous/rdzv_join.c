@@ -432,7 +432,7 @@ static int close_round(struct join *j, int64_t v, struct crun_diag *d)
 	bool won;
 	int rc;
 
-	rc = rdzv_seats_close(r, j->R, j->rcount, &v, d);
+	rc = rdzv_seats_close(r, j->R, j->rcount, j->deadline, &v, d);
 	if (rc < 0) {
 		return rc;
 	}

@@ -14,8 +14,9 @@
  * offset. The rules are those of the add: positions from 1 in the order of the counts, the
  * close value "<count> <world> <restarts>", the rank offset the sum of the counts before.
  * A closer that finds a counted seat without a record within close_timeout (its agent died
- * between its ticket and its record) closes the round as never formed and marks it failed,
- * so that its members meet again in R + 1 without that seat.
+ * between its ticket and its record; records that keep coming, as from a store slow to
+ * answer, are waited for until the join deadline) closes the round as never formed and marks
+ * it failed, so that its members meet again in R + 1 without that seat.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,8 +63,61 @@ int rdzv_count_read(struct rdzv *r, const char *key, int64_t *packed)
 	return rc;
 }
 
-int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, unsigned *np,
-		     struct crun_diag *d)
+/*
+ * Records @base..@base+@k-1 (@keys) into @vals: wait for all of them, saying every
+ * progress_interval how many are here, until @wait_ms in all or @stall_ms with none new
+ * (a store slow to answer under load is not an agent that died). Returns 0 (all in @vals),
+ * -ETIMEDOUT naming the first missing record, or the store's error.
+ */
+static int read_batch(struct rdzv *r, int R, int base, int k, const char **keys, void **vals,
+		      size_t *lens, int64_t wait_ms, int64_t stall_ms, struct crun_diag *d)
+{
+	int64_t start = crun_now_ms(), end = start + wait_ms, last_new = start, now;
+	int have = -1, here, missing, i, rc, w;
+
+	for (;;) {
+		now = crun_now_ms();
+		w = crun_store_wait(r->st, keys, (size_t)k,
+				    clamp_ms(min64(r->conf.progress_interval_ms,
+						   min64(end, last_new + stall_ms) - now)));
+		if (w != 0 && w != -ETIMEDOUT) {
+			return w;
+		}
+		rc = crun_store_multi_get(r->st, keys, (size_t)k, vals, lens);
+		if (rc < 0) {
+			return rc;
+		}
+		for (i = 0, here = 0, missing = -1; i < k; i++) {
+			here += vals[i] != NULL;
+			missing = missing < 0 && vals[i] == NULL ? i : missing;
+		}
+		if (missing < 0) {
+			return 0;
+		}
+		for (i = 0; i < k; i++) {
+			free(vals[i]);
+			vals[i] = NULL;
+		}
+		now = crun_now_ms();
+		if (here > have) {
+			have = here;
+			last_new = now;
+		}
+		if (now >= end || now >= last_new + stall_ms) {
+			return diag_set(d, -ETIMEDOUT,
+					"rendezvous %s round %d: node record %d (position %d) still "
+					"absent after %" PRId64 " ms, none new for %" PRId64 " ms",
+					r->run_id, R, base + missing, base + missing + 1,
+					now - start, now - last_new);
+		}
+		log_info("rendezvous %s round %d: waiting for node records: %d of %d here (%d to "
+			 "%d); gives up after %" PRId64 " s with none new",
+			 r->run_id, R, here, k, base, base + k - 1, (stall_ms + 999) / 1000);
+	}
+}
+
+int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms,
+		     unsigned *np, struct crun_diag *d)
 {
 	int m = n < CRUN_STORE_MAX_KEYS ? n : CRUN_STORE_MAX_KEYS;
 	const char **keys = calloc((size_t)m + 1, sizeof(*keys));
@@ -82,30 +136,9 @@ int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, unsigned *np
 			keys[i] = kb + (size_t)i * KEY_MAX;
 			rdzv_rkey(kb + (size_t)i * KEY_MAX, R, "node/%d", base + i);
 		}
-		rc = crun_store_wait(r->st, keys, (size_t)k, clamp_ms(wait_ms));
-		if (rc == 0 || rc == -ETIMEDOUT) {
-			/* Timed out: which record is missing, or did the store not answer? */
-			int w = rc;
-
-			rc = crun_store_multi_get(r->st, keys, (size_t)k, vals, lens);
-			for (i = 0; rc == 0 && w < 0 && i < k; i++) {
-				if (vals[i] == NULL) {
-					rc = diag_set(d, -ETIMEDOUT,
-						      "rendezvous %s round %d: node record %d (position "
-						      "%d) still absent after %" PRId64 " ms",
-						      r->run_id, R, base + i, base + i + 1, wait_ms);
-				}
-			}
-			if (rc == -ETIMEDOUT) {
-				for (i = 0; i < k; i++) {
-					free(vals[i]);
-					vals[i] = NULL;
-				}
-				goto out;
-			}
-			if (rc == 0 && w < 0) {
-				rc = 0; /* every one came after all */
-			}
+		rc = read_batch(r, R, base, k, keys, vals, lens, wait_ms, stall_ms, d);
+		if (rc == -ETIMEDOUT) {
+			goto out;
 		}
 		if (rc < 0) {
 			diag_set(d, rc, "rendezvous %s round %d: read node records %d-%d: %s",
@@ -209,7 +242,8 @@ static int close_seatless(struct rdzv *r, int R, int rcount, const char *why, in
 	return rc;
 }
 
-int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t *packed, struct crun_diag *d)
+int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_t *packed,
+		     struct crun_diag *d)
 {
 	int count = (int)PACK_POS(*packed), rc;
 	int64_t cum, world;
@@ -224,7 +258,9 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t *packed, struct 
 	if (np == NULL) {
 		return diag_set(d, -ENOMEM, "rendezvous: out of memory");
 	}
-	rc = rdzv_read_nprocs(r, R, count, r->conf.close_timeout_ms, np, d);
+	/* Until the join deadline while records keep coming; close_timeout with none new. */
+	rc = rdzv_read_nprocs(r, R, count, max64(deadline - crun_now_ms(), r->conf.close_timeout_ms),
+			      r->conf.close_timeout_ms, np, d);
 	if (rc == -ETIMEDOUT) {
 		free(np);
 		snprintf(why, sizeof(why),
