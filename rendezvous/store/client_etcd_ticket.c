@@ -7,8 +7,8 @@
  * key at once cost O(N^2) transactions through raft. A put increments the key's version, and
  * with prev_kv it returns the version it replaced: that + 1 is this put's ticket. The value
  * is a mark that never changes, never a number, and a ticket puts it only where the key holds
- * it already (one transaction: compare the value, put; the first ticket, finding no key, puts
- * blind): N tickets at once are N commits that never conflict (etcd batches concurrent ones
+ * it already or is absent (one transaction: compare the value, put; else, nested, compare
+ * version 0, put; else range): N tickets at once are N commits that never conflict (etcd batches concurrent ones
  * into one raft entry). An older crun that add()s the key (read, parse, compare-and-swap)
  * fails on the mark ("value of ... is not an integer"), and a ticket that finds a number
  * there (an older crun's counter) is refused without writing, naming it (CRUN_EVERSION):
@@ -80,49 +80,68 @@ static struct json_object *first_response(struct json_object *rep, const char *w
 	return etcd_jget(json_object_array_get_idx(r, 0), what);
 }
 
-/* {"key": K, "value": MARK, "prev_kv": true} */
-static struct json_object *mark_put(struct store_backend *b, const char *key, bool *bad)
+/* {"key": K, "target": TARGET, "result": "EQUAL", FIELD: V} (V taken) */
+static struct json_object *cmp_eq(struct store_backend *b, const char *key, const char *target,
+				  const char *field, struct json_object *v, bool *bad)
 {
-	struct json_object *put = json_object_new_object();
+	struct json_object *c = json_object_new_object();
 
+	etcd_jset(c, "key", etcd_jkey(b, key), bad);
+	etcd_jset(c, "target", json_object_new_string(target), bad);
+	etcd_jset(c, "result", json_object_new_string("EQUAL"), bad);
+	etcd_jset(c, field, v, bad);
+	return c;
+}
+
+/* {"compare": [@cmp], "success": [{"request_put": mark, prev_kv}], "failure": [@fail]} */
+static struct json_object *txn_put_mark(struct store_backend *b, const char *key,
+					struct json_object *cmp, struct json_object *fail, bool *bad)
+{
+	struct json_object *t = json_object_new_object(), *arr, *put, *o;
+
+	arr = json_object_new_array();
+	etcd_jpush(arr, cmp, bad);
+	etcd_jset(t, "compare", arr, bad);
+	put = json_object_new_object();
 	etcd_jset(put, "key", etcd_jkey(b, key), bad);
 	etcd_jset(put, "value", etcd_jbytes(TICKET_MARK, TICKET_MARK_LEN), bad);
 	etcd_jset(put, "prev_kv", json_object_new_boolean(1), bad);
-	return put;
+	o = json_object_new_object();
+	etcd_jset(o, "request_put", put, bad);
+	arr = json_object_new_array();
+	etcd_jpush(arr, o, bad);
+	etcd_jset(t, "success", arr, bad);
+	arr = json_object_new_array();
+	etcd_jpush(arr, fail, bad);
+	etcd_jset(t, "failure", arr, bad);
+	return t;
 }
 
 /*
- * If @key holds the mark, put it again (*@prev: the KeyValue it replaced); else range it
- * (*@prev: what it holds, NULL when absent) and put nothing. The compare is on the value,
- * which no ticket changes: tickets at once never fail it, only an older crun's number does.
+ * One transaction: if @key holds the mark, put it again; else if it is absent, put it (the
+ * first ticket); else range it and put nothing (an older crun's number: refused by the
+ * caller). The compare is on the value, which no ticket changes: tickets at once never fail
+ * it. *@prev: the KeyValue replaced, or found (NULL: the first ticket), inside *@rep.
  */
-static int put_if_marked(struct store_backend *b, const char *key, struct json_object **rep,
-			 struct json_object **prev, bool *ok, int64_t deadline)
+static int put_mark(struct store_backend *b, const char *key, struct json_object **rep,
+		    struct json_object **prev, int64_t deadline)
 {
-	struct json_object *req = json_object_new_object(), *arr, *c, *o, *kvs;
+	struct json_object *req, *inner, *range, *o, *kvs, *r;
 	bool bad = false;
 	int rc;
 
-	c = json_object_new_object();
-	etcd_jset(c, "key", etcd_jkey(b, key), &bad);
-	etcd_jset(c, "target", json_object_new_string("VALUE"), &bad);
-	etcd_jset(c, "result", json_object_new_string("EQUAL"), &bad);
-	etcd_jset(c, "value", etcd_jbytes(TICKET_MARK, TICKET_MARK_LEN), &bad);
-	arr = json_object_new_array();
-	etcd_jpush(arr, c, &bad);
-	etcd_jset(req, "compare", arr, &bad);
+	range = json_object_new_object();
+	etcd_jset(range, "key", etcd_jkey(b, key), &bad);
 	o = json_object_new_object();
-	etcd_jset(o, "request_put", mark_put(b, key, &bad), &bad);
-	arr = json_object_new_array();
-	etcd_jpush(arr, o, &bad);
-	etcd_jset(req, "success", arr, &bad);
-	c = json_object_new_object();
-	etcd_jset(c, "key", etcd_jkey(b, key), &bad);
+	etcd_jset(o, "request_range", range, &bad);
+	inner = txn_put_mark(b, key, cmp_eq(b, key, "VERSION", "version", etcd_jint(0), &bad), o,
+			     &bad);
 	o = json_object_new_object();
-	etcd_jset(o, "request_range", c, &bad);
-	arr = json_object_new_array();
-	etcd_jpush(arr, o, &bad);
-	etcd_jset(req, "failure", arr, &bad);
+	etcd_jset(o, "request_txn", inner, &bad);
+	req = txn_put_mark(
+		b, key,
+		cmp_eq(b, key, "VALUE", "value", etcd_jbytes(TICKET_MARK, TICKET_MARK_LEN), &bad),
+		o, &bad);
 	if (bad) {
 		json_object_put(req);
 		return etcd_fail(b, -ENOMEM, "ticket: out of memory");
@@ -132,52 +151,43 @@ static int put_if_marked(struct store_backend *b, const char *key, struct json_o
 	if (rc < 0) {
 		return rc;
 	}
-	*ok = etcd_jget_bool(*rep, "succeeded");
-	if (*ok) {
+	if (etcd_jget_bool(*rep, "succeeded")) {
 		*prev = etcd_jget(first_response(*rep, "response_put"), "prev_kv");
 		return 0;
 	}
-	kvs = etcd_jget(first_response(*rep, "response_range"), "kvs");
+	r = first_response(*rep, "response_txn");
+	if (etcd_jget_bool(r, "succeeded")) {
+		*prev = etcd_jget(first_response(r, "response_put"), "prev_kv");
+		return 0;
+	}
+	kvs = etcd_jget(first_response(r, "response_range"), "kvs");
 	*prev = kvs != NULL && json_object_is_type(kvs, json_type_array) &&
 				json_object_array_length(kvs) > 0
 			? json_object_array_get_idx(kvs, 0)
 			: NULL;
+	if (*prev == NULL) {
+		return etcd_fail(b, -EPROTO, "ticket %s%s: etcd's answer has no branch taken",
+				 ETCD_ROOT, key);
+	}
 	return 0;
 }
 
 int etcd_ticket(struct store_backend *b, const char *key, int64_t *n, int timeout_ms)
 {
-	struct json_object *req = NULL, *rep = NULL, *prev = NULL;
-	int64_t deadline = etcd_deadline_of(timeout_ms), v = 0;
-	bool bad = false, ok = false, lost;
+	struct json_object *rep = NULL, *prev = NULL;
+	int64_t v = 0;
 	int rc;
 
-	rc = put_if_marked(b, key, &rep, &prev, &ok, deadline);
-	lost = b->maybe_applied;
-	if (rc == 0 && !ok && prev == NULL) {
-		/* The first ticket: nothing to compare with. A blind put (many at once do not
-		 * conflict); what it replaced, if anything came first, says which ticket. */
-		json_object_put(rep);
-		rep = NULL;
-		req = mark_put(b, key, &bad);
-		if (bad) {
-			json_object_put(req);
-			return etcd_fail(b, -ENOMEM, "ticket: out of memory");
-		}
-		rc = etcd_call(b, "ticket", "/v3/kv/put", req, &rep, deadline);
-		json_object_put(req);
-		lost = lost || b->maybe_applied;
-		prev = rc == 0 ? etcd_jget(rep, "prev_kv") : NULL;
-	}
+	rc = put_mark(b, key, &rep, &prev, etcd_deadline_of(timeout_ms));
 	if (rc == 0) {
-		/* Not put (!ok with a value): the key holds something else, refused here. */
+		/* A number found (nothing put): refused here, naming it. */
 		rc = kv_version(b, "ticket", key, prev, &v);
 	}
 	json_object_put(rep);
 	if (rc < 0) {
 		return rc;
 	}
-	if (lost) {
+	if (b->maybe_applied) {
 		/* An earlier try whose answer was lost may have put too: it took ticket v,
 		 * which nobody holds. Whoever counts the seats meets it as a seat with no
 		 * owner (the rendezvous: a node record that never comes, rdzv_seats.c). */
