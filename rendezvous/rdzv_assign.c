@@ -84,7 +84,7 @@ static int static_rank_offset(struct rdzv *r, int R, int g, int64_t deadline, in
 	if (np == NULL) {
 		return diag_set(d, -ENOMEM, "rendezvous: out of memory");
 	}
-	rc = rdzv_read_nprocs(r, R, g, wait_ms, wait_ms, np, d);
+	rc = rdzv_read_nprocs(r, R, g, wait_ms, wait_ms, np, NULL, d);
 	for (i = 0; rc == 0 && i < g; i++) {
 		off += np[i];
 	}

@@ -172,7 +172,8 @@ int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d);
  * (a seat without a record: R closed as never formed, *@packed 0). rdzv_seats_place(): a
  * member at position @p of @count, dynamic: its cumulative workers into *@packed.
  * rdzv_read_nprocs(): the worker counts of records 0..@n-1, waiting up to @wait_ms for them
- * (@stall_ms with none new: -ETIMEDOUT naming the first missing one).
+ * (@stall_ms with none new: -ETIMEDOUT naming the first missing one, *@missing set; may be
+ * NULL).
  */
 int rdzv_count_in(struct rdzv *r, const char *key, int64_t *packed);
 int rdzv_count_read(struct rdzv *r, const char *key, int64_t *packed);
@@ -181,7 +182,7 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_
 int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed,
 		     struct crun_diag *d);
 int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms,
-		     unsigned *np, struct crun_diag *d);
+		     unsigned *np, bool *missing, struct crun_diag *d);
 
 /**
  * Fill @a once round @R closed with this node at group rank @g (@my_packed: its add on

@@ -200,6 +200,9 @@ struct join {
 	bool rcount_final, min_seen, prev_ended, closed_by_me, over_max;
 	/* When the last call began (0: not yet), and when to refresh and to report. */
 	int64_t lc_start, next_hb, next_progress;
+	/* The progress line's count: when last read from the store, and what it was. */
+	int64_t counted_at;
+	int counted;
 	/* The round's close value, once closed. */
 	char cur[REC_MAX];
 };
@@ -557,11 +560,19 @@ static void report_progress(struct join *j, int64_t now)
 	struct rdzv *r = j->r;
 	const struct rdzv_conf *c = &r->conf;
 	char key[KEY_MAX], when[128], members[512], absent[512], count[32];
-	int64_t v = 0;
-	int joined, rc;
+	int64_t v = (int64_t)j->counted << 32;
+	int joined, rc = 0;
+
+	/* Every member prints this; re-read the count (and the members) no more often than
+	 * every max_nodes * 20 ms each, so that N waiting agents read the store at most 50 times
+	 * a second together, whatever N (1,000 agents every 5 s were 600 reads a second, as
+	 * much as a loaded etcd serves at all). */
+	bool fresh = j->counted_at == 0 || now - j->counted_at >= (int64_t)c->max_nodes * 20;
 
 	rdzv_rkey(key, j->R, "joined");
-	rc = rdzv_count_read(r, key, &v);
+	if (fresh) {
+		rc = rdzv_count_read(r, key, &v);
+	}
 	if (rc < 0) {
 		/* Say what failed, not "-1 of N nodes joined". */
 		log_warn("rendezvous %s round %d: cannot read how many nodes joined: %s; timeout "
@@ -573,7 +584,11 @@ static void report_progress(struct join *j, int64_t now)
 	if (joined > c->max_nodes) {
 		joined = c->max_nodes;
 	}
-	if (is_static(r)) {
+	if (!fresh) {
+		snprintf(members, sizeof(members), " (counted %" PRId64 " s ago)",
+			 (now - j->counted_at) / 1000);
+		absent[0] = '\0';
+	} else if (is_static(r)) {
 		rdzv_describe_members(r, j->R, joined, "; missing node ranks:", members,
 				      sizeof(members));
 		absent[0] = '\0';
@@ -581,6 +596,10 @@ static void report_progress(struct join *j, int64_t now)
 		/* Who is here, and who of the last round is not back (left, or stale). */
 		rdzv_describe_members(r, j->R, joined, "; joined:", members, sizeof(members));
 		rdzv_describe_absent(r, j->R, joined, absent, sizeof(absent));
+	}
+	if (fresh) {
+		j->counted_at = now;
+		j->counted = joined;
 	}
 	if (c->min_nodes == c->max_nodes) {
 		snprintf(count, sizeof(count), "%d", c->max_nodes); /* "1 of 3", not "1 of 3..3" */

@@ -35,6 +35,8 @@
 
 /* The worker-count list of a count of up to this many seats fits the value ("N*K,..."). */
 #define NPROCS_CAP (1024 * 1024)
+/* read_batch(): a record did not come (@d says which); the store itself answered. */
+#define RECORD_MISSING 1
 
 int rdzv_count_in(struct rdzv *r, const char *key, int64_t *packed)
 {
@@ -67,7 +69,7 @@ int rdzv_count_read(struct rdzv *r, const char *key, int64_t *packed)
  * Records @base..@base+@k-1 (@keys) into @vals: wait for all of them, saying every
  * progress_interval how many are here, until @wait_ms in all or @stall_ms with none new
  * (a store slow to answer under load is not an agent that died). Returns 0 (all in @vals),
- * -ETIMEDOUT naming the first missing record, or the store's error.
+ * RECORD_MISSING (@d names the first missing record), or the store's error (@d untouched).
  */
 static int read_batch(struct rdzv *r, int R, int base, int k, const char **keys, void **vals,
 		      size_t *lens, int64_t wait_ms, int64_t stall_ms, struct crun_diag *d)
@@ -104,11 +106,12 @@ static int read_batch(struct rdzv *r, int R, int base, int k, const char **keys,
 			last_new = now;
 		}
 		if (now >= end || now >= last_new + stall_ms) {
-			return diag_set(d, -ETIMEDOUT,
+			diag_set(d, -ETIMEDOUT,
 					"rendezvous %s round %d: node record %d (position %d) still "
 					"absent after %" PRId64 " ms, none new for %" PRId64 " ms",
 					r->run_id, R, base + missing, base + missing + 1,
 					now - start, now - last_new);
+			return RECORD_MISSING;
 		}
 		log_info("rendezvous %s round %d: waiting for node records: %d of %d here (%d to "
 			 "%d); gives up after %" PRId64 " s with none new",
@@ -117,7 +120,7 @@ static int read_batch(struct rdzv *r, int R, int base, int k, const char **keys,
 }
 
 int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms,
-		     unsigned *np, struct crun_diag *d)
+		     unsigned *np, bool *missing, struct crun_diag *d)
 {
 	int m = n < CRUN_STORE_MAX_KEYS ? n : CRUN_STORE_MAX_KEYS;
 	const char **keys = calloc((size_t)m + 1, sizeof(*keys));
@@ -137,7 +140,11 @@ int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stal
 			rdzv_rkey(kb + (size_t)i * KEY_MAX, R, "node/%d", base + i);
 		}
 		rc = read_batch(r, R, base, k, keys, vals, lens, wait_ms, stall_ms, d);
-		if (rc == -ETIMEDOUT) {
+		if (rc == RECORD_MISSING) {
+			rc = -ETIMEDOUT; /* @d says which record */
+			if (missing != NULL) {
+				*missing = true;
+			}
 			goto out;
 		}
 		if (rc < 0) {
@@ -248,6 +255,7 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_
 	int count = (int)PACK_POS(*packed), rc;
 	int64_t cum, world;
 	char key[KEY_MAX], why[REC_MAX];
+	bool missing = false;
 	unsigned *np;
 	char *list;
 
@@ -260,8 +268,8 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_
 	}
 	/* Until the join deadline while records keep coming; close_timeout with none new. */
 	rc = rdzv_read_nprocs(r, R, count, max64(deadline - crun_now_ms(), r->conf.close_timeout_ms),
-			      r->conf.close_timeout_ms, np, d);
-	if (rc == -ETIMEDOUT) {
+			      r->conf.close_timeout_ms, np, &missing, d);
+	if (missing) {
 		free(np);
 		snprintf(why, sizeof(why),
 			 "%.300s: its agent died while joining (a node counted in must publish its "
