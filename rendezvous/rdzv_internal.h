@@ -30,7 +30,8 @@
  *   r/<R>/hb/<g>         heartbeat (TTL heartbeat_timeout), refreshed every keep_alive_interval
  *   r/<R>/failed         "<kind> <group_rank> <host> <text>", first compare_set wins
  *   r/<R>/fin/<g>        node g's workers all exited 0
- *   r/<R>/done           a ticket per finished node (store_ticket()); r/<R>/alldone when it reaches the count
+ *   r/<R>/done           a ticket per finished node (store_ticket()); r/<R>/alldone
+ *                        when it reaches the count
  *   r/<R>/wake/<g>/<n>   written by rdzv_watch_stop() to wake the watch thread at once
  *   gone, gone/<n>       nodes that saw the job end (a ticket each); the n-th writes gone/<n>
  *                        (rdzv_wait_left)
@@ -179,10 +180,9 @@ int rdzv_count_in(struct rdzv *r, const char *key, int64_t *packed);
 int rdzv_count_read(struct rdzv *r, const char *key, int64_t *packed);
 int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_t *packed,
 		     struct crun_diag *d);
-int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed,
-		     struct crun_diag *d);
-int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms,
-		     unsigned *np, bool *missing, struct crun_diag *d);
+int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, struct crun_diag *d);
+int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms, unsigned *np,
+		     bool *missing, struct crun_diag *d);
 
 /**
  * Fill @a once round @R closed with this node at group rank @g (@my_packed: its add on

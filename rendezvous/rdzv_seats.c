@@ -107,10 +107,10 @@ static int read_batch(struct rdzv *r, int R, int base, int k, const char **keys,
 		}
 		if (now >= end || now >= last_new + stall_ms) {
 			diag_set(d, -ETIMEDOUT,
-					"rendezvous %s round %d: node record %d (position %d) still "
-					"absent after %" PRId64 " ms, none new for %" PRId64 " ms",
-					r->run_id, R, base + missing, base + missing + 1,
-					now - start, now - last_new);
+				 "rendezvous %s round %d: node record %d (position %d) still "
+				 "absent after %" PRId64 " ms, none new for %" PRId64 " ms",
+				 r->run_id, R, base + missing, base + missing + 1, now - start,
+				 now - last_new);
 			return RECORD_MISSING;
 		}
 		log_info("rendezvous %s round %d: waiting for node records: %d of %d here (%d to "
@@ -119,8 +119,8 @@ static int read_batch(struct rdzv *r, int R, int base, int k, const char **keys,
 	}
 }
 
-int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms,
-		     unsigned *np, bool *missing, struct crun_diag *d)
+int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms, unsigned *np,
+		     bool *missing, struct crun_diag *d)
 {
 	int m = n < CRUN_STORE_MAX_KEYS ? n : CRUN_STORE_MAX_KEYS;
 	const char **keys = calloc((size_t)m + 1, sizeof(*keys));
@@ -153,7 +153,8 @@ int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stal
 			goto out;
 		}
 		for (i = 0; i < k; i++) {
-			if (rc == 0 && (vals[i] == NULL || sscanf(vals[i], "%u", &np[base + i]) != 1)) {
+			if (rc == 0 &&
+			    (vals[i] == NULL || sscanf(vals[i], "%u", &np[base + i]) != 1)) {
 				rc = diag_set(d, -EPROTO,
 					      "rendezvous %s round %d: node record %d is malformed",
 					      r->run_id, R, base + i);
@@ -267,7 +268,8 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_
 		return diag_set(d, -ENOMEM, "rendezvous: out of memory");
 	}
 	/* Until the join deadline while records keep coming; close_timeout with none new. */
-	rc = rdzv_read_nprocs(r, R, count, max64(deadline - crun_now_ms(), r->conf.close_timeout_ms),
+	rc = rdzv_read_nprocs(r, R, count,
+			      max64(deadline - crun_now_ms(), r->conf.close_timeout_ms),
 			      r->conf.close_timeout_ms, np, &missing, d);
 	if (missing) {
 		free(np);
@@ -304,8 +306,7 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_
 	return 0;
 }
 
-int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed,
-		     struct crun_diag *d)
+int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, struct crun_diag *d)
 {
 	char key[KEY_MAX];
 	void *v = NULL;

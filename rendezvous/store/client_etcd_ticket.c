@@ -8,13 +8,13 @@
  * with prev_kv it returns the version it replaced: that + 1 is this put's ticket. The value
  * is a mark that never changes, never a number, and a ticket puts it only where the key holds
  * it already or is absent (one transaction: compare the value, put; else, nested, compare
- * version 0, put; else range): N tickets at once are N commits that never conflict (etcd batches concurrent ones
- * into one raft entry). An older crun that add()s the key (read, parse, compare-and-swap)
- * fails on the mark ("value of ... is not an integer"), and a ticket that finds a number
- * there (an older crun's counter) is refused without writing, naming it (CRUN_EVERSION):
- * one round is never counted two ways without anybody noticing.
- * The version restarts at 1 after a delete: a ticket counter must live as long as what it
- * counts (the rendezvous never deletes a live round's keys; only the job's end deletes them).
+ * version 0, put; else range): N tickets at once are N commits that never conflict (etcd batches
+ * concurrent ones into one raft entry). An older crun that add()s the key (read, parse,
+ * compare-and-swap) fails on the mark ("value of ... is not an integer"), and a ticket that finds a
+ * number there (an older crun's counter) is refused without writing, naming it (CRUN_EVERSION): one
+ * round is never counted two ways without anybody noticing. The version restarts at 1 after a
+ * delete: a ticket counter must live as long as what it counts (the rendezvous never deletes a live
+ * round's keys; only the job's end deletes them).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,8 +62,8 @@ static int kv_version(struct store_backend *b, const char *op, const char *key,
 	free(val);
 	*n = etcd_jget_int(kv, "version");
 	if (*n <= 0) {
-		return etcd_fail(b, -EPROTO, "%s %s%s: etcd's answer has no version", op,
-				 ETCD_ROOT, key);
+		return etcd_fail(b, -EPROTO, "%s %s%s: etcd's answer has no version", op, ETCD_ROOT,
+				 key);
 	}
 	return 0;
 }
@@ -95,7 +95,8 @@ static struct json_object *cmp_eq(struct store_backend *b, const char *key, cons
 
 /* {"compare": [@cmp], "success": [{"request_put": mark, prev_kv}], "failure": [@fail]} */
 static struct json_object *txn_put_mark(struct store_backend *b, const char *key,
-					struct json_object *cmp, struct json_object *fail, bool *bad)
+					struct json_object *cmp, struct json_object *fail,
+					bool *bad)
 {
 	struct json_object *t = json_object_new_object(), *arr, *put, *o;
 
@@ -210,8 +211,7 @@ int etcd_ticket_count(struct store_backend *b, const char *key, int64_t *n, int 
 		json_object_put(req);
 		return etcd_fail(b, -ENOMEM, "ticket count: out of memory");
 	}
-	rc = etcd_call(b, "ticket count", "/v3/kv/range", req, &rep,
-		       etcd_deadline_of(timeout_ms));
+	rc = etcd_call(b, "ticket count", "/v3/kv/range", req, &rep, etcd_deadline_of(timeout_ms));
 	json_object_put(req);
 	if (rc == 0) {
 		kvs = etcd_jget(rep, "kvs");
