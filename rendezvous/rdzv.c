@@ -340,7 +340,7 @@ void rdzv_note_gone(struct rdzv *r)
 		return;
 	}
 	r->gone = true;
-	rc = crun_store_add(r->st, "gone", 1, &n);
+	rc = store_ticket(r->st, "gone", &n); /* every member at once: a ticket */
 	if (rc == 0) {
 		snprintf(key, sizeof(key), "gone/%" PRId64, n);
 		rc = rdzv_set_str(r->st, key, "1");
@@ -365,7 +365,8 @@ static int finish_record(struct rdzv *r, struct crun_diag *d)
 	rdzv_rkey(key, r->round, "done");
 	if (rc == 0) {
 		/* Called again after a timeout: count this node once. */
-		rc = crun_store_add(r->st, key, r->finished ? 0 : 1, &done);
+		rc = r->finished ? store_ticket_count(r->st, key, &done)
+				 : store_ticket(r->st, key, &done);
 	}
 	if (rc == 0 && !r->finished) {
 		r->finished = true;
@@ -485,7 +486,7 @@ int rdzv_finish(struct rdzv *r, int64_t timeout_ms, struct crun_diag *d)
 		if (now >= next_progress) {
 			int64_t n = 0;
 
-			(void)crun_store_add(r->st, k_done, 0, &n);
+			(void)store_ticket_count(r->st, k_done, &n);
 			log_info("rendezvous %s round %d: this node finished; waiting for %" PRId64
 				 " of %d nodes",
 				 r->run_id, r->round, r->count - n, r->count);

@@ -73,64 +73,23 @@ out:
 	return rc;
 }
 
-/*
- * Static ranks join in any order: sum the worker counts in the records of ranks 0..g-1, in
- * batches of at most CRUN_STORE_MAX_KEYS keys (one store request names no more).
- */
+/* Static ranks join in any order: sum the worker counts in the records of ranks 0..g-1. */
 static int static_rank_offset(struct rdzv *r, int R, int g, int64_t deadline, int *offset,
 			      struct crun_diag *d)
 {
-	int m = g < CRUN_STORE_MAX_KEYS ? g : CRUN_STORE_MAX_KEYS;
-	const char **keys = calloc((size_t)m, sizeof(*keys));
-	char *kb = malloc((size_t)m * KEY_MAX);
-	void **vals = calloc((size_t)m, sizeof(*vals));
-	size_t *lens = calloc((size_t)m, sizeof(*lens));
-	int64_t off = 0, wait_ms;
-	unsigned np;
-	int base, k = 0, i, rc = 0;
+	unsigned *np = calloc((size_t)g, sizeof(*np));
+	int64_t off = 0, wait_ms = max64(deadline - crun_now_ms(), r->conf.close_timeout_ms);
+	int i, rc;
 
-	if (keys == NULL || kb == NULL || vals == NULL || lens == NULL) {
-		rc = diag_set(d, -ENOMEM, "rendezvous: out of memory");
-		goto out;
+	if (np == NULL) {
+		return diag_set(d, -ENOMEM, "rendezvous: out of memory");
 	}
-	for (base = 0; base < g; base += k) {
-		k = g - base < m ? g - base : m;
-		for (i = 0; i < k; i++) {
-			keys[i] = kb + (size_t)i * KEY_MAX;
-			rdzv_rkey(kb + (size_t)i * KEY_MAX, R, "node/%d", base + i);
-		}
-		wait_ms = max64(deadline - crun_now_ms(), r->conf.close_timeout_ms);
-		rc = crun_store_wait(r->st, keys, (size_t)k, clamp_ms(wait_ms));
-		if (rc == 0) {
-			rc = crun_store_multi_get(r->st, keys, (size_t)k, vals, lens);
-		}
-		if (rc < 0) {
-			diag_set(d, rc, "rendezvous %s round %d: read node records: %s", r->run_id,
-				 R, rdzv_why(r->st, rc));
-			goto out;
-		}
-		for (i = 0; i < k; i++) {
-			if (rc == 0 && (vals[i] == NULL || sscanf(vals[i], "%u", &np) != 1)) {
-				rc = diag_set(d, -EPROTO,
-					      "rendezvous %s round %d: node record %d is malformed",
-					      r->run_id, R, base + i);
-			} else if (rc == 0) {
-				off += np;
-			}
-			free(vals[i]);
-			vals[i] = NULL;
-		}
-		if (rc < 0) {
-			goto out;
-		}
+	rc = rdzv_read_nprocs(r, R, g, wait_ms, wait_ms, np, NULL, d);
+	for (i = 0; rc == 0 && i < g; i++) {
+		off += np[i];
 	}
+	free(np);
 	*offset = (int)off;
-	rc = 0;
-out:
-	free(keys);
-	free(kb);
-	free(vals);
-	free(lens);
 	return rc;
 }
 

@@ -17,7 +17,9 @@
  * Every key below is relative to the handle prefix "<opts prefix>rdzv/<run_id>/":
  *   cur                  last round that closed (a hint for agents that arrive later)
  *   end                  the job is over: "done ..." or "budget ..." (late joiners read it)
- *   r/<R>/joined         one add per joiner: (position << 32) | cumulative worker count
+ *   r/<R>/joined         one add per joiner: (position << 32) | cumulative worker count;
+ *                        on etcd a ticket per joiner (rdzv_seats.c), the position alone
+ *   r/<R>/nprocs/<n>     etcd: the worker counts of the n nodes a closer counted, "V*K,..."
  *   r/<R>/min            written by the joiner that brought the round to min_nodes
  *   r/<R>/closed         "<count> <world_size> <restart_count>", first compare_set wins;
  *                        count 0 marks a round that timed out before it formed
@@ -28,9 +30,11 @@
  *   r/<R>/hb/<g>         heartbeat (TTL heartbeat_timeout), refreshed every keep_alive_interval
  *   r/<R>/failed         "<kind> <group_rank> <host> <text>", first compare_set wins
  *   r/<R>/fin/<g>        node g's workers all exited 0
- *   r/<R>/done           add per finished node; r/<R>/alldone when it reaches the count
+ *   r/<R>/done           a ticket per finished node (store_ticket()); r/<R>/alldone
+ *                        when it reaches the count
  *   r/<R>/wake/<g>/<n>   written by rdzv_watch_stop() to wake the watch thread at once
- *   gone, gone/<n>       nodes that saw the job end; the n-th writes gone/<n> (rdzv_wait_left)
+ *   gone, gone/<n>       nodes that saw the job end (a ticket each); the n-th writes gone/<n>
+ *                        (rdzv_wait_left)
  *   agree/<what>         a value the nodes share, the first proposal wins (rdzv_agree()):
  *                        "logdir", the job's --log-dir folder (agent/logroute.h)
  *
@@ -160,6 +164,26 @@ void rdzv_note_gone(struct rdzv *r);
 
 /** Bind port 0 on @addr, read the port back and close: a port free on this node right now. */
 int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d);
+/*
+ * rdzv_seats.c: counting in to "r/<R>/joined" (a packed add, or a ticket on etcd).
+ * rdzv_count_in(): this node's count, *@packed = (position << 32) | cumulative workers (the
+ * workers 0 on a ticket store: known only at the close). rdzv_count_read(): the count so far.
+ * rdzv_seats_close(): the closer, with *@packed = count << 32 read: on a ticket store, read
+ * the count's node records, write "r/<R>/nprocs/<count>" and set the world size in *@packed
+ * (a seat without a record: R closed as never formed, *@packed 0). rdzv_seats_place(): a
+ * member at position @p of @count, dynamic: its cumulative workers into *@packed.
+ * rdzv_read_nprocs(): the worker counts of records 0..@n-1, waiting up to @wait_ms for them
+ * (@stall_ms with none new: -ETIMEDOUT naming the first missing one, *@missing set; may be
+ * NULL).
+ */
+int rdzv_count_in(struct rdzv *r, const char *key, int64_t *packed);
+int rdzv_count_read(struct rdzv *r, const char *key, int64_t *packed);
+int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_t *packed,
+		     struct crun_diag *d);
+int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, struct crun_diag *d);
+int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms, unsigned *np,
+		     bool *missing, struct crun_diag *d);
+
 /**
  * Fill @a once round @R closed with this node at group rank @g (@my_packed: its add on
  * "joined"; rank 0 takes the master it published, r->master). Waits for missing node

@@ -144,7 +144,7 @@ static int joined_count(struct rdzv *r, int R)
 	int64_t v = 0;
 
 	rdzv_rkey(key, R, "joined");
-	if (crun_store_add(r->st, key, 0, &v) < 0) {
+	if (rdzv_count_read(r, key, &v) < 0) {
 		return -1;
 	}
 	return (int)PACK_POS(v);
@@ -200,6 +200,9 @@ struct join {
 	bool rcount_final, min_seen, prev_ended, closed_by_me, over_max;
 	/* When the last call began (0: not yet), and when to refresh and to report. */
 	int64_t lc_start, next_hb, next_progress;
+	/* The progress line's count: when last read from the store, and what it was. */
+	int64_t counted_at;
+	int counted;
 	/* The round's close value, once closed. */
 	char cur[REC_MAX];
 };
@@ -339,8 +342,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 				"%s (%s); every node needs its own --node-rank",
 				r->run_id, j->R, j->g, oh, oa);
 	}
-	rc = crun_store_add(r->st, j->k_joined, ((int64_t)1 << 32) | c->local_world_size,
-			    &j->packed);
+	rc = rdzv_count_in(r, j->k_joined, &j->packed);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: join: %s", r->run_id, j->R,
 				rdzv_why(r->st, rc));
@@ -360,8 +362,7 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 	char key[KEY_MAX], rec[REC_MAX];
 	int rc;
 
-	rc = crun_store_add(r->st, j->k_joined, ((int64_t)1 << 32) | c->local_world_size,
-			    &j->packed);
+	rc = rdzv_count_in(r, j->k_joined, &j->packed);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: join: %s", r->run_id, j->R,
 				rdzv_why(r->st, rc));
@@ -434,6 +435,10 @@ static int close_round(struct join *j, int64_t v, struct crun_diag *d)
 	bool won;
 	int rc;
 
+	rc = rdzv_seats_close(r, j->R, j->rcount, j->deadline, &v, d);
+	if (rc < 0) {
+		return rc;
+	}
 	snprintf(rec, sizeof(rec), "%d %d %d", (int)PACK_POS(v), (int)PACK_CUM(v), j->rcount);
 	rc = rdzv_cas_str(r->st, j->k_closed, rec, j->cur, sizeof(j->cur), &won);
 	if (rc < 0) {
@@ -465,7 +470,7 @@ static int try_close(struct join *j, int64_t now, struct crun_diag *d)
 		int64_t v = j->packed;
 
 		if (j->p != c->max_nodes) {
-			rc = crun_store_add(r->st, j->k_joined, 0, &v);
+			rc = rdzv_count_read(r, j->k_joined, &v);
 			if (rc < 0) {
 				return diag_set(d, rc, "rendezvous %s round %d: count: %s",
 						r->run_id, j->R, rdzv_why(r->st, rc));
@@ -555,11 +560,19 @@ static void report_progress(struct join *j, int64_t now)
 	struct rdzv *r = j->r;
 	const struct rdzv_conf *c = &r->conf;
 	char key[KEY_MAX], when[128], members[512], absent[512], count[32];
-	int64_t v = 0;
-	int joined, rc;
+	int64_t v = (int64_t)j->counted << 32;
+	int joined, rc = 0;
+
+	/* Every member prints this; re-read the count (and the members) no more often than
+	 * every max_nodes * 20 ms each, so that N waiting agents read the store at most 50 times
+	 * a second together, whatever N (1,000 agents every 5 s were 600 reads a second, as
+	 * much as a loaded etcd serves at all). */
+	bool fresh = j->counted_at == 0 || now - j->counted_at >= (int64_t)c->max_nodes * 20;
 
 	rdzv_rkey(key, j->R, "joined");
-	rc = crun_store_add(r->st, key, 0, &v);
+	if (fresh) {
+		rc = rdzv_count_read(r, key, &v);
+	}
 	if (rc < 0) {
 		/* Say what failed, not "-1 of N nodes joined". */
 		log_warn("rendezvous %s round %d: cannot read how many nodes joined: %s; timeout "
@@ -571,7 +584,11 @@ static void report_progress(struct join *j, int64_t now)
 	if (joined > c->max_nodes) {
 		joined = c->max_nodes;
 	}
-	if (is_static(r)) {
+	if (!fresh) {
+		snprintf(members, sizeof(members), " (counted %" PRId64 " s ago)",
+			 (now - j->counted_at) / 1000);
+		absent[0] = '\0';
+	} else if (is_static(r)) {
 		rdzv_describe_members(r, j->R, joined, "; missing node ranks:", members,
 				      sizeof(members));
 		absent[0] = '\0';
@@ -579,6 +596,10 @@ static void report_progress(struct join *j, int64_t now)
 		/* Who is here, and who of the last round is not back (left, or stale). */
 		rdzv_describe_members(r, j->R, joined, "; joined:", members, sizeof(members));
 		rdzv_describe_absent(r, j->R, joined, absent, sizeof(absent));
+	}
+	if (fresh) {
+		j->counted_at = now;
+		j->counted = joined;
 	}
 	if (c->min_nodes == c->max_nodes) {
 		snprintf(count, sizeof(count), "%d", c->max_nodes); /* "1 of 3", not "1 of 3..3" */
@@ -724,6 +745,10 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 
 		snprintf(rs, sizeof(rs), "%d", j->R);
 		(void)rdzv_set_str(r->st, "cur", rs);
+	}
+	rc = rdzv_seats_place(r, j->R, j->p, count, &j->packed, d);
+	if (rc < 0) {
+		return rc;
 	}
 	rc = rdzv_fill_assignment(r, j->R, j->g, j->packed, count, world, restarts, j->deadline,
 				  a, d);

@@ -39,6 +39,15 @@ struct store_ops {
 		    int timeout_ms);
 	int (*add)(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
 		   int timeout_ms);
+	/*
+	 * Optional (NULL: add(key, 1) and add(key, 0)): a counter that many writers bump by
+	 * exactly one at once. ticket() counts one more at @key and returns the count with it
+	 * (1 for the first); ticket_count() reads the count (0: absent). A ticket counter is
+	 * only ever bumped with ticket(), never with add(): etcd counts it in the key's version
+	 * (a blind put, no compare, so N tickets at once are N raft commits, not N^2).
+	 */
+	int (*ticket)(struct store_backend *b, const char *key, int64_t *n, int timeout_ms);
+	int (*ticket_count)(struct store_backend *b, const char *key, int64_t *n, int timeout_ms);
 	int (*compare_set)(struct store_backend *b, const char *key, const void *expected,
 			   size_t elen, const void *desired, size_t dlen, void **cur,
 			   size_t *curlen, int timeout_ms);

@@ -32,7 +32,7 @@
 #define CONFLICT_FIRST_MS 4
 #define CONFLICT_MAX_MS 2048
 
-static int64_t deadline_of(int timeout_ms)
+int64_t etcd_deadline_of(int timeout_ms)
 {
 	return crun_now_ms() + (timeout_ms < 0 ? 300000 : timeout_ms);
 }
@@ -278,7 +278,7 @@ static int lease_for(struct store_backend *b, const char *key, int64_t ttl_s, in
 static int etcd_set(struct store_backend *b, const char *key, const void *val, size_t len,
 		    int64_t ttl_ms, int timeout_ms)
 {
-	int64_t deadline = deadline_of(timeout_ms), lease = 0, ttl_s;
+	int64_t deadline = etcd_deadline_of(timeout_ms), lease = 0, ttl_s;
 	struct json_object *req, *rep = NULL;
 	bool bad = false;
 	char op[LABEL_MAX];
@@ -324,7 +324,7 @@ static int etcd_get(struct store_backend *b, const char *key, void **val, size_t
 	int rc;
 
 	rc = read_one(b, label(op, sizeof(op), "get", key), key, &kv, NULL,
-		      deadline_of(timeout_ms));
+		      etcd_deadline_of(timeout_ms));
 	if (rc < 0) {
 		return rc;
 	}
@@ -402,7 +402,7 @@ typedef int (*next_fn)(struct store_backend *b, const char *key, const struct et
 static int update(struct store_backend *b, const char *op, const char *key, next_fn next,
 		  const void *arg, bool fresh, void **out, size_t *outlen, int timeout_ms)
 {
-	int64_t deadline = deadline_of(timeout_ms), rev = 0, nrev;
+	int64_t deadline = etcd_deadline_of(timeout_ms), rev = 0, nrev;
 	struct etcd_kv cur, now;
 	struct json_object *cmp;
 	void *nv = NULL;
@@ -577,7 +577,7 @@ static int etcd_compare_set(struct store_backend *b, const char *key, const void
 			    size_t elen, const void *desired, size_t dlen, void **cur,
 			    size_t *curlen, int timeout_ms)
 {
-	int64_t deadline = deadline_of(timeout_ms), rev;
+	int64_t deadline = etcd_deadline_of(timeout_ms), rev;
 	struct etcd_kv now = {0}, absent = {0};
 	struct json_object *cmp;
 	bool ok, bad = false, missing = true;
@@ -650,7 +650,7 @@ static int etcd_del(struct store_backend *b, const char *key, int timeout_ms)
 		return oom(b);
 	}
 	rc = etcd_call(b, label(op, sizeof(op), "delete", key), "/v3/kv/deleterange", req, &rep,
-		       deadline_of(timeout_ms));
+		       etcd_deadline_of(timeout_ms));
 	json_object_put(req);
 	if (rc < 0) {
 		return rc;
@@ -693,7 +693,7 @@ static int etcd_del_prefix(struct store_backend *b, const char *prefix, int time
 		return oom(b);
 	}
 	rc = etcd_call(b, label(op, sizeof(op), "delete prefix", prefix), "/v3/kv/deleterange",
-		       req, &rep, deadline_of(timeout_ms));
+		       req, &rep, etcd_deadline_of(timeout_ms));
 	json_object_put(req);
 	json_object_put(rep);
 	forget(b);
@@ -719,7 +719,7 @@ static int read_keys(struct store_backend *b, const char *op, const char *const 
 	if (n > 1) {
 		snprintf(lab + l, sizeof(lab) - l, " and %zu more", n - 1);
 	}
-	rc = etcd_read_many(b, lab, keys, n, vals, *kv, &rev, deadline_of(timeout_ms));
+	rc = etcd_read_many(b, lab, keys, n, vals, *kv, &rev, etcd_deadline_of(timeout_ms));
 	if (rc < 0) {
 		free(*kv);
 		*kv = NULL;
@@ -764,7 +764,7 @@ static int etcd_num_keys(struct store_backend *b, int64_t *n, int timeout_ms)
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "num_keys", "/v3/kv/range", req, &rep, deadline_of(timeout_ms));
+	rc = etcd_call(b, "num_keys", "/v3/kv/range", req, &rep, etcd_deadline_of(timeout_ms));
 	json_object_put(req);
 	if (rc == 0) {
 		*n = etcd_jget_int(rep, "count");
@@ -835,7 +835,7 @@ static int etcd_multi_set(struct store_backend *b, const char *const *keys, size
 		json_object_put(req);
 		return oom(b);
 	}
-	rc = etcd_call(b, "multi_set", "/v3/kv/txn", req, &rep, deadline_of(timeout_ms));
+	rc = etcd_call(b, "multi_set", "/v3/kv/txn", req, &rep, etcd_deadline_of(timeout_ms));
 	json_object_put(req);
 	json_object_put(rep);
 	return rc;
@@ -849,7 +849,7 @@ static int etcd_ping(struct store_backend *b, int timeout_ms)
 	if (req == NULL) {
 		return oom(b);
 	}
-	rc = etcd_call(b, "ping", "/v3/maintenance/status", req, &rep, deadline_of(timeout_ms));
+	rc = etcd_call(b, "ping", "/v3/maintenance/status", req, &rep, etcd_deadline_of(timeout_ms));
 	json_object_put(req);
 	json_object_put(rep);
 	return rc;
@@ -887,6 +887,8 @@ const struct store_ops etcd_store_ops = {
 	.get = etcd_get,
 	.wait = etcd_backend_wait,
 	.add = etcd_add,
+	.ticket = etcd_ticket,
+	.ticket_count = etcd_ticket_count,
 	.compare_set = etcd_compare_set,
 	.del = etcd_del,
 	.check = etcd_check,

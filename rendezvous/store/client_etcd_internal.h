@@ -95,6 +95,13 @@ struct store_backend {
 	struct crun_diag diag;     /* the last error: "store etcd://...: OP: why" */
 };
 
+/** client_etcd.c: the deadline of an operation given @timeout_ms (< 0: 300 s). */
+int64_t etcd_deadline_of(int timeout_ms);
+
+/* ---- client_etcd_ticket.c: the ticket ops (backend.h), on a key's version ---- */
+int etcd_ticket(struct store_backend *b, const char *key, int64_t *n, int timeout_ms);
+int etcd_ticket_count(struct store_backend *b, const char *key, int64_t *n, int timeout_ms);
+
 /** Record an error "<where>: <fmt...>" in b->diag; returns @code. */
 int etcd_fail(struct store_backend *b, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

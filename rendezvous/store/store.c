@@ -513,6 +513,47 @@ CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t d
 	return rc;
 }
 
+int store_ticket(struct crun_store *st, const char *key, int64_t *n)
+{
+	const char *k;
+	int rc;
+
+	if (st == NULL || n == NULL) {
+		return -EINVAL;
+	}
+	rc = one_key(st, key, &k);
+	if (rc < 0) {
+		return rc;
+	}
+	if (st->ops->ticket == NULL) {
+		return st->ops->add(st->b, k, 1, n, st->conf.timeout_ms);
+	}
+	return st->ops->ticket(st->b, k, n, st->conf.timeout_ms);
+}
+
+int store_ticket_count(struct crun_store *st, const char *key, int64_t *n)
+{
+	const char *k;
+	int rc;
+
+	if (st == NULL || n == NULL) {
+		return -EINVAL;
+	}
+	rc = one_key(st, key, &k);
+	if (rc < 0) {
+		return rc;
+	}
+	if (st->ops->ticket_count == NULL) {
+		return st->ops->add(st->b, k, 0, n, st->conf.timeout_ms);
+	}
+	return st->ops->ticket_count(st->b, k, n, st->conf.timeout_ms);
+}
+
+bool store_has_tickets(const struct crun_store *st)
+{
+	return st != NULL && st->ops->ticket != NULL;
+}
+
 CRUN_EXPORT int crun_store_compare_set(struct crun_store *st, const char *key,
 				       const void *expected, size_t elen, const void *desired,
 				       size_t dlen, void **cur, size_t *curlen)
@@ -619,7 +660,7 @@ int store_forget_job(struct crun_store *st, int members, int left_rc, struct cru
 	}
 	if (left_rc == 0) {
 		/* Everyone has read the end; only the last to say so may delete what they read. */
-		rc = crun_store_add(st, "left", 1, &left);
+		rc = store_ticket(st, "left", &left);
 		if (rc == 0 && left < members) {
 			return 0;
 		}

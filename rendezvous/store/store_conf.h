@@ -172,6 +172,20 @@ int store_open_conf(const struct store_conf *c, struct crun_store **out, struct 
 int store_forget_job(struct crun_store *st, int members, int left_rc, struct crun_diag *d);
 
 /**
+ * store.c: a counter that many agents bump by exactly one at once (a round's joins, its
+ * finishes). store_ticket() counts one more at @key and sets *@n to the count with it (1 for
+ * the first); store_ticket_count() reads the count (0 while absent). Where the backend has
+ * native tickets (etcd: the key's version, one blind put per ticket, backend.h) the key holds
+ * a marker, not a number, and must never be add()ed; elsewhere a ticket is add(key, 1) and
+ * the count add(key, 0). Returns 0 or a negative code (store_last_error() says why; on etcd,
+ * a key that holds an older crun's number instead of the marker is CRUN_EVERSION, named).
+ */
+int store_ticket(struct crun_store *st, const char *key, int64_t *n);
+int store_ticket_count(struct crun_store *st, const char *key, int64_t *n);
+/** Whether @st counts tickets natively (etcd): then a ticket counter holds no sum. */
+bool store_has_tickets(const struct crun_store *st);
+
+/**
  * store.c: the message of @st's last failed operation, where the backend keeps one: which
  * store, and what happened ("store H:P: connection refused by H:P (...)", "store file://P:
  * damaged record at byte offset N ..."). "" when it has none. Valid until the next call on @st.

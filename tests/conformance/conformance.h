@@ -72,6 +72,10 @@ void add_from_processes_is_exact(void **state);
 void one_write_wakes_many_waiters(void **state);
 void multi_set_is_atomic_for_readers(void **state);
 void compare_set_race_has_one_winner(void **state);
+/* tickets.c */
+void ticket_semantics(void **state);
+void tickets_at_once_are_distinct_and_consecutive(void **state);
+void old_counter_met_by_a_ticket_is_named(void **state);
 void bad_endpoints_are_einval(void **state);
 void endpoint_spellings_reach_the_same_store(void **state);
 void dead_endpoint_times_out(void **state);
