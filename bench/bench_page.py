@@ -18,12 +18,30 @@ REASONS = [
      "this page's git history). Only a set that does not wait (pipelining, issue 23's store "
      "work) can win this row."),
     ("tcpstore", r"^set\b",
-     "Here both sides use PyTorch's client, whose `set` has no reply, so the row is how fast "
-     "the server drains its sockets. Profiled 2026-11-24 (page history): crun's single-threaded "
-     "loop takes one TCPStore request per read and wakes for every small write "
-     "(`finish_task_switch` 15% of its `perf` profile); with the clients in the bench's own "
-     "session (no autogroup split) the same row read crun 329,062 vs TCPStore 213,334 ops/s. "
-     "Draining a busy connection in one wake-up is issue 23's store work (engineers C, D, E)."),
+     "both sides run PyTorch's client, whose `set` has no reply, and the client bounds the "
+     "row, not the server: its p50 per set is 5.5-8.5 us on both servers. crun's server "
+     "drains a busy connection in one wake-up (`strace -c -p` of crun-rdzvd during 8 clients' "
+     "sets, 2026-11-27: 2,076 reads and 2,077 epoll_waits for 29,640 sets, 14 requests a "
+     "read, no writes; PyTorch's server: 32,914 recvfrom and 840 polls for 41,933) and spends "
+     "less CPU on each (`perf stat -p`, load average 12-17: crun 2.8-4.4 us a set and 0.15 "
+     "context switches, PyTorch's 5.8-6.8 us and 0.004; `perf record`: 74% of crun-rdzvd's "
+     "samples in the kernel's TCP receive path, 15% in its own code). Alternating runs with "
+     "the clients in a session of their own, as here, read crun 50,508, 26,464, 40,927 and "
+     "TCPStore 37,365, 54,895, 39,977 ops/s (load average 12-13): a row within the spread, "
+     "which 1.5x cannot reach while the Python client is the bound."),
+    ("tcpstore", r"^(add|barrier), 1 clients",
+     "one request in flight, so the row is two loopback wake-ups per request, paid alike by "
+     "both servers (PyTorch's client sends the command byte alone, then the rest, so either "
+     "server may wake for one byte: 1.10-1.24 wake-ups an add on crun's, 1.15-1.22 on "
+     "PyTorch's, from the schedstat below). Per add, /proc/PID/schedstat of the server in 3 "
+     "alternations (2026-11-27, load average 27-31): crun-rdzvd ran 30.3, 32.4, 41.0 us and "
+     "waited for a CPU 84.5, 35.9, 13.2 us; PyTorch's server ran 29.2, 27.3, 30.6 and waited "
+     "35.9, 19.1, 66.8 (crun 4,644, 9,182, 12,399 ops/s, TCPStore 9,458, 15,287, 5,427). "
+     "`perf record` of crun-rdzvd: 80% kernel (TCP loopback; waking the client from write(), "
+     "sock_def_readable, 7%), its own code, libuv and libc 19% (gen_sync()'s snprintf, 2-3%, "
+     "since removed). A 1-client barrier (connect, add, set, wait) read 1.0-37.8 ms on crun's "
+     "store and 1.0-12.0 ms on PyTorch's in single runs, medians of 8 alternations 1.5 and 1.7 "
+     "ms (load average 9-14): the row is the run queue's, hence the bench's median of 3."),
 
     ("allreduce", r"^2 ranks, 16 MiB$",
      "not reproduced once the machine's load fell: right after the 2026-11-27 run (load "
@@ -38,6 +56,20 @@ REASONS = [
      "round trips (HELLO, AUTH with the token, add, wait: `strace -f -c` counted 401 sendto "
      "for 100 connections), TCPStore's none for authentication; at 100 connections over 50 "
      "processes that is latency the scheduler dominates, at 1,000 crun wins."),
+    ("store", r"^add 1 client\(s\), crun over TCP",
+     "one sample on a loaded box: the 19:22 row (0.91x) was one run each; 5 alternating runs "
+     "right after (`bench/store/run BUILD --ops add --clients 1,8 --repeat 5 --seconds 1 "
+     "--throughput-only`, 2026-11-27, load average 10) gave crun over TCP 9,930 ops/s against "
+     "TCPStore's 7,681 (its runs 5,208-17,537), 1.29x. The round trip is at its floor: "
+     "`strace -c` counts 3 server system calls an add (epoll_wait, read, write: 2,099, 2,098, "
+     "2,097 for 2,095 adds) and 2 client (sendto, recvfrom), one wake-up each way; the store's "
+     "unix socket (crun's default on the same host) gave 11,997 (1.56x) in the same run."),
+    ("store", r"^add 8 client\(s\) p99",
+     "one sample on a loaded box: the 19:22 row (4,075 us against 2,058) was one run each; in "
+     "5 alternating runs right after (same command as the row above, load average 10) crun's "
+     "p99 was 346.5 us against TCPStore's 1,021.5 (p50 139.5 against 305.5): a p99 of 8 "
+     "closed-loop clients on 2 cores beside other work is a scheduler time slice (ms) when "
+     "it is lost, not the store."),
     ("store", r"^server RSS growth",
      "measured, not a fault: crun's server grows 1.2 KiB per connection from a 5.7 MB "
      "start; TCPStore's starts at about 226 MB (a Python process with torch imported) and its "
