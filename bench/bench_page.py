@@ -18,8 +18,8 @@ REASONS = [
      "this page's git history). Only a set that does not wait (pipelining, issue 23's store "
      "work) can win this row."),
     ("tcpstore", r"^set\b",
-     "both sides run PyTorch's client, whose `set` has no reply, and the client bounds the "
-     "row, not the server: its p50 per set is 5.5-8.5 us on both servers. crun's server "
+     "both sides run PyTorch's client, whose `set` has no reply, and the server's own work "
+     "is not the bound (the client's p50 per set is 5.5-8.5 us on both servers). crun's server "
      "drains a busy connection in one wake-up (`strace -c -p` of crun-rdzvd during 8 clients' "
      "sets, 2026-11-27: 2,076 reads and 2,077 epoll_waits for 29,640 sets, 14 requests a "
      "read, no writes; PyTorch's server: 32,914 recvfrom and 840 polls for 41,933) and spends "
@@ -27,8 +27,16 @@ REASONS = [
      "context switches, PyTorch's 5.8-6.8 us and 0.004; `perf record`: 74% of crun-rdzvd's "
      "samples in the kernel's TCP receive path, 15% in its own code). Alternating runs with "
      "the clients in a session of their own, as here, read crun 50,508, 26,464, 40,927 and "
-     "TCPStore 37,365, 54,895, 39,977 ops/s (load average 12-13): a row within the spread, "
-     "which 1.5x cannot reach while the Python client is the bound."),
+     "TCPStore 37,365, 54,895, 39,977 ops/s (load average 12-13). On a quiet machine the "
+     "row is lost for real: `bench/tcpstore/run BUILD --seconds 1 --clients 1,8 --barriers 100 "
+     "--repeat 3` at load average 1.3-4.4 (22:10 UTC) read crun 29,928 against 43,541 (1 "
+     "client) and 73,133 against 121,683 (8), every pair. What decides it is how often a "
+     "client's send must wake the server, a cost the client pays: schedstat of 1 client's "
+     "sets, 3 alternations, load 1.3-1.6: crun-rdzvd woke 0.47, 0.71, 0.61 times a set "
+     "(45,345, 39,149, 41,648 ops/s), PyTorch's server 0.02, 0.67, 0.42 (67,326, 41,625, "
+     "49,605), so the faster crun's server empties its socket the sooner it sleeps and the more "
+     "often it is woken. Not fixed: lingering before sleeping (busy polling a busy "
+     "connection) is the candidate, at a CPU cost on 2 cores not yet measured."),
     ("tcpstore", r"^(add|barrier), 1 clients",
      "one request in flight, so the row is two loopback wake-ups per request, paid alike by "
      "both servers (PyTorch's client sends the command byte alone, then the rest, so either "
@@ -41,7 +49,9 @@ REASONS = [
      "sock_def_readable, 7%), its own code, libuv and libc 19% (gen_sync()'s snprintf, 2-3%, "
      "since removed). A 1-client barrier (connect, add, set, wait) read 1.0-37.8 ms on crun's "
      "store and 1.0-12.0 ms on PyTorch's in single runs, medians of 8 alternations 1.5 and 1.7 "
-     "ms (load average 9-14): the row is the run queue's, hence the bench's median of 3."),
+     "ms (load average 9-14): the row is the run queue's, hence the bench's median of 3. On "
+     "a quiet machine (load 1.3-4.4) 3 alternations read add crun 16,070-18,557 against "
+     "15,978-18,960 ops/s and the barrier 1.6-2.6 against 1.3-2.8 ms."),
 
     ("allreduce", r"^2 ranks, 16 MiB$",
      "not reproduced once the machine's load fell: right after the 2026-11-27 run (load "
@@ -83,13 +93,14 @@ REASONS = [
      "(`bench/store/scale build --quick`, 2026-11-27, load average 11.5). Its total RSS, the "
      "rows above, is 50-80x crun's at 500-2,000 connections; the two lines cross only past "
      "about 300,000 connections."),
-    ("tcpstore", r"^(get, \d+ clients|barrier, 100 connections)",
+    ("tcpstore", r"^get, \d+ clients",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "
      "alternating runs each (load average 5.6-8): get, 1 client: crun 13,154-13,706 ops/s, "
      "TCPStore 13,184-14,035, p50 68.5-69.5 us on both; get, 8 clients: crun 7,901-25,440, "
-     "TCPStore 12,404-21,870; barrier of 100 connections: crun 53-267 ms, TCPStore "
-     "112-232 ms."),
+     "TCPStore 12,404-21,870. (The 100-connection barrier's reason stood here too, from runs "
+     "of 53-267 against 112-232 ms; on a quiet machine, load average 1.3-4.4 at 22:10 UTC, "
+     "3 alternations read crun 83.3-96.0 ms against 63.0-67.8: a loss, not yet profiled.)"),
 ]
 
 RUNS_ALONE = ("Each benchmark ran once; the load average says how busy the machine was, and at "
