@@ -93,6 +93,22 @@ REASONS = [
      "(`bench/store/scale build --quick`, 2026-11-27, load average 11.5). Its total RSS, the "
      "rows above, is 50-80x crun's at 500-2,000 connections; the two lines cross only past "
      "about 300,000 connections."),
+    ("tcpstore", r"^barrier, 8 clients",
+     "within the spread: the bench's 3 alternations on a quiet machine (load average 1.3-4.4, "
+     "2026-11-27 22:12 UTC) read crun 14.8-17.1 ms against 7.4-17.2, and 3 more right after "
+     "(`tcpstore_load.py barrier --clients 8 --procs 8`, clients in their own session, load "
+     "1.9-2.2) crun 7.1, 9.0, 14.5 against 8.3, 10.0, 185.5 ms (medians 9.0 and 10.0)."),
+    ("tcpstore", r"^barrier, 100 connections",
+     "measured on a quiet machine, not fixed: crun-rdzvd spends less CPU on the barrier than "
+     "PyTorch's server but sleeps and is woken 2-3x as often, a cost its clients pay on 2 "
+     "cores (`perf stat -p` of the server, 2 alternations of `tcpstore_load.py barrier "
+     "--clients 100 --procs 50`, load average 4-5, 2026-11-27: crun 22.9 and 28.2 ms of CPU, "
+     "400 and 429 context switches, barrier 48.9 and 97.8 ms; PyTorch's 28.0 and 34.1 ms, 143 "
+     "and 197, barrier 46.9 and 64.7 ms). Per connection crun-rdzvd makes 14 system calls "
+     "(`strace -c`: accept4, 5 setsockopt (no delay, keepalive), 2 getpeername, 2 epoll_ctl, "
+     "2 read, a write, a close) and reads every request of a wake-up (49 epoll_waits for 200 "
+     "connections). 3 alternations at load 2.2: crun 60.6, 83.4, 103.1 ms, TCPStore 54.6, "
+     "58.8, 231.1."),
     ("tcpstore", r"^get, \d+ clients",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "
