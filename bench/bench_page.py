@@ -18,12 +18,40 @@ REASONS = [
      "this page's git history). Only a set that does not wait (pipelining, issue 23's store "
      "work) can win this row."),
     ("tcpstore", r"^set\b",
-     "Here both sides use PyTorch's client, whose `set` has no reply, so the row is how fast "
-     "the server drains its sockets. Profiled 2026-11-24 (page history): crun's single-threaded "
-     "loop takes one TCPStore request per read and wakes for every small write "
-     "(`finish_task_switch` 15% of its `perf` profile); with the clients in the bench's own "
-     "session (no autogroup split) the same row read crun 329,062 vs TCPStore 213,334 ops/s. "
-     "Draining a busy connection in one wake-up is issue 23's store work (engineers C, D, E)."),
+     "both sides run PyTorch's client, whose `set` has no reply, and the server's own work "
+     "is not the bound (the client's p50 per set is 5.5-8.5 us on both servers). crun's server "
+     "drains a busy connection in one wake-up (`strace -c -p` of crun-rdzvd during 8 clients' "
+     "sets, 2026-11-27: 2,076 reads and 2,077 epoll_waits for 29,640 sets, 14 requests a "
+     "read, no writes; PyTorch's server: 32,914 recvfrom and 840 polls for 41,933) and spends "
+     "less CPU on each (`perf stat -p`, load average 12-17: crun 2.8-4.4 us a set and 0.15 "
+     "context switches, PyTorch's 5.8-6.8 us and 0.004; `perf record`: 74% of crun-rdzvd's "
+     "samples in the kernel's TCP receive path, 15% in its own code). Alternating runs with "
+     "the clients in a session of their own, as here, read crun 50,508, 26,464, 40,927 and "
+     "TCPStore 37,365, 54,895, 39,977 ops/s (load average 12-13). On a quiet machine the "
+     "row is lost for real: `bench/tcpstore/run BUILD --seconds 1 --clients 1,8 --barriers 100 "
+     "--repeat 3` at load average 1.3-4.4 (22:10 UTC) read crun 29,928 against 43,541 (1 "
+     "client) and 73,133 against 121,683 (8), every pair. What decides it is how often a "
+     "client's send must wake the server, a cost the client pays: schedstat of 1 client's "
+     "sets, 3 alternations, load 1.3-1.6: crun-rdzvd woke 0.47, 0.71, 0.61 times a set "
+     "(45,345, 39,149, 41,648 ops/s), PyTorch's server 0.02, 0.67, 0.42 (67,326, 41,625, "
+     "49,605), so the faster crun's server empties its socket the sooner it sleeps and the more "
+     "often it is woken. Not fixed: lingering before sleeping (busy polling a busy "
+     "connection) is the candidate, at a CPU cost on 2 cores not yet measured."),
+    ("tcpstore", r"^(add|barrier), 1 clients",
+     "one request in flight, so the row is two loopback wake-ups per request, paid alike by "
+     "both servers (PyTorch's client sends the command byte alone, then the rest, so either "
+     "server may wake for one byte: 1.10-1.24 wake-ups an add on crun's, 1.15-1.22 on "
+     "PyTorch's, from the schedstat below). Per add, /proc/PID/schedstat of the server in 3 "
+     "alternations (2026-11-27, load average 27-31): crun-rdzvd ran 30.3, 32.4, 41.0 us and "
+     "waited for a CPU 84.5, 35.9, 13.2 us; PyTorch's server ran 29.2, 27.3, 30.6 and waited "
+     "35.9, 19.1, 66.8 (crun 4,644, 9,182, 12,399 ops/s, TCPStore 9,458, 15,287, 5,427). "
+     "`perf record` of crun-rdzvd: 80% kernel (TCP loopback; waking the client from write(), "
+     "sock_def_readable, 7%), its own code, libuv and libc 19% (gen_sync()'s snprintf, 2-3%, "
+     "since removed). A 1-client barrier (connect, add, set, wait) read 1.0-37.8 ms on crun's "
+     "store and 1.0-12.0 ms on PyTorch's in single runs, medians of 8 alternations 1.5 and 1.7 "
+     "ms (load average 9-14): the row is the run queue's, hence the bench's median of 3. On "
+     "a quiet machine (load 1.3-4.4) 3 alternations read add crun 16,070-18,557 against "
+     "15,978-18,960 ops/s and the barrier 1.6-2.6 against 1.3-2.8 ms."),
 
     ("allreduce", r"^2 ranks, 16 MiB$",
      "not reproduced once the machine's load fell: right after the 2026-11-27 run (load "
@@ -38,6 +66,20 @@ REASONS = [
      "round trips (HELLO, AUTH with the token, add, wait: `strace -f -c` counted 401 sendto "
      "for 100 connections), TCPStore's none for authentication; at 100 connections over 50 "
      "processes that is latency the scheduler dominates, at 1,000 crun wins."),
+    ("store", r"^add 1 client\(s\), crun over TCP",
+     "one sample on a loaded box: the 19:22 row (0.91x) was one run each; 5 alternating runs "
+     "right after (`bench/store/run BUILD --ops add --clients 1,8 --repeat 5 --seconds 1 "
+     "--throughput-only`, 2026-11-27, load average 10) gave crun over TCP 9,930 ops/s against "
+     "TCPStore's 7,681 (its runs 5,208-17,537), 1.29x. The round trip is at its floor: "
+     "`strace -c` counts 3 server system calls an add (epoll_wait, read, write: 2,099, 2,098, "
+     "2,097 for 2,095 adds) and 2 client (sendto, recvfrom), one wake-up each way; the store's "
+     "unix socket (crun's default on the same host) gave 11,997 (1.56x) in the same run."),
+    ("store", r"^add 8 client\(s\) p99",
+     "one sample on a loaded box: the 19:22 row (4,075 us against 2,058) was one run each; in "
+     "5 alternating runs right after (same command as the row above, load average 10) crun's "
+     "p99 was 346.5 us against TCPStore's 1,021.5 (p50 139.5 against 305.5): a p99 of 8 "
+     "closed-loop clients on 2 cores beside other work is a scheduler time slice (ms) when "
+     "it is lost, not the store."),
     ("store", r"^server RSS growth",
      "measured, not a fault: crun's server grows 1.2 KiB per connection from a 5.7 MB "
      "start; TCPStore's starts at about 226 MB (a Python process with torch imported) and its "
@@ -59,13 +101,30 @@ REASONS = [
      "until the phase is read, 3 alternating runs at 2,000 connections (load average 11-14) "
      "gave crun-rdzvd 20.1-21.4 us/op and PyTorch's server 22.9-28.4, and the crun protocol's "
      "wait fell from 25 to 11-16 us/op."),
-    ("tcpstore", r"^(get, \d+ clients|barrier, 100 connections)",
+    ("tcpstore", r"^barrier, 8 clients",
+     "within the spread: the bench's 3 alternations on a quiet machine (load average 1.3-4.4, "
+     "2026-11-27 22:12 UTC) read crun 14.8-17.1 ms against 7.4-17.2, and 3 more right after "
+     "(`tcpstore_load.py barrier --clients 8 --procs 8`, clients in their own session, load "
+     "1.9-2.2) crun 7.1, 9.0, 14.5 against 8.3, 10.0, 185.5 ms (medians 9.0 and 10.0)."),
+    ("tcpstore", r"^barrier, 100 connections",
+     "measured on a quiet machine, not fixed: crun-rdzvd spends less CPU on the barrier than "
+     "PyTorch's server but sleeps and is woken 2-3x as often, a cost its clients pay on 2 "
+     "cores (`perf stat -p` of the server, 2 alternations of `tcpstore_load.py barrier "
+     "--clients 100 --procs 50`, load average 4-5, 2026-11-27: crun 22.9 and 28.2 ms of CPU, "
+     "400 and 429 context switches, barrier 48.9 and 97.8 ms; PyTorch's 28.0 and 34.1 ms, 143 "
+     "and 197, barrier 46.9 and 64.7 ms). Per connection crun-rdzvd makes 14 system calls "
+     "(`strace -c`: accept4, 5 setsockopt (no delay, keepalive), 2 getpeername, 2 epoll_ctl, "
+     "2 read, a write, a close) and reads every request of a wake-up (49 epoll_waits for 200 "
+     "connections). 3 alternations at load 2.2: crun 60.6, 83.4, 103.1 ms, TCPStore 54.6, "
+     "58.8, 231.1."),
+    ("tcpstore", r"^get, \d+ clients",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "
      "alternating runs each (load average 5.6-8): get, 1 client: crun 13,154-13,706 ops/s, "
      "TCPStore 13,184-14,035, p50 68.5-69.5 us on both; get, 8 clients: crun 7,901-25,440, "
-     "TCPStore 12,404-21,870; barrier of 100 connections: crun 53-267 ms, TCPStore "
-     "112-232 ms."),
+     "TCPStore 12,404-21,870. (The 100-connection barrier's reason stood here too, from runs "
+     "of 53-267 against 112-232 ms; on a quiet machine, load average 1.3-4.4 at 22:10 UTC, "
+     "3 alternations read crun 83.3-96.0 ms against 63.0-67.8: a loss, not yet profiled.)"),
 ]
 
 RUNS_ALONE = ("Each benchmark ran once; the load average says how busy the machine was, and at "

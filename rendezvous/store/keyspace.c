@@ -592,8 +592,9 @@ int ks_add(struct keyspace *ks, struct ks_str k, int64_t delta, int64_t *out)
 {
 	struct ks_entry *e = entry_get(ks, k);
 	int64_t v = 0;
-	char buf[32];
-	int n, rc;
+	char buf[PARSE_I64_LEN];
+	size_t n;
+	int rc;
 
 	if (e == NULL) {
 		return -ENOMEM;
@@ -605,7 +606,7 @@ int ks_add(struct keyspace *ks, struct ks_str k, int64_t delta, int64_t *out)
 		entry_maybe_free(ks, e);
 		return -EOVERFLOW;
 	}
-	n = snprintf(buf, sizeof(buf), "%" PRId64, v);
+	n = parse_i64_format(buf, v); /* snprintf was 2% of the server's CPU on adds (perf) */
 	rc = store(ks, e, (struct ks_str){(const uint8_t *)buf, (uint32_t)n});
 	if (rc < 0) {
 		entry_maybe_free(ks, e);

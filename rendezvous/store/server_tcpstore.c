@@ -122,12 +122,15 @@ static bool gen_sync(struct store_server *s)
 	e = ks_get(&s->ks, (struct ks_str){(const uint8_t *)s->ts_gen_key,
 					    (uint32_t)strlen(s->ts_gen_key)});
 	valid = e == NULL || gen_valid(e);
-	if (e == NULL) {
-		len = (uint32_t)s->ts_prefix_len; /* none set yet: the run's whole space */
-		memcpy(ns, s->ts_prefix, len);
-	} else {
-		len = (uint32_t)snprintf(ns, sizeof(ns), "%s%.*s/", s->ts_prefix,
-					 valid ? (int)e->vlen : 3, valid ? (const char *)e->val : "bad");
+	/* Built with memcpy, not snprintf: this runs on every read of every TCPStore connection
+	 * (snprintf was 2-3% of the server's CPU in `perf record` of a 1-client add). ts_init
+	 * checked that the prefix, TS_GEN_MAX digits and the slash fit. */
+	len = (uint32_t)s->ts_prefix_len; /* none set yet: the run's whole space */
+	memcpy(ns, s->ts_prefix, len);
+	if (e != NULL) {
+		memcpy(ns + len, valid ? (const char *)e->val : "bad", valid ? e->vlen : 3);
+		len += valid ? e->vlen : 3;
+		ns[len++] = '/';
 	}
 	if (len == s->ts_ns_len && memcmp(ns, s->ts_ns, len) == 0) {
 		return !s->ts_ended;

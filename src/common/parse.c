@@ -127,6 +127,26 @@ int parse_i64_bytes(const void *p, size_t n, int64_t *out)
 	return rc;
 }
 
+size_t parse_i64_format(char *buf, int64_t v)
+{
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v; /* INT64_MIN too */
+	char rev[PARSE_I64_LEN];
+	size_t n = 0, i = 0;
+
+	do {
+		rev[n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u > 0);
+	if (v < 0) {
+		buf[i++] = '-';
+	}
+	while (n > 0) {
+		buf[i++] = rev[--n];
+	}
+	buf[i] = '\0';
+	return i;
+}
+
 int parse_seconds_ms(const char *s, double max_s, int64_t *ms)
 {
 	char *end;

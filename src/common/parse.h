@@ -20,6 +20,12 @@ int parse_i64(const char *s, int64_t *out);
  */
 int parse_i64_bytes(const void *p, size_t n, int64_t *out);
 /**
+ * The inverse: @v in decimal ('-' and up to 19 digits) and a NUL in @buf, which holds
+ * PARSE_I64_LEN bytes; returns the length. No printf: the store writes one per ADD.
+ */
+#define PARSE_I64_LEN 21
+size_t parse_i64_format(char *buf, int64_t v);
+/**
  * Seconds, fractions allowed ("2", "0.25", "1e3"; no spaces, no trailing text), to whole
  * milliseconds rounded to nearest: 0, -EINVAL (not a finite number) or -ERANGE (outside
  * [0, @max_s]).

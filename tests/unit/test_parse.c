@@ -7,7 +7,9 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "src/common/parse.h"
@@ -163,6 +165,28 @@ static void parse_i64_bytes_reads_exactly_n_bytes(void **state)
 	assert_int_equal(v, -4);
 }
 
+/* The inverse of parse_i64(): what snprintf's "%" PRId64 writes, the extremes included. */
+static void parse_i64_format_matches_printf_and_parses_back(void **state)
+{
+	const int64_t vals[] = {0, 1, -1, 9, 10, -10, 42, 99999, -100000, 1234567890123LL,
+				INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1};
+	char got[PARSE_I64_LEN], want[32];
+	int64_t back;
+	size_t i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+		memset(got, 'x', sizeof(got));
+		n = parse_i64_format(got, vals[i]);
+		snprintf(want, sizeof(want), "%" PRId64, vals[i]);
+		assert_string_equal(got, want);
+		assert_int_equal(n, strlen(want));
+		assert_int_equal(parse_i64_bytes(got, n, &back), 0);
+		assert_true(back == vals[i]);
+	}
+	assert_int_equal(parse_i64_format(got, INT64_MIN), PARSE_I64_LEN - 1);
+}
+
 static void parse_i64_bytes_refuses_an_embedded_nul(void **state)
 {
 	int64_t v = 12345;
@@ -285,6 +309,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(parse_i64_bytes_refuses_an_embedded_nul),
 		cmocka_unit_test(parse_i64_bytes_judges_21_bytes_and_more),
 		cmocka_unit_test(parse_i64_bytes_calls_long_text_malformed_not_out_of_range),
+		cmocka_unit_test(parse_i64_format_matches_printf_and_parses_back),
 		cmocka_unit_test(parse_seconds_ms_rounds_to_milliseconds),
 		cmocka_unit_test(parse_seconds_ms_refuses_text_spaces_and_non_finite),
 		cmocka_unit_test(parse_seconds_ms_bounds_are_inclusive_and_errors_are_erange),
