@@ -513,7 +513,9 @@ CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t d
 	return rc;
 }
 
-int store_ticket(struct crun_store *st, const char *key, int64_t *n)
+/* A ticket (@count false) or the count of tickets taken (@count true): the backend's own op,
+ * else its add of 1 or 0. */
+static int ticket_op(struct crun_store *st, const char *key, bool count, int64_t *n)
 {
 	const char *k;
 	int rc;
@@ -525,28 +527,23 @@ int store_ticket(struct crun_store *st, const char *key, int64_t *n)
 	if (rc < 0) {
 		return rc;
 	}
-	if (st->ops->ticket == NULL) {
-		return st->ops->add(st->b, k, 1, n, st->conf.timeout_ms);
+	if (count && st->ops->ticket_count != NULL) {
+		return st->ops->ticket_count(st->b, k, n, st->conf.timeout_ms);
 	}
-	return st->ops->ticket(st->b, k, n, st->conf.timeout_ms);
+	if (!count && st->ops->ticket != NULL) {
+		return st->ops->ticket(st->b, k, n, st->conf.timeout_ms);
+	}
+	return st->ops->add(st->b, k, count ? 0 : 1, n, st->conf.timeout_ms);
+}
+
+int store_ticket(struct crun_store *st, const char *key, int64_t *n)
+{
+	return ticket_op(st, key, false, n);
 }
 
 int store_ticket_count(struct crun_store *st, const char *key, int64_t *n)
 {
-	const char *k;
-	int rc;
-
-	if (st == NULL || n == NULL) {
-		return -EINVAL;
-	}
-	rc = one_key(st, key, &k);
-	if (rc < 0) {
-		return rc;
-	}
-	if (st->ops->ticket_count == NULL) {
-		return st->ops->add(st->b, k, 0, n, st->conf.timeout_ms);
-	}
-	return st->ops->ticket_count(st->b, k, n, st->conf.timeout_ms);
+	return ticket_op(st, key, true, n);
 }
 
 bool store_has_tickets(const struct crun_store *st)

@@ -6,8 +6,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
+#include "crun/store.h"
 #include "rendezvous/store/wire.h"
 
 #define IO_TIMEOUT_MS 20000
@@ -61,5 +63,26 @@ bool server_closed_a_conn(int port, int timeout_ms);
 void raw_expect_served(int port);
 /** The same with the handshake proving @token (NULL: an --insecure daemon). */
 void raw_expect_served_with(int port, const char *token);
+
+/* Open a store handle on @d (127.0.0.1:PORT, the token from the environment) with a 20 s
+ * connect timeout and @timeout_ms per operation; the error is printed. Inline: only the
+ * tests that link the client library use it. */
+static inline int daemon_client_open(const struct daemon *d, int timeout_ms,
+				     struct crun_store **st)
+{
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	char ep[64], err[512];
+	int rc;
+
+	snprintf(ep, sizeof(ep), "127.0.0.1:%d", d->port);
+	o.endpoint = ep;
+	o.connect_timeout_ms = 20000;
+	o.timeout_ms = timeout_ms;
+	rc = crun_store_open(&o, st, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "open %s: %s\n", ep, err);
+	}
+	return rc;
+}
 
 #endif

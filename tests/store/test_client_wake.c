@@ -45,19 +45,7 @@ static struct {
 
 static int client_open(struct crun_store **st)
 {
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
-	char ep[64], err[512];
-	int rc;
-
-	snprintf(ep, sizeof(ep), "127.0.0.1:%d", d.port);
-	o.endpoint = ep;
-	o.connect_timeout_ms = 20000;
-	o.timeout_ms = 60000;
-	rc = crun_store_open(&o, st, err, sizeof(err));
-	if (rc < 0) {
-		print_error("open %s: %s\n", ep, err);
-	}
-	return rc;
+	return daemon_client_open(&d, 60000, st);
 }
 
 static void *waiter(void *arg)

@@ -29,19 +29,7 @@ static struct daemon d;
 
 static int client_open(struct crun_store **st)
 {
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
-	char ep[64], err[512];
-	int rc;
-
-	snprintf(ep, sizeof(ep), "127.0.0.1:%d", d.port);
-	o.endpoint = ep;
-	o.connect_timeout_ms = 20000;
-	o.timeout_ms = 20000;
-	rc = crun_store_open(&o, st, err, sizeof(err));
-	if (rc < 0) {
-		print_error("open %s: %s\n", ep, err);
-	}
-	return rc;
+	return daemon_client_open(&d, 20000, st);
 }
 
 static void expect_stored(struct crun_store *st, const char *key, const char *want)
