@@ -10,13 +10,14 @@ import subprocess
 # measurement or a profile (its command named). A lost row without one is flagged in the page.
 REASONS = [
     ("store", r"^set\b",
-     "PyTorch 1.13's TCPStore `set` does not wait for a reply (its server answers SET with "
-     "nothing), so the peer's row is one send per operation while crun's set is a round trip. "
-     "A round trip costs both stores the same kernel sleep and wake-up: `bench/store/cost "
-     "BUILD add 8` measured 1.05 context switches per operation on the client and `perf "
-     "record` put over 90% of both sides' samples in the kernel (the 2026-11-22 profile, in "
-     "this page's git history). Only a set that does not wait (pipelining, issue 23's store "
-     "work) can win this row."),
+     "lost only on a loaded machine, and there to the scheduler: crun's set does not wait for "
+     "its reply either (crun_store_set_async; replies are read when 1,024 are outstanding and by "
+     "the flush inside the timed run), so a p99 of 8 closed-loop client processes on 2 cores "
+     "is the share of operations that span a preemption. Same command, 3 alternations, right "
+     "after the 22:30 run of 2026-11-27 at load average 1.6-6 (`bench/store/run BUILD --ops "
+     "set,add --clients 8 --repeat 3 --seconds 1 --throughput-only`): set 8 p99 crun 8.5 us "
+     "against TCPStore's 34.5 (p50 2.5 against 8.5; 456,141 against 144,746 ops/s); alone "
+     "at load 2, `store_load throughput --op set --clients 8`: p99 4.5-5.5 us."),
     ("tcpstore", r"^set\b",
      "both sides run PyTorch's client, whose `set` has no reply, and the server's own work "
      "is not the bound (the client's p50 per set is 5.5-8.5 us on both servers). crun's server "
@@ -101,6 +102,12 @@ REASONS = [
      "until the phase is read, 3 alternating runs at 2,000 connections (load average 11-14) "
      "gave crun-rdzvd 20.1-21.4 us/op and PyTorch's server 22.9-28.4, and the crun protocol's "
      "wait fell from 25 to 11-16 us/op."),
+    ("tcpstore", r"^add, 8 clients",
+     "within the spread, and won on a quieter machine: the 22:30 run of 2026-11-27 ran beside "
+     "the full test suite; `bench/tcpstore/run BUILD --seconds 1 --clients 8 --barriers 10 "
+     "--repeat 3` right after (load average 4-6) read crun 16,215, 19,814, 24,977 ops/s against "
+     "TCPStore's 13,001, 14,136, 15,881 (median 1.40x), and at 22:10 (load 1.3-4.4) 34,684 "
+     "against 27,798 (1.25x)."),
     ("tcpstore", r"^barrier, 8 clients",
      "within the spread: the bench's 3 alternations on a quiet machine (load average 1.3-4.4, "
      "2026-11-27 22:12 UTC) read crun 14.8-17.1 ms against 7.4-17.2, and 3 more right after "
