@@ -62,6 +62,10 @@ def main():
         dist.all_reduce(t)
         if attempt == 0 and rank == 1:
             sys.exit(1)
+        # Torn down before exit, as PyTorch's tutorials do: left to interpreter exit, torch
+        # 1.13's gloo threads aborted a worker ("terminate called without an active
+        # exception", SIGABRT) in a CI run of 2026-11-27, the agent store having served it.
+        dist.destroy_process_group()
     else:
         store = dist.PrefixStore("/worker/attempt_%d" % attempt,
                                  dist.TCPStore(addr, port, world, False, TIMEOUT))
