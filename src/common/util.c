@@ -31,22 +31,33 @@ int util_random(void *buf, size_t n)
 	return 0;
 }
 
-long util_rss_kib(int pid)
+long util_status_field(const char *path, const char *name)
 {
-	char path[64], line[256];
+	size_t len = strlen(name);
+	char line[256];
 	long v = -1;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
 	f = fopen(path, "r");
 	if (f == NULL) {
 		return -1;
 	}
 	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1) {
+		if (strncmp(line, name, len) == 0 && line[len] == ':') {
+			if (sscanf(line + len + 1, "%ld", &v) != 1) {
+				v = -1;
+			}
 			break;
 		}
 	}
 	fclose(f);
 	return v;
+}
+
+long util_rss_kib(int pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	return util_status_field(path, "VmRSS");
 }

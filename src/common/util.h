@@ -30,6 +30,9 @@ char *crun_strdup(const char *s);
  */
 int util_random(void *buf, size_t n);
 
+/** The number after "NAME:" in a /proc status file (@path), e.g. "VmRSS" (kB) or
+ * "voluntary_ctxt_switches"; -1 when the file or the field is missing. */
+long util_status_field(const char *path, const char *name);
 /** Resident set size of process @pid in KiB (VmRSS of /proc/PID/status), or -1. */
 long util_rss_kib(int pid);
 

@@ -152,6 +152,18 @@ static void round_closes_at_once_at_max(void **state)
 	}
 }
 
+/* A handle on the run's store where counters are tickets (etcd); skips the test elsewhere. */
+static struct crun_store *tickets_store_or_skip(void)
+{
+	struct crun_store *st = run_store_open(60000);
+
+	if (!store_has_tickets(st)) {
+		crun_store_close(st);
+		test_skip();
+	}
+	return st;
+}
+
 /*
  * A node counted in that died before it published its record: on etcd a ticket with no owner
  * (rendezvous/rdzv_seats.c). The closer waits close_timeout for the record, then closes the
@@ -165,11 +177,7 @@ static void node_dead_mid_join_is_left_out_of_the_next_round(void **state)
 	int64_t v = 0;
 
 	(void)state;
-	st = run_store_open(60000);
-	if (!store_has_tickets(st)) {
-		crun_store_close(st);
-		test_skip();
-	}
+	st = tickets_store_or_skip();
 	/* The dead agent: position 1 of round 0, no record, no heartbeat. */
 	assert_int_equal(store_ticket(st, "r/0/joined", &v), 0);
 	assert_int_equal(v, 1);
@@ -200,11 +208,7 @@ static void old_agents_counter_is_named(void **state)
 	int64_t v = 0;
 
 	(void)state;
-	st = run_store_open(60000);
-	if (!store_has_tickets(st)) {
-		crun_store_close(st);
-		test_skip();
-	}
+	st = tickets_store_or_skip();
 	assert_int_equal(crun_store_add(st, "r/0/joined", ((int64_t)1 << 32) | 1, &v), 0);
 	node_init(&n, 0, 2, 2, 1);
 	node_open(&n);

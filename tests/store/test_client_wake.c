@@ -28,6 +28,7 @@
 
 #include <crun/store.h>
 
+#include "src/common/util.h"
 #include "src/common/clock.h"
 #include "tests/store/helpers.h"
 
@@ -80,22 +81,10 @@ static char task_state(pid_t tid)
 /* The times the thread went to sleep (voluntary_ctxt_switches), or -1. */
 static long sleeps(pid_t tid)
 {
-	char path[64], line[128];
-	long v = -1;
-	FILE *f;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
-	f = fopen(path, "r");
-	if (f == NULL) {
-		return -1;
-	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1) {
-			break;
-		}
-	}
-	fclose(f);
-	return v;
+	return util_status_field(path, "voluntary_ctxt_switches");
 }
 
 /* Until the waiting thread sleeps ('S'); fails after WAIT_S, saying so every PROGRESS_S. */
