@@ -5,14 +5,15 @@
  *   etcd_cost [--etcd PATH] [--requests N] [--rounds R] [--data-dir DIR]
  *
  * Starts one etcd member on 127.0.0.1 (free ports, data under DIR, default $TMPDIR or /tmp)
- * and sends it, R times, N requests of each kind a rendezvous round uses: a range of one key,
- * a ticket (client_etcd_ticket.c's transaction), a put, and compare_set's transaction. Each
- * block of N goes once through the JSON gateway, by crun's own etcd client (one keep-alive
- * connection, as an agent uses), and once over gRPC (grpc.c: one HTTP/2 connection), the
- * order alternating per round. etcd's CPU (utime + stime, /proc/PID/stat) is read before and
- * after each block. Every answer is checked. Prints, per kind and transport, the median etcd
- * CPU per request and wall time per request, and the gateway/gRPC ratio. etcd is killed by
- * PID and its data removed at the end.
+ * and sends it, R times, N requests of each kind a rendezvous round uses: a range of one key
+ * (get), a ticket (client_etcd_ticket.c's transaction), a put (set), and compare_set's
+ * transaction. Each block of N goes through crun's own etcd client twice, on two handles: one
+ * over the JSON gateway (store_etcd_gateway_only(): one keep-alive HTTP/1.1 connection, as
+ * crun spoke to etcd before gRPC) and one over gRPC (client_etcd_grpc.c: one HTTP/2
+ * connection), the same requests built by the same code, the order alternating. etcd's CPU
+ * (utime + stime, /proc/PID/stat) is read before and after each block. Every answer is
+ * checked. Prints, per kind and transport, the median etcd CPU and wall time per request, and
+ * the gateway/gRPC ratio. etcd is killed by PID and its data removed at the end.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,25 +31,23 @@
 
 #include <crun/store.h>
 
-#include "bench/etcd_cost/grpc.h"
+#include "rendezvous/store/backend.h"
 #include "rendezvous/store/store_conf.h"
 #include "src/common/clock.h"
 #include "src/common/fs.h"
 
-#define MARK "crun-ticket-v1" /* client_etcd_ticket.c's TICKET_MARK */
-#define KEY(k) "/crun/ec/" k  /* crun's etcd root + the keys below */
+#define TMO_MS 30000
 #define ROUNDS_MAX 99
 
 enum kind { K_RANGE, K_TICKET, K_PUT, K_CAS, K_N };
 static const char *const kind_name[K_N] = {"range", "ticket txn", "put", "compare_set txn"};
 
 struct ctx {
-	struct crun_store *st; /* crun's client: the JSON gateway */
-	struct grpc_conn *g;
+	struct store_backend *b[2]; /* crun's etcd client: 0 the JSON gateway, 1 gRPC */
+	const struct store_ops *ops;
 	pid_t etcd;
 	const char *data; /* etcd's data directory, removed at the end */
 	int64_t tickets; /* tickets taken so far, by either transport */
-	int64_t rev;     /* the last put's revision (gRPC) */
 };
 
 /* Per kind and transport (0: gateway, 1: gRPC), per round: etcd CPU and wall, us/request. */
@@ -100,9 +99,10 @@ static int64_t etcd_cpu_us(struct ctx *c)
 	return (int64_t)(ut + stt) * 1000000 / sysconf(_SC_CLK_TCK);
 }
 
-/* One request of @k over the gateway (crun's client), its answer checked. */
-static void one_gateway(struct ctx *c, enum kind k)
+/* One request of @k over transport @t, its answer checked. */
+static void one(struct ctx *c, enum kind k, int t)
 {
+	struct store_backend *b = c->b[t];
 	void *v = NULL;
 	size_t len = 0;
 	int64_t n = 0;
@@ -110,56 +110,25 @@ static void one_gateway(struct ctx *c, enum kind k)
 
 	switch (k) {
 	case K_RANGE:
-		rc = crun_store_get(c->st, "ec/range", &v, &len);
+		rc = c->ops->get(b, "ec/range", &v, &len, TMO_MS);
 		rc = rc == 0 && (len != 5 || memcmp(v, "value", 5) != 0) ? -EPROTO : rc;
 		break;
 	case K_TICKET:
-		rc = store_ticket(c->st, "ec/ticket", &n);
+		rc = c->ops->ticket(b, "ec/ticket", &n, TMO_MS);
 		rc = rc == 0 && n != ++c->tickets ? -EPROTO : rc;
 		break;
 	case K_PUT:
-		rc = crun_store_set(c->st, "ec/put", "p", 1);
+		rc = c->ops->set(b, "ec/put", "p", 1, 0, TMO_MS);
 		break;
 	default:
-		rc = crun_store_compare_set(c->st, "ec/cas", "A", 1, "A", 1, &v, &len);
+		rc = c->ops->compare_set(b, "ec/cas", "A", 1, "A", 1, &v, &len, TMO_MS);
 		rc = rc == 0 && (len != 1 || memcmp(v, "A", 1) != 0) ? -EPROTO : rc;
 		break;
 	}
 	free(v);
 	if (rc != 0) {
-		die(c, "%s", rc == -EPROTO ? "the gateway's answer is not what was stored"
-					   : crun_store_last_error(c->st));
-	}
-}
-
-/* One request of @k over gRPC, its answer checked. */
-static void one_grpc(struct ctx *c, enum kind k)
-{
-	char err[512];
-	int64_t n = 0;
-	int rc;
-
-	switch (k) {
-	case K_RANGE:
-		rc = grpc_range(c->g, KEY("range"), "value", err, sizeof(err));
-		break;
-	case K_TICKET:
-		rc = grpc_ticket(c->g, KEY("ticket"), MARK, &n, err, sizeof(err));
-		if (rc == 0 && n != ++c->tickets) {
-			snprintf(err, sizeof(err), "ticket %lld taken, %lld expected", (long long)n,
-				 (long long)c->tickets);
-			rc = -1;
-		}
-		break;
-	case K_PUT:
-		rc = grpc_put(c->g, KEY("put"), "p", &c->rev, err, sizeof(err));
-		break;
-	default:
-		rc = grpc_cas(c->g, KEY("cas"), "A", "A", err, sizeof(err));
-		break;
-	}
-	if (rc != 0) {
-		die(c, "gRPC: %s", err);
+		die(c, "%s over %s: %s", kind_name[k], t == 0 ? "the gateway" : "gRPC",
+		    rc == -EPROTO ? "the answer is not what was stored" : c->ops->last_error(b));
 	}
 }
 
@@ -169,11 +138,7 @@ static void block(struct ctx *c, enum kind k, int t, int round, int n)
 	int i;
 
 	for (i = 0; i < n; i++) {
-		if (t == 0) {
-			one_gateway(c, k);
-		} else {
-			one_grpc(c, k);
-		}
+		one(c, k, t);
 	}
 	t1 = crun_now_ns();
 	cpu1 = etcd_cpu_us(c);
@@ -202,7 +167,7 @@ static void report(int rounds, int n)
 	double g, r, sum[2] = {0, 0};
 	int k;
 
-	printf("| kind | gateway: etcd CPU us/req | gRPC: etcd CPU us/req | CPU ratio "
+	printf("| kind (crun's etcd client) | gateway: etcd CPU us/req | gRPC: etcd CPU us/req | CPU ratio "
 	       "gateway/gRPC | gateway: wall us/req | gRPC: wall us/req |\n");
 	printf("|---|---|---|---|---|---|\n");
 	for (k = 0; k < K_N; k++) {
@@ -283,15 +248,36 @@ static void log_tail(const char *data)
 	}
 }
 
+/* crun's etcd client on @ep, waiting for etcd up to 30 s. */
+static struct store_backend *open_backend(struct ctx *c, const char *ep, const char *data)
+{
+	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct store_backend *b = NULL;
+	struct crun_diag d = {0};
+	struct store_conf conf;
+
+	o.endpoint = ep;
+	o.connect_timeout_ms = TMO_MS;
+	o.timeout_ms = TMO_MS;
+	if (store_conf_from_opts(&conf, &o) < 0) {
+		die(c, "%s", "out of memory");
+	}
+	if (store_etcd_open(&conf, &b, &c->ops, &d) != 0) {
+		log_tail(data);
+		die(c, "crun's etcd client: %s", d.msg);
+	}
+	store_conf_finish(&conf);
+	return b;
+}
+
 /*
- * Start etcd on free ports with its data under @data, open crun's client on it (which waits
- * for it, up to 30 s, and says so) and the gRPC connection, and store what the blocks read.
+ * Start etcd on free ports with its data under @data, open crun's client on it twice (the
+ * first open waits for etcd, up to 30 s, and says so), and store what the blocks read.
  */
 static void start_etcd(struct ctx *c, const char *etcd, const char *data)
 {
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
 	int cport = free_port(), pport = free_port();
-	char ep[64], hostport[32], err[512];
+	char ep[64];
 	int64_t n = 0;
 
 	if (cport < 0 || pport < 0 || cport == pport) {
@@ -304,27 +290,18 @@ static void start_etcd(struct ctx *c, const char *etcd, const char *data)
 	if (c->etcd == 0) {
 		exec_etcd(etcd, data, cport, pport);
 	}
-	snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", cport);
-	snprintf(ep, sizeof(ep), "etcd://%s", hostport);
+	snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d", cport);
 	fprintf(stderr, "etcd_cost: waiting up to 30 s for etcd (pid %d, %s, log %s/etcd.log)\n",
 		(int)c->etcd, ep, data);
-	o.endpoint = ep;
-	o.connect_timeout_ms = 30000;
-	o.timeout_ms = 30000;
-	if (crun_store_open(&o, &c->st, err, sizeof(err)) != 0) {
-		log_tail(data);
-		die(c, "crun's etcd client: %s", err);
-	}
-	if (crun_store_set(c->st, "ec/range", "value", 5) != 0 ||
-	    crun_store_set(c->st, "ec/cas", "A", 1) != 0 || store_ticket(c->st, "ec/ticket", &n) != 0) {
-		die(c, "setting up the keys: %s", crun_store_last_error(c->st));
+	c->b[0] = open_backend(c, ep, data);
+	store_etcd_gateway_only(c->b[0]);
+	c->b[1] = open_backend(c, ep, data);
+	if (c->ops->set(c->b[0], "ec/range", "value", 5, 0, TMO_MS) != 0 ||
+	    c->ops->set(c->b[0], "ec/cas", "A", 1, 0, TMO_MS) != 0 ||
+	    c->ops->ticket(c->b[0], "ec/ticket", &n, TMO_MS) != 0) {
+		die(c, "setting up the keys: %s", c->ops->last_error(c->b[0]));
 	}
 	c->tickets = n;
-	c->g = grpc_open(hostport, err, sizeof(err));
-	/* The gateway's key is gRPC's: crun's root and the key, read back over gRPC. */
-	if (c->g == NULL || grpc_range(c->g, KEY("range"), "value", err, sizeof(err)) != 0) {
-		die(c, "gRPC: %s", err);
-	}
 }
 
 int main(int argc, char **argv)
@@ -367,8 +344,8 @@ int main(int argc, char **argv)
 		}
 	}
 	report(rounds, n);
-	grpc_close(c.g);
-	crun_store_close(c.st);
+	c.ops->close(c.b[0]);
+	c.ops->close(c.b[1]);
 	kill(c.etcd, SIGKILL);
 	waitpid(c.etcd, NULL, 0);
 	fs_rm_rf(data);

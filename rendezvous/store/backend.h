@@ -121,5 +121,10 @@ const char *store_tcp_last_error(const struct store_backend *b);
 const char *store_file_last_error(const struct store_backend *b);
 /** client_etcd.c: the same for an etcd handle ("store etcd://...: OP: why"). */
 const char *store_etcd_last_error(const struct store_backend *b);
+/**
+ * Send every later call of @b (an etcd handle) through etcd's JSON gateway, as a build
+ * without gRPC does (client_etcd_grpc.c): bench/etcd_cost measures the two side by side.
+ */
+void store_etcd_gateway_only(struct store_backend *b);
 
 #endif

@@ -67,6 +67,9 @@ enum outcome {
  * many times in a row is the member refusing this client.
  */
 #define TLS_DROPS_MAX 3
+/* The largest request sent over gRPC (etcd_call()); well under etcd's default
+ * --max-request-bytes (1.5 MiB), far over a rendezvous request (under 1 KiB). */
+#define GRPC_MAX_BODY (256u << 10)
 
 struct etcd_stream {
 	json_tokener *tok;
@@ -211,7 +214,11 @@ static int set_headers(struct store_backend *b)
 	b->hdrs = h;
 	cu->easy_setopt(b->curl, CURLOPT_HTTPHEADER, h);
 	cu->easy_setopt(b->scurl, CURLOPT_HTTPHEADER, h);
+#ifdef CRUN_ETCD_GRPC
+	return b->gcurl != NULL ? etcd_grpc_headers(b) : 0;
+#else
 	return 0;
+#endif
 }
 
 /*
@@ -293,6 +300,17 @@ int etcd_http_init(struct store_backend *b)
 	if (b->share == NULL || b->curl == NULL || b->scurl == NULL) {
 		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
 	}
+#ifdef CRUN_ETCD_GRPC
+	/* The KV calls to http:// members: gRPC over HTTP/2 (client_etcd_grpc.c). One cached
+	 * connection: a call to another member closes the last one's (see grpc_version()). */
+	b->gcurl = easy(b);
+	if (b->gcurl == NULL) {
+		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
+	}
+	cu->easy_setopt(b->gcurl, CURLOPT_MAXCONNECTS, 1L);
+	cu->easy_setopt(b->gcurl, CURLOPT_HEADERFUNCTION, etcd_grpc_on_header);
+	cu->easy_setopt(b->gcurl, CURLOPT_HEADERDATA, b);
+#endif
 	if (set_headers(b) < 0) {
 		return etcd_fail(b, -ENOMEM, "out of memory");
 	}
@@ -306,15 +324,27 @@ void etcd_http_finish(struct store_backend *b)
 	if (cu != NULL) { /* NULL: libcurl could not be loaded, so nothing of it was made */
 		cu->easy_cleanup(b->curl);
 		cu->easy_cleanup(b->scurl);
+		if (b->gcurl != NULL) {
+			cu->easy_cleanup(b->gcurl);
+		}
+		cu->slist_free_all(b->ghdrs);
 		if (b->share != NULL) {
 			cu->share_cleanup(b->share);
 		}
 		cu->slist_free_all(b->hdrs);
 	}
-	b->curl = b->scurl = b->share = b->hdrs = NULL;
+	b->curl = b->scurl = b->share = b->hdrs = b->gcurl = b->ghdrs = NULL;
 	free(b->rx);
 	b->rx = NULL;
 	b->rx_len = b->rx_cap = 0;
+}
+
+void store_etcd_gateway_only(struct store_backend *b)
+{
+	if (b->gcurl != NULL) {
+		b->cu->easy_cleanup(b->gcurl);
+		b->gcurl = NULL;
+	}
 }
 
 /* ---- errors ---- */
@@ -472,7 +502,8 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 			    int conn_ms, bool *amb, struct json_object **reply, int *rc)
 {
 	const struct curl_lib *cu = b->cu;
-	CURL *c = b->stream != NULL ? b->scurl : b->curl;
+	bool grpc = b->gmethod != NULL && b->stream == NULL && !ep->tls; /* https: the gateway */
+	CURL *c = b->stream != NULL ? b->scurl : grpc ? b->gcurl : b->curl;
 	char url[400];
 	struct json_object *o;
 	json_tokener *tok;
@@ -483,6 +514,14 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 
 	*reply = NULL;
 	snprintf(url, sizeof(url), "%s%s", ep->url, path);
+#ifdef CRUN_ETCD_GRPC
+	if (grpc) {
+		snprintf(url, sizeof(url), "%s/etcdserverpb.KV/%s", ep->url, b->gmethod);
+		body = b->gbody;
+		blen = b->gblen;
+		etcd_grpc_prepare(b, c, ep);
+	}
+#endif
 	cu->easy_setopt(c, CURLOPT_URL, url);
 	cu->easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	cu->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
@@ -503,6 +542,14 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	}
 	/* Sent twice: the first may have been applied, whatever the second's answer. */
 	*amb = *amb || b->sends > 1;
+	if (grpc && cc != CURLE_OK) {
+		b->gep = NULL;
+		if (b->gstatus > 0) {
+			/* etcd refused the call and reset its stream (a request over gRPC's
+			 * size limit, refused before it was all sent): its status says why. */
+			return answer_error(b, op, b->gstatus, b->gmsg, amb, rc);
+		}
+	}
 
 	if (b->stream != NULL && b->stream->rc != 0) {
 		*rc = b->stream->rc; /* the callback stopped it, or failed */
@@ -539,6 +586,8 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
+	case CURLE_HTTP2:        /* gRPC: the connection failed */
+	case CURLE_HTTP2_STREAM: /* gRPC: the call's stream was reset */
 		if (cc != CURLE_OPERATION_TIMEDOUT && tls_alert(b->errbuf)) {
 			/* The member refused this client during or right after the handshake. */
 			*rc = tls_fail(b, op, ep, b->errbuf);
@@ -584,6 +633,17 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 				http);
 		return b->stream->any || http == 200 ? ATT_RETRY : ATT_FINAL;
 	}
+#ifdef CRUN_ETCD_GRPC
+	if (grpc) {
+		*rc = etcd_grpc_answer(b, c, op, ep, http, reply);
+		if (*rc == 1) {
+			return answer_error(b, op, b->gstatus, b->gmsg, amb, rc);
+		}
+		return *rc == 0				      ? ATT_OK
+		       : *rc == -ECONNRESET || *rc == -ETIMEDOUT ? ATT_RETRY
+								 : ATT_FINAL;
+	}
+#endif
 	tok = json_tokener_new();
 	if (tok == NULL) {
 		*rc = etcd_fail(b, -ENOMEM, "%s: out of memory", op);
@@ -813,8 +873,35 @@ out:
 int etcd_call(struct store_backend *b, const char *op, const char *path, struct json_object *req,
 	      struct json_object **reply, int64_t deadline)
 {
+	/* An outer call's gRPC request, while this one logs in again (reauth()). */
+	const char *method = b->gmethod;
+	char *body = b->gbody;
+	size_t blen = b->gblen;
+	int rc = 0;
+
 	*reply = NULL;
-	return run(b, op, path, req, reply, deadline, true);
+	b->gmethod = NULL;
+	b->gbody = NULL;
+#ifdef CRUN_ETCD_GRPC
+	if (b->gcurl != NULL) {
+		rc = etcd_grpc_encode(b, op, path, req, &b->gmethod, &b->gbody, &b->gblen);
+	}
+	if (rc > 0 && b->gblen > GRPC_MAX_BODY) {
+		/* etcd's gRPC server stops reading a request over its limit and libcurl 7.88.1
+		 * then waits out its timeout: a big request goes to the gateway, which names it. */
+		free(b->gbody);
+		b->gbody = NULL;
+		b->gmethod = NULL;
+	}
+#endif
+	if (rc >= 0) {
+		rc = run(b, op, path, req, reply, deadline, true);
+	}
+	free(b->gbody);
+	b->gmethod = method;
+	b->gbody = body;
+	b->gblen = blen;
+	return rc;
 }
 
 int etcd_stream(struct store_backend *b, const char *op, const char *path,

@@ -19,6 +19,8 @@
  *                        --rdzv-endpoint; always built); base64 is src/common/base64.h
  *   client_etcd_http.c   one POST with fail-over between endpoints, error mapping, auth,
  *                        streamed replies, JSON helpers
+ *   client_etcd_grpc.c   the unary KV calls to http:// members over gRPC (HTTP/2,
+ *                        etcd_kv.proto), converted from and to the same JSON (protobuf-c)
  *   client_etcd.c        the store operations
  *   client_etcd_open.c   open: endpoints, TLS files and credentials from the environment
  *   client_etcd_wait.c   consistent multi-key reads, waits on watches, history look-ups
@@ -76,6 +78,15 @@ struct store_backend {
 	int rx_err;                /* why reading it stopped: -EMSGSIZE, -ENOMEM; 0: it did not */
 	int sends;                 /* requests the transfer sent (libcurl may send one again) */
 	struct etcd_stream *stream; /* during etcd_stream() */
+	/* gRPC (client_etcd_grpc.c): the unary KV calls to http:// members */
+	void *gcurl;               /* CURL *: HTTP/2, one connection; NULL: gRPC not built */
+	void *ghdrs;               /* struct curl_slist *: its headers (gRPC metadata) */
+	const char *gmethod;       /* the call in flight: "Range", ...; NULL: the gateway */
+	char *gbody;               /* its request, prefixed */
+	size_t gblen;
+	const struct etcd_ep *gep; /* the member the last gRPC call reached; NULL: none */
+	int gstatus;               /* grpc-status of the answer; -1: none seen */
+	char gmsg[256];            /* grpc-message */
 	struct {
 		char *key;         /* the key add/append last wrote (a small value); NULL: none */
 		void *val;         /* what it wrote, */
@@ -163,6 +174,31 @@ int64_t etcd_revision(struct json_object *reply);
  * empty. Returns 0, -EPROTO (not base64) or -ENOMEM.
  */
 int etcd_jget_bytes(struct json_object *o, const char *k, void **p, size_t *n);
+
+/* ---- client_etcd_grpc.c (built with protobuf-c: CRUN_ETCD_GRPC) ---- */
+/**
+ * The gRPC request for the gateway @path's JSON @req: 1 with *@method ("Range", "Put",
+ * "DeleteRange", "Txn") and *@body (malloc'd, gRPC-prefixed, @len bytes); 0 when @path is
+ * no KV call (it stays on the gateway); < 0 with b->diag set (a member not in etcd_kv.proto).
+ */
+int etcd_grpc_encode(struct store_backend *b, const char *op, const char *path,
+		     struct json_object *req, const char **method, char **body, size_t *len);
+/** The answer (gRPC-prefixed, @len bytes) to @method as the gateway's JSON; 0 or < 0. */
+int etcd_grpc_decode(struct store_backend *b, const char *op, const char *method,
+		     const char *rx, size_t len, struct json_object **out);
+/** libcurl's header callback (headers and trailers): b->gstatus and b->gmsg. */
+size_t etcd_grpc_on_header(char *p, size_t size, size_t nmemb, void *arg);
+/** b->ghdrs for b->gcurl: content type, trailers, and the gateway's metadata. 0 or -ENOMEM. */
+int etcd_grpc_headers(struct store_backend *b);
+/** Before a call on @c (b->gcurl) to @ep: its HTTP version (libcurl 7.88.1's bug). */
+void etcd_grpc_prepare(struct store_backend *b, void *c, const struct etcd_ep *ep);
+/**
+ * After a call came back from @ep with no transport error: 0 with *@reply (the gateway's
+ * JSON); 1: etcd's error in b->gstatus and b->gmsg; -ECONNRESET (not served: retry),
+ * -ETIMEDOUT (HTTP 5xx: retry), or a final negative code; b->diag says why.
+ */
+int etcd_grpc_answer(struct store_backend *b, void *c, const char *op, const struct etcd_ep *ep,
+		     long http, struct json_object **reply);
 
 /* ---- client_etcd_wait.c ---- */
 

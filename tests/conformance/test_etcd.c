@@ -362,16 +362,22 @@ static void txn_size_limits(void **state)
 
 /*
  * A loopback proxy in front of etcd that forwards every request but, for the first @drops
- * requests whose path contains @path, closes the client's connection once etcd has answered,
- * without passing the answer on: a write that etcd applied and whose answer was lost.
+ * requests whose path contains @path (the JSON gateway's) or whose bytes contain @grpc
+ * (@glen bytes: a gRPC call's, whose path HTTP/2 compresses), closes the client's connection
+ * once etcd has answered, without passing the answer on: a write that etcd applied and whose
+ * answer was lost.
  */
 struct proxy {
 	int lfd;            /* listening */
 	int port;           /* its port */
 	int upstream;       /* etcd's client port */
 	const char *path;   /* "/v3/kv/txn" */
+	const char *grpc;   /* the same call's bytes over gRPC */
+	size_t glen;
 	int drops;          /* answers still to lose */
 	int dropped;
+	int gateway_kv;     /* requests seen to the gateway's KV paths (/v3/kv/...) */
+	int h2;             /* HTTP/2 connections seen (the client preface) */
 	volatile int stop;
 	pthread_t th;
 };
@@ -438,9 +444,15 @@ static void *proxy_main(void *arg)
 			} else {
 				k = read(from, buf, sizeof(buf));
 				end = k <= 0 || write(to, buf, (size_t)k) != k;
+				if (!end && rc) {
+					px->gateway_kv += memmem(buf, (size_t)k, "POST /v3/kv/",
+								 12) != NULL;
+					px->h2 += memmem(buf, (size_t)k, "PRI * HTTP/2.0", 14) != NULL;
+				}
 				/* curl sends the request line and headers in one write. */
 				if (!end && rc && px->drops > 0 &&
-				    memmem(buf, (size_t)k, px->path, strlen(px->path)) != NULL) {
+				    (memmem(buf, (size_t)k, px->path, strlen(px->path)) != NULL ||
+				     memmem(buf, (size_t)k, px->grpc, px->glen) != NULL)) {
 					conn[i].drop_next = true;
 				}
 			}
@@ -460,7 +472,8 @@ static void *proxy_main(void *arg)
 	return NULL;
 }
 
-static void proxy_start(struct proxy *px, int upstream, const char *path, int drops)
+static void proxy_start(struct proxy *px, int upstream, const char *path, const char *grpc,
+			size_t glen, int drops)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
@@ -468,6 +481,8 @@ static void proxy_start(struct proxy *px, int upstream, const char *path, int dr
 	memset(px, 0, sizeof(*px));
 	px->upstream = upstream;
 	px->path = path;
+	px->grpc = grpc;
+	px->glen = glen;
 	px->drops = drops;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	px->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -496,7 +511,7 @@ static void lost_answers_are_not_applied_twice(void **state)
 	const char *const ops[] = {"add", "append", "delete", "compare_set"};
 	struct crun_store *st, *direct;
 	struct proxy px;
-	char ep[128], err[512], prefix[32];
+	char ep[128], err[512], prefix[32], grpc[64];
 	void *cur = NULL;
 	size_t len;
 	int64_t n;
@@ -508,7 +523,12 @@ static void lost_answers_are_not_applied_twice(void **state)
 		assert_int_equal(open_ep(g_etcd.endpoint, prefix, 5000, 5000, &direct, err,
 					 sizeof(err)), 0);
 		assert_int_equal(crun_store_set(direct, "k", "5", 1), 0);
-		proxy_start(&px, g_etcd.port, i == 2 ? "/v3/kv/deleterange" : "/v3/kv/txn", 1);
+		/* Over gRPC: DeleteRange's key (field 1), or the key of a Txn's compare (field
+		 * 3), which a Range (field 1) does not have. */
+		snprintf(grpc, sizeof(grpc), "%c%c/crun/%sk", i == 2 ? 0x0a : 0x1a,
+			 (int)(strlen("/crun/k") + strlen(prefix)), prefix);
+		proxy_start(&px, g_etcd.port, i == 2 ? "/v3/kv/deleterange" : "/v3/kv/txn", grpc,
+			    strlen(grpc), 1);
 		snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d,127.0.0.1:%d", px.port, g_etcd.port);
 		assert_int_equal(open_ep(ep, prefix, 5000, 10000, &st, err, sizeof(err)), 0);
 		switch (i) {
@@ -539,6 +559,50 @@ static void lost_answers_are_not_applied_twice(void **state)
 		proxy_stop(&px);
 		crun_store_close(direct);
 	}
+}
+
+/*
+ * Where the client was built with gRPC (protobuf-c), its KV calls to an http:// member go
+ * over gRPC: not one reaches the JSON gateway's /v3/kv/ paths, and each answer is right.
+ */
+static void kv_calls_go_over_grpc(void **state)
+{
+#ifndef CRUN_ETCD_GRPC
+	(void)state;
+	skip();
+#else
+	struct crun_store *st;
+	struct proxy px;
+	char ep[64], err[512];
+	void *v = NULL;
+	size_t len;
+	int64_t n;
+
+	(void)state;
+	proxy_start(&px, g_etcd.port, "/never", NULL, 0, 0);
+	snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d", px.port);
+	assert_int_equal(open_ep(ep, "grpc/", 5000, 5000, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_set(st, "k", "v1", 2), 0);
+	assert_int_equal(crun_store_get(st, "k", &v, &len), 0);
+	assert_int_equal(len, 2);
+	assert_memory_equal(v, "v1", 2);
+	free(v);
+	assert_int_equal(crun_store_add(st, "n", 3, &n), 0);
+	assert_int_equal(crun_store_add(st, "n", 4, &n), 0);
+	assert_int_equal(n, 7);
+	assert_int_equal(crun_store_compare_set(st, "k", "v1", 2, "v2", 2, &v, &len), 0);
+	assert_memory_equal(v, "v2", 2);
+	free(v);
+	assert_int_equal(store_ticket(st, "t", &n), 0);
+	assert_int_equal(store_ticket(st, "t", &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(crun_store_delete(st, "k"), 0);
+	assert_int_equal(crun_store_get(st, "k", &v, &len), -ENOENT);
+	crun_store_close(st);
+	proxy_stop(&px);
+	assert_int_equal(px.gateway_kv, 0);
+	assert_true(px.h2 > 0);
+#endif
 }
 
 /* A job's keys go in one request: everything under the handle's prefix, nothing else. */
@@ -1042,6 +1106,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(txn_size_limits),
 		cmocka_unit_test(value_over_etcd_limit_is_emsgsize),
 		cmocka_unit_test(lost_answers_are_not_applied_twice),
+		cmocka_unit_test(kv_calls_go_over_grpc),
 		cmocka_unit_test(delete_prefix_removes_a_job),
 		cmocka_unit_test(forget_job_last_member_deletes),
 		cmocka_unit_test(contended_adds_land_once_with_few_transactions),
