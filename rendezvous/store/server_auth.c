@@ -93,24 +93,31 @@ static void guard_bucket(uint8_t addr[16])
 	}
 }
 
-/* The peer's failure bucket as 16 bytes (IPv4 mapped into IPv6), and its address as text. */
+/* The peer's failure bucket as 16 bytes (IPv4 mapped into IPv6), and its address as text
+ * when @text is not NULL (only a failure logs it: no formatting per handshake). */
 static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
 {
 	struct sockaddr_storage ss;
 	int n = sizeof(ss);
 
 	memset(out, 0, 16);
-	snprintf(text, len, "?");
+	if (text != NULL) {
+		snprintf(text, len, "?");
+	}
 	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return false;
 	}
 	if (ss.ss_family == AF_INET) {
 		out[10] = out[11] = 0xff;
 		memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-		uv_ip4_name((struct sockaddr_in *)&ss, text, len);
+		if (text != NULL) {
+			uv_ip4_name((struct sockaddr_in *)&ss, text, len);
+		}
 	} else if (ss.ss_family == AF_INET6) {
 		memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-		uv_ip6_name((struct sockaddr_in6 *)&ss, text, len);
+		if (text != NULL) {
+			uv_ip6_name((struct sockaddr_in6 *)&ss, text, len);
+		}
 	} else {
 		return false;
 	}
@@ -373,7 +380,7 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_FRAME, "AUTH: no HELLO asked for it");
 		return;
 	}
-	peer_addr(c, addr, text, sizeof(text));
+	peer_addr(c, addr, NULL, 0);
 	ok = a->has_cn && a->key_ok &&
 	     token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_CLIENT, want) == 0 &&
 	     token_equal(want, r->proof.p, TOKEN_KEY_LEN);
@@ -386,6 +393,7 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 		c->failing = true; /* discard whatever else it sends meanwhile */
 	}
 	if (!ok) {
+		peer_addr(c, addr, text, sizeof(text));
 		guard_fail(s, addr, text, a->has_cn ? "token mismatch" : "no credential");
 	}
 	if (c->tarpit_until != 0) {
