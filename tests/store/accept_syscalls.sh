@@ -4,8 +4,9 @@
 # bench/notes/scale.md). Under strace, 200 authenticated connections (bench/scale_load: connect,
 # HELLO/AUTH, add, wait) cost the server no setsockopt: accepted sockets inherit TCP_NODELAY and
 # keepalive (60 s idle, 1 s apart, 10 probes) from the listener, which the server checks once
-# on the first one (its getsockopt answers are the kernel's); at most one getpeername each; and
-# HELLO nonces come from a getrandom pool, not one call per handshake. Skipped without strace.
+# on the first one (its getsockopt answers are the kernel's), and an accepted socket's keepalive
+# timer runs (ss); at most one getpeername each; and HELLO nonces come from a getrandom pool,
+# not one call per handshake. Skipped without strace.
 set -u
 BUILD=${CRUN_BUILD_DIR:?}
 SRC=${CRUN_SOURCE_DIR:?}
@@ -60,4 +61,16 @@ grep -q 'getsockopt([0-9]*, SOL_TCP, TCP_NODELAY, \[1\]' "$T/trace" ||
 	fail "no accepted socket was seen with TCP_NODELAY set (checked once, on the first)"
 grep -q 'getsockopt([0-9]*, SOL_TCP, TCP_KEEPIDLE, \[60\]' "$T/trace" ||
 	fail "no accepted socket was seen with a 60 s keepalive idle time"
+
+# The kernel's view of an accepted socket: its keepalive timer runs (inherited, not set).
+if command -v ss >/dev/null; then
+	note "an accepted socket's keepalive timer runs"
+	port=${ENDPOINT##*:}
+	exec 3<>"/dev/tcp/127.0.0.1/$port" || fail "connecting to $ENDPOINT"
+	has_keepalive() {
+		ss -tno state established "( sport = :$port )" | grep -q 'timer:(keepalive'
+	}
+	wait_for 20 has_keepalive
+	exec 3>&-
+fi
 echo "OK"
