@@ -43,6 +43,7 @@ void srv_server_unref(struct store_server *s)
 	free(s->ts_refusal);
 	srv_auth_guard_free(s);
 	srv_tls_finish(s);
+	explicit_bzero(s->nonce_pool, sizeof(s->nonce_pool)); /* nonces not handed out yet */
 	free(s);
 }
 
