@@ -91,9 +91,11 @@ REASONS = [
      "with torch imported that starts at about 226 MB, and the few bytes it adds per "
      "connection land in memory it already holds; crun-rdzvd starts at 2.4-2.5 MB and adds "
      "820 (TCPStore protocol) to 1,077 (crun's, authenticated) bytes per connection "
-     "(`bench/store/scale build --quick`, 2026-11-27, load average 11.5). Its total RSS, the "
-     "rows above, is 50-80x crun's at 500-2,000 connections; the two lines cross only past "
-     "about 300,000 connections."),
+     "(`bench/store/scale build --quick`, 2026-11-27, load average 11.5; at 17,000 "
+     "connections on 2026-11-28, 881 and 1,137, 32 of them the TCP peer's address the server "
+     "now keeps instead of asking the kernel three times: bench/notes/scale.md). Its total "
+     "RSS, the rows above, is 50-80x crun's at 500-2,000 connections; the two lines cross "
+     "only past about 300,000 connections."),
     ("scale", r"^wait, server CPU/op",
      "a tie within the run-to-run spread: crun-rdzvd answers a WAIT whose key is set with "
      "one read and one write (`strace -c -f`, 2,000 connections). Until 2026-11-27 the bench let a process close its connections as soon "

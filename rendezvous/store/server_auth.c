@@ -93,24 +93,31 @@ static void guard_bucket(uint8_t addr[16])
 	}
 }
 
-/* The peer's failure bucket as 16 bytes (IPv4 mapped into IPv6), and its address as text. */
+/* The peer's failure bucket as 16 bytes (IPv4 mapped into IPv6), and its address as text
+ * when @text is not NULL (only a failure logs it: no formatting per handshake). */
 static bool peer_addr(struct conn *c, uint8_t out[16], char *text, size_t len)
 {
 	struct sockaddr_storage ss;
 	int n = sizeof(ss);
 
 	memset(out, 0, 16);
-	snprintf(text, len, "?");
+	if (text != NULL) {
+		snprintf(text, len, "?");
+	}
 	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return false;
 	}
 	if (ss.ss_family == AF_INET) {
 		out[10] = out[11] = 0xff;
 		memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-		uv_ip4_name((struct sockaddr_in *)&ss, text, len);
+		if (text != NULL) {
+			uv_ip4_name((struct sockaddr_in *)&ss, text, len);
+		}
 	} else if (ss.ss_family == AF_INET6) {
 		memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-		uv_ip6_name((struct sockaddr_in6 *)&ss, text, len);
+		if (text != NULL) {
+			uv_ip6_name((struct sockaddr_in6 *)&ss, text, len);
+		}
 	} else {
 		return false;
 	}
@@ -203,6 +210,28 @@ static bool guard_delayed(struct store_server *s, const uint8_t addr[16])
 	return g != NULL && g->credit_ms < GUARD_REFILL_MS;
 }
 
+/*
+ * A fresh server nonce: the next TOKEN_NONCE_LEN bytes of a pool filled by getrandom(2), one
+ * system call per 128 handshakes rather than one each. The bytes are the kernel's as before;
+ * each is handed out once and wiped from the pool.
+ */
+static int server_nonce(struct store_server *s, uint8_t sn[TOKEN_NONCE_LEN])
+{
+	size_t at;
+
+	if (s->nonce_left < TOKEN_NONCE_LEN) {
+		if (util_random(s->nonce_pool, sizeof(s->nonce_pool)) < 0) {
+			return -EIO;
+		}
+		s->nonce_left = sizeof(s->nonce_pool);
+	}
+	at = sizeof(s->nonce_pool) - s->nonce_left;
+	memcpy(sn, s->nonce_pool + at, TOKEN_NONCE_LEN);
+	explicit_bzero(s->nonce_pool + at, TOKEN_NONCE_LEN);
+	s->nonce_left -= TOKEN_NONCE_LEN;
+	return 0;
+}
+
 static void hello_reply(struct conn *c, const struct wire_req *r, uint16_t auth,
 			const uint8_t *sn)
 {
@@ -274,7 +303,7 @@ void srv_auth_hello(struct conn *c, const struct wire_req *r)
 		hello_reply(c, r, WIRE_AUTH_NONE, NULL);
 		return;
 	}
-	if (util_random(a->sn, sizeof(a->sn)) < 0) {
+	if (server_nonce(s, a->sn) < 0) {
 		srv_conn_fail(c, r->op, r->id, WIRE_E_NO_MEMORY, "HELLO: no random bytes");
 		return;
 	}
@@ -351,7 +380,7 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 		srv_conn_fail(c, r->op, r->id, WIRE_E_BAD_FRAME, "AUTH: no HELLO asked for it");
 		return;
 	}
-	peer_addr(c, addr, text, sizeof(text));
+	peer_addr(c, addr, NULL, 0);
 	ok = a->has_cn && a->key_ok &&
 	     token_proof(a->key, a->sn, a->cn, TOKEN_ROLE_CLIENT, want) == 0 &&
 	     token_equal(want, r->proof.p, TOKEN_KEY_LEN);
@@ -364,6 +393,7 @@ void srv_auth_proof(struct conn *c, const struct wire_req *r)
 		c->failing = true; /* discard whatever else it sends meanwhile */
 	}
 	if (!ok) {
+		peer_addr(c, addr, text, sizeof(text));
 		guard_fail(s, addr, text, a->has_cn ? "token mismatch" : "no credential");
 	}
 	if (c->tarpit_until != 0) {

@@ -12,7 +12,6 @@
 #include "src/common/net.h"
 
 #define DRAIN_TIMEOUT_MS 2000
-#define KEEPALIVE_S 60
 #define OUT_HIGH_WATER (8u << 20) /* stop reading a peer that does not read its replies */
 #define OUT_LOW_WATER (1u << 20)
 #define KEEP_OUT_CAP 4096         /* a reply buffer larger than this is freed once written */
@@ -52,7 +51,7 @@ void srv_conn_peer(struct conn *c, char *buf, size_t len)
 		srv_unix_peer(c, buf, len);
 		return;
 	}
-	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0) {
+	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return;
 	}
 	net_format_sockaddr((struct sockaddr *)&ss, buf, len);
@@ -574,9 +573,7 @@ void srv_on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	if (!srv_conn_is_unix(c)) {
-		uv_tcp_nodelay(&c->tcp, 1);
-		/* A peer host that vanishes holding a wait is found by keepalive, not idleness. */
-		uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
+		srv_accepted_sockopts(c);
 	}
 	if (s->closing) {
 		srv_conn_close(c);

@@ -12,6 +12,7 @@
 #define CRUN_RENDEZVOUS_STORE_SERVER_INTERNAL_H
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -116,6 +117,9 @@ int srv_metrics_start(struct store_server *s, const char *listen_addr, struct cr
 void srv_metrics_close(struct store_server *s, uv_close_cb on_closed);
 /** Bind and listen on "ADDR:PORT" (what: "store", "metrics" for messages). 0 or -errno. */
 int srv_bind_socket(const char *addr, const char *what, int *fd_out, struct crun_diag *d);
+/* A TCP connection just accepted: its socket options (no Nagle delay, keepalive), from the
+ * listener where the kernel copies them (server.c). */
+void srv_accepted_sockopts(struct conn *c);
 
 /* One peer address: its connection count and its log rate limiter. */
 struct peer {
@@ -183,6 +187,8 @@ struct conn {
 	uint8_t proto;            /* enum ts_proto: unknown until the first bytes tell */
 	uint8_t npeek;            /* first bytes held while they do not tell yet */
 	uint8_t peek[4];
+	uint8_t peer_len;         /* bytes of peer_sa; 0: not asked yet (srv_conn_peername) */
+	struct sockaddr_in6 peer_sa; /* a TCP peer's address (an IPv4 one fits), asked once */
 };
 
 struct wreq {
@@ -206,6 +212,10 @@ struct store_server {
 	char *token;
 	size_t token_len;
 	struct srv_guard *guard;  /* failed handshakes per source (server_auth.c); NULL: none yet */
+	uint8_t nonce_pool[4096]; /* getrandom(2) bytes for HELLO nonces (server_auth.c) */
+	uint16_t nonce_left;      /* unused bytes at the pool's end */
+	int8_t sockopts;          /* accepted TCP sockets: 0 unchecked, 1 inherit the listener's
+				   * options, -1 get them set one by one (server.c) */
 	struct ssl_ctx_st *tls_ctx; /* NULL: plain TCP (server_tls.c) */
 	uint8_t *tls_plain;       /* decrypted input, READ_BUF_LEN bytes, for one read at a time */
 	int max_connections;

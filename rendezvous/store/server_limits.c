@@ -134,7 +134,8 @@ void srv_limits_finish(struct store_server *s)
 	htab_finish(&s->peers);
 }
 
-/* The peer's address bytes (4 or 16) and its printable form; false when unknown. */
+/* The peer's address bytes (4 or 16) and, when @name is not NULL, its printable form; false
+ * when unknown. */
 static bool peer_key(struct conn *c, uint8_t *key, uint8_t *klen, char *name, size_t namelen)
 {
 	struct sockaddr_storage ss;
@@ -153,6 +154,9 @@ static bool peer_key(struct conn *c, uint8_t *key, uint8_t *klen, char *name, si
 	} else {
 		return false;
 	}
+	if (name == NULL) {
+		return true;
+	}
 	net_format_sockaddr((struct sockaddr *)&ss, name, namelen);
 	colon = strrchr(name, ':'); /* "ADDR:PORT" or "[V6]:PORT": keep the address */
 	if (colon != NULL) {
@@ -170,7 +174,7 @@ bool srv_peer_attach(struct conn *c)
 	uint8_t key[16], klen = 0;
 	uint64_t h;
 
-	if (!peer_key(c, key, &klen, name, sizeof(name))) {
+	if (!peer_key(c, key, &klen, NULL, 0)) {
 		return true;
 	}
 	h = htab_hash(key, klen, &s->ks.seed);
@@ -189,6 +193,10 @@ bool srv_peer_attach(struct conn *c)
 		}
 		p->alen = klen;
 		memcpy(p->addr, key, klen);
+		/* A new peer's name, formatted once (the peer address is cached: it cannot fail). */
+		if (!peer_key(c, key, &klen, name, sizeof(name))) {
+			snprintf(name, sizeof(name), "?");
+		}
 		snprintf(p->name, sizeof(p->name), "%s", name);
 		htab_insert(&s->peers, &p->node, h);
 	}

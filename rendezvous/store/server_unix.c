@@ -253,9 +253,24 @@ void srv_unix_close(struct store_server *s, uv_close_cb on_closed)
 int srv_conn_peername(struct conn *c, struct sockaddr_storage *ss, int *n)
 {
 	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	int len = sizeof(c->peer_sa), rc;
 
 	if (!srv_conn_is_unix(c)) {
-		return uv_tcp_getpeername(&c->tcp, (struct sockaddr *)ss, n);
+		/* Asked once: the limits, the pre-auth quotas and the handshake guard all key on
+		 * it, and it does not change while the connection lives. */
+		if (c->peer_len == 0) {
+			rc = uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer_sa, &len);
+			if (rc != 0) {
+				return rc;
+			}
+			c->peer_len = (uint8_t)len;
+		}
+		if (*n < (int)c->peer_len) {
+			return UV_EINVAL;
+		}
+		memcpy(ss, &c->peer_sa, c->peer_len);
+		*n = c->peer_len;
+		return 0;
 	}
 	memset(ss, 0, sizeof(*ss));
 	in->sin_family = AF_INET;
