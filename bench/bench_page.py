@@ -36,8 +36,14 @@ REASONS = [
      "sets, 3 alternations, load 1.3-1.6: crun-rdzvd woke 0.47, 0.71, 0.61 times a set "
      "(45,345, 39,149, 41,648 ops/s), PyTorch's server 0.02, 0.67, 0.42 (67,326, 41,625, "
      "49,605), so the faster crun's server empties its socket the sooner it sleeps and the more "
-     "often it is woken. Not fixed: lingering before sleeping (busy polling a busy "
-     "connection) is the candidate, at a CPU cost on 2 cores not yet measured."),
+     "often it is woken. Since 2026-11-28 the server polls 50 us before it sleeps "
+     "(`--busy-poll`, yielding the CPU each pass): its sleeps fall from 15,000-24,000 to "
+     "100-5,000 a run and set 8 rose 45,322 -> 55,398 ops/s (load 2-2.7) and 21,177 -> 28,763 "
+     "(load 7-14), still short of PyTorch's 128,132 and 46,805. What is left is the client's: "
+     "`perf stat` of 8 clients, 36.9 us of client CPU a set against crun's server, 21.6-23.9 "
+     "against PyTorch's, the same 5 sendto a set, and `perf record` shows 5x the loopback "
+     "receive path in the clients against crun's server (tcp_v4_rcv 0.53% against 0.10%): "
+     "their sends leave as more, smaller segments (bench/notes/tcpstore.md)."),
     ("tcpstore", r"^(add|barrier), 1 clients",
      "one request in flight, so the row is two loopback wake-ups per request, paid alike by "
      "both servers (PyTorch's client sends the command byte alone, then the rest, so either "

@@ -8,8 +8,13 @@
  * brought requests, the loop polls without blocking (an active idle handle: epoll_wait with a
  * zero timeout) for opts->busy_poll_us more; every read in that window extends it. With no
  * input the handle is stopped and the loop blocks as before: an idle server, and one whose
- * connections are idle, spend no CPU on it.
+ * connections are idle, spend no CPU on it. Each pass of the window yields the CPU
+ * (sched_yield): on a host with fewer cores than runnable processes a polling server would
+ * otherwise take the time its clients need (bench/notes/tcpstore.md: without the yield,
+ * 8 PyTorch clients' sets on 2 cores gained less, and 1 client's sets little).
  */
+#include <sched.h>
+
 #include <uv.h>
 
 #include "rendezvous/store/server_internal.h"
@@ -20,6 +25,8 @@ static void on_poll(uv_idle_t *h)
 
 	if (uv_hrtime() >= s->poll_until) {
 		uv_idle_stop(h);
+	} else {
+		sched_yield(); /* a runnable client on this CPU goes first */
 	}
 }
 
