@@ -39,7 +39,7 @@ _Static_assert(STORE_DEFAULT_MAX_CONNECTIONS == 65536 && STORE_NOFILE_PERCENT ==
 		       STORE_DEFAULT_UNTIMED_WAITS == 65536 && CRUN_STORE_MAX_VALUE_LEN == 16777216 &&
 		       STORE_DATA_KEY_BYTES == 256 && STORE_SCOPE_SHARE == 4 &&
 		       STORE_DEFAULT_TS_MAX_DATA == 160u << 20 && STORE_DEFAULT_TS_MAX_KEYS == 65536 &&
-		       STORE_DEFAULT_BUSY_POLL_US == 50,
+		       STORE_DEFAULT_BUSY_POLL_US == 0,
 	       "crun-rdzvd --help states other defaults");
 
 enum rdzvd_opt {
@@ -121,8 +121,8 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 			     "drop a peer whose frame is not complete SEC seconds after its first "
 			     "byte (default 30)", NULL},
 	[R_BUSY_POLL] = {"busy-poll", 0, true, false, "USEC",
-			 "after a read, poll USEC microseconds more before sleeping (default 50; "
-			 "0: never)", NULL},
+			 "after a read, poll USEC microseconds more before sleeping (default 0: "
+			 "never)", NULL},
 	[R_UNTIMED] = {"max-untimed-waits", 0, true, false, "N",
 		       "waits without a deadline per connection (default 256)", NULL},
 	[R_UNTIMED_TOTAL] = {"max-untimed-waits-total", 0, true, false, "N",

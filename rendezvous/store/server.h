@@ -26,7 +26,7 @@ struct store_server;
 #define STORE_DEFAULT_UNTIMED_WAITS_PER_CONN 256 /* waits without a deadline, per connection */
 #define STORE_DEFAULT_UNTIMED_WAITS 65536     /* waits without a deadline, whole server */
 #define STORE_LIMIT_LOG_INTERVAL_MS 10000     /* one log line per limit and source per this */
-#define STORE_DEFAULT_BUSY_POLL_US 50       /* poll this long after input before sleeping */
+#define STORE_DEFAULT_BUSY_POLL_US 0        /* poll this long after input before sleeping */
 #define STORE_TCPSTORE_MAX_PREFIX 256         /* bytes of the TCPStore clients' key prefix */
 /*
  * Connections that have not authenticated (docs/security.md, "Before authentication"): a

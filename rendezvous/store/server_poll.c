@@ -10,8 +10,8 @@
  * input the handle is stopped and the loop blocks as before: an idle server, and one whose
  * connections are idle, spend no CPU on it. Each pass of the window yields the CPU
  * (sched_yield): on a host with fewer cores than runnable processes a polling server would
- * otherwise take the time its clients need (bench/notes/tcpstore.md: without the yield,
- * 8 PyTorch clients' sets on 2 cores gained less, and 1 client's sets little).
+ * otherwise take the time its clients need. Off by default (STORE_DEFAULT_BUSY_POLL_US): on
+ * a 2-core host it lost bench/tcpstore's set rows even so (bench/notes/tcpstore.md).
  */
 #include <sched.h>
 
