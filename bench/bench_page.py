@@ -130,7 +130,9 @@ REASONS = [
      "(`strace -c`: accept4, 5 setsockopt (no delay, keepalive), 2 getpeername, 2 epoll_ctl, "
      "2 read, a write, a close) and reads every request of a wake-up (49 epoll_waits for 200 "
      "connections). 3 alternations at load 2.2: crun 60.6, 83.4, 103.1 ms, TCPStore 54.6, "
-     "58.8, 231.1."),
+     "58.8, 231.1. Polling 50 us before sleeping (`--busy-poll 50`, 2026-11-28, 4 whole "
+     "bench runs alternating, load 1.8-2.6) cut the sleeps but not the time: 51.4 and 75.5 "
+     "ms with it, 56.9 and 64.7 without (bench/notes/tcpstore.md)."),
     ("tcpstore", r"^get, \d+ clients",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "
