@@ -36,8 +36,15 @@ REASONS = [
      "sets, 3 alternations, load 1.3-1.6: crun-rdzvd woke 0.47, 0.71, 0.61 times a set "
      "(45,345, 39,149, 41,648 ops/s), PyTorch's server 0.02, 0.67, 0.42 (67,326, 41,625, "
      "49,605), so the faster crun's server empties its socket the sooner it sleeps and the more "
-     "often it is woken. Not fixed: lingering before sleeping (busy polling a busy "
-     "connection) is the candidate, at a CPU cost on 2 cores not yet measured."),
+     "often it is woken. Polling 50 us before sleeping (crun-rdzvd `--busy-poll 50`, yielding "
+     "the CPU each pass, 2026-11-28) cut the server's sleeps from 15,000-24,000 to 100-5,000 a "
+     "run but did not win the row: in the whole bench (4 runs alternating, load 1.8-2.6) "
+     "crun's set 1 read 31,650-33,331 ops/s with it against 32,520-42,601 without, set 8 "
+     "47,414-48,457 against 55,681-58,099, so it is off by default. What is left is the client's: "
+     "`perf stat` of 8 clients, 36.9 us of client CPU a set against crun's server, 21.6-23.9 "
+     "against PyTorch's, the same 5 sendto a set, and `perf record` shows 5x the loopback "
+     "receive path in the clients against crun's server (tcp_v4_rcv 0.53% against 0.10%): "
+     "their sends leave as more, smaller segments (bench/notes/tcpstore.md)."),
     ("tcpstore", r"^(add|barrier), 1 clients",
      "one request in flight, so the row is two loopback wake-ups per request, paid alike by "
      "both servers (PyTorch's client sends the command byte alone, then the rest, so either "
@@ -125,7 +132,9 @@ REASONS = [
      "(`strace -c`: accept4, 5 setsockopt (no delay, keepalive), 2 getpeername, 2 epoll_ctl, "
      "2 read, a write, a close) and reads every request of a wake-up (49 epoll_waits for 200 "
      "connections). 3 alternations at load 2.2: crun 60.6, 83.4, 103.1 ms, TCPStore 54.6, "
-     "58.8, 231.1."),
+     "58.8, 231.1. Polling 50 us before sleeping (`--busy-poll 50`, 2026-11-28, 4 whole "
+     "bench runs alternating, load 1.8-2.6) cut the sleeps but not the time: 51.4 and 75.5 "
+     "ms with it, 56.9 and 64.7 without (bench/notes/tcpstore.md)."),
     ("tcpstore", r"^get, \d+ clients",
      "both sides run PyTorch's own client (get is WAIT then GET, two round trips) and the row "
      "is within the run-to-run spread: re-measured right after the 2026-11-27 run, 3 "

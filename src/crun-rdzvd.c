@@ -38,7 +38,8 @@ _Static_assert(STORE_DEFAULT_MAX_CONNECTIONS == 65536 && STORE_NOFILE_PERCENT ==
 		       STORE_DEFAULT_UNTIMED_WAITS_PER_CONN == 256 &&
 		       STORE_DEFAULT_UNTIMED_WAITS == 65536 && CRUN_STORE_MAX_VALUE_LEN == 16777216 &&
 		       STORE_DATA_KEY_BYTES == 256 && STORE_SCOPE_SHARE == 4 &&
-		       STORE_DEFAULT_TS_MAX_DATA == 160u << 20 && STORE_DEFAULT_TS_MAX_KEYS == 65536,
+		       STORE_DEFAULT_TS_MAX_DATA == 160u << 20 && STORE_DEFAULT_TS_MAX_KEYS == 65536 &&
+		       STORE_DEFAULT_BUSY_POLL_US == 0,
 	       "crun-rdzvd --help states other defaults");
 
 enum rdzvd_opt {
@@ -56,6 +57,7 @@ enum rdzvd_opt {
 	R_MAX_VALUE,
 	R_MAX_MEMORY,
 	R_FRAME_TIMEOUT,
+	R_BUSY_POLL,
 	R_UNTIMED,
 	R_UNTIMED_TOTAL,
 	R_MAX_WAIT,
@@ -118,6 +120,9 @@ static const struct opt rdzvd_opts[R_COUNT] = {
 	[R_FRAME_TIMEOUT] = {"frame-timeout", 0, true, false, "SEC",
 			     "drop a peer whose frame is not complete SEC seconds after its first "
 			     "byte (default 30)", NULL},
+	[R_BUSY_POLL] = {"busy-poll", 0, true, false, "USEC",
+			 "after a read, poll USEC microseconds more before sleeping (default 0: "
+			 "never)", NULL},
 	[R_UNTIMED] = {"max-untimed-waits", 0, true, false, "N",
 		       "waits without a deadline per connection (default 256)", NULL},
 	[R_UNTIMED_TOTAL] = {"max-untimed-waits-total", 0, true, false, "N",
@@ -289,6 +294,7 @@ static int take_limits(const struct opt_val *v, struct config *c, struct crun_di
 {
 	struct store_server_opts *o = &c->o;
 	long conns = 0, per = 0, idle = 0, pend = 0, vlen = 0, mem = 0, unt = 0, unt_all = 0;
+	long poll = -1;
 	int64_t frame = 0, wait = 0;
 	int rc;
 
@@ -307,7 +313,9 @@ static int take_limits(const struct opt_val *v, struct config *c, struct crun_di
 			  d)) != 0 ||
 	    (rc = seconds_val(&v[R_FRAME_TIMEOUT], INT_MAX / 1000, 1, "seconds (above 0)",
 			      &frame, d)) != 0 ||
-	    (rc = seconds_val(&v[R_MAX_WAIT], 1e9, 0, "seconds (0: no maximum)", &wait, d)) != 0) {
+	    (rc = seconds_val(&v[R_MAX_WAIT], 1e9, 0, "seconds (0: no maximum)", &wait, d)) != 0 ||
+	    (rc = int_val(&v[R_BUSY_POLL], 0, 1000000, "microseconds (an integer in 0..1000000)",
+			  &poll, d)) != 0) {
 		return rc;
 	}
 	o->max_connections = (int)conns;
@@ -320,6 +328,7 @@ static int take_limits(const struct opt_val *v, struct config *c, struct crun_di
 	o->max_untimed_waits = (int)unt_all;
 	o->frame_timeout_ms = (int)frame;
 	o->max_wait_ms = wait;
+	o->busy_poll_us = poll < 0 ? 0 : poll == 0 ? -1 : (int)poll; /* opts: 0 is the default */
 	return 0;
 }
 

@@ -277,6 +277,7 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	s->lim.max_keys = CRUN_STORE_MAX_KEYS;
 	s->refs = 1;
 	s->unix_lock = -1;
+	srv_poll_init(s, opts);
 
 	uv_tcp_init(loop, &s->listener);
 	uv_timer_init(loop, &s->ks_timer);
@@ -352,6 +353,7 @@ void store_server_close(struct store_server *s)
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
 	srv_metrics_close(s, on_server_handle_closed);
 	srv_unix_close(s, on_server_handle_closed);
+	srv_poll_close(s, on_server_handle_closed);
 	/* Every held wait gets an explicit answer, then every connection closes. */
 	for (c = s->conns; c != NULL; c = c->next) {
 		while ((w = c->waits) != NULL) {

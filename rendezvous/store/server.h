@@ -26,6 +26,7 @@ struct store_server;
 #define STORE_DEFAULT_UNTIMED_WAITS_PER_CONN 256 /* waits without a deadline, per connection */
 #define STORE_DEFAULT_UNTIMED_WAITS 65536     /* waits without a deadline, whole server */
 #define STORE_LIMIT_LOG_INTERVAL_MS 10000     /* one log line per limit and source per this */
+#define STORE_DEFAULT_BUSY_POLL_US 0        /* poll this long after input before sleeping */
 #define STORE_TCPSTORE_MAX_PREFIX 256         /* bytes of the TCPStore clients' key prefix */
 /*
  * Connections that have not authenticated (docs/security.md, "Before authentication"): a
@@ -70,6 +71,8 @@ struct store_server_opts {
 	int frame_timeout_ms;      /* a frame's last byte must come this long after its first */
 	int max_untimed_waits_per_conn; /* waits without a deadline held by one connection */
 	int max_untimed_waits;     /* waits without a deadline held by the whole server */
+	int busy_poll_us;          /* after a read, poll this long before sleeping (server_poll.c);
+				    * 0: STORE_DEFAULT_BUSY_POLL_US, < 0: never */
 	int64_t max_wait_ms;       /* the longest a wait is held (0: no maximum): the deadline
 				    * of a wait that gave none, and the cap of longer ones */
 	/* Stored data (key + value bytes, keys); 0: the default above. */

@@ -478,6 +478,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 	srv_flush(c);
 	srv_flush_all(s);
+	srv_poll_kick(s);
 }
 
 void srv_conn_input(struct conn *c, const uint8_t *p, size_t len)

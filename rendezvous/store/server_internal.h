@@ -203,6 +203,8 @@ struct store_server {
 	uv_timer_t ks_timer;      /* the keyspace's next deadline (TTL or wait) */
 	int64_t ks_armed;         /* the deadline ks_timer is set for; KS_NO_DEADLINE: none */
 	uv_timer_t sweep_timer;
+	uv_idle_t poll_idle;      /* active: poll without sleeping until poll_until (server_poll.c) */
+	uint64_t poll_until, poll_ns; /* uv_hrtime() deadline; the window, 0: never poll */
 	unsigned refs; /* open server handles + live connections + 1 until close */
 	struct conn *conns;
 	size_t nconns;
@@ -267,6 +269,14 @@ struct store_server {
 	bool unix_on;
 	char unix_path[108];      /* sizeof(sockaddr_un.sun_path) */
 };
+
+/* ---- server_poll.c: poll briefly before sleeping after a read that brought input ---- */
+
+/** From @o->busy_poll_us; the idle handle holds a reference until srv_poll_close(). */
+void srv_poll_init(struct store_server *s, const struct store_server_opts *o);
+/** Input was handled: keep the loop polling, not sleeping, for the window from now. */
+void srv_poll_kick(struct store_server *s);
+void srv_poll_close(struct store_server *s, uv_close_cb on_closed);
 
 /* ---- server_unix.c: same-host clients over an AF_UNIX socket (docs/security.md) ---- */
 
