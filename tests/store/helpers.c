@@ -203,6 +203,24 @@ long rss_kib(pid_t pid)
 	return util_rss_kib((int)pid);
 }
 
+char task_state(pid_t pid, pid_t tid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	f = fopen(path, "r");
+	if (f == NULL) {
+		return '?';
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' ? p[2] : '?';
+}
+
 int raw_connect(int port)
 {
 	struct sockaddr_in a;

@@ -31,6 +31,9 @@ int daemon_stop(struct daemon *d, int sig);
 int daemon_run(const char *const *args, char *err, size_t errlen);
 /* VmRSS of @pid in KiB, or -1. */
 long rss_kib(pid_t pid);
+/* The state letter of thread @tid of process @pid ('S': asleep; /proc/PID/task/TID/stat, after
+ * the command's ')'), or '?'. */
+char task_state(pid_t pid, pid_t tid);
 
 /* A blocking TCP connection to 127.0.0.1:@port with IO_TIMEOUT_MS send/receive timeouts. */
 int raw_connect(int port);

@@ -47,20 +47,7 @@ static long server_status(const char *name)
 /* The server's main thread's state letter ('S': asleep), or '?'. */
 static char server_state(void)
 {
-	char path[64], buf[512], *p;
-	FILE *f;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)d.pid, (int)d.pid);
-	f = fopen(path, "r");
-	if (f == NULL) {
-		return '?';
-	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	return p != NULL && p[1] == ' ' ? p[2] : '?';
+	return task_state(d.pid, d.pid);
 }
 
 /* The server's user + system CPU so far, in ms (/proc/PID/stat fields 14, 15), or -1. */

@@ -59,25 +59,6 @@ static void *waiter(void *arg)
 	return NULL;
 }
 
-/* The thread's state letter (/proc/self/task/TID/stat, after the command's ')'), or '?'. */
-static char task_state(pid_t tid)
-{
-	char path[64], buf[512], *p;
-	FILE *f;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	f = fopen(path, "r");
-	if (f == NULL) {
-		return '?';
-	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	return p != NULL && p[1] == ' ' ? p[2] : '?';
-}
-
 /* The times the thread went to sleep (voluntary_ctxt_switches), or -1. */
 static long sleeps(pid_t tid)
 {
@@ -95,12 +76,12 @@ static void until_asleep(const char *why)
 
 	for (;;) {
 		tid = __atomic_load_n(&w.tid, __ATOMIC_ACQUIRE);
-		if (tid > 0 && task_state(tid) == 'S') {
+		if (tid > 0 && task_state(getpid(), tid) == 'S') {
 			return;
 		}
 		if (crun_now_ns() - start > WAIT_S * 1000000000LL) {
 			fail_msg("the waiting thread did not sleep within %d s (%s; state %c)", WAIT_S,
-				 why, tid > 0 ? task_state(tid) : '-');
+				 why, tid > 0 ? task_state(getpid(), tid) : '-');
 		}
 		if (crun_now_ns() > next) {
 			print_message("waiting for the waiting thread to sleep (%s)\n", why);
