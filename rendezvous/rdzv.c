@@ -57,6 +57,11 @@ void rdzv_rkey(char *buf, int round, const char *fmt, ...)
 	va_end(ap);
 }
 
+void rdzv_node_key(char *buf, int round, int node)
+{
+	rdzv_rkey(buf, round, "node/%d", node);
+}
+
 int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap)
 {
 	void *v = NULL;

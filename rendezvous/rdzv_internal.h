@@ -137,6 +137,8 @@ void rdzv_describe_absent(struct rdzv *r, int R, int joined, char *out, size_t c
 
 /** Format "r/<round>/" followed by @fmt into @buf (KEY_MAX bytes). */
 void rdzv_rkey(char *buf, int round, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/** Round @round's record of node @node, "r/<round>/node/<node>", into @buf (KEY_MAX bytes). */
+void rdzv_node_key(char *buf, int round, int node);
 
 /** Get @key as a NUL-terminated string into @buf. Returns 0, -ENOENT or a store error. */
 int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap);

@@ -311,7 +311,7 @@ static int join_static(struct join *j, struct crun_diag *d)
 			return rc;
 		}
 	}
-	rdzv_rkey(key, j->R, "node/%d", j->g);
+	rdzv_node_key(key, j->R, j->g);
 	rc = rdzv_cas_str(r->st, key, rec, cur, sizeof(cur), &won);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: publish node record: %s", r->run_id,
@@ -387,7 +387,7 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 			return rc;
 		}
 	}
-	rdzv_rkey(key, j->R, "node/%d", j->g);
+	rdzv_node_key(key, j->R, j->g);
 	rc = rdzv_set_str(r->st, key, rec);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: publish node record: %s", r->run_id,

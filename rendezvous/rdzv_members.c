@@ -21,7 +21,7 @@ static int read_records(struct rdzv *r, int R, int n, void **vals, size_t *lens)
 	int i;
 
 	for (i = 0; i < n; i++) {
-		rdzv_rkey(keybuf[i], R, "node/%d", i);
+		rdzv_node_key(keybuf[i], R, i);
 		keys[i] = keybuf[i];
 		vals[i] = NULL;
 	}

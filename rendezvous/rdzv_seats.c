@@ -137,7 +137,7 @@ int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stal
 		k = n - base < m ? n - base : m;
 		for (i = 0; i < k; i++) {
 			keys[i] = kb + (size_t)i * KEY_MAX;
-			rdzv_rkey(kb + (size_t)i * KEY_MAX, R, "node/%d", base + i);
+			rdzv_node_key(kb + (size_t)i * KEY_MAX, R, base + i);
 		}
 		rc = read_batch(r, R, base, k, keys, vals, lens, wait_ms, stall_ms, d);
 		if (rc == RECORD_MISSING) {

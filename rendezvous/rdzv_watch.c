@@ -147,7 +147,7 @@ static void node_name(struct rdzv *r, struct crun_store *st, int g, char *out, s
 {
 	char key[KEY_MAX], rec[REC_MAX], addr[128] = "?", host[128] = "?";
 
-	rdzv_rkey(key, r->round, "node/%d", g);
+	rdzv_node_key(key, r->round, g);
 	if (rdzv_get_str(st, key, rec, sizeof(rec)) == 0) {
 		(void)sscanf(rec, "%*u %*u %*u %127s %127s", addr, host);
 	}
