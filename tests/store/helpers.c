@@ -77,18 +77,39 @@ static pid_t spawn(const char *const *args, const char *listen, int out_fd, int 
 
 int daemon_start(struct daemon *d, const char *const *args)
 {
+	return daemon_start_at(d, args, 0);
+}
+
+int port_hold(int *fd)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t al = sizeof(a);
+	int one = 1;
+
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(*fd >= 0);
+	assert_int_equal(setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(*fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(*fd, (struct sockaddr *)&a, &al), 0);
+	return ntohs(a.sin_port);
+}
+
+int daemon_start_at(struct daemon *d, const char *const *args, int port)
+{
 	struct pollfd p;
 	int pfd[2], rc;
 	size_t len = 0;
 	ssize_t k;
-	char host[64];
+	char host[64], listen[32];
 
 	memset(d, 0, sizeof(*d));
 	d->pidfd = -1;
 	if (pipe2(pfd, O_CLOEXEC) < 0) {
 		return -errno;
 	}
-	d->pid = spawn(args, "127.0.0.1:0", pfd[1], -1);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	d->pid = spawn(args, listen, pfd[1], -1);
 	close(pfd[1]);
 	if (d->pid < 0) {
 		close(pfd[0]);

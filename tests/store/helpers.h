@@ -24,6 +24,16 @@ struct daemon {
 /* Start crun-rdzvd ($CRUN_RDZVD) with --listen 127.0.0.1:0 and @args (NULL-terminated,
  * may be NULL); read the bound address from its stdout. Returns 0 or -errno. */
 int daemon_start(struct daemon *d, const char *const *args);
+/* The same on 127.0.0.1:@port (0: any). */
+int daemon_start_at(struct daemon *d, const char *const *args, int port);
+/*
+ * A loopback port held by a socket bound with SO_REUSEADDR but not listening (*@fd): the kernel
+ * gives it to no other process meanwhile (a daemon another test starts on port 0 included),
+ * connections to it are refused, and a store (libuv binds with SO_REUSEADDR) can still listen
+ * on it. A test that stops its daemon and then expects refused connections holds the port for
+ * the whole test, so no other test's daemon can take it and answer. The caller closes @fd.
+ */
+int port_hold(int *fd);
 /* Send @sig and wait (bounded) for the exit; returns the wait status, or -1 on timeout
  * (the daemon is then killed with SIGKILL and reaped). */
 int daemon_stop(struct daemon *d, int sig);

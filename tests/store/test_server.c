@@ -725,26 +725,6 @@ static void *open_early(void *arg)
 	return NULL;
 }
 
-/*
- * A loopback port held by a socket bound with SO_REUSEADDR but not listening (*@fd): the
- * kernel gives it to no other test meanwhile, connections are refused, and the store, which
- * binds with SO_REUSEADDR (libuv), can listen on it. The caller closes @fd when done.
- */
-static int held_port(int *fd)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t al = sizeof(a);
-	int one = 1;
-
-	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(*fd >= 0);
-	assert_int_equal(setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(*fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(*fd, (struct sockaddr *)&a, &al), 0);
-	return ntohs(a.sin_port);
-}
-
 /* A client started before its server retries with backoff and connects once it is up. */
 static void client_retries_until_server_is_up(void **state)
 {
@@ -759,7 +739,7 @@ static void client_retries_until_server_is_up(void **state)
 	int rc, hold;
 
 	(void)state;
-	l.port = held_port(&hold);
+	l.port = port_hold(&hold);
 	assert_int_equal(pthread_create(&th, NULL, open_early, &l), 0);
 	/* The client is now refused and backing off; start the server on its port. */
 	rc = store_tcp_open("127.0.0.1", l.port, NULL, 100, &c.b, &c.ops, &err);
@@ -785,10 +765,11 @@ static void reconnect_is_bounded_by_the_operation_timeout(void **state)
 	struct daemon d;
 	struct cli c;
 	int64_t t0, dt;
-	int rc, st;
+	int rc, st, hold;
 
 	(void)state;
-	assert_int_equal(daemon_start(&d, NULL), 0);
+	/* Held: once the daemon is gone, no other test's daemon may take the port and answer. */
+	assert_int_equal(daemon_start_at(&d, NULL, port_hold(&hold)), 0);
 	assert_int_equal(cli_open_at(&c, d.port, NULL, NULL, 0), 0);
 	assert_int_equal(c.ops->ping(c.b, T), 0);
 	st = daemon_stop(&d, SIGTERM);
@@ -804,6 +785,7 @@ static void reconnect_is_bounded_by_the_operation_timeout(void **state)
 		fail_msg("a 500 ms ping took %lld ms with the server down", (long long)dt);
 	}
 	cli_close(&c);
+	close(hold);
 }
 
 /*
@@ -816,10 +798,10 @@ static void reconnect_budget_is_shared_by_calls(void **state)
 	struct daemon d;
 	struct cli c;
 	int64_t t0, dt;
-	int rc, st, i;
+	int rc, st, i, hold;
 
 	(void)state;
-	assert_int_equal(daemon_start(&d, NULL), 0);
+	assert_int_equal(daemon_start_at(&d, NULL, port_hold(&hold)), 0);
 	assert_int_equal(cli_open_at(&c, d.port, NULL, NULL, 0), 0);
 	assert_int_equal(c.ops->ping(c.b, T), 0);
 	st = daemon_stop(&d, SIGKILL);
@@ -844,6 +826,7 @@ static void reconnect_budget_is_shared_by_calls(void **state)
 		}
 	}
 	cli_close(&c);
+	close(hold);
 }
 
 static void embedded_server_thread(void **state)
