@@ -17,6 +17,12 @@ HB_S=20
 CONF=last_call_timeout=1,heartbeat_timeout=$HB_S,keep_alive_interval=2
 . "$(dirname "$0")/net_pair.sh" # net_up, link_down, link_up, node
 
+# reformed: node 0 has formed a round without node 1 (its 2 workers alone).
+reformed() { grep -aq "world size 2" "$T/n0.err"; }
+
+# The time crun is answerable for is bounded: the re-formation after the heartbeat timeout, and
+# node 1's failure. The training that follows runs at the machine's pace (6x slower under ASan
+# on a loaded box than on a quiet one): it is only waited for, within the case's own limit.
 link_cut() {
 	local secs=$1 t0 ms ms1
 	export FAULT=none FAULT_PIDDIR=$T
@@ -34,9 +40,11 @@ link_cut() {
 	# Hold the cut, noting when each agent exits meanwhile.
 	END_0=""
 	END_1=""
+	REFORM=""
 	while [ $(($(now_ms) - t0)) -lt $((secs * 1000)) ]; do
 		[ -n "$END_0" ] || ! exited "$PID_0" || END_0=$(($(now_ms) - t0))
 		[ -n "$END_1" ] || ! exited "$PID_1" || END_1=$(($(now_ms) - t0))
+		[ -n "$REFORM" ] || ! reformed || REFORM=$(($(now_ms) - t0))
 		sleep 0.1
 	done
 	link_up
@@ -44,7 +52,7 @@ link_cut() {
 	if [ "$secs" -lt $HB_S ]; then
 		# Shorter than the heartbeat timeout: both nodes ride through; the job finishes
 		# without a restart or a re-formation on every rank.
-		wait_ok 90 "$PID_0" "node 0" "$T/n0.err"
+		wait_ok 140 "$PID_0" "node 0" "$T/n0.err"
 		wait_ok 30 "$PID_1" "node 1" "$T/n1.err"
 		ms=$(($(now_ms) - t0))
 		if grep -aq "restarting\|round 1" "$T/n0.err" "$T/n1.err"; then
@@ -52,22 +60,31 @@ link_cut() {
 			fail "a ${secs} s cut made the job restart or re-form"
 		fi
 		expect_digests 4 "$T/n0.out" "$T/n1.out"
-		expect_within $ms $((secs + 90)) "the job after the cut"
 		result "rode through: no restart, no new round; both exit 0 $(secs $ms) after the cut;" \
 			"4 digests agree"
 		return
 	fi
 	# Longer than the heartbeat timeout: node 1 is declared lost; node 0 (with the store)
 	# re-forms alone and finishes; node 1, back on the network, fails clearly.
-	wait_pid $((secs + 90)) "$PID_0"
+	while [ -z "$REFORM" ] && ! exited "$PID_0" &&
+		[ $(($(now_ms) - t0)) -lt $(((HB_S + 60) * 1000)) ]; do
+		reformed && REFORM=$(($(now_ms) - t0))
+		sleep 0.1
+	done
+	reformed || {
+		tail -n 30 "$T/n0.err" >&2
+		fail "node 0 did not re-form alone (no 'world size 2') $((HB_S + 60)) s after the cut"
+	}
+	# Formed at the latest when seen: when node 0 exited, if it ended before that.
+	[ -n "$REFORM" ] || REFORM=${END_0:-$(($(now_ms) - t0))}
+	expect_within "$REFORM" $((HB_S + 40)) "node 0's re-formation alone after the cut"
+	wait_pid $((200 - secs)) "$PID_0"
 	ms=${END_0:-$(($(now_ms) - t0))}
 	[ $RC -eq 0 ] || { tail -n 30 "$T/n0.err" >&2; fail "node 0 exited $RC"; }
 	expect_grep "heartbeat lapsed" "$T/n0.err" "node 0 reports node 1 lost"
-	expect_grep "world size 2" "$T/n0.err" "node 0 re-formed alone (world size 2)"
 	digests "$T/n0.out"
 	[ "$NDIG" -eq 2 ] && [ "$(echo "$DIG" | wc -w)" -eq 1 ] ||
 		fail "node 0's 2 ranks: $NDIG digests, distinct: $DIG"
-	expect_within $ms 90 "node 0's re-formed job"
 	wait_pid 90 "$PID_1"
 	ms1=${END_1:-$(($(now_ms) - t0))}
 	[ $RC -ne 0 ] || { tail -n 30 "$T/n1.err" >&2; fail "the cut-off node 1 exited 0"; }
@@ -75,8 +92,9 @@ link_cut() {
 	why=$(grep -a "error: rendezvous" "$T/n1.err" | head -n1 |
 		sed 's/.*error: rendezvous[^:]*: //; s/ (connection lost.*//' | cut -c1-90)
 	[ -n "$why" ] || fail "node 1 gave no reason"
-	result "node 1 lost (heartbeat_timeout ${HB_S} s); node 0 re-formed (world 2), exit 0" \
-		"$(secs $ms) after the cut, 2 digests agree; node 1 exit $RC after $(secs $ms1): $why"
+	result "node 1 lost (heartbeat_timeout ${HB_S} s); node 0 re-formed (world 2)" \
+		"$(secs "$REFORM") after the cut, exit 0 after $(secs $ms), 2 digests agree;" \
+		"node 1 exit $RC after $(secs $ms1): $why"
 }
 
 case ${1:?case} in
