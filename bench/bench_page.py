@@ -170,8 +170,8 @@ REASONS = [
      "1.8-5, and a run beside the test suite reads far less (0.34x at 01:54, load 8). "
      "`--busy-poll 50`, which keeps the server awake across the split, won the row in both "
      "whole-bench runs (9,731 and 11,383 against 8,208 and 9,037 ops/s) but lost others, so "
-     "it is opt-in (bench/notes/tcpstore.md). 8 clients: won in the 01:54 bench/all run. (The 100-connection "
-     "barrier's reason stood here too; it has its own entry above.)"),
+     "it is opt-in (bench/notes/tcpstore.md). 8 clients: won in the 01:54 bench/all run. "
+     "(The 100-connection barrier's reason stood here too; it has its own entry above.)"),
 ]
 
 RUNS_ALONE = ("Each benchmark ran once; the load average says how busy the machine was, and at "

@@ -26,7 +26,8 @@ python3 - "$T/out" <<'PY' || fail "the table is not what one get per client make
 import sys
 lines = open(sys.argv[1]).read().splitlines()
 head = lines[1].split()
-rows = {l.split()[0]: dict(zip(head[1:], l.split()[1:])) for l in lines[2:] if not l.startswith("#")}
+rows = {l.split()[0]: dict(zip(head[1:], l.split()[1:]))
+        for l in lines[2:] if not l.startswith("#")}
 assert set(rows) == {"crun", "TCPStore"}, rows
 for name, r in rows.items():
     assert float(r["ops_s"].replace(",", "")) > 0, (name, r)
@@ -40,7 +41,8 @@ PY
 for bad in "--op del" "--seconds 0" "--repeat x" "--frob"; do
 	# shellcheck disable=SC2086
 	"$P" "$BUILD" $bad >"$T/b.out" 2>"$T/b.err" && fail "$bad was accepted"
-	grep -q "bench/tcpstore/profile: ${bad%% *}" "$T/b.err" || grep -q "unknown option $bad" "$T/b.err" ||
+	grep -q "bench/tcpstore/profile: ${bad%% *}" "$T/b.err" ||
+		grep -q "unknown option $bad" "$T/b.err" ||
 		{ cat "$T/b.err" >&2; fail "$bad: no error naming it"; }
 done
 echo "ok"
