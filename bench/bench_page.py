@@ -170,7 +170,8 @@ REASONS = [
      "1.8-5, and a run beside the test suite reads far less (0.34x at 01:54, load 8). "
      "`--busy-poll 50`, which keeps the server awake across the split, won the row in both "
      "whole-bench runs (9,731 and 11,383 against 8,208 and 9,037 ops/s) but lost others, so "
-     "it is opt-in (bench/notes/tcpstore.md). 8 clients: won in the 01:54 bench/all run. "
+     "it is opt-in; reading again after a yield when a request arrives split cut the sleeps "
+     "(2.3-3.5 to 2.1-2.3 a get) but not the row, so it was not kept (bench/notes/tcpstore.md). 8 clients: won in the 01:54 bench/all run. "
      "(The 100-connection barrier's reason stood here too; it has its own entry above.)"),
 ]
 
