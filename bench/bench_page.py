@@ -116,12 +116,26 @@ REASONS = [
      "the full test suite; `bench/tcpstore/run BUILD --seconds 1 --clients 8 --barriers 10 "
      "--repeat 3` right after (load average 4-6) read crun 16,215, 19,814, 24,977 ops/s against "
      "TCPStore's 13,001, 14,136, 15,881 (median 1.40x), and at 22:10 (load 1.3-4.4) 34,684 "
-     "against 27,798 (1.25x)."),
+     "against 27,798 (1.25x). Profiled 2026-11-28 05:03 UTC (load average 3.1-3.9; the "
+     "server's schedstat and `perf stat -e syscalls:sys_enter_*` through "
+     "`tcpstore_load.py throughput --op add --clients 8 --seconds 2`, 3 alternations): crun "
+     "25,777, 37,625, 31,510 ops/s against 18,184, 21,377, 20,929 (every pair won, medians "
+     "1.51x); crun-rdzvd 17-26 us of CPU an add against 28-30, 1.07-1.44 reads, 0.30-0.96 "
+     "epoll_waits and one write an add (PyTorch's: 4 recvfrom, 0.19-0.27 polls, one sendto), "
+     "run-queue wait 2-12 us an add against 16-24. The lost row ran beside the test suite."),
     ("tcpstore", r"^barrier, 8 clients",
      "within the spread: the bench's 3 alternations on a quiet machine (load average 1.3-4.4, "
      "2026-11-27 22:12 UTC) read crun 14.8-17.1 ms against 7.4-17.2, and 3 more right after "
      "(`tcpstore_load.py barrier --clients 8 --procs 8`, clients in their own session, load "
-     "1.9-2.2) crun 7.1, 9.0, 14.5 against 8.3, 10.0, 185.5 ms (medians 9.0 and 10.0)."),
+     "1.9-2.2) crun 7.1, 9.0, 14.5 against 8.3, 10.0, 185.5 ms (medians 9.0 and 10.0). "
+     "Profiled 2026-11-28 05:04 UTC (load average 3.7-8; schedstat and syscall tracepoints "
+     "of the server through `tcpstore_load.py barrier --clients 8 --procs 8`, 3 "
+     "alternations, 16 connections a barrier as PyTorch 1.x opens two a client): crun 6.5, "
+     "11.3, 12.0 ms against 11.2, 69.5, 13.0 (every pair won); crun-rdzvd 2.5-3.5 ms of CPU "
+     "a barrier against 2.9-4.6, 40-47 reads, 50-65 epoll_waits and 16 writes against 85 "
+     "recvfrom, 32-44 polls and 16 sendto, but 45-59 sleeps against 24-47: the same "
+     "sleep-sooner, woken-more pattern as the 1-client get (bench/notes/tcpstore.md), which "
+     "decides the row when the machine is loaded."),
     ("tcpstore", r"^barrier, 100 connections",
      "measured on a quiet machine, not fixed: crun-rdzvd spends less CPU on the barrier than "
      "PyTorch's server but sleeps and is woken 2-3x as often, a cost its clients pay on 2 "
@@ -139,18 +153,26 @@ REASONS = [
      "bench runs alternating, load 1.8-2.6) cut the sleeps but not the time: 51.4 and 75.5 "
      "ms with it, 56.9 and 64.7 without (bench/notes/tcpstore.md)."),
     ("tcpstore", r"^get, \d+ clients",
-     "both sides run PyTorch's own client (get is WAIT then GET, two round trips). 1 client is "
-     "a loss of about a fifth, not yet profiled, and older than issue 23's sixth pass: "
-     "`bench/tcpstore/run B --seconds 1 --clients 1 --barriers 10 --repeat 3`, 2026-11-28 "
-     "02:30 UTC, load 1.8-5, alternating main before the pass (b9ff2bf) and after: medians "
-     "0.93x and 0.82x before, 0.82x and 0.82x after (crun 6,673-8,042 ops/s, TCPStore "
-     "8,142-9,780); a run beside the test suite reads far less (0.34x at 01:54, load 8). "
-     "Earlier, right after the 2026-11-27 run, 3 "
-     "alternating runs each (load average 5.6-8): get, 1 client: crun 13,154-13,706 ops/s, "
-     "TCPStore 13,184-14,035, p50 68.5-69.5 us on both; get, 8 clients: crun 7,901-25,440, "
-     "TCPStore 12,404-21,870. (The 100-connection barrier's reason stood here too, from runs "
-     "of 53-267 against 112-232 ms; on a quiet machine, load average 1.3-4.4 at 22:10 UTC, "
-     "3 alternations read crun 83.3-96.0 ms against 63.0-67.8: a loss, not yet profiled.)"),
+     "both sides run PyTorch's own client (get is WAIT then GET, two round trips, one request "
+     "in flight), and the server's work is not the bound. Profiled 2026-11-28 with "
+     "`bench/tcpstore/profile build --op get --seconds 2 --repeat 5` (one client, servers "
+     "alternating, per get; load average 2.2-2.0): crun 7,591-10,662 ops/s (median 8,852) "
+     "against 7,539-9,442 (8,180), 1.08x; crun-rdzvd 51-63 us of CPU a get against 52-71, "
+     "7.0-7.6 system calls against 12, one write and one segment a reply on both (`ss -ti`: "
+     "8 segments out, 6 in, a get on both); `perf record` of crun-rdzvd: 83% kernel "
+     "(sleeping, waking the client, TCP loopback), its own code 5%. The one difference: the "
+     "client sends each request's command byte alone, then the rest, and crun-rdzvd, quick "
+     "to read, catches the byte alone in 25-39% of requests (2.50-2.78 reads and epoll_waits "
+     "a get where 2 would do), so it sleeps and is woken again: 2.29-2.67 times on a CPU a get "
+     "against PyTorch's server's 2.16-2.41. On a loaded machine each extra wake-up waits in "
+     "the run queue: at load 10-14 (3 runs) crun read 3,573-5,571 against 5,372-8,572 ops/s, "
+     "its run-queue wait 77-132 us a get against 8-95; the last pass's 0.82x was at load "
+     "1.8-5, and a run beside the test suite reads far less (0.34x at 01:54, load 8). "
+     "`--busy-poll 50`, which keeps the server awake across the split, won the row in both "
+     "whole-bench runs (9,731 and 11,383 against 8,208 and 9,037 ops/s) but lost others, so "
+     "it is opt-in; reading again after a yield when a request arrives split cut the sleeps "
+     "(2.3-3.5 to 2.1-2.3 a get) but not the row, so it was not kept (bench/notes/tcpstore.md). 8 clients: won in the 01:54 bench/all run. "
+     "(The 100-connection barrier's reason stood here too; it has its own entry above.)"),
 ]
 
 RUNS_ALONE = ("Each benchmark ran once; the load average says how busy the machine was, and at "
