@@ -622,6 +622,17 @@ static void report_progress(struct join *j, int64_t now)
 		 (j->deadline - now + 999) / 1000);
 }
 
+/* A value the store returned (@v, @len bytes; NULL: none) as a string in @buf (@cap > 0). */
+static void value_str(char *buf, size_t cap, const void *v, size_t len)
+{
+	size_t n = v == NULL ? 0 : len < cap ? len : cap - 1;
+
+	if (n > 0) {
+		memcpy(buf, v, n);
+	}
+	buf[n] = '\0';
+}
+
 /*
  * Wait for what moves the open round on (its close value, the job's end, "min", the previous
  * round's end) or the next timer. Returns 1 (closed, j->cur read), 0 (go on) or a negative
@@ -664,7 +675,7 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 				r->run_id, j->R, rc);
 	}
 	if (wkeys[rc] == j->k_closed) {
-		snprintf(j->cur, sizeof(j->cur), "%.*s", (int)min64((int64_t)len, REC_MAX), v != NULL ? (const char *)v : "");
+		value_str(j->cur, sizeof(j->cur), v, len);
 		rc = 1;
 	} else if (wkeys[rc] == j->k_min) {
 		j->min_seen = true;
@@ -675,7 +686,7 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 	} else {
 		char endv[REC_MAX];
 
-		snprintf(endv, sizeof(endv), "%.*s", (int)min64((int64_t)len, REC_MAX), v != NULL ? (const char *)v : "");
+		value_str(endv, sizeof(endv), v, len);
 		rc = end_verdict(r, endv, d);
 	}
 	free(v);

@@ -380,8 +380,8 @@ static int wait_keys(struct store_backend *b, const char *const *keys, size_t n,
 		     int timeout_ms, void **val, size_t *len)
 {
 	int64_t start = crun_now_ms(), deadline = start + (timeout_ms < 0 ? 300000 : timeout_ms);
-	struct waiter w = {.keys = keys, .n = n, .left = n, .any = any, .hit = -1,
-			   .want_val = val != NULL};
+	struct waiter w = {
+		.keys = keys, .n = n, .left = n, .any = any, .hit = -1, .want_val = val != NULL};
 	struct json_object *req;
 	bool bad = false, resync = true, stale = true;
 	int rc = 0, broken = 0;
@@ -464,8 +464,7 @@ out:
 	return rc;
 }
 
-int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
-	      int timeout_ms)
+int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any, int timeout_ms)
 {
 	return wait_keys(b, keys, n, any, timeout_ms, NULL, NULL);
 }
