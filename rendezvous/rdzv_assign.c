@@ -120,8 +120,8 @@ int rdzv_publish_master(struct rdzv *r, int port, char *rec, struct crun_diag *d
 
 /* Fill @a once round @R closed with this node at group rank @g. */
 int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
-			 int rc_count, int64_t deadline, struct rdzv_assignment *a,
-			 struct crun_diag *d)
+			 int rc_count, int64_t deadline, const char *rec0,
+			 struct rdzv_assignment *a, struct crun_diag *d)
 {
 	char key[KEY_MAX], rec[REC_MAX], maddr[256], mhost[256];
 	const char *keys[1] = {key};
@@ -157,9 +157,15 @@ int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int co
 		return 0;
 	}
 	/* Rank 0's record names the master; it wrote it right after joining, so it is almost
-	 * always there already: get first, wait only when it is not. */
-	rdzv_rkey(key, R, "node/0");
-	rc = rdzv_get_str(r->st, key, rec, sizeof(rec));
+	 * always there already (read with the worker counts on etcd): get first, wait only when
+	 * it is not. */
+	rdzv_node_key(key, R, 0);
+	if (rec0 != NULL && rec0[0] != '\0') {
+		snprintf(rec, sizeof(rec), "%s", rec0);
+		rc = 0;
+	} else {
+		rc = rdzv_get_str(r->st, key, rec, sizeof(rec));
+	}
 	if (rc == -ENOENT) {
 		rc = crun_store_wait(
 			r->st, keys, 1,

@@ -173,7 +173,9 @@ int rdzv_find_free_port(const char *addr, int *port, struct crun_diag *d);
  * rdzv_seats_close(): the closer, with *@packed = count << 32 read: on a ticket store, read
  * the count's node records, write "r/<R>/nprocs/<count>" and set the world size in *@packed
  * (a seat without a record: R closed as never formed, *@packed 0). rdzv_seats_place(): a
- * member at position @p of @count, dynamic: its cumulative workers into *@packed.
+ * member at position @p of @count, dynamic: its cumulative workers into *@packed, and on a
+ * ticket store, in the same round trip, rank 0's node record into @rec0 (@cap bytes; "" when
+ * not read: rank 0 itself, another store, static mode; @rec0 may be NULL).
  * rdzv_read_nprocs(): the worker counts of records 0..@n-1, waiting up to @wait_ms for them
  * (@stall_ms with none new: -ETIMEDOUT naming the first missing one, *@missing set; may be
  * NULL).
@@ -182,18 +184,20 @@ int rdzv_count_in(struct rdzv *r, const char *key, int64_t *packed);
 int rdzv_count_read(struct rdzv *r, const char *key, int64_t *packed);
 int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_t *packed,
 		     struct crun_diag *d);
-int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, struct crun_diag *d);
+int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, char *rec0,
+		     size_t cap, struct crun_diag *d);
 int rdzv_read_nprocs(struct rdzv *r, int R, int n, int64_t wait_ms, int64_t stall_ms, unsigned *np,
 		     bool *missing, struct crun_diag *d);
 
 /**
  * Fill @a once round @R closed with this node at group rank @g (@my_packed: its add on
- * "joined"; rank 0 takes the master it published, r->master). Waits for missing node
- * records until @deadline (at least close_timeout).
+ * "joined"; rank 0 takes the master it published, r->master; the others read it in rank 0's
+ * record, @rec0 when already read, else from the store). Waits for missing node records
+ * until @deadline (at least close_timeout).
  */
 int rdzv_fill_assignment(struct rdzv *r, int R, int g, int64_t my_packed, int count, int world,
-			 int rc_count, int64_t deadline, struct rdzv_assignment *a,
-			 struct crun_diag *d);
+			 int rc_count, int64_t deadline, const char *rec0,
+			 struct rdzv_assignment *a, struct crun_diag *d);
 
 /**
  * Group rank 0, joined: decide the workers' master (conf.master_fn, at @addr and @port) into

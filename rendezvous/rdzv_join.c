@@ -14,6 +14,7 @@
 #include "src/common/log.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/rdzv_internal.h"
+#include "rendezvous/store/store_conf.h"
 #include "src/common/diag.h"
 #include "src/common/clock.h"
 
@@ -621,6 +622,17 @@ static void report_progress(struct join *j, int64_t now)
 		 (j->deadline - now + 999) / 1000);
 }
 
+/* A value the store returned (@v, @len bytes; NULL: none) as a string in @buf (@cap > 0). */
+static void value_str(char *buf, size_t cap, const void *v, size_t len)
+{
+	size_t n = v == NULL ? 0 : len < cap ? len : cap - 1;
+
+	if (n > 0) {
+		memcpy(buf, v, n);
+	}
+	buf[n] = '\0';
+}
+
 /*
  * Wait for what moves the open round on (its close value, the job's end, "min", the previous
  * round's end) or the next timer. Returns 1 (closed, j->cur read), 0 (go on) or a negative
@@ -632,6 +644,8 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 	const struct rdzv_conf *c = &r->conf;
 	const char *wkeys[4];
 	int64_t until;
+	void *v = NULL;
+	size_t len = 0;
 	int rc, nk = 0;
 
 	wkeys[nk++] = j->k_closed;
@@ -646,7 +660,8 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 	if (j->lc_start != 0) {
 		until = min64(until, j->lc_start + c->last_call_timeout_ms);
 	}
-	rc = crun_store_wait_any(r->st, wkeys, (size_t)nk, clamp_ms(until - now));
+	/* The close value or "end" (the first two keys) comes with the wait: no get after it. */
+	rc = store_wait_any_get(r->st, wkeys, (size_t)nk, 2, &v, &len, clamp_ms(until - now));
 	if (rc == -ETIMEDOUT) {
 		return 0;
 	}
@@ -655,27 +670,27 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 				rdzv_why(r->st, rc));
 	}
 	if (rc >= nk) {
+		free(v);
 		return diag_set(d, -EPROTO, "rendezvous %s round %d: wait: bad key index %d",
 				r->run_id, j->R, rc);
 	}
 	if (wkeys[rc] == j->k_closed) {
-		rc = rdzv_get_str(r->st, j->k_closed, j->cur, sizeof(j->cur));
-		if (rc < 0) {
-			return diag_set(d, rc, "rendezvous %s round %d: read close: %s", r->run_id,
-					j->R, rdzv_why(r->st, rc));
-		}
-		return 1;
+		value_str(j->cur, sizeof(j->cur), v, len);
+		rc = 1;
 	} else if (wkeys[rc] == j->k_min) {
 		j->min_seen = true;
+		rc = 0;
 	} else if (wkeys[rc] == j->k_prev) {
 		j->prev_ended = true;
+		rc = 0;
 	} else {
-		rc = check_end(r, d);
-		if (rc < 0) {
-			return rc;
-		}
+		char endv[REC_MAX];
+
+		value_str(endv, sizeof(endv), v, len);
+		rc = end_verdict(r, endv, d);
 	}
-	return 0;
+	free(v);
+	return rc;
 }
 
 /* Wait until round R closes, closing it when this node may. 0: j->cur holds the close value. */
@@ -721,7 +736,7 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 {
 	struct rdzv *r = j->r;
 	int count, world, restarts, rc;
-	char master[300] = "";
+	char master[300] = "", rec0[REC_MAX];
 
 	if (parse_closed(j->cur, &count, &world, &restarts) < 0) {
 		return diag_set(d, -EPROTO, "rendezvous %s round %d: bad close record \"%s\"",
@@ -746,12 +761,12 @@ static int read_assignment(struct join *j, struct rdzv_assignment *a, struct cru
 		snprintf(rs, sizeof(rs), "%d", j->R);
 		(void)rdzv_set_str(r->st, "cur", rs);
 	}
-	rc = rdzv_seats_place(r, j->R, j->p, count, &j->packed, d);
+	rc = rdzv_seats_place(r, j->R, j->p, count, &j->packed, rec0, sizeof(rec0), d);
 	if (rc < 0) {
 		return rc;
 	}
 	rc = rdzv_fill_assignment(r, j->R, j->g, j->packed, count, world, restarts, j->deadline,
-				  a, d);
+				  rec0, a, d);
 	if (rc < 0) {
 		return rc;
 	}

@@ -306,21 +306,40 @@ int rdzv_seats_close(struct rdzv *r, int R, int rcount, int64_t deadline, int64_
 	return 0;
 }
 
-int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, struct crun_diag *d)
+int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, char *rec0,
+		     size_t cap, struct crun_diag *d)
 {
-	char key[KEY_MAX];
-	void *v = NULL;
-	size_t len = 0;
+	char key[KEY_MAX], k0[KEY_MAX];
+	const char *keys[2] = {key, k0};
+	void *vals[2] = {NULL, NULL}, *v;
+	size_t lens[2] = {0, 0}, len;
 	int64_t cum, world;
 	char *s;
 	int rc;
 
+	if (rec0 != NULL && cap > 0) {
+		rec0[0] = '\0';
+	}
 	if (!store_has_tickets(r->st) || is_static(r)) {
 		return 0;
 	}
+	/* A member other than rank 0 reads rank 0's record too (its master): in the same round
+	 * trip. The closer read every record before it closed, so it is there. */
 	rdzv_rkey(key, R, "nprocs/%d", count);
-	rc = crun_store_get(r->st, key, &v, &len);
+	rdzv_node_key(k0, R, 0);
+	rc = crun_store_multi_get(r->st, keys, p > 1 && rec0 != NULL ? 2 : 1, vals, lens);
+	if (rc == 0 && vals[0] == NULL) {
+		rc = -ENOENT;
+	}
+	if (rc == 0 && vals[1] != NULL && cap > 0) {
+		snprintf(rec0, cap, "%.*s", (int)(lens[1] < cap ? lens[1] : cap - 1),
+			 (const char *)vals[1]);
+	}
+	free(vals[1]);
+	v = vals[0];
+	len = lens[0];
 	if (rc < 0) {
+		free(v);
 		return diag_set(d, rc, "rendezvous %s round %d: read the worker counts: %s",
 				r->run_id, R, rdzv_why(r->st, rc));
 	}

@@ -37,6 +37,14 @@ struct store_ops {
 	/* any=false: all keys; returns 0. any=true: returns index of an existing key. */
 	int (*wait)(struct store_backend *b, const char *const *keys, size_t n, bool any,
 		    int timeout_ms);
+	/*
+	 * Optional (NULL: wait(any=true), then get() of the key it returns): wait(any=true) that
+	 * also returns the value of the key that ended it, as the backend saw it then (*@val
+	 * malloc'd and NUL-terminated past *@len; NULL on error). etcd reads it in the wait's
+	 * own read or watch event: one request fewer than the wait and a get.
+	 */
+	int (*wait_get)(struct store_backend *b, const char *const *keys, size_t n, void **val,
+			size_t *len, int timeout_ms);
 	int (*add)(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
 		   int timeout_ms);
 	/*

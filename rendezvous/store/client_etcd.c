@@ -886,6 +886,7 @@ const struct store_ops etcd_store_ops = {
 	.set = etcd_set,
 	.get = etcd_get,
 	.wait = etcd_backend_wait,
+	.wait_get = etcd_wait_get,
 	.add = etcd_add,
 	.ticket = etcd_ticket,
 	.ticket_count = etcd_ticket_count,

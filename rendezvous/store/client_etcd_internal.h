@@ -222,6 +222,10 @@ void etcd_kvs_free(struct etcd_kv *kv, size_t n);
 /** The backend's wait (ALL: 0; ANY: the index), on a watch from the read's revision. */
 int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
 	      int timeout_ms);
+/** etcd_wait() ANY that also returns the value of the key that ended it, from the read or
+ * the watch event that saw it (malloc'd, NUL-terminated, *@val NULL on error). */
+int etcd_wait_get(struct store_backend *b, const char *const *keys, size_t n, void **val,
+		  size_t *len, int timeout_ms);
 /**
  * The first write to @key after revision @rev (history): *@found, and when it was a put
  * (*@put) its value (malloc'd, caller frees). Bounded by @deadline. Returns 0 or < 0.

@@ -154,6 +154,9 @@ struct waiter {
 	int hit;         /* ANY: the index that ended the wait */
 	int64_t rev;     /* events up to this revision are accounted for */
 	bool parked;
+	bool want_val;   /* ANY: keep the value of the key that ended the wait */
+	void *val;       /* that value (malloc'd, NUL-terminated), when want_val */
+	size_t len;
 };
 
 static int by_key_then_index(const void *a, const void *b, void *w)
@@ -223,7 +226,7 @@ static int on_watch(struct store_backend *b, struct json_object *res, void *arg)
 	char small[512], *buf;
 	size_t i, len, kl;
 	int64_t mr;
-	bool done = false;
+	bool done = false, bad_val = false;
 	long k;
 
 	if (etcd_jget_bool(res, "canceled")) {
@@ -269,9 +272,17 @@ static int on_watch(struct store_backend *b, struct json_object *res, void *arg)
 			if (k >= 0 && (w->any || !w->seen[k])) {
 				done = mark(w, (size_t)k);
 			}
+			/* An empty value has no "value" field: etcd_jget_bytes() gives "". */
+			if (done && w->want_val &&
+			    etcd_jget_bytes(kv, "value", &w->val, &w->len) < 0) {
+				bad_val = true;
+			}
 		}
 		if (buf != small) {
 			free(buf);
+		}
+		if (bad_val) {
+			return etcd_fail(b, -EPROTO, "wait: a bad value from etcd");
 		}
 	}
 	return done ? 1 : 0;
@@ -342,23 +353,35 @@ static int sync_state(struct store_backend *b, struct waiter *w, int64_t deadlin
 	if (kv == NULL) {
 		return etcd_fail(b, -ENOMEM, "out of memory");
 	}
-	rc = etcd_read_many(b, "wait", w->keys, w->n, false, kv, &w->rev,
+	/* Presence only, unless the caller wants the value the wait ends on (its read is the
+	 * same one range per key: etcd_wait_get() saves the get after the wait). */
+	rc = etcd_read_many(b, "wait", w->keys, w->n, w->want_val, kv, &w->rev,
 			    deadline > INT64_MAX - WAIT_MARGIN_MS ? deadline
 								  : deadline + WAIT_MARGIN_MS);
 	for (i = 0; rc == 0 && i < w->n; i++) {
 		if (kv[i].found && (w->any || !w->seen[i]) && mark(w, i)) {
 			rc = 1; /* ANY: the lowest index present, as the TCP store answers */
+			if (w->want_val) {
+				w->val = kv[i].val;
+				w->len = kv[i].len;
+				kv[i].val = NULL;
+			}
 		}
+	}
+	if (rc >= 0) {
+		etcd_kvs_free(kv, w->n);
 	}
 	free(kv);
 	return rc;
 }
 
-int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
-	      int timeout_ms)
+/* etcd_wait(), and with @val (ANY only) etcd_wait_get(). */
+static int wait_keys(struct store_backend *b, const char *const *keys, size_t n, bool any,
+		     int timeout_ms, void **val, size_t *len)
 {
 	int64_t start = crun_now_ms(), deadline = start + (timeout_ms < 0 ? 300000 : timeout_ms);
-	struct waiter w = {.keys = keys, .n = n, .left = n, .any = any, .hit = -1};
+	struct waiter w = {
+		.keys = keys, .n = n, .left = n, .any = any, .hit = -1, .want_val = val != NULL};
 	struct json_object *req;
 	bool bad = false, resync = true, stale = true;
 	int rc = 0, broken = 0;
@@ -429,10 +452,29 @@ int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool a
 out:
 	free(w.order);
 	free(w.seen);
+	if (rc == 1 && val != NULL) {
+		*val = w.val;
+		*len = w.len;
+		w.val = NULL;
+	}
+	free(w.val);
 	if (rc == 1) {
 		return any ? w.hit : 0;
 	}
 	return rc;
+}
+
+int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any, int timeout_ms)
+{
+	return wait_keys(b, keys, n, any, timeout_ms, NULL, NULL);
+}
+
+int etcd_wait_get(struct store_backend *b, const char *const *keys, size_t n, void **val,
+		  size_t *len, int timeout_ms)
+{
+	*val = NULL;
+	*len = 0;
+	return wait_keys(b, keys, n, true, timeout_ms, val, len);
 }
 
 /* ---- history ---- */

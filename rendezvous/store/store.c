@@ -492,6 +492,43 @@ CRUN_EXPORT int crun_store_wait_any(struct crun_store *st, const char *const *ke
 	return do_wait(st, keys, n, true, timeout_ms);
 }
 
+int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n, size_t nval,
+		       void **val, size_t *len, int timeout_ms)
+{
+	const char **full;
+	size_t l = 0;
+	int rc;
+
+	if (st == NULL || val == NULL || n == 0) {
+		return -EINVAL;
+	}
+	*val = NULL;
+	if (st->ops->wait_get == NULL) {
+		rc = do_wait(st, keys, n, true, timeout_ms);
+		if (rc >= 0 && (size_t)rc < nval && (size_t)rc < n) {
+			int g = crun_store_get(st, keys[rc], val, &l);
+
+			rc = g < 0 ? g : rc;
+		}
+	} else {
+		rc = many_keys(st, keys, n, false, &full);
+		if (rc < 0) {
+			return rc;
+		}
+		rc = st->ops->wait_get(st->b, full, n, val, &l, resolve_timeout(st, timeout_ms));
+		free(full);
+	}
+	if (rc < 0 || (size_t)rc >= nval) {
+		free(*val);
+		*val = NULL;
+		l = 0;
+	}
+	if (rc >= 0 && len != NULL) {
+		*len = l;
+	}
+	return rc;
+}
+
 CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t delta,
 			       int64_t *result)
 {

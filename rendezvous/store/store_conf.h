@@ -186,6 +186,16 @@ int store_ticket_count(struct crun_store *st, const char *key, int64_t *n);
 bool store_has_tickets(const struct crun_store *st);
 
 /**
+ * store.c: crun_store_wait_any() that also returns the value of the key that ended the wait,
+ * when it is one of the first @nval keys (*@val malloc'd, NUL-terminated past *@len; else, and
+ * on error, NULL): the wait and a get of that key, in one request fewer where the backend
+ * reads it in the wait itself (etcd); elsewhere the get only for those keys. Returns the
+ * key's index or a negative code (-ENOENT: deleted between the wait and the get).
+ */
+int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n, size_t nval,
+		       void **val, size_t *len, int timeout_ms);
+
+/**
  * store.c: the message of @st's last failed operation, where the backend keeps one: which
  * store, and what happened ("store H:P: connection refused by H:P (...)", "store file://P:
  * damaged record at byte offset N ..."). "" when it has none. Valid until the next call on @st.

@@ -67,6 +67,7 @@ void wait_all_times_out_within_bounds(void **state);
 void wait_any_times_out_within_bounds(void **state);
 void wait_returns_at_once_when_present(void **state);
 void wait_woken_by_second_handle(void **state);
+void wait_any_get_returns_the_value(void **state);
 void add_from_8_threads_is_exact(void **state);
 void add_from_processes_is_exact(void **state);
 void one_write_wakes_many_waiters(void **state);

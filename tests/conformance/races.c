@@ -22,6 +22,7 @@
 #include <crun/error.h>
 #include <crun/store.h>
 
+#include "rendezvous/store/store_conf.h"
 #include "tests/conformance/conformance.h"
 
 void wait_all_times_out_within_bounds(void **state)
@@ -153,6 +154,53 @@ void wait_woken_by_second_handle(void **state)
 	/* And the other way: what this handle writes, the clone sees. */
 	assert_int_equal(sets(st, "ready", "1"), 0);
 	want_value(a.st, "ready", "1");
+	crun_store_close(a.st);
+	crun_store_close(st);
+}
+
+/*
+ * store_wait_any_get() (store_conf.h): the index of the key that ended the wait and its value,
+ * whether the key was there at once (etcd: the wait's own read) or written while the wait was
+ * parked (etcd: the watch event), with no get after it on etcd; elsewhere a wait and a get.
+ */
+void wait_any_get_returns_the_value(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct writer_arg a = {.key = "late"};
+	const char *now[] = {"absent", "here"};
+	const char *later[] = {"never", "late"};
+	void *v = NULL;
+	size_t len = 0;
+	pthread_t th;
+	int rc;
+
+	(void)state;
+	assert_int_equal(sets(st, "here", "value now"), 0);
+	assert_int_equal(store_wait_any_get(st, now, 2, 2, &v, &len, 20000), 1);
+	assert_non_null(v);
+	assert_int_equal(len, 9);
+	assert_memory_equal(v, "value now", 10); /* NUL-terminated too */
+	free(v);
+	v = NULL;
+	/* A key past the first @nval: its index, no value. */
+	assert_int_equal(store_wait_any_get(st, now, 2, 1, &v, &len, 20000), 1);
+	assert_null(v);
+	assert_int_equal(store_wait_any_get(st, later, 2, 2, &v, &len, 200), -ETIMEDOUT);
+	assert_null(v);
+	/* Parked first, then woken by another handle's write: its value. */
+	assert_int_equal(crun_store_clone(st, "", &a.st), 0);
+	a.parked = park_watch_begin() + 1;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	rc = store_wait_any_get(st, later, 2, 2, &v, &len, 20000);
+	pthread_join(th, NULL);
+	park_watch_end();
+	assert_int_equal(a.park_rc, 0);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(rc, 1);
+	assert_non_null(v);
+	assert_int_equal(len, 2);
+	assert_memory_equal(v, "go", 3);
+	free(v);
 	crun_store_close(a.st);
 	crun_store_close(st);
 }

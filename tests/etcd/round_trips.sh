@@ -2,14 +2,23 @@
 # SPDX-License-Identifier: MIT
 # tests/etcd/round_trips.sh: what one rendezvous round costs etcd, counted by etcd itself
 # (its /metrics): N agents (tests/rdzv/rdzv_scale, one thread and one handle each) form one
-# round and finish it through a one-member etcd, and the raft proposals etcd committed stay
-# within a per-agent budget. The round's counters ("joined", "done") are tickets
-# (rendezvous/rdzv_seats.c): one commit per agent each, whatever the number joining at once;
-# counted with add (a read and a compare-and-swap retried on conflict) they cost O(N) each.
+# round and finish it through a one-member etcd, and the raft proposals etcd committed and
+# the unary requests it served stay within per-agent budgets. The round's counters
+# ("joined", "done") are tickets (rendezvous/rdzv_seats.c): one commit per agent each,
+# whatever the number joining at once; counted with add (a read and a compare-and-swap
+# retried on conflict) they cost O(N) each. etcd's CPU per unary request bounds how fast
+# 1,000 agents meet (bench/notes/rdzv_scale.md): the requests each agent sends are counted by
+# method, and their sum is budgeted (watch and keep-alive streams aside).
 . "$(dirname "$0")/lib.sh"
 
 N=60
 BUDGET=12 # raft proposals per agent, round and finish (about 8 measured)
+# Unary requests per agent, round and finish (15.0 measured; 17.1 before the waits returned
+# their value and the worker counts and rank 0's record came in one read). A round or finish
+# slower than keep_alive_interval (5 s, rendezvous/rdzv.c) adds each waiting agent a heartbeat
+# (a put) and a progress read every 5 s: UNARY_SLOW each, allowed for from rdzv_scale's times.
+UNARY_BUDGET=16
+UNARY_SLOW=3
 SCALE=$BUILD/tests/rdzv/rdzv_scale
 command -v curl >/dev/null || { echo "curl is not installed (scripts/install-deps)"; exit 77; }
 [ -x "$SCALE" ] || fail "$SCALE not built"
@@ -21,17 +30,50 @@ metric() {
 	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%d\n", s}' "$T/m"
 }
 
+# by_method FILE: etcd's requests handled so far, one "<grpc_method> <count>" line each.
+by_method() {
+	curl -s -m 20 -f -o "$T/m" "$URL0/metrics" || fail "scrape of $URL0/metrics failed"
+	awk 'index($1, "grpc_server_handled_total{") == 1 {
+		m = $1; sub(/.*grpc_method="/, "", m); sub(/".*/, "", m); s[m] += $2
+	} END {for (m in s) printf "%s %d\n", m, s[m]}' "$T/m" | sort >"$1"
+}
+
+# unary: etcd's unary requests served so far (grpc_type="unary": not the watch and lease
+# keep-alive streams).
+unary() {
+	curl -s -m 20 -f -o "$T/m" "$URL0/metrics" || fail "scrape of $URL0/metrics failed"
+	awk 'index($1, "grpc_server_handled_total{") == 1 && index($1, "grpc_type=\"unary\"") {
+		s += $2 } END {printf "%d\n", s}' "$T/m"
+}
+
 before=$(metric etcd_server_proposals_committed_total)
 rpcs_before=$(metric grpc_server_handled_total)
+unary_before=$(unary)
+by_method "$T/m_before"
 note "$N agents form one round and finish it through etcd at $ETCD_EP"
 timeout -s KILL 300 "$SCALE" --agents "$N" endpoint "etcd://$ETCD_EP" >"$T/scale.out" 2>&1 ||
 	{ cat "$T/scale.out" >&2; fail "rdzv_scale failed"; }
 after=$(metric etcd_server_proposals_committed_total)
 rpcs_after=$(metric grpc_server_handled_total)
+unary_after=$(unary)
+by_method "$T/m_after"
+note "requests per agent by method:" $(join -a 2 -e 0 -o 0,1.2,2.2 "$T/m_before" "$T/m_after" |
+	awk -v n="$N" '$3 > $2 {printf "%s=%.2f ", $1, ($3 - $2) / n}')
 per=$(awk -v a="$after" -v b="$before" -v n="$N" 'BEGIN {printf "%.2f", (a - b) / n}')
 rpcs=$(awk -v a="$rpcs_after" -v b="$rpcs_before" -v n="$N" 'BEGIN {printf "%.2f", (a - b) / n}')
 note "$((after - before)) raft proposals for $N agents: $per per agent (budget $BUDGET);" \
 	"$rpcs RPCs per agent"
 awk -v p="$per" -v m="$BUDGET" 'BEGIN {exit !(p <= m)}' ||
 	fail "$per raft proposals per agent for a round and its finish, more than the budget of $BUDGET"
-echo "ok: $per raft proposals per agent"
+# rdzv_scale's "one round (...) X ms, finish (...) Y ms": whole 5 s periods past the first.
+slow=$(sed -n 's/.*one round ([^)]*) \([0-9.]*\) ms, finish ([^)]*) \([0-9.]*\) ms.*/\1 \2/p' \
+	"$T/scale.out" | awk '{printf "%d\n", int($1 / 5000) + int($2 / 5000)}')
+[ -n "$slow" ] || { cat "$T/scale.out" >&2; fail "no round and finish times in rdzv_scale's output"; }
+ubudget=$((UNARY_BUDGET + UNARY_SLOW * slow))
+unary_per=$(awk -v a="$unary_after" -v b="$unary_before" -v n="$N" 'BEGIN {printf "%.2f", (a - b) / n}')
+note "$((unary_after - unary_before)) unary requests for $N agents: $unary_per per agent" \
+	"(budget $ubudget: $UNARY_BUDGET + $UNARY_SLOW for each of $slow slow 5 s periods)"
+awk -v p="$unary_per" -v m="$ubudget" 'BEGIN {exit !(p <= m)}' ||
+	fail "$unary_per unary etcd requests per agent for a round and its finish, more than" \
+		"the budget of $ubudget"
+echo "ok: $per raft proposals, $unary_per unary requests per agent"
