@@ -62,6 +62,16 @@ void rdzv_node_key(char *buf, int round, int node)
 	rdzv_rkey(buf, round, "node/%d", node);
 }
 
+void rdzv_value_str(char *buf, size_t cap, const void *v, size_t len)
+{
+	size_t n = v == NULL ? 0 : len < cap ? len : cap - 1;
+
+	if (n > 0) {
+		memcpy(buf, v, n);
+	}
+	buf[n] = '\0';
+}
+
 int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap)
 {
 	void *v = NULL;
@@ -72,11 +82,7 @@ int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap)
 	if (rc < 0) {
 		return rc;
 	}
-	if (len >= cap) {
-		len = cap - 1;
-	}
-	memcpy(buf, v, len);
-	buf[len] = '\0';
+	rdzv_value_str(buf, cap, v, len);
 	free(v);
 	return 0;
 }
@@ -131,11 +137,7 @@ int rdzv_cas_str(struct crun_store *st, const char *key, const char *val, char *
 	}
 	*won = len == strlen(val) && memcmp(v, val, len) == 0;
 	if (cur != NULL) {
-		if (len >= cap) {
-			len = cap - 1;
-		}
-		memcpy(cur, v, len);
-		cur[len] = '\0';
+		rdzv_value_str(cur, cap, v, len);
 	}
 	free(v);
 	return 0;

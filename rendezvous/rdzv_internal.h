@@ -140,6 +140,9 @@ void rdzv_rkey(char *buf, int round, const char *fmt, ...) __attribute__((format
 /** Round @round's record of node @node, "r/<round>/node/<node>", into @buf (KEY_MAX bytes). */
 void rdzv_node_key(char *buf, int round, int node);
 
+/** A value the store returned (@v, @len bytes; NULL: none, "") as a string in @buf, cut to
+ * @cap - 1 bytes (@cap > 0). */
+void rdzv_value_str(char *buf, size_t cap, const void *v, size_t len);
 /** Get @key as a NUL-terminated string into @buf. Returns 0, -ENOENT or a store error. */
 int rdzv_get_str(struct crun_store *st, const char *key, char *buf, size_t cap);
 int rdzv_set_str(struct crun_store *st, const char *key, const char *val);

@@ -62,10 +62,7 @@ static int round_restart_count(struct rdzv *r, int R, int *out, bool *prev_over)
 	closed = vals[0] != NULL;
 	failed = vals[1] != NULL && lens[1] > 0 && ((const char *)vals[1])[0] == KIND_FAIL;
 	if (closed) {
-		size_t n = lens[0] < sizeof(v) ? lens[0] : sizeof(v) - 1;
-
-		memcpy(v, vals[0], n);
-		v[n] = '\0';
+		rdzv_value_str(v, sizeof(v), vals[0], lens[0]);
 		rc = parse_closed(v, &count, &world, &rc0);
 	}
 	if (prev_over != NULL) {
@@ -622,17 +619,6 @@ static void report_progress(struct join *j, int64_t now)
 		 (j->deadline - now + 999) / 1000);
 }
 
-/* A value the store returned (@v, @len bytes; NULL: none) as a string in @buf (@cap > 0). */
-static void value_str(char *buf, size_t cap, const void *v, size_t len)
-{
-	size_t n = v == NULL ? 0 : len < cap ? len : cap - 1;
-
-	if (n > 0) {
-		memcpy(buf, v, n);
-	}
-	buf[n] = '\0';
-}
-
 /*
  * Wait for what moves the open round on (its close value, the job's end, "min", the previous
  * round's end) or the next timer. Returns 1 (closed, j->cur read), 0 (go on) or a negative
@@ -675,7 +661,7 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 				r->run_id, j->R, rc);
 	}
 	if (wkeys[rc] == j->k_closed) {
-		value_str(j->cur, sizeof(j->cur), v, len);
+		rdzv_value_str(j->cur, sizeof(j->cur), v, len);
 		rc = 1;
 	} else if (wkeys[rc] == j->k_min) {
 		j->min_seen = true;
@@ -686,7 +672,7 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 	} else {
 		char endv[REC_MAX];
 
-		value_str(endv, sizeof(endv), v, len);
+		rdzv_value_str(endv, sizeof(endv), v, len);
 		rc = end_verdict(r, endv, d);
 	}
 	free(v);
@@ -890,7 +876,7 @@ static int read_cur_end(struct rdzv *r, int *R, char *endv, size_t cap, int *end
 {
 	const char *keys[2] = {"cur", "end"};
 	void *vals[2] = {NULL, NULL};
-	size_t lens[2] = {0, 0}, n;
+	size_t lens[2] = {0, 0};
 	char v[32];
 	int rc;
 
@@ -901,16 +887,12 @@ static int read_cur_end(struct rdzv *r, int *R, char *endv, size_t cap, int *end
 	}
 	*R = 0;
 	if (vals[0] != NULL) {
-		n = lens[0] < sizeof(v) ? lens[0] : sizeof(v) - 1;
-		memcpy(v, vals[0], n);
-		v[n] = '\0';
+		rdzv_value_str(v, sizeof(v), vals[0], lens[0]);
 		*R = atoi(v) > 0 ? atoi(v) : 0;
 	}
 	*end_known = vals[1] != NULL;
 	if (vals[1] != NULL) {
-		n = lens[1] < cap ? lens[1] : cap - 1;
-		memcpy(endv, vals[1], n);
-		endv[n] = '\0';
+		rdzv_value_str(endv, cap, vals[1], lens[1]);
 	}
 	free(vals[0]);
 	free(vals[1]);
@@ -941,10 +923,7 @@ int rdzv_next_round(struct rdzv *r, struct rdzv_assignment *a, struct crun_diag 
 		if (rc == 0) {
 			failed = vals[0] != NULL;
 			if (vals[1] != NULL) {
-				size_t n = lens[1] < sizeof(endv) ? lens[1] : sizeof(endv) - 1;
-
-				memcpy(endv, vals[1], n);
-				endv[n] = '\0';
+				rdzv_value_str(endv, sizeof(endv), vals[1], lens[1]);
 				end_known = 1;
 			} else {
 				end_known = 0;

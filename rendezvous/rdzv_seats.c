@@ -332,8 +332,7 @@ int rdzv_seats_place(struct rdzv *r, int R, int p, int count, int64_t *packed, c
 		rc = -ENOENT;
 	}
 	if (rc == 0 && vals[1] != NULL && cap > 0) {
-		snprintf(rec0, cap, "%.*s", (int)(lens[1] < cap ? lens[1] : cap - 1),
-			 (const char *)vals[1]);
+		rdzv_value_str(rec0, cap, vals[1], lens[1]);
 	}
 	free(vals[1]);
 	v = vals[0];

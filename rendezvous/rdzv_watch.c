@@ -93,8 +93,7 @@ int64_t rdzv_lost_deadline(struct rdzv *r, const void *failed, size_t len, int64
 	    r->count - 1 >= r->conf.min_nodes) {
 		return deadline;
 	}
-	snprintf(v, sizeof(v), "%.*s", (int)(len < sizeof(v) ? len : sizeof(v) - 1),
-		 (const char *)failed);
+	rdzv_value_str(v, sizeof(v), failed, len);
 	rdzv_describe_failed(v, r->lost, sizeof(r->lost));
 	r->lost_round = r->round;
 	log_warn("rendezvous %s round %d: %s; the job needs %d nodes: waiting %.1f s "
