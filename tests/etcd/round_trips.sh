@@ -24,39 +24,43 @@ command -v curl >/dev/null || { echo "curl is not installed (scripts/install-dep
 [ -x "$SCALE" ] || fail "$SCALE not built"
 start_cluster 1
 
-# metric NAME: etcd's counter NAME summed over its labels.
-metric() {
-	curl -s -m 20 -f -o "$T/m" "$URL0/metrics" || fail "scrape of $URL0/metrics failed"
-	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%d\n", s}' "$T/m"
+# scrape FILE: etcd's /metrics into FILE (once per side: the counters below read it).
+scrape() {
+	curl -s -m 20 -f -o "$1" "$URL0/metrics" || fail "scrape of $URL0/metrics failed"
 }
 
-# by_method FILE: etcd's requests handled so far, one "<grpc_method> <count>" line each.
+# metric NAME FILE: etcd's counter NAME summed over its labels.
+metric() {
+	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%d\n", s}' "$2"
+}
+
+# by_method FILE OUT: the requests etcd handled, one "<grpc_method> <count>" line each.
 by_method() {
-	curl -s -m 20 -f -o "$T/m" "$URL0/metrics" || fail "scrape of $URL0/metrics failed"
 	awk 'index($1, "grpc_server_handled_total{") == 1 {
 		m = $1; sub(/.*grpc_method="/, "", m); sub(/".*/, "", m); s[m] += $2
-	} END {for (m in s) printf "%s %d\n", m, s[m]}' "$T/m" | sort >"$1"
+	} END {for (m in s) printf "%s %d\n", m, s[m]}' "$1" | sort >"$2"
 }
 
-# unary: etcd's unary requests served so far (grpc_type="unary": not the watch and lease
+# unary FILE: the unary requests etcd served (grpc_type="unary": not the watch and lease
 # keep-alive streams).
 unary() {
-	curl -s -m 20 -f -o "$T/m" "$URL0/metrics" || fail "scrape of $URL0/metrics failed"
 	awk 'index($1, "grpc_server_handled_total{") == 1 && index($1, "grpc_type=\"unary\"") {
-		s += $2 } END {printf "%d\n", s}' "$T/m"
+		s += $2 } END {printf "%d\n", s}' "$1"
 }
 
-before=$(metric etcd_server_proposals_committed_total)
-rpcs_before=$(metric grpc_server_handled_total)
-unary_before=$(unary)
-by_method "$T/m_before"
+scrape "$T/metrics_before"
+before=$(metric etcd_server_proposals_committed_total "$T/metrics_before")
+rpcs_before=$(metric grpc_server_handled_total "$T/metrics_before")
+unary_before=$(unary "$T/metrics_before")
+by_method "$T/metrics_before" "$T/m_before"
 note "$N agents form one round and finish it through etcd at $ETCD_EP"
 timeout -s KILL 300 "$SCALE" --agents "$N" endpoint "etcd://$ETCD_EP" >"$T/scale.out" 2>&1 ||
 	{ cat "$T/scale.out" >&2; fail "rdzv_scale failed"; }
-after=$(metric etcd_server_proposals_committed_total)
-rpcs_after=$(metric grpc_server_handled_total)
-unary_after=$(unary)
-by_method "$T/m_after"
+scrape "$T/metrics_after"
+after=$(metric etcd_server_proposals_committed_total "$T/metrics_after")
+rpcs_after=$(metric grpc_server_handled_total "$T/metrics_after")
+unary_after=$(unary "$T/metrics_after")
+by_method "$T/metrics_after" "$T/m_after"
 note "requests per agent by method:" $(join -a 2 -e 0 -o 0,1.2,2.2 "$T/m_before" "$T/m_after" |
 	awk -v n="$N" '$3 > $2 {printf "%s=%.2f ", $1, ($3 - $2) / n}')
 per=$(awk -v a="$after" -v b="$before" -v n="$N" 'BEGIN {printf "%.2f", (a - b) / n}')
