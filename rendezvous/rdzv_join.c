@@ -201,6 +201,10 @@ struct join {
 	/* The progress line's count: when last read from the store, and what it was. */
 	int64_t counted_at;
 	int counted;
+	/* Where the last wait for the round's events left off: the next one, on the same keys
+	 * or fewer (none is ever deleted while the round is open), resumes there (etcd: its
+	 * watch, without reading the keys again). */
+	struct store_wait_mark wmark;
 	/* The round's close value, once closed. */
 	char cur[REC_MAX];
 };
@@ -647,7 +651,8 @@ static int wait_round_event(struct join *j, int64_t now, struct crun_diag *d)
 		until = min64(until, j->lc_start + c->last_call_timeout_ms);
 	}
 	/* The close value or "end" (the first two keys) comes with the wait: no get after it. */
-	rc = store_wait_any_get(r->st, wkeys, (size_t)nk, 2, &v, &len, clamp_ms(until - now));
+	rc = store_wait_any_get(r->st, wkeys, (size_t)nk, 2, &v, &len, clamp_ms(until - now),
+				&j->wmark);
 	if (rc == -ETIMEDOUT) {
 		return 0;
 	}

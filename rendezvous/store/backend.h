@@ -41,10 +41,12 @@ struct store_ops {
 	 * Optional (NULL: wait(any=true), then get() of the key it returns): wait(any=true) that
 	 * also returns the value of the key that ended it, as the backend saw it then (*@val
 	 * malloc'd and NUL-terminated past *@len; NULL on error). etcd reads it in the wait's
-	 * own read or watch event: one request fewer than the wait and a get.
+	 * own read or watch event: one request fewer than the wait and a get. With @mark (NULL:
+	 * none), store_conf.h's struct store_wait_mark: *@mark > 0 resumes from there instead of
+	 * reading the keys; set to where this wait left off, or 0.
 	 */
 	int (*wait_get)(struct store_backend *b, const char *const *keys, size_t n, void **val,
-			size_t *len, int timeout_ms);
+			size_t *len, int timeout_ms, int64_t *mark);
 	int (*add)(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
 		   int timeout_ms);
 	/*

@@ -223,9 +223,11 @@ void etcd_kvs_free(struct etcd_kv *kv, size_t n);
 int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
 	      int timeout_ms);
 /** etcd_wait() ANY that also returns the value of the key that ended it, from the read or
- * the watch event that saw it (malloc'd, NUL-terminated, *@val NULL on error). */
+ * the watch event that saw it (malloc'd, NUL-terminated, *@val NULL on error). @mark (NULL:
+ * none; backend.h): *@mark > 0 watches from that revision without reading first; set to the
+ * revision to resume from next, or 0 when the next wait must read. */
 int etcd_wait_get(struct store_backend *b, const char *const *keys, size_t n, void **val,
-		  size_t *len, int timeout_ms);
+		  size_t *len, int timeout_ms, int64_t *mark);
 /**
  * The first write to @key after revision @rev (history): *@found, and when it was a put
  * (*@put) its value (malloc'd, caller frees). Bounded by @deadline. Returns 0 or < 0.

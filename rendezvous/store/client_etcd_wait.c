@@ -153,6 +153,9 @@ struct waiter {
 	bool any;
 	int hit;         /* ANY: the index that ended the wait */
 	int64_t rev;     /* events up to this revision are accounted for */
+	bool synced;     /* the keys' state is known (a whole read, or a resumed mark) */
+	bool hit_read;   /* ANY: the read, not an event, ended the wait */
+	size_t found;    /* how many of the keys that read found */
 	bool parked;
 	bool want_val;   /* ANY: keep the value of the key that ended the wait */
 	void *val;       /* that value (malloc'd, NUL-terminated), when want_val */
@@ -358,8 +361,13 @@ static int sync_state(struct store_backend *b, struct waiter *w, int64_t deadlin
 	rc = etcd_read_many(b, "wait", w->keys, w->n, w->want_val, kv, &w->rev,
 			    deadline > INT64_MAX - WAIT_MARGIN_MS ? deadline
 								  : deadline + WAIT_MARGIN_MS);
+	w->synced = rc == 0;
+	for (i = 0, w->found = 0; rc == 0 && i < w->n; i++) {
+		w->found += kv[i].found;
+	}
 	for (i = 0; rc == 0 && i < w->n; i++) {
 		if (kv[i].found && (w->any || !w->seen[i]) && mark(w, i)) {
+			w->hit_read = true;
 			rc = 1; /* ANY: the lowest index present, as the TCP store answers */
 			if (w->want_val) {
 				w->val = kv[i].val;
@@ -375,9 +383,26 @@ static int sync_state(struct store_backend *b, struct waiter *w, int64_t deadlin
 	return rc;
 }
 
-/* etcd_wait(), and with @val (ANY only) etcd_wait_get(). */
+/*
+ * Where the next wait of a series may resume (struct store_wait_mark): after a hit seen in a
+ * watch event, that event's revision (other writes of that revision may follow it in the
+ * same answer); after a hit in the read, the next revision when the read found no other key;
+ * after a timeout, past the last event accounted for; else 0 (read again).
+ */
+static int64_t resume_mark(const struct waiter *w, int rc)
+{
+	if (rc == 1 && w->hit_read) {
+		return w->found == 1 ? w->rev + 1 : 0;
+	}
+	if (rc == 1 || (rc == -ETIMEDOUT && w->synced)) {
+		return rc == 1 ? w->rev : w->rev + 1;
+	}
+	return 0;
+}
+
+/* etcd_wait(), and with @val (ANY only) etcd_wait_get(); @mark: etcd_wait_get()'s. */
 static int wait_keys(struct store_backend *b, const char *const *keys, size_t n, bool any,
-		     int timeout_ms, void **val, size_t *len)
+		     int timeout_ms, void **val, size_t *len, int64_t *mark)
 {
 	int64_t start = crun_now_ms(), deadline = start + (timeout_ms < 0 ? 300000 : timeout_ms);
 	struct waiter w = {
@@ -397,6 +422,13 @@ static int wait_keys(struct store_backend *b, const char *const *keys, size_t n,
 		w.order[i] = i;
 	}
 	qsort_r(w.order, n, sizeof(*w.order), by_key_then_index, &w);
+	if (any && mark != NULL && *mark > 0) {
+		/* The series' last wait accounted for every write before *mark: watch from
+		 * there, no read (a resumed watch whose revision was compacted reads again). */
+		w.rev = *mark - 1;
+		w.synced = true;
+		resync = false;
+	}
 	for (;;) {
 		/* The keys as they are now, then every write from that revision on: nothing
 		 * between the read and the watch is missed. After a broken stream the keys are
@@ -452,6 +484,9 @@ static int wait_keys(struct store_backend *b, const char *const *keys, size_t n,
 out:
 	free(w.order);
 	free(w.seen);
+	if (mark != NULL) {
+		*mark = any ? resume_mark(&w, rc) : 0;
+	}
 	if (rc == 1 && val != NULL) {
 		*val = w.val;
 		*len = w.len;
@@ -466,15 +501,15 @@ out:
 
 int etcd_wait(struct store_backend *b, const char *const *keys, size_t n, bool any, int timeout_ms)
 {
-	return wait_keys(b, keys, n, any, timeout_ms, NULL, NULL);
+	return wait_keys(b, keys, n, any, timeout_ms, NULL, NULL, NULL);
 }
 
 int etcd_wait_get(struct store_backend *b, const char *const *keys, size_t n, void **val,
-		  size_t *len, int timeout_ms)
+		  size_t *len, int timeout_ms, int64_t *mark)
 {
 	*val = NULL;
 	*len = 0;
-	return wait_keys(b, keys, n, true, timeout_ms, val, len);
+	return wait_keys(b, keys, n, true, timeout_ms, val, len, mark);
 }
 
 /* ---- history ---- */

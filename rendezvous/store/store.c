@@ -493,7 +493,7 @@ CRUN_EXPORT int crun_store_wait_any(struct crun_store *st, const char *const *ke
 }
 
 int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n, size_t nval,
-		       void **val, size_t *len, int timeout_ms)
+		       void **val, size_t *len, int timeout_ms, struct store_wait_mark *mark)
 {
 	const char **full;
 	size_t l = 0;
@@ -504,6 +504,9 @@ int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n,
 	}
 	*val = NULL;
 	if (st->ops->wait_get == NULL) {
+		if (mark != NULL) {
+			mark->rev = 0; /* nothing to resume: the store waits on its own state */
+		}
 		rc = do_wait(st, keys, n, true, timeout_ms);
 		if (rc >= 0 && (size_t)rc < nval && (size_t)rc < n) {
 			int g = crun_store_get(st, keys[rc], val, &l);
@@ -515,7 +518,8 @@ int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n,
 		if (rc < 0) {
 			return rc;
 		}
-		rc = st->ops->wait_get(st->b, full, n, val, &l, resolve_timeout(st, timeout_ms));
+		rc = st->ops->wait_get(st->b, full, n, val, &l, resolve_timeout(st, timeout_ms),
+				       mark != NULL ? &mark->rev : NULL);
 		free(full);
 	}
 	if (rc < 0 || (size_t)rc >= nval) {

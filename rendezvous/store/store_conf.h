@@ -186,14 +186,26 @@ int store_ticket_count(struct crun_store *st, const char *key, int64_t *n);
 bool store_has_tickets(const struct crun_store *st);
 
 /**
+ * Where a store_wait_any_get() left off, so that the next wait on the same keys (or fewer of
+ * them) need not read them again: on etcd, the revision its watch resumes from (0: read
+ * first). Zero it before the first wait of a series; a backend without the notion keeps it 0.
+ * Only for a series in which none of the keys is deleted: a resumed wait reports the writes
+ * since the mark, and the key that ended the last wait again if it is waited for again.
+ */
+struct store_wait_mark {
+	int64_t rev;
+};
+
+/**
  * store.c: crun_store_wait_any() that also returns the value of the key that ended the wait,
  * when it is one of the first @nval keys (*@val malloc'd, NUL-terminated past *@len; else, and
  * on error, NULL): the wait and a get of that key, in one request fewer where the backend
- * reads it in the wait itself (etcd); elsewhere the get only for those keys. Returns the
+ * reads it in the wait itself (etcd); elsewhere the get only for those keys. With @mark
+ * (NULL: none) a wait resumes where the last one of the series left off (above). Returns the
  * key's index or a negative code (-ENOENT: deleted between the wait and the get).
  */
 int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n, size_t nval,
-		       void **val, size_t *len, int timeout_ms);
+		       void **val, size_t *len, int timeout_ms, struct store_wait_mark *mark);
 
 /**
  * store.c: the message of @st's last failed operation, where the backend keeps one: which

@@ -176,22 +176,22 @@ void wait_any_get_returns_the_value(void **state)
 
 	(void)state;
 	assert_int_equal(sets(st, "here", "value now"), 0);
-	assert_int_equal(store_wait_any_get(st, now, 2, 2, &v, &len, 20000), 1);
+	assert_int_equal(store_wait_any_get(st, now, 2, 2, &v, &len, 20000, NULL), 1);
 	assert_non_null(v);
 	assert_int_equal(len, 9);
 	assert_memory_equal(v, "value now", 10); /* NUL-terminated too */
 	free(v);
 	v = NULL;
 	/* A key past the first @nval: its index, no value. */
-	assert_int_equal(store_wait_any_get(st, now, 2, 1, &v, &len, 20000), 1);
+	assert_int_equal(store_wait_any_get(st, now, 2, 1, &v, &len, 20000, NULL), 1);
 	assert_null(v);
-	assert_int_equal(store_wait_any_get(st, later, 2, 2, &v, &len, 200), -ETIMEDOUT);
+	assert_int_equal(store_wait_any_get(st, later, 2, 2, &v, &len, 200, NULL), -ETIMEDOUT);
 	assert_null(v);
 	/* Parked first, then woken by another handle's write: its value. */
 	assert_int_equal(crun_store_clone(st, "", &a.st), 0);
 	a.parked = park_watch_begin() + 1;
 	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
-	rc = store_wait_any_get(st, later, 2, 2, &v, &len, 20000);
+	rc = store_wait_any_get(st, later, 2, 2, &v, &len, 20000, NULL);
 	pthread_join(th, NULL);
 	park_watch_end();
 	assert_int_equal(a.park_rc, 0);
@@ -202,6 +202,61 @@ void wait_any_get_returns_the_value(void **state)
 	assert_memory_equal(v, "go", 3);
 	free(v);
 	crun_store_close(a.st);
+	crun_store_close(st);
+}
+
+/* One store_wait_any_get() of a series with a mark; its index, and its value in *@v. */
+static int mark_wait(struct crun_store *st, const char *const *keys, size_t n, int ms,
+		     struct store_wait_mark *mk, char *v, size_t cap)
+{
+	void *val = NULL;
+	size_t len = 0;
+	int rc = store_wait_any_get(st, keys, n, n, &val, &len, ms, mk);
+
+	snprintf(v, cap, "%s", val != NULL ? (char *)val : "");
+	free(val);
+	return rc;
+}
+
+/*
+ * A series of waits with one mark (struct store_wait_mark; etcd resumes its watch instead of
+ * reading): what was written between two waits is seen by the next one, a wait woken by one
+ * key of a multi_set leaves the other key of the same write to the next, and so does a wait
+ * whose first read found both.
+ */
+void wait_series_with_a_mark_misses_nothing(void **state)
+{
+	struct crun_store *st = open_fresh(), *other;
+	const char *three[] = {"ms.a", "ms.b", "ms.c"}, *both[] = {"ms.b", "ms.a"};
+	const char *vals[] = {"B", "A"};
+	const size_t lens[] = {1, 1};
+	struct store_wait_mark mk = {0};
+	char v[16];
+
+	(void)state;
+	assert_int_equal(crun_store_clone(st, "", &other), 0);
+	assert_int_equal(mark_wait(st, three, 3, 200, &mk, v, sizeof(v)), -ETIMEDOUT);
+	assert_int_equal(sets(other, "ms.c", "C"), 0); /* between the waits */
+	assert_int_equal(mark_wait(st, three, 3, 20000, &mk, v, sizeof(v)), 2);
+	assert_string_equal(v, "C");
+	/* ms.b and ms.a in one write: one wakes the wait, the next wait gets the other. */
+	assert_int_equal(crun_store_multi_set(other, both, 2, (const void *const *)vals, lens), 0);
+	assert_int_equal(mark_wait(st, three, 2, 20000, &mk, v, sizeof(v)) >= 0, 1);
+	if (strcmp(v, "A") == 0) {
+		assert_int_equal(mark_wait(st, three + 1, 1, 5000, &mk, v, sizeof(v)), 0);
+		assert_string_equal(v, "B");
+	} else {
+		assert_string_equal(v, "B");
+		assert_int_equal(mark_wait(st, three, 1, 5000, &mk, v, sizeof(v)), 0);
+		assert_string_equal(v, "A");
+	}
+	/* A new series whose read finds both: the next wait must read again to see the other. */
+	mk.rev = 0;
+	assert_int_equal(mark_wait(st, three, 2, 20000, &mk, v, sizeof(v)), 0);
+	assert_string_equal(v, "A");
+	assert_int_equal(mark_wait(st, three + 1, 1, 5000, &mk, v, sizeof(v)), 0);
+	assert_string_equal(v, "B");
+	crun_store_close(other);
 	crun_store_close(st);
 }
 

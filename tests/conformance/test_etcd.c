@@ -855,6 +855,41 @@ static long txn_calls(int port)
 	return total;
 }
 
+/*
+ * A wait resumed from a mark (store_wait_any_get(), struct store_wait_mark) watches from where
+ * the last one left off instead of reading the keys: etcd handles no Txn (a wait's read) for
+ * it, and gets the write made between the two. Without a mark the same wait reads.
+ */
+static void resumed_wait_reads_nothing(void **state)
+{
+	const char *keys[] = {"k1", "k2"};
+	struct store_wait_mark mk = {0};
+	struct crun_store *st, *other;
+	char err[512];
+	void *v = NULL;
+	size_t len = 0;
+	long before;
+
+	(void)state;
+	assert_int_equal(open_ep(g_etcd.endpoint, "rw/", 5000, 5000, &st, err, sizeof(err)), 0);
+	assert_int_equal(crun_store_clone(st, "", &other), 0);
+	assert_int_equal(store_wait_any_get(st, keys, 2, 2, &v, &len, 200, &mk), -ETIMEDOUT);
+	assert_true(mk.rev > 0);
+	assert_int_equal(crun_store_set(other, "k2", "v2", 2), 0);
+	before = txn_calls(g_etcd.port);
+	assert_int_equal(store_wait_any_get(st, keys, 2, 2, &v, &len, 20000, &mk), 1);
+	assert_int_equal(txn_calls(g_etcd.port) - before, 0);
+	assert_int_equal(len, 2);
+	assert_memory_equal(v, "v2", 3);
+	free(v);
+	before = txn_calls(g_etcd.port);
+	assert_int_equal(store_wait_any_get(st, keys, 2, 2, &v, &len, 20000, NULL), 1);
+	assert_int_equal(txn_calls(g_etcd.port) - before, 1);
+	free(v);
+	crun_store_close(other);
+	crun_store_close(st);
+}
+
 #define ADDERS 48
 #define ADDS 4
 
@@ -1110,6 +1145,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(delete_prefix_removes_a_job),
 		cmocka_unit_test(forget_job_last_member_deletes),
 		cmocka_unit_test(contended_adds_land_once_with_few_transactions),
+		cmocka_unit_test(resumed_wait_reads_nothing),
 		cmocka_unit_test(wait_watches_each_key),
 		cmocka_unit_test(password_file_must_be_private),
 		cmocka_unit_test(auth_confines_a_role_to_its_prefix),
