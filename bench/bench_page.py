@@ -111,6 +111,15 @@ REASONS = [
      "until the phase is read, 3 alternating runs at 2,000 connections (load average 11-14) "
      "gave crun-rdzvd 20.1-21.4 us/op and PyTorch's server 22.9-28.4, and the crun protocol's "
      "wait fell from 25 to 11-16 us/op."),
+    ("scale", r"^wait, wall time",
+     "a tie within the run-to-run spread: the phase is 2,000 WAITs whose key is already set, "
+     "25-40 ms on either server, and which one finishes first moves with the scheduler. "
+     "`bench/store/scale build-test --quick` 4 times in a row right after the 2026-11-28 "
+     "07:58 run (load average 1-2): crun-rdzvd 29.6, 32.0, 31.6, 30.0 ms against PyTorch's "
+     "server 35.0, 35.5, 30.0, 33.8 (crun ahead in 3 of 4), its CPU 10.2-14.7 us a WAIT "
+     "against 16.0-18.0. PyTorch's server is one thread that stayed on a CPU for the whole "
+     "phase (run-queue wait 0.0-0.1 ms); crun-rdzvd waited 1.9-11.5 ms of it for a CPU while "
+     "the 8 client processes ran."),
     ("tcpstore", r"^add, 8 clients",
      "within the spread, and won on a quieter machine: the 22:30 run of 2026-11-27 ran beside "
      "the full test suite; `bench/tcpstore/run BUILD --seconds 1 --clients 8 --barriers 10 "
