@@ -104,6 +104,8 @@ static void print_usage(FILE *out)
 	      "  get KEY                    print the value of KEY (exit 1 if absent)\n"
 	      "  add KEY N                  add integer N to the counter at KEY, print the result\n"
 	      "  wait KEY... [--timeout SEC] wait until every KEY exists (exit 1 on timeout)\n"
+	      "  wait-get KEY [--timeout SEC] wait until KEY exists, print its value (exit 1 on\n"
+	      "                             timeout)\n"
 	      "  cas KEY EXPECTED DESIRED   set DESIRED if the value is EXPECTED (\"\" = absent);\n"
 	      "                             print the value now stored (exit 1 unless DESIRED)\n"
 	      "  del KEY                    delete KEY (exit 1 if it did not exist)\n"
@@ -198,40 +200,48 @@ static int want_args(const char *cmd, int have, int min, int max, const char *sh
 	return 0;
 }
 
+/*
+ * The arguments of "wait" and "wait-get" (@cmd): keys into @keys (argc + 1 entries), their
+ * count into *@n, and --timeout SEC into *@timeout_ms. 0, or the usage error's exit code.
+ */
+static int wait_args(const char *cmd, int argc, char **argv, const char **keys, int *n,
+		     int *timeout_ms)
+{
+	const char *sec;
+	int i;
+
+	for (i = 0, *n = 0; i < argc; i++) {
+		const char *a = argv[i];
+
+		sec = NULL;
+		if (strcmp(a, "--timeout") == 0 || strcmp(a, "-t") == 0) {
+			sec = ++i < argc ? argv[i] : "";
+		} else if (strncmp(a, "--timeout=", 10) == 0) {
+			sec = a + 10;
+		} else {
+			keys[(*n)++] = a;
+		}
+		if (sec != NULL && parse_seconds(sec, timeout_ms) < 0) {
+			return usage_error("%s: --timeout: expected seconds >= 0, got \"%s\"", cmd,
+					   sec);
+		}
+	}
+	return *n == 0 ? usage_error("%s: expected at least one KEY", cmd) : 0;
+}
+
 static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
 	const char **keys;
-	int n = 0, i, rc;
+	int n = 0, rc;
 
 	keys = calloc((size_t)argc + 1, sizeof(*keys));
 	if (keys == NULL) {
 		return store_error(NULL, "wait", NULL, -ENOMEM);
 	}
-	for (i = 0; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (strcmp(a, "--timeout") == 0 || strcmp(a, "-t") == 0) {
-			if (i + 1 >= argc || parse_seconds(argv[i + 1], &timeout_ms) < 0) {
-				free(keys);
-				return usage_error("wait: --timeout: expected seconds >= 0, got "
-						   "\"%s\"",
-						   i + 1 < argc ? argv[i + 1] : "");
-			}
-			i++;
-		} else if (strncmp(a, "--timeout=", 10) == 0) {
-			if (parse_seconds(a + 10, &timeout_ms) < 0) {
-				free(keys);
-				return usage_error("wait: --timeout: expected seconds >= 0, got "
-						   "\"%s\"",
-						   a + 10);
-			}
-		} else {
-			keys[n++] = a;
-		}
-	}
-	if (n == 0) {
+	rc = wait_args("wait", argc, argv, keys, &n, &timeout_ms);
+	if (rc != 0) {
 		free(keys);
-		return usage_error("wait: expected at least one KEY");
+		return rc;
 	}
 	rc = crun_store_wait(st, keys, (size_t)n, timeout_ms);
 	free(keys);
@@ -240,6 +250,37 @@ static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms
 		return EXIT_NOTFOUND;
 	}
 	return rc < 0 ? store_error(st, "wait", NULL, rc) : EXIT_FOUND;
+}
+
+/* wait-get KEY [--timeout SEC]: TCPStore's blocking get (crun_store_wait_get()). */
+static int cmd_wait_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
+{
+	const char *keys[4];
+	void *v = NULL;
+	size_t len = 0;
+	int n = 0, rc;
+
+	if (argc > 3) {
+		return usage_error("wait-get: expected KEY [--timeout SEC], got %d arguments", argc);
+	}
+	rc = wait_args("wait-get", argc, argv, keys, &n, &timeout_ms);
+	if (rc != 0) {
+		return rc;
+	}
+	if (n != 1) {
+		return usage_error("wait-get: expected one KEY, got %d", n);
+	}
+	rc = crun_store_wait_get(st, keys[0], &v, &len, timeout_ms);
+	if (rc == -ETIMEDOUT) {
+		fprintf(stderr, "crun-store: wait-get: timed out\n");
+		return EXIT_NOTFOUND;
+	}
+	if (rc < 0) {
+		return store_error(st, "wait-get", keys[0], rc);
+	}
+	print_value(v, len);
+	free(v);
+	return EXIT_FOUND;
 }
 
 static int cmd_set(struct crun_store *st, int argc, char **argv, int timeout_ms)
@@ -366,6 +407,7 @@ static const struct command {
 	{"get", 1, 1, "KEY", cmd_get},
 	{"add", 2, 2, "KEY N", cmd_add},
 	{"wait", 0, -1, "KEY... [--timeout SEC]", cmd_wait}, /* counts its own arguments */
+	{"wait-get", 0, -1, "KEY [--timeout SEC]", cmd_wait_get}, /* counts its own arguments */
 	{"cas", 3, 3, "KEY EXPECTED DESIRED", cmd_cas},
 	{"del", 1, 1, "KEY", cmd_del},
 	{"check", 1, -1, "KEY...", cmd_check},

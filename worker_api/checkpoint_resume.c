@@ -77,7 +77,6 @@ static int follow(struct crun_store *st, const char *key, const char *dir, int r
 		  int timeout_ms, uint64_t *epoch, uint64_t *step, const struct crun_ckpt_seg *segs,
 		  size_t nsegs, char *path, size_t pathlen, char *msg, size_t msglen, bool *own)
 {
-	const char *keys[1] = {key};
 	char p[PATH_MAX], *end;
 	size_t len;
 	void *v = NULL;
@@ -85,10 +84,7 @@ static int follow(struct crun_store *st, const char *key, const char *dir, int r
 	long code;
 	int rc;
 
-	rc = crun_store_wait(st, keys, 1, timeout_ms);
-	if (rc == 0) {
-		rc = crun_store_get(st, key, &v, &len);
-	}
+	rc = crun_store_wait_get(st, key, &v, &len, timeout_ms);
 	if (rc < 0) {
 		snprintf(msg, msglen, "checkpoint resume: rank %d: waiting for rank 0's choice: %s",
 			 rank, crun_strerror(rc));

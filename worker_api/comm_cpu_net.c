@@ -208,7 +208,6 @@ static int connect_next(struct crun_comm *c, struct cpu *p, struct crun_store *s
 	int succ = (c->rank + 1) % c->size, rc, fd;
 	char key[COMM_MAX_NAME + 64], host[64], name[256];
 	struct sockaddr_storage ss;
-	const char *keys[1] = {key};
 	uint8_t h[CPU_HELLO_LEN];
 	socklen_t sl;
 	size_t len;
@@ -220,8 +219,8 @@ static int connect_next(struct crun_comm *c, struct cpu *p, struct crun_store *s
 	if (rc < 0) {
 		return rc;
 	}
-	rc = crun_store_wait(st, keys, 1,
-			     crun_ms_until(deadline) > 0 ? crun_ms_until(deadline) : 1);
+	rc = crun_store_wait_get(st, key, &val, &len,
+				 crun_ms_until(deadline) > 0 ? crun_ms_until(deadline) : 1);
 	if (rc < 0) {
 		/* The store's words: they name our own address's set when that failed. */
 		const char *why = crun_store_last_error(st);
@@ -229,11 +228,6 @@ static int connect_next(struct crun_comm *c, struct cpu *p, struct crun_store *s
 		return diag_set(&c->diag, rc,
 				"comm %s: rank %d: waiting for rank %d's address (%s): %s", c->name,
 				c->rank, succ, key, why[0] != '\0' ? why : crun_strerror(rc));
-	}
-	rc = crun_store_get(st, key, &val, &len);
-	if (rc < 0) {
-		return diag_set(&c->diag, rc, "comm %s: rank %d: store get %s: %s", c->name,
-				c->rank, key, crun_strerror(rc));
 	}
 	snprintf(p->next_addr, sizeof(p->next_addr), "%.*s", (int)len, (const char *)val);
 	free(val);

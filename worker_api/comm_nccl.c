@@ -676,7 +676,6 @@ static int exchange_id(struct crun_comm *c, struct crun_store *st, ncclUniqueId 
 		       int64_t deadline)
 {
 	char key[COMM_MAX_NAME + 64];
-	const char *keys[1] = {key};
 	ncclResult_t r;
 	size_t len;
 	void *val;
@@ -699,10 +698,7 @@ static int exchange_id(struct crun_comm *c, struct crun_store *st, ncclUniqueId 
 		return 0;
 	}
 	ms = (int)(deadline - crun_now_ms());
-	rc = crun_store_wait(st, keys, 1, ms > 0 ? ms : 1);
-	if (rc == 0) {
-		rc = crun_store_get(st, key, &val, &len);
-	}
+	rc = crun_store_wait_get(st, key, &val, &len, ms > 0 ? ms : 1);
 	if (rc < 0) {
 		return diag_set(&c->diag, rc,
 				"comm %s: rank %d: waiting for rank 0's NCCL id (%s): %s", c->name,

@@ -4,8 +4,9 @@
  * store_load --endpoint E throughput --op set|get|waitget|add --clients N --seconds S
  *     N client processes, one connection each, run OP back to back for S seconds after a
  *     common start. Prints {"ops_s", "p50_us", "p99_us", "ops"}. waitget is a get with
- *     TCPStore's semantics (its get blocks until the key exists): wait, then get, two round
- *     trips, the same two requests TCPStore 1.13's client sends for one get.
+ *     TCPStore's semantics (its get blocks until the key exists): crun_store_wait_get(), one
+ *     round trip (the wait's reply carries the value), where TCPStore 1.13's client sends
+ *     two requests, WAIT then GET, for one get.
  * store_load --endpoint E barrier --clients N --procs P [--timeout S]
  *     N connections spread over P processes. Each connection adds 1 to a counter; the one
  *     that brings it to N sets the release key; every connection then waits for it (a
@@ -138,7 +139,6 @@ static int reap(int n)
 
 static void child_throughput(struct slot *s, int id, const char *op, int seconds)
 {
-	const char *gk[] = {"get"};
 	struct crun_store *st;
 	char key[32], val[32];
 	int64_t t0, t1, end, r;
@@ -168,11 +168,8 @@ static void child_throughput(struct slot *s, int id, const char *op, int seconds
 			rc = crun_store_get(st, "get", &v, &len);
 			free(v);
 		} else if (op[0] == 'w') {
-			rc = crun_store_wait(st, gk, 1, -1);
-			if (rc == 0) {
-				rc = crun_store_get(st, "get", &v, &len);
-				free(v);
-			}
+			rc = crun_store_wait_get(st, "get", &v, &len, -1);
+			free(v);
 		} else {
 			rc = crun_store_add(st, "add", 1, &r);
 		}

@@ -128,6 +128,13 @@ CRUN_EXPORT int crun_store_wait(struct crun_store *st, const char *const *keys, 
  */
 CRUN_EXPORT int crun_store_wait_any(struct crun_store *st, const char *const *keys, size_t n,
 				    int timeout_ms);
+/**
+ * Blocking get (TCPStore's get): wait until @key exists, or @timeout_ms passes (-ETIMEDOUT;
+ * <0 uses the handle's default), then return its value as crun_store_get() does. One round
+ * trip on crun's store (the wait's reply carries the value), not a wait and a get.
+ */
+CRUN_EXPORT int crun_store_wait_get(struct crun_store *st, const char *key, void **val,
+				    size_t *len, int timeout_ms);
 /** Atomically add @delta to the 64-bit counter at @key (created at 0); *result = new value. */
 CRUN_EXPORT int crun_store_add(struct crun_store *st, const char *key, int64_t delta,
 			       int64_t *result);

@@ -609,15 +609,14 @@ static void put_keys(struct store_backend *b, const char *const *keys, size_t n)
 	}
 }
 
-static int tcp_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
-		    int timeout_ms)
+/* Send WAIT in @mode and read its reply's index; @c is left at what follows it. */
+static int wait_call(struct store_backend *b, const char *const *keys, size_t n, uint8_t mode,
+		     int timeout_ms, struct wire_cur *c, uint32_t *idx)
 {
-	struct wire_cur c;
 	size_t off = begin(b, WIRE_OP_WAIT);
-	uint32_t idx;
 	int rc;
 
-	wire_put_u8(&b->out, any ? WIRE_WAIT_ANY : WIRE_WAIT_ALL);
+	wire_put_u8(&b->out, mode);
 	wire_put_i64(&b->out, timeout_ms);
 	put_keys(b, keys, n);
 	wire_frame_end(&b->out, off);
@@ -626,15 +625,83 @@ static int tcp_wait(struct store_backend *b, const char *const *keys, size_t n, 
 		timeout_ms = timeout_ms > INT32_MAX - WAIT_MARGIN_MS ? INT32_MAX
 								      : timeout_ms + WAIT_MARGIN_MS;
 	}
-	rc = call_reply(b, timeout_ms, &c);
+	rc = call_reply(b, timeout_ms, c);
 	if (rc < 0) {
 		return rc;
 	}
-	idx = wire_get_u32(&c);
-	if (!cur_done(&c) || (any && idx >= n)) {
+	*idx = wire_get_u32(c);
+	if (c->bad || (mode != WIRE_WAIT_ALL && *idx >= n)) {
+		return bad_reply(b);
+	}
+	return 0;
+}
+
+static int tcp_wait(struct store_backend *b, const char *const *keys, size_t n, bool any,
+		    int timeout_ms)
+{
+	struct wire_cur c;
+	uint32_t idx;
+	int rc = wait_call(b, keys, n, any ? WIRE_WAIT_ANY : WIRE_WAIT_ALL, timeout_ms, &c, &idx);
+
+	if (rc < 0) {
+		return rc;
+	}
+	if (!cur_done(&c)) {
 		return bad_reply(b);
 	}
 	return any ? (int)idx : 0;
+}
+
+/*
+ * backend.h's wait_get: one WAIT in ANY_GET mode, whose reply carries the value of the key it
+ * names (one round trip instead of a wait and a get). A store older than ANY_GET refuses the
+ * mode ("WAIT: bad mode 2"): this handle then waits and gets, as before, from then on.
+ */
+static int tcp_wait_get(struct store_backend *b, const char *const *keys, size_t n, void **val,
+			size_t *len, int timeout_ms, int64_t *mark)
+{
+	struct wire_cur c;
+	struct wire_str s;
+	uint32_t idx;
+	uint8_t found;
+	int rc = -EINVAL;
+
+	*val = NULL;
+	*len = 0;
+	if (mark != NULL) {
+		*mark = 0; /* the server waits on its own state: nothing to resume */
+	}
+	if (!b->no_wait_get) {
+		rc = wait_call(b, keys, n, WIRE_WAIT_ANY_GET, timeout_ms, &c, &idx);
+		if (rc == 0) {
+			found = wire_get_u8(&c);
+			s = found ? wire_get_bytes(&c) : (struct wire_str){NULL, 0};
+			if (!cur_done(&c)) {
+				return bad_reply(b);
+			}
+			/* Not found: deleted (a TTL) in the turn its write ended the wait;
+			 * *val stays NULL and store_wait_any_get() says -ENOENT. */
+			if (found) {
+				rc = copy_out(b, s, val, len);
+			}
+			return rc < 0 ? rc : (int)idx;
+		}
+		if (b->rh.op != WIRE_OP_WAIT || b->rh.status != WIRE_E_INVALID ||
+		    strstr(b->diag.msg, "bad mode") == NULL) {
+			return rc;
+		}
+		b->no_wait_get = true;
+		log_debug("%s: the store has no WAIT ANY_GET (an older crun-rdzvd): waiting, then "
+			  "getting",
+			  b->where);
+	}
+	rc = tcp_wait(b, keys, n, true, timeout_ms);
+	if (rc >= 0) {
+		int g = tcp_get(b, keys[rc], val, len, timeout_ms);
+
+		rc = g < 0 ? g : rc;
+	}
+	return rc;
 }
 
 static int tcp_add(struct store_backend *b, const char *key, int64_t delta, int64_t *result,
@@ -904,6 +971,7 @@ static const struct store_ops tcp_ops = {
 	.flush = tcp_flush,
 	.get = tcp_get,
 	.wait = tcp_wait,
+	.wait_get = tcp_wait_get,
 	.add = tcp_add,
 	.compare_set = tcp_compare_set,
 	.del = tcp_del,

@@ -74,6 +74,7 @@ struct store_backend {
 	bool unix_off;         /* no AF_UNIX socket, even for a local endpoint */
 	char unix_given[108];  /* the socket to use for a local endpoint; "": the default ones */
 	char unix_path[108];   /* the connection's socket; "": TCP */
+	bool no_wait_get;      /* the store refused WAIT's ANY_GET mode: wait, then get */
 };
 
 /** Close the connection (TLS session included); the next operation reconnects. */

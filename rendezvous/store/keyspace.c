@@ -512,6 +512,7 @@ static void written(struct keyspace *ks, struct ks_entry *e)
 		w = l->w;
 		link_unlink(l);
 		if (w->mode == KS_WAIT_ANY) {
+			w->woke = e;
 			wait_end(ks, w, 0, l->index);
 		} else if (--w->missing == 0) {
 			wait_end(ks, w, 0, 0);

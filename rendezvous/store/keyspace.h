@@ -147,7 +147,10 @@ struct ks_wait {
 	size_t cost;	      /* owner's: bytes charged to a budget */
 	uint32_t id;	      /* owner's: the request id */
 	bool untimed;	      /* owner's */
+	bool with_value;      /* owner's: answer with the value of the key that ended it */
 	uint8_t mode;	      /* enum ks_wait_mode */
+	/* ANY: the entry whose write ended the wait, set for on_wait_done (NULL otherwise). */
+	const struct ks_entry *woke;
 	struct ks_hnode dl;   /* in the wait heap when it has a deadline */
 	uint32_t n;
 	uint32_t missing;

@@ -312,12 +312,13 @@ void srv_wait_destroy(struct store_server *s, struct ks_wait *w);
 /** Answer @w with an error reply, then destroy it. */
 void srv_wait_fail(struct store_server *s, struct ks_wait *w, uint16_t status, const char *msg);
 /**
- * Hold a wait of @c on @l (its memory charged to @c) until @timeout_ms (< 0: none); the
+ * Hold a wait of @c on @l (its memory charged to @c) until @timeout_ms (< 0: none), answered
+ * with the value of the key that ended it when @with_value (crun's ANY_GET); the
  * caller has checked it is not ready and within its limits. 0: held; 1: the memory budget
  * dropped @c (stop using it); -ENOMEM.
  */
-int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, int64_t timeout_ms,
-		  uint32_t id);
+int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, bool with_value,
+		  int64_t timeout_ms, uint32_t id);
 /** (Re)start the keyspace's timer for its next deadline (after every batch of work). */
 void srv_ks_arm(struct store_server *s);
 /** WAIT (crun): answer now, or hold a wait until its keys are written or its deadline. */

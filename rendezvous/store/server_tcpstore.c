@@ -329,7 +329,8 @@ static void op_wait(struct conn *c, const struct ts_req *r)
 			s->max_untimed_per_conn, s->max_untimed);
 		return;
 	}
-	rc = srv_wait_hold(c, &l, KS_WAIT_ALL, s->max_wait_ms > 0 ? s->max_wait_ms : -1, 0);
+	rc = srv_wait_hold(c, &l, KS_WAIT_ALL, false, s->max_wait_ms > 0 ? s->max_wait_ms : -1,
+			   0);
 	if (rc == -ENOMEM) {
 		ts_drop(c, "WAIT: out of memory");
 	}

@@ -55,8 +55,23 @@ void srv_wait_destroy(struct store_server *s, struct ks_wait *w)
 	ks_wait_cancel(&s->ks, w);
 }
 
-/* Answer @w's connection: @status WIRE_OK with @index, or an error with @msg. */
-static void answer(struct conn *c, uint32_t id, uint16_t status, uint32_t index, const char *msg)
+/* An ANY_GET answer's value: u8 found, then the value of @e when it is present. */
+static void put_value(struct wire_buf *out, const struct ks_entry *e)
+{
+	bool found = e != NULL && e->present;
+
+	wire_put_u8(out, found);
+	if (found) {
+		wire_put_bytes(out, e->val, e->vlen);
+	}
+}
+
+/*
+ * Answer @w's connection: @status WIRE_OK with @index (and, for an ANY_GET wait (@vw non-NULL),
+ * the value of the key that ended it), or an error with @msg.
+ */
+static void answer(struct conn *c, uint32_t id, uint16_t status, uint32_t index,
+		   const struct ks_wait *vw, const char *msg)
 {
 	size_t off;
 
@@ -69,6 +84,9 @@ static void answer(struct conn *c, uint32_t id, uint16_t status, uint32_t index,
 	} else {
 		off = wire_frame_begin(&c->out, WIRE_OP_WAIT, WIRE_FLAG_REPLY, WIRE_OK, id);
 		wire_put_u32(&c->out, index);
+		if (vw != NULL) {
+			put_value(&c->out, vw->woke);
+		}
 		wire_frame_end(&c->out, off);
 	}
 	srv_flush_later(c);
@@ -80,7 +98,7 @@ void srv_wait_fail(struct store_server *s, struct ks_wait *w, uint16_t status, c
 	uint32_t id = w->id;
 
 	srv_wait_destroy(s, w);
-	answer(c, id, status, 0, msg);
+	answer(c, id, status, 0, NULL, msg);
 }
 
 void srv_on_wait_done(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t index)
@@ -91,11 +109,11 @@ void srv_on_wait_done(struct keyspace *ks, struct ks_wait *w, int rc, uint32_t i
 
 	detach(s, w); /* first: answering may close the connection, dropping its other waits */
 	if (rc == 0) {
-		answer(c, w->id, WIRE_OK, index, NULL);
+		answer(c, w->id, WIRE_OK, index, w->with_value ? w : NULL, NULL);
 		return;
 	}
 	snprintf(msg, sizeof(msg), "wait timed out after %" PRId64 " ms", w->timeout_ms);
-	answer(c, w->id, WIRE_E_TIMEOUT, 0, msg);
+	answer(c, w->id, WIRE_E_TIMEOUT, 0, NULL, msg);
 }
 
 static void on_ks_timer(uv_timer_t *t)
@@ -124,8 +142,8 @@ void srv_ks_arm(struct store_server *s)
 	uv_timer_start(&s->ks_timer, on_ks_timer, at > now ? (uint64_t)(at - now) : 0, 0);
 }
 
-int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, int64_t timeout_ms,
-		  uint32_t id)
+int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, bool with_value,
+		  int64_t timeout_ms, uint32_t id)
 {
 	struct store_server *s = c->s;
 	size_t cost = ks_wait_cost(l);
@@ -142,6 +160,7 @@ int srv_wait_hold(struct conn *c, const struct ks_list *l, uint8_t mode, int64_t
 	}
 	w->owner = c;
 	w->id = id;
+	w->with_value = with_value;
 	w->cost = cost;
 	w->timeout_ms = timeout_ms;
 	w->untimed = timeout_ms < 0;
@@ -198,10 +217,27 @@ static int64_t wait_timeout(struct conn *c, const struct wire_req *r)
 	return INT64_MIN;
 }
 
+/* The present entry of @l's key @index, or NULL. */
+static const struct ks_entry *nth_entry(struct keyspace *ks, const struct ks_list *l,
+					uint32_t index)
+{
+	const uint8_t *cur = l->list;
+	const struct ks_entry *e = NULL;
+	uint32_t i;
+
+	for (i = 0; i <= index && i < l->n; i++) {
+		e = ks_get_next(ks, l, &cur);
+	}
+	return e;
+}
+
 void srv_op_wait(struct conn *c, const struct wire_req *r)
 {
 	struct store_server *s = c->s;
 	const struct ks_list l = {r->n, r->list, crun_key, NULL, 0};
+	/* ANY_GET is the keyspace's ANY; the answer adds the value. */
+	bool with_value = r->mode == WIRE_WAIT_ANY_GET;
+	uint8_t mode = with_value ? (uint8_t)KS_WAIT_ANY : r->mode;
 	char msg[96];
 	int64_t timeout;
 	uint32_t index;
@@ -215,9 +251,12 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 		return;
 	}
 	/* Keys already there (a barrier's late arrivals, a blocking get): no wait allocated. */
-	if (ks_wait_ready(&s->ks, &l, r->mode, &index)) {
+	if (ks_wait_ready(&s->ks, &l, mode, &index)) {
 		off = reply_begin(c, r);
 		wire_put_u32(&c->out, index);
+		if (with_value) {
+			put_value(&c->out, nth_entry(&s->ks, &l, index));
+		}
 		wire_frame_end(&c->out, off);
 		return;
 	}
@@ -228,6 +267,9 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 	if (r->n == 0) {
 		off = reply_begin(c, r); /* all of no keys are there */
 		wire_put_u32(&c->out, 0);
+		if (with_value) {
+			put_value(&c->out, NULL);
+		}
 		wire_frame_end(&c->out, off);
 		return;
 	}
@@ -235,7 +277,7 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 		reply_error(c, r, WIRE_E_TIMEOUT, "wait timed out after 0 ms");
 		return;
 	}
-	rc = srv_wait_hold(c, &l, r->mode, timeout, r->id);
+	rc = srv_wait_hold(c, &l, mode, with_value, timeout, r->id);
 	if (rc == -ENOMEM) {
 		reply_error(c, r, WIRE_E_NO_MEMORY, "WAIT: out of memory");
 	}
@@ -252,7 +294,7 @@ void srv_op_wait(struct conn *c, const struct wire_req *r)
 
 		srv_conn_peer(c, peer, sizeof(peer));
 		log_debug("store: %s: WAIT parked (%s of %" PRIu32 " key%s, %" PRIu32 " missing)",
-			  peer, r->mode == WIRE_WAIT_ANY ? "any" : "all", r->n,
+			  peer, mode == KS_WAIT_ANY ? "any" : "all", r->n,
 			  r->n == 1 ? "" : "s", c->waits->missing);
 	}
 }

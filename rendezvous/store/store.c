@@ -492,6 +492,15 @@ CRUN_EXPORT int crun_store_wait_any(struct crun_store *st, const char *const *ke
 	return do_wait(st, keys, n, true, timeout_ms);
 }
 
+CRUN_EXPORT int crun_store_wait_get(struct crun_store *st, const char *key, void **val,
+				    size_t *len, int timeout_ms)
+{
+	const char *keys[1] = {key};
+	int rc = store_wait_any_get(st, keys, 1, 1, val, len, timeout_ms, NULL);
+
+	return rc < 0 ? rc : 0;
+}
+
 int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n, size_t nval,
 		       void **val, size_t *len, int timeout_ms, struct store_wait_mark *mark)
 {
@@ -526,6 +535,8 @@ int store_wait_any_get(struct crun_store *st, const char *const *keys, size_t n,
 		free(*val);
 		*val = NULL;
 		l = 0;
+	} else if (*val == NULL) {
+		rc = -ENOENT; /* the key that ended the wait was gone when its value was read */
 	}
 	if (rc >= 0 && len != NULL) {
 		*len = l;

@@ -354,7 +354,7 @@ int wire_req_decode(const struct wire_hdr *h, const uint8_t *payload, size_t ple
 	case WIRE_OP_WAIT:
 		r->mode = wire_get_u8(&d.c);
 		r->num = wire_get_i64(&d.c);
-		if (!d.c.bad && r->mode > WIRE_WAIT_ANY) {
+		if (!d.c.bad && r->mode > WIRE_WAIT_ANY_GET) {
 			return dec_fail(&d, WIRE_E_INVALID, "WAIT: bad mode %u", r->mode);
 		}
 		ok = dec_list(&d, r, false);

@@ -64,7 +64,8 @@ enum wire_status {
 	WIRE_E_MAX = 14,
 };
 
-enum wire_wait_mode { WIRE_WAIT_ALL = 0, WIRE_WAIT_ANY = 1 };
+/* ANY_GET: ANY, and the reply carries the value of the key whose index it returns. */
+enum wire_wait_mode { WIRE_WAIT_ALL = 0, WIRE_WAIT_ANY = 1, WIRE_WAIT_ANY_GET = 2 };
 
 /** "SET", "GET", ... for an op code; "op?" when unknown. Static string. */
 const char *wire_op_name(unsigned op);

@@ -69,6 +69,7 @@ void wait_returns_at_once_when_present(void **state);
 void wait_woken_by_second_handle(void **state);
 void wait_any_get_returns_the_value(void **state);
 void wait_series_with_a_mark_misses_nothing(void **state);
+void wait_get_blocks_until_the_key_exists(void **state);
 void add_from_8_threads_is_exact(void **state);
 void add_from_processes_is_exact(void **state);
 void one_write_wakes_many_waiters(void **state);

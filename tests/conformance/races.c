@@ -205,6 +205,49 @@ void wait_any_get_returns_the_value(void **state)
 	crun_store_close(st);
 }
 
+/*
+ * crun_store_wait_get(), the blocking get: a key already there (an empty value too), a key
+ * written by another handle while the get is parked (its value), and a deadline.
+ */
+void wait_get_blocks_until_the_key_exists(void **state)
+{
+	struct crun_store *st = open_fresh();
+	struct writer_arg a = {.key = "wg.late"};
+	void *v = NULL;
+	size_t len = 7;
+	pthread_t th;
+	int rc;
+
+	(void)state;
+	assert_int_equal(sets(st, "wg.here", "now"), 0);
+	assert_int_equal(crun_store_wait_get(st, "wg.here", &v, &len, 20000), 0);
+	assert_int_equal(len, 3);
+	assert_memory_equal(v, "now", 4);
+	free(v);
+	assert_int_equal(crun_store_set(st, "wg.empty", "", 0), 0);
+	assert_int_equal(crun_store_wait_get(st, "wg.empty", &v, &len, 20000), 0);
+	assert_int_equal(len, 0);
+	assert_non_null(v);
+	free(v);
+	v = NULL;
+	assert_int_equal(crun_store_wait_get(st, "wg.never", &v, &len, 200), -ETIMEDOUT);
+	assert_null(v);
+	assert_int_equal(crun_store_clone(st, "", &a.st), 0);
+	a.parked = park_watch_begin() + 1;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	rc = crun_store_wait_get(st, "wg.late", &v, &len, 20000);
+	pthread_join(th, NULL);
+	park_watch_end();
+	assert_int_equal(a.park_rc, 0);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(rc, 0);
+	assert_int_equal(len, 2);
+	assert_memory_equal(v, "go", 3);
+	free(v);
+	crun_store_close(a.st);
+	crun_store_close(st);
+}
+
 /* One store_wait_any_get() of a series with a mark; its index, and its value in *@v. */
 static int mark_wait(struct crun_store *st, const char *const *keys, size_t n, int ms,
 		     struct store_wait_mark *mk, char *v, size_t cap)

@@ -255,6 +255,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(wait_woken_by_second_handle),
 		cmocka_unit_test(wait_any_get_returns_the_value),
 		cmocka_unit_test(wait_series_with_a_mark_misses_nothing),
+		cmocka_unit_test(wait_get_blocks_until_the_key_exists),
 		cmocka_unit_test(add_from_8_threads_is_exact),
 		cmocka_unit_test(ticket_semantics),
 		cmocka_unit_test(tickets_at_once_are_distinct_and_consecutive),

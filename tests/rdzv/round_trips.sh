@@ -8,7 +8,9 @@
 . "$(dirname "$0")/../agent/lib.sh"
 
 N=50
-BUDGET=11.5 # requests per agent, round and finish, waits and the handshake aside
+# Requests per agent, round and finish, waits and the handshake aside: 10.08 measured (11.06
+# before the join's wait brought the close value in its own reply, WAIT's ANY_GET mode).
+BUDGET=10.5
 SCALE=$BUILD/tests/rdzv/rdzv_scale
 command -v curl >/dev/null || { echo "curl is not installed (scripts/install-deps)"; exit 77; }
 [ -x "$SCALE" ] || fail "$SCALE not built"

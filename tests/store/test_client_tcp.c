@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/store/test_client_tcp.c: the TCP client's deadlines against a server that stalls, and
- * against a port that drops packets. */
+ * against a port that drops packets; its blocking get against a store older than WAIT's
+ * ANY_GET mode. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +47,8 @@ struct mute {
 	size_t len[MAX_CONNS];
 	int accepted;
 	int forge; /* answer SET with an OK reply of id 0 (a connection-level id) */
+	int older; /* answer WAIT and GET as a store before WAIT's ANY_GET mode */
+	int waits[3], gets; /* what the older store was asked: WAITs by mode, GETs */
 };
 
 static void answer(int fd, const struct wire_hdr *h)
@@ -71,6 +74,36 @@ static void answer(int fd, const struct wire_hdr *h)
 	wire_buf_finish(&b);
 }
 
+/*
+ * A store before WAIT's ANY_GET mode (docs/protocol.md): mode 2 is refused as its decoder
+ * refused it, ALL and ANY are answered with index 0, GET with "v".
+ */
+static void answer_older(struct mute *m, int fd, const struct wire_hdr *h, const uint8_t *payload)
+{
+	struct wire_buf b = {0};
+	size_t off;
+
+	if (h->op == WIRE_OP_WAIT && payload[0] > WIRE_WAIT_ANY) {
+		m->waits[payload[0] < 3 ? payload[0] : 2]++;
+		wire_put_error(&b, WIRE_OP_WAIT, h->id, WIRE_E_INVALID, "WAIT: bad mode 2");
+	} else {
+		off = wire_frame_begin(&b, h->op, WIRE_FLAG_REPLY, WIRE_OK, h->id);
+		if (h->op == WIRE_OP_WAIT) {
+			m->waits[payload[0]]++;
+			wire_put_u32(&b, 0);
+		} else {
+			m->gets++;
+			wire_put_u8(&b, 1);
+			wire_put_bytes(&b, "v", 1);
+		}
+		wire_frame_end(&b, off);
+	}
+	if (!b.oom && send(fd, b.p, b.len, MSG_NOSIGNAL) != (ssize_t)b.len) {
+		fprintf(stderr, "older server: send: %s\n", strerror(errno));
+	}
+	wire_buf_finish(&b);
+}
+
 /* Consume the complete frames buffered for connection @i; answer HELLO and PING only. */
 static void frames(struct mute *m, int i)
 {
@@ -88,6 +121,9 @@ static void frames(struct mute *m, int i)
 		}
 		if (h.op == WIRE_OP_HELLO || h.op == WIRE_OP_PING) {
 			answer(m->fd[i], &h);
+		} else if ((h.op == WIRE_OP_WAIT || h.op == WIRE_OP_GET) &&
+			   __atomic_load_n(&m->older, __ATOMIC_ACQUIRE)) {
+			answer_older(m, m->fd[i], &h, m->buf[i] + WIRE_HDR_LEN);
 		} else if (h.op == WIRE_OP_SET && __atomic_load_n(&m->forge, __ATOMIC_ACQUIRE)) {
 			struct wire_hdr z = h;
 
@@ -241,6 +277,37 @@ static void unanswered_get_times_out_at_its_deadline(void **state)
 }
 
 /*
+ * A store older than WAIT's ANY_GET mode refuses it: the blocking get still works, as a wait
+ * and a get, and the handle does not ask for ANY_GET again.
+ */
+static void wait_get_falls_back_on_an_older_store(void **state)
+{
+	struct mute *m = *state;
+	const struct store_ops *ops;
+	const char *keys[] = {"k"};
+	struct store_backend *b;
+	void *v = NULL;
+	size_t len = 0;
+	int i;
+
+	__atomic_store_n(&m->older, 1, __ATOMIC_RELEASE);
+	open_client(m, &b, &ops);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(ops->wait_get(b, keys, 1, &v, &len, T, NULL), 0);
+		assert_int_equal(len, 1);
+		assert_memory_equal(v, "v", 2);
+		free(v);
+		v = NULL;
+	}
+	ops->close(b);
+	__atomic_store_n(&m->older, 0, __ATOMIC_RELEASE);
+	/* The server thread counted before it answered, so the counts are final. */
+	assert_int_equal(m->waits[WIRE_WAIT_ANY_GET], 1);
+	assert_int_equal(m->waits[WIRE_WAIT_ANY], 2);
+	assert_int_equal(m->gets, 2);
+}
+
+/*
  * Id 0 is only a connection-level error (the server closes after it): an OK reply with id 0
  * answers no request. A set, waited for or not, is not taken as stored on the word of one.
  */
@@ -362,6 +429,8 @@ int main(int argc, char **argv)
 						mute_setup, mute_teardown),
 		cmocka_unit_test_setup_teardown(receive_timeout_follows_each_operations_deadline,
 						mute_setup, mute_teardown),
+		cmocka_unit_test_setup_teardown(wait_get_falls_back_on_an_older_store, mute_setup,
+						mute_teardown),
 		cmocka_unit_test_setup_teardown(ok_reply_with_id_0_is_no_answer, mute_setup,
 						mute_teardown),
 		cmocka_unit_test(connect_to_a_port_that_drops_packets_is_bounded_per_try),
