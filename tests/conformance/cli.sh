@@ -81,6 +81,9 @@ suite() {
 	expect 0 -- "${s[@]}" wait k n
 	expect 0 -- "${s[@]}" wait k --timeout 1
 	expect 1 --err "timed out" -- "${s[@]}" wait k missing --timeout 0.3
+	expect 0 --out hello -- "${s[@]}" wait-get k
+	expect 0 --out hello -- "${s[@]}" wait-get k --timeout 1
+	expect 1 --out "" --err "wait-get: timed out" -- "${s[@]}" wait-get missing --timeout 0.3
 	expect 0 -- "${s[@]}" check k n
 	expect 1 -- "${s[@]}" check k missing
 	expect 0 --out v1 -- "${s[@]}" cas c "" v1
@@ -110,6 +113,8 @@ suite() {
 	expect 2 --err "get: expected KEY" -- "${s[@]}" get a b
 	expect 2 --err "wait: expected at least one KEY" -- "${s[@]}" wait --timeout 1
 	expect 2 --err "--timeout" -- "${s[@]}" wait k --timeout soon
+	expect 2 --err "wait-get: expected one KEY, got 2" -- "${s[@]}" wait-get a b
+	expect 2 --err "wait-get: expected at least one KEY" -- "${s[@]}" wait-get
 	expect 2 --err "keys: expected no arguments" -- "${s[@]}" keys extra
 	# A key over the limit is refused with a message that says which limit.
 	expect 2 --err "limits" -- "${s[@]}" set "$(printf 'k%.0s' $(seq 4100))" v
@@ -122,7 +127,7 @@ expect 0 -- --help
 # Every long option and every command in --help is documented in the man page.
 if [ -n "$MAN" ]; then
 	for word in $("$STORE" --help | grep -o -- '--[a-z-]*' | sort -u) \
-		set get add wait cas del check keys append ping; do
+		set get add wait wait-get cas del check keys append ping; do
 		if ! grep -qF -- "*$word*" "$MAN"; then
 			echo "FAIL: $word is in crun-store --help but not in $MAN"
 			fails=$((fails + 1))
