@@ -2,8 +2,11 @@
 /*
  * bench/etcd_cost: etcd's CPU per request through its JSON gateway against its gRPC API.
  *
- *   etcd_cost [--etcd PATH] [--requests N] [--rounds R] [--data-dir DIR]
+ *   etcd_cost [--etcd PATH] [--requests N] [--rounds R] [--data-dir DIR] [--tls DIR]
  *
+ * --tls DIR: the member speaks only TLS and wants client certificates (DIR holds ca.pem,
+ * server.pem and server.key for 127.0.0.1, client.pem and client.key: bench/etcd_cost/run
+ * --https makes them), and both handles reach it over https.
  * Starts one etcd member on 127.0.0.1 (free ports, data under DIR, default $TMPDIR or /tmp)
  * and sends it, R times, N requests of each kind a rendezvous round uses: a range of one key
  * (get), a ticket (client_etcd_ticket.c's transaction), a put (set), and compare_set's
@@ -47,6 +50,7 @@ struct ctx {
 	const struct store_ops *ops;
 	pid_t etcd;
 	const char *data; /* etcd's data directory, removed at the end */
+	const char *tls;  /* NULL: http; else the directory of the TLS files (--tls) */
 	int64_t tickets; /* tickets taken so far, by either transport */
 };
 
@@ -204,14 +208,14 @@ static int free_port(void)
 	return port;
 }
 
-static void exec_etcd(const char *etcd, const char *data, int cport, int pport)
+static void exec_etcd(const char *etcd, const char *data, const char *tls, int cport, int pport)
 {
-	char dir[320], log[320], curl[64], purl[64], cluster[80];
+	char dir[320], log[320], curl[64], purl[64], cluster[80], cert[300], key[300], ca[300];
 	int fd;
 
 	snprintf(dir, sizeof(dir), "%s/member", data);
 	snprintf(log, sizeof(log), "%s/etcd.log", data);
-	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", cport);
+	snprintf(curl, sizeof(curl), "%s://127.0.0.1:%d", tls != NULL ? "https" : "http", cport);
 	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pport);
 	snprintf(cluster, sizeof(cluster), "ec=%s", purl);
 	fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -219,9 +223,21 @@ static void exec_etcd(const char *etcd, const char *data, int cport, int pport)
 		dup2(fd, 1);
 		dup2(fd, 2);
 	}
-	execl(etcd, etcd, "--name", "ec", "--data-dir", dir, "--listen-client-urls", curl,
-	      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-	      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster, (char *)NULL);
+	if (tls != NULL) {
+		snprintf(cert, sizeof(cert), "%s/server.pem", tls);
+		snprintf(key, sizeof(key), "%s/server.key", tls);
+		snprintf(ca, sizeof(ca), "%s/ca.pem", tls);
+		execl(etcd, etcd, "--name", "ec", "--data-dir", dir, "--listen-client-urls", curl,
+		      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+		      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+		      "--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca,
+		      "--client-cert-auth", (char *)NULL);
+	} else {
+		execl(etcd, etcd, "--name", "ec", "--data-dir", dir, "--listen-client-urls", curl,
+		      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+		      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+		      (char *)NULL);
+	}
 	fprintf(stderr, "etcd_cost: cannot run %s: %s\n", etcd, strerror(errno));
 	_exit(127);
 }
@@ -251,16 +267,23 @@ static void log_tail(const char *data)
 /* crun's etcd client on @ep, waiting for etcd up to 30 s. */
 static struct store_backend *open_backend(struct ctx *c, const char *ep, const char *data)
 {
-	struct crun_store_opts o = CRUN_STORE_OPTS_INIT;
+	struct store_settings s = {.endpoint = ep, .connect_timeout_ms = TMO_MS,
+				   .timeout_ms = TMO_MS};
 	struct store_backend *b = NULL;
 	struct crun_diag d = {0};
 	struct store_conf conf;
+	char ca[300], cert[300], key[300];
 
-	o.endpoint = ep;
-	o.connect_timeout_ms = TMO_MS;
-	o.timeout_ms = TMO_MS;
-	if (store_conf_from_opts(&conf, &o) < 0) {
-		die(c, "%s", "out of memory");
+	if (c->tls != NULL) {
+		snprintf(ca, sizeof(ca), "%s/ca.pem", c->tls);
+		snprintf(cert, sizeof(cert), "%s/client.pem", c->tls);
+		snprintf(key, sizeof(key), "%s/client.key", c->tls);
+		s.etcd_cacert = ca;
+		s.etcd_cert = cert;
+		s.etcd_key = key;
+	}
+	if (store_conf_init(&conf, &s, STORE_TOKEN_FLAGS, &d) < 0) {
+		die(c, "%s", d.msg);
 	}
 	if (store_etcd_open(&conf, &b, &c->ops, &d) != 0) {
 		log_tail(data);
@@ -288,9 +311,9 @@ static void start_etcd(struct ctx *c, const char *etcd, const char *data)
 		die(c, "fork: %s", strerror(errno));
 	}
 	if (c->etcd == 0) {
-		exec_etcd(etcd, data, cport, pport);
+		exec_etcd(etcd, data, c->tls, cport, pport);
 	}
-	snprintf(ep, sizeof(ep), "etcd://127.0.0.1:%d", cport);
+	snprintf(ep, sizeof(ep), "etcd%s://127.0.0.1:%d", c->tls != NULL ? "+https" : "", cport);
 	fprintf(stderr, "etcd_cost: waiting up to 30 s for etcd (pid %d, %s, log %s/etcd.log)\n",
 		(int)c->etcd, ep, data);
 	c->b[0] = open_backend(c, ep, data);
@@ -320,9 +343,11 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		} else if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc) {
 			dir = argv[++i];
+		} else if (strcmp(argv[i], "--tls") == 0 && i + 1 < argc) {
+			c.tls = argv[++i];
 		} else {
 			die(NULL, "bad argument %s: usage: etcd_cost [--etcd PATH] [--requests N] "
-				  "[--rounds R (1-99)] [--data-dir DIR]",
+				  "[--rounds R (1-99)] [--data-dir DIR] [--tls DIR]",
 			    argv[i]);
 		}
 	}

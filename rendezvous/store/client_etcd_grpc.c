@@ -28,6 +28,7 @@
 #include "rendezvous/store/curl_lib.h"
 #include "rendezvous/store/etcd_kv.pb-c.h"
 #include "src/common/base64.h"
+#include "src/common/log.h"
 
 /* The KV calls that go over gRPC, by the gateway path crun's client names them with. */
 static const struct {
@@ -447,10 +448,17 @@ int etcd_grpc_headers(struct store_backend *b)
  */
 void etcd_grpc_prepare(struct store_backend *b, void *c, const struct etcd_ep *ep)
 {
-	b->cu->easy_setopt(c, CURLOPT_HTTP_VERSION,
-			   b->gep == ep ? (long)CURL_HTTP_VERSION_2_0
-					: (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
-	b->cu->easy_setopt(c, CURLOPT_FRESH_CONNECT, b->gep == ep ? 0L : 1L);
+	if (ep->tls) {
+		/* https: HTTP/2 is agreed in the TLS handshake (ALPN "h2"), as etcd's own
+		 * clients reach it; no prior knowledge, so the 7.88.1 bug above cannot arise. */
+		b->cu->easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+		b->cu->easy_setopt(c, CURLOPT_FRESH_CONNECT, 0L);
+	} else {
+		b->cu->easy_setopt(c, CURLOPT_HTTP_VERSION,
+				   b->gep == ep ? (long)CURL_HTTP_VERSION_2_0
+						: (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+		b->cu->easy_setopt(c, CURLOPT_FRESH_CONNECT, b->gep == ep ? 0L : 1L);
+	}
 	b->gstatus = -1;
 	b->gmsg[0] = '\0';
 }
@@ -463,6 +471,13 @@ int etcd_grpc_answer(struct store_backend *b, void *c, const char *op, const str
 	b->cu->easy_getinfo(c, CURLINFO_HTTP_VERSION, &version);
 	if (version != CURL_HTTP_VERSION_2_0) {
 		b->gep = NULL; /* not served (etcd_grpc_prepare()): open HTTP/2 again */
+		if (ep->tls && !b->grpc_tls_off) {
+			/* TLS agreed on HTTP/1.1 only: the gateway serves this handle's calls. */
+			b->grpc_tls_off = true;
+			log_warn("%s: %s answered a gRPC call over HTTP/1.1 (no HTTP/2 in the TLS "
+				 "handshake): its calls go through the JSON gateway",
+				 b->where, ep->name);
+		}
 		return etcd_fail(b, -ECONNRESET, "%s: %s: answered over HTTP/1 (HTTP %ld)", op,
 				 ep->name, http);
 	}

@@ -502,7 +502,7 @@ static enum outcome attempt(struct store_backend *b, const struct etcd_ep *ep, c
 			    int conn_ms, bool *amb, struct json_object **reply, int *rc)
 {
 	const struct curl_lib *cu = b->cu;
-	bool grpc = b->gmethod != NULL && b->stream == NULL && !ep->tls; /* https: the gateway */
+	bool grpc = b->gmethod != NULL && b->stream == NULL && !(ep->tls && b->grpc_tls_off);
 	CURL *c = b->stream != NULL ? b->scurl : grpc ? b->gcurl : b->curl;
 	char url[400];
 	struct json_object *o;

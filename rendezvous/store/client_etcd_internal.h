@@ -85,6 +85,9 @@ struct store_backend {
 	char *gbody;               /* its request, prefixed */
 	size_t gblen;
 	const struct etcd_ep *gep; /* the member the last gRPC call reached; NULL: none */
+	/* An https member answered a gRPC call over HTTP/1.1 (nothing on the way agreed on
+	 * HTTP/2): this handle's calls to https members use the gateway from then on. */
+	bool grpc_tls_off;
 	int gstatus;               /* grpc-status of the answer; -1: none seen */
 	char gmsg[256];            /* grpc-message */
 	struct {

@@ -100,6 +100,49 @@ expect_grep "^crun status: --tls-ca: the etcd members are reached over http (htt
 touch "$T/tlsst.go"
 wait_agents 60
 [ "$RCS" = 0 ] || { cat "$T/tlsst.0.err" >&2; fail "exit code $RCS of the job crun status read"; }
+note "KV calls to the https member go over gRPC (HTTP/2 agreed in TLS), never the gateway"
+# A TLS proxy in front of the member (tests/etcd/tls_proxy.py) logs each connection: "h2", or
+# "http/1.1" and the paths asked on it. Leases, watches and auth may use the gateway; /v3/kv/
+# must not appear. Each crun-store run below is one process: its connections close with it.
+python3 "$SRC/tests/etcd/tls_proxy.py" "${M_ADDR[0]}" "$T/proxy.port" \
+	"${M_ADDR[0]}:${M_CPORT[0]}" "$C/server.pem" "$C/server.key" "$C/ca.pem" \
+	"$C/client.pem" "$C/client.key" "$T/proxy.log" 2>"$T/proxy.err" &
+track $!
+wait_for 20 test -s "$T/proxy.port"
+PEP="etcd+https://${M_ADDR[0]}:$(cat "$T/proxy.port")"
+for cmd in "set k v1" "get k" "add n 2" "cas k v1 v2" "wait-get k" "del k"; do
+	# shellcheck disable=SC2086 # the command's words
+	timeout -s KILL 60 "$STORE_CLI" --endpoint "$PEP" --prefix grpctls/ --tls-ca "$C/ca.pem" \
+		--tls-cert "$C/client.pem" --tls-key "$C/client.key" $cmd >>"$T/proxy.cli.out" \
+		2>>"$T/proxy.cli.err" || { cat "$T/proxy.cli.err" "$T/proxy.err" >&2; fail "crun-store $cmd through the proxy"; }
+done
+expect_eq "$(tr '\n' ' ' <"$T/proxy.cli.out")" "v1 2 v2 v2 " "what crun-store printed through the proxy"
+# Every process's connections are logged once it has exited: at least one each.
+logged() { [ "$(wc -l <"$T/proxy.log" 2>/dev/null || echo 0)" -ge 6 ]; }
+wait_for 20 logged
+if grep -q '/v3/kv/' "$T/proxy.log"; then
+	cat "$T/proxy.log" >&2
+	fail "a KV call to the https member went through the JSON gateway"
+fi
+[ "$(grep -c '^h2' "$T/proxy.log")" -ge 6 ] || { cat "$T/proxy.log" >&2; fail "fewer than 6 HTTP/2 connections for 6 runs"; }
+note "proxy log: $(sort "$T/proxy.log" | uniq -c | tr '\n' ';')"
+note "a proxy on the way that agrees only HTTP/1.1: the calls go through the gateway, said once"
+python3 "$SRC/tests/etcd/tls_proxy.py" "${M_ADDR[0]}" "$T/proxy1.port" \
+	"${M_ADDR[0]}:${M_CPORT[0]}" "$C/server.pem" "$C/server.key" "$C/ca.pem" \
+	"$C/client.pem" "$C/client.key" "$T/proxy1.log" --http1-only 2>"$T/proxy1.err" &
+track $!
+wait_for 20 test -s "$T/proxy1.port"
+timeout -s KILL 60 "$STORE_CLI" --endpoint "etcd+https://${M_ADDR[0]}:$(cat "$T/proxy1.port")" \
+	--prefix grpctls/ --tls-ca "$C/ca.pem" --tls-cert "$C/client.pem" --tls-key "$C/client.key" \
+	add n 3 >"$T/proxy1.out" 2>"$T/proxy1.cli.err" ||
+	{ cat "$T/proxy1.cli.err" "$T/proxy1.err" >&2; fail "crun-store add through an HTTP/1.1 proxy"; }
+expect_eq "$(cat "$T/proxy1.out")" 5 "the counter through an HTTP/1.1 proxy"
+expect_grep "answered a gRPC call over HTTP/1.1 (no HTTP/2 in the TLS handshake)" \
+	"$T/proxy1.cli.err" "the fallback to the gateway, said"
+expect_eq "$(grep -c 'answered a gRPC call over HTTP/1.1' "$T/proxy1.cli.err")" 1 \
+	"the fallback said once per handle"
+wait_for 20 test -s "$T/proxy1.log"
+expect_grep "/v3/kv/" "$T/proxy1.log" "the KV calls through the gateway"
 note "without a client certificate the member refuses: crun fails at once, naming TLS"
 # The member finishes the TLS handshake and then drops the connection: that is final at once
 # (not retried until join_timeout, 60 s here), naming the files crun used.
