@@ -481,6 +481,10 @@ int etcd_grpc_answer(struct store_backend *b, void *c, const char *op, const str
 		return etcd_fail(b, -ECONNRESET, "%s: %s: answered over HTTP/1 (HTTP %ld)", op,
 				 ep->name, http);
 	}
+	if (b->gep != ep) {
+		log_debug("%s: KV calls to %s over gRPC (HTTP/2, %s)", b->where, ep->name,
+			  ep->tls ? "TLS with ALPN h2" : "prior knowledge");
+	}
 	b->gep = ep;
 	if (b->gstatus < 0) {
 		return etcd_fail(b, http >= 500 ? -ETIMEDOUT : CRUN_ESERVER,

@@ -301,8 +301,9 @@ int etcd_http_init(struct store_backend *b)
 		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
 	}
 #ifdef CRUN_ETCD_GRPC
-	/* The KV calls to http:// members: gRPC over HTTP/2 (client_etcd_grpc.c). One cached
-	 * connection: a call to another member closes the last one's (see grpc_version()). */
+	/* The KV calls: gRPC over HTTP/2 (client_etcd_grpc.c), with the same TLS files and checks
+	 * as the gateway's handles (easy()). One cached connection: a call to another member
+	 * closes the last one's (see etcd_grpc_prepare()). */
 	b->gcurl = easy(b);
 	if (b->gcurl == NULL) {
 		return etcd_fail(b, -ENOMEM, "curl_easy_init failed");
