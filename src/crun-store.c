@@ -252,6 +252,18 @@ static int cmd_wait(struct crun_store *st, int argc, char **argv, int timeout_ms
 	return rc < 0 ? store_error(st, "wait", NULL, rc) : EXIT_FOUND;
 }
 
+/* The end of get and wait-get: the store's error (@rc < 0), else the value @v printed. */
+static int print_got(struct crun_store *st, const char *cmd, const char *key, int rc, void *v,
+		     size_t len)
+{
+	if (rc < 0) {
+		return store_error(st, cmd, key, rc);
+	}
+	print_value(v, len);
+	free(v);
+	return EXIT_FOUND;
+}
+
 /* wait-get KEY [--timeout SEC]: TCPStore's blocking get (crun_store_wait_get()). */
 static int cmd_wait_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
 {
@@ -275,12 +287,7 @@ static int cmd_wait_get(struct crun_store *st, int argc, char **argv, int timeou
 		fprintf(stderr, "crun-store: wait-get: timed out\n");
 		return EXIT_NOTFOUND;
 	}
-	if (rc < 0) {
-		return store_error(st, "wait-get", keys[0], rc);
-	}
-	print_value(v, len);
-	free(v);
-	return EXIT_FOUND;
+	return print_got(st, "wait-get", keys[0], rc, v, len);
 }
 
 static int cmd_set(struct crun_store *st, int argc, char **argv, int timeout_ms)
@@ -300,12 +307,7 @@ static int cmd_get(struct crun_store *st, int argc, char **argv, int timeout_ms)
 	if (rc == -ENOENT) {
 		return EXIT_NOTFOUND;
 	}
-	if (rc < 0) {
-		return store_error(st, "get", argv[0], rc);
-	}
-	print_value(v, len);
-	free(v);
-	return EXIT_FOUND;
+	return print_got(st, "get", argv[0], rc, v, len);
 }
 
 static int cmd_add(struct crun_store *st, int argc, char **argv, int timeout_ms)

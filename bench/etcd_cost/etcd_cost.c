@@ -211,7 +211,10 @@ static int free_port(void)
 static void exec_etcd(const char *etcd, const char *data, const char *tls, int cport, int pport)
 {
 	char dir[320], log[320], curl[64], purl[64], cluster[80], cert[300], key[300], ca[300];
-	int fd;
+	const char *argv[32] = {etcd, "--name", "ec", "--data-dir", dir, "--listen-client-urls",
+				curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+				"--initial-advertise-peer-urls", purl, "--initial-cluster", cluster};
+	int fd, n = 15;
 
 	snprintf(dir, sizeof(dir), "%s/member", data);
 	snprintf(log, sizeof(log), "%s/etcd.log", data);
@@ -227,17 +230,16 @@ static void exec_etcd(const char *etcd, const char *data, const char *tls, int c
 		snprintf(cert, sizeof(cert), "%s/server.pem", tls);
 		snprintf(key, sizeof(key), "%s/server.key", tls);
 		snprintf(ca, sizeof(ca), "%s/ca.pem", tls);
-		execl(etcd, etcd, "--name", "ec", "--data-dir", dir, "--listen-client-urls", curl,
-		      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-		      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-		      "--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca,
-		      "--client-cert-auth", (char *)NULL);
-	} else {
-		execl(etcd, etcd, "--name", "ec", "--data-dir", dir, "--listen-client-urls", curl,
-		      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-		      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-		      (char *)NULL);
+		argv[n++] = "--cert-file";
+		argv[n++] = cert;
+		argv[n++] = "--key-file";
+		argv[n++] = key;
+		argv[n++] = "--trusted-ca-file";
+		argv[n++] = ca;
+		argv[n++] = "--client-cert-auth";
 	}
+	argv[n] = NULL;
+	execv(etcd, (char *const *)argv);
 	fprintf(stderr, "etcd_cost: cannot run %s: %s\n", etcd, strerror(errno));
 	_exit(127);
 }

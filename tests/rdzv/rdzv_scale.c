@@ -181,10 +181,8 @@ int main(int argc, char **argv)
 	o.endpoint = endpoint;
 	o.connect_timeout_ms = 30000;
 	o.token_file = getenv("CRUN_STORE_TOKEN_FILE"); /* a store that needs one (bench) */
-	/* An https etcd (bench/notes/rdzv_scale.md): its CA and the client's pair. */
-	o.etcd_cacert = getenv("CRUN_ETCD_CACERT");
-	o.etcd_cert = getenv("CRUN_ETCD_CERT");
-	o.etcd_key = getenv("CRUN_ETCD_KEY");
+	/* An https etcd, or one with users (bench/notes/rdzv_scale.md): CRUN_ETCD_*. */
+	store_settings_etcd_env(&o);
 	t0 = crun_now_ns();
 	for (i = 0; i < n; i++) {
 		struct rdzv_conf c;
