@@ -368,7 +368,8 @@ static int finish_record(struct rdzv *r, struct crun_diag *d)
 	int rc;
 
 	rdzv_rkey(key, r->round, "fin/%d", r->group_rank);
-	rc = r->finished ? 0 : rdzv_set_str(r->st, key, "1");
+	/* Piped with the ticket below, which waits for its reply anyway: one round trip. */
+	rc = r->finished ? 0 : store_set_async_ttl(r->st, key, "1", 1, 0);
 	rdzv_rkey(key, r->round, "done");
 	if (rc == 0) {
 		/* Called again after a timeout: count this node once. */

@@ -148,13 +148,19 @@ static int joined_count(struct rdzv *r, int R)
 	return (int)PACK_POS(v);
 }
 
-static void refresh_heartbeat(struct crun_store *st, const struct rdzv *r, int R, int g)
+/*
+ * Refresh this node's heartbeat in round @R. @piped: do not wait for the reply (the next
+ * request on the handle, which waits anyway, brings it; a failure is that request's).
+ */
+static void refresh_heartbeat(struct crun_store *st, const struct rdzv *r, int R, int g,
+			      bool piped)
 {
 	char key[KEY_MAX];
 	int rc;
 
 	rdzv_rkey(key, R, "hb/%d", g);
-	rc = crun_store_set_ttl(st, key, "1", 1, r->conf.heartbeat_timeout_ms);
+	rc = piped ? store_set_async_ttl(st, key, "1", 1, r->conf.heartbeat_timeout_ms)
+		   : crun_store_set_ttl(st, key, "1", 1, r->conf.heartbeat_timeout_ms);
 	if (rc < 0) {
 		log_warn("rendezvous %s round %d: heartbeat: %s", r->run_id, R, rdzv_why(st, rc));
 	}
@@ -389,8 +395,11 @@ static int join_dynamic(struct join *j, struct crun_diag *d)
 			return rc;
 		}
 	}
+	/* Piped with the first heartbeat and the round's first wait (join_announce()): one round
+	 * trip for the three on crun's store. Members read the record only after the close, and
+	 * a closer that finds a record missing waits for it (rdzv_seats_close()). */
 	rdzv_node_key(key, j->R, j->g);
-	rc = rdzv_set_str(r->st, key, rec);
+	rc = store_set_async_ttl(r->st, key, rec, strlen(rec), 0);
 	if (rc < 0) {
 		return diag_set(d, rc, "rendezvous %s round %d: publish node record: %s", r->run_id,
 				j->R, rdzv_why(r->st, rc));
@@ -405,11 +414,12 @@ static int join_announce(struct join *j, struct crun_diag *d)
 	const struct rdzv_conf *c = &r->conf;
 	int rc;
 
-	refresh_heartbeat(r->st, r, j->R, j->g);
+	/* Piped: the wait or close that follows at once brings the replies (and any failure). */
+	refresh_heartbeat(r->st, r, j->R, j->g, true);
 	j->next_hb = crun_now_ms() + c->keep_alive_interval_ms;
 	/* A one-node job has nobody who could wait for "min". */
 	if (j->p == c->min_nodes && c->max_nodes > 1) {
-		rc = rdzv_set_str(r->st, j->k_min, "1");
+		rc = store_set_async_ttl(r->st, j->k_min, "1", 1, 0);
 		if (rc < 0) {
 			return diag_set(d, rc, "rendezvous %s round %d: mark min reached: %s",
 					r->run_id, j->R, rdzv_why(r->st, rc));
@@ -705,7 +715,7 @@ static int wait_for_close(struct join *j, struct crun_diag *d)
 			return close_on_timeout(j, now, d);
 		}
 		if (now >= j->next_hb) {
-			refresh_heartbeat(r->st, r, j->R, j->g);
+			refresh_heartbeat(r->st, r, j->R, j->g, false);
 			j->next_hb = now + c->keep_alive_interval_ms;
 		}
 		if (now >= j->next_progress) {

@@ -29,7 +29,7 @@ struct store_ops {
 	/* Optional (NULL: set() is used): set without waiting for the reply; a failure is
 	   returned by a later call (include/crun/store.h, crun_store_set_async()). */
 	int (*set_async)(struct store_backend *b, const char *key, const void *val, size_t len,
-			 int timeout_ms);
+			 int64_t ttl_ms /* 0: no ttl */, int timeout_ms);
 	/* Optional (NULL: nothing is ever owed): wait for every set_async's reply. */
 	int (*flush)(struct store_backend *b, int timeout_ms);
 	int (*get)(struct store_backend *b, const char *key, void **val, size_t *len,

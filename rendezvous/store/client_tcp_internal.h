@@ -123,7 +123,7 @@ void tcp_pipe_finish(struct store_backend *b);
 int tcp_pipe_drain(struct store_backend *b, int64_t deadline);
 /** The backend's set_async and flush (rendezvous/store/backend.h). */
 int tcp_set_async(struct store_backend *b, const char *key, const void *val, size_t len,
-		  int timeout_ms);
+		  int64_t ttl_ms, int timeout_ms);
 int tcp_flush(struct store_backend *b, int timeout_ms);
 /** Closing: wait (bounded) for the replies owed; log what failed, there being no caller. */
 void tcp_pipe_close(struct store_backend *b);

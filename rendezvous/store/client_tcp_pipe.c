@@ -203,7 +203,7 @@ static int64_t deadline_of(int timeout_ms)
  * reply read by a later call (any operation, tcp_flush(), or this one when the pipe is full).
  */
 int tcp_set_async(struct store_backend *b, const char *key, const void *val, size_t len,
-		  int timeout_ms)
+		  int64_t ttl_ms, int timeout_ms)
 {
 	int64_t deadline = deadline_of(timeout_ms);
 	int rc = tcp_pipe_take_error(b);
@@ -212,7 +212,7 @@ int tcp_set_async(struct store_backend *b, const char *key, const void *val, siz
 	if (rc < 0) {
 		return rc;
 	}
-	tcp_set_frame(b, key, val, len, 0);
+	tcp_set_frame(b, key, val, len, ttl_ms);
 	id = b->rh.id; /* reading replies below overwrites b->rh */
 	if (!tcp_out_ok(b)) {
 		return b->diag.code;

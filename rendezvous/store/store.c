@@ -411,20 +411,29 @@ CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const voi
 	return crun_store_set_ttl(st, key, val, len, 0);
 }
 
-CRUN_EXPORT int crun_store_set_async(struct crun_store *st, const char *key, const void *val,
-				     size_t len)
+int store_set_async_ttl(struct crun_store *st, const char *key, const void *val, size_t len,
+			int64_t ttl_ms)
 {
 	const char *k;
 	int rc;
 
+	if (ttl_ms < 0) {
+		return -EINVAL;
+	}
 	rc = value_key(st, key, val, len, &k);
 	if (rc < 0) {
 		return rc;
 	}
 	if (st->ops->set_async == NULL) {
-		return st->ops->set(st->b, k, len ? val : "", len, 0, st->conf.timeout_ms);
+		return st->ops->set(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
 	}
-	return st->ops->set_async(st->b, k, len ? val : "", len, st->conf.timeout_ms);
+	return st->ops->set_async(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_set_async(struct crun_store *st, const char *key, const void *val,
+				     size_t len)
+{
+	return store_set_async_ttl(st, key, val, len, 0);
 }
 
 CRUN_EXPORT int crun_store_flush(struct crun_store *st)

@@ -172,6 +172,15 @@ int store_open_conf(const struct store_conf *c, struct crun_store **out, struct 
 int store_forget_job(struct crun_store *st, int members, int left_rc, struct crun_diag *d);
 
 /**
+ * store.c: crun_store_set_async() with a time to live (crun_store_set_ttl()'s @ttl_ms; 0: none):
+ * sent without waiting for the reply where the backend can (crun's store), so a caller that
+ * follows it with a request it must wait for anyway pays one round trip for both. A failure
+ * is returned by the next call on @st (include/crun/store.h); elsewhere it sets at once.
+ */
+int store_set_async_ttl(struct crun_store *st, const char *key, const void *val, size_t len,
+			int64_t ttl_ms);
+
+/**
  * store.c: a counter that many agents bump by exactly one at once (a round's joins, its
  * finishes). store_ticket() counts one more at @key and sets *@n to the count with it (1 for
  * the first); store_ticket_count() reads the count (0 while absent). Where the backend has

@@ -321,7 +321,7 @@ static void ok_reply_with_id_0_is_no_answer(void **state)
 	open_client(m, &b, &ops);
 	assert_int_equal(ops->ping(b, T), 0);
 	__atomic_store_n(&m->forge, 1, __ATOMIC_RELEASE);
-	assert_int_equal(ops->set_async(b, "k", "v", 1, T), 0);
+	assert_int_equal(ops->set_async(b, "k", "v", 1, 0, T), 0);
 	rc = ops->flush(b, T);
 	print_message("flush: %d: %s\n", rc, store_tcp_last_error(b));
 	assert_int_equal(rc, -EPROTO);
