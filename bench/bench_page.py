@@ -372,8 +372,10 @@ def parse_rdzv(out):
             if peer != "crun-rdzvd" and c and v < c:
                 lost.append(("%d agents" % n, peer))
     table = md_table(["agents", "store", "one round, ms", "per-agent p50", "per-agent p99",
-                      "finish (all done)", "connect"], rows)
-    return table, lost, {"rdzv": series}
+                      "finish (all done)", "connect", "store CPU in the round",
+                      "store's wait for a CPU", "agents' CPU in the round"], rows)
+    notes = [ln for ln in out.splitlines() if ln.startswith("store CPU in the round:")]
+    return table + [""] + ["- " + n for n in notes], lost, {"rdzv": series}
 
 
 def parse_ddp(out):

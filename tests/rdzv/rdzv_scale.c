@@ -4,7 +4,10 @@
  * Stores: "tcp CRUN-RDZVD" and "etcd ETCD" start their own server (a one-member etcd on
  * 127.0.0.1), "file" a temp file, and "endpoint EP" uses a store that is already running (a
  * crun-rdzvd, or an etcd cluster: etcd://H1:P1,H2:P2). bench/rdzv_scale/run compares them.
+ * --server-pid PID (up to 8: the processes of a store that is already running) prints what
+ * each phase cost them in CPU, beside what it cost the agents' threads here.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -35,6 +38,63 @@ struct agent {
 static pthread_barrier_t start_line;
 static int phase; /* 0: next_round, 1: finish */
 
+/* The store's processes (--server-pid): what the store spends in each phase. */
+#define MAX_SERVER_PIDS 8
+static long server_pids[MAX_SERVER_PIDS];
+static int n_server_pids;
+
+/*
+ * The time every thread of the store's processes has run so far and waited to run (ns), from
+ * the scheduler's /proc/PID/task/TID/schedstat. Returns -1 when a process cannot be read.
+ */
+static int server_cpu(int64_t *run, int64_t *wait)
+{
+	*run = 0;
+	*wait = 0;
+	for (int i = 0; i < n_server_pids; i++) {
+		char path[64];
+		struct dirent *e;
+		DIR *dir;
+
+		snprintf(path, sizeof(path), "/proc/%ld/task", server_pids[i]);
+		dir = opendir(path);
+		if (dir == NULL) {
+			return -1;
+		}
+		while ((e = readdir(dir)) != NULL) {
+			char f[600];
+			long long r, w;
+			FILE *fh;
+
+			if (e->d_name[0] == '.') {
+				continue;
+			}
+			snprintf(f, sizeof(f), "%s/%s/schedstat", path, e->d_name);
+			fh = fopen(f, "r");
+			if (fh == NULL) {
+				continue; /* a thread that just exited */
+			}
+			if (fscanf(fh, "%lld %lld", &r, &w) == 2) {
+				*run += r;
+				*wait += w;
+			}
+			fclose(fh);
+		}
+		closedir(dir);
+	}
+	return 0;
+}
+
+/* CPU (user + system, ns) of this process so far: the agents' threads. */
+static int64_t self_cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+	       ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
 static void *agent_main(void *arg)
 {
 	struct agent *ag = arg;
@@ -60,8 +120,8 @@ static int cmp64(const void *a, const void *b)
 static double run_phase(struct agent *ags, int n, int which)
 {
 	pthread_attr_t attr;
-	int64_t t0, last = 0;
-	int i, bad = 0;
+	int64_t t0, last = 0, cpu0, run0 = 0, wait0 = 0, run1 = 0, wait1 = 0;
+	int i, bad = 0, srv;
 
 	phase = which;
 	pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
@@ -74,6 +134,8 @@ static double run_phase(struct agent *ags, int n, int which)
 		}
 	}
 	pthread_attr_destroy(&attr);
+	srv = server_cpu(&run0, &wait0);
+	cpu0 = self_cpu();
 	t0 = crun_now_ns();
 	pthread_barrier_wait(&start_line);
 	for (i = 0; i < n; i++) {
@@ -87,6 +149,19 @@ static double run_phase(struct agent *ags, int n, int which)
 		}
 	}
 	pthread_barrier_destroy(&start_line);
+	cpu0 = self_cpu() - cpu0;
+	if (srv == 0) {
+		srv = server_cpu(&run1, &wait1);
+	}
+	/* What a round costs the store, apart from the agents it shares the machine with here. */
+	if (bad == 0 && n_server_pids > 0 && srv == 0) {
+		printf("rdzv_scale: %s: store CPU %.1f ms (%.1f ms more waiting for a CPU), "
+		       "agents' CPU %.1f ms\n",
+		       which == 0 ? "round" : "finish", (double)(run1 - run0) / 1e6,
+		       (double)(wait1 - wait0) / 1e6, (double)cpu0 / 1e6);
+	} else if (bad == 0 && n_server_pids > 0) {
+		fprintf(stderr, "rdzv_scale: cannot read the store's /proc/PID/task/*/schedstat\n");
+	}
 	if (bad == 0) {
 		int64_t *d = malloc((size_t)n * sizeof(*d));
 
@@ -121,6 +196,10 @@ int main(int argc, char **argv)
 		if (strcmp(argv[argi], "--agents") == 0 && argi + 1 < argc) {
 			n = atoi(argv[argi + 1]);
 			argi += 2;
+		} else if (strcmp(argv[argi], "--server-pid") == 0 && argi + 1 < argc &&
+			   n_server_pids < MAX_SERVER_PIDS) {
+			server_pids[n_server_pids++] = atol(argv[argi + 1]);
+			argi += 2;
 		} else if (strcmp(argv[argi], "--max-ms") == 0 && argi + 1 < argc) {
 			max_ms = atof(argv[argi + 1]);
 			argi += 2;
@@ -131,8 +210,8 @@ int main(int argc, char **argv)
 	}
 	if (n < 1 || n > 10000 || argi >= argc) {
 		fprintf(stderr,
-			"usage: %s [--agents 1..10000] [--max-ms MS] tcp CRUN-RDZVD | file | "
-			"etcd ETCD | endpoint ENDPOINT\n",
+			"usage: %s [--agents 1..10000] [--max-ms MS] [--server-pid PID]... "
+			"tcp CRUN-RDZVD | file | etcd ETCD | endpoint ENDPOINT\n",
 			argv[0]);
 		return 2;
 	}
