@@ -242,7 +242,8 @@ def parse_launch(out):
             series["restart"].setdefault("crun, " + key, []).append((n, c))
             series["restart"].setdefault("torchrun, " + key, []).append((n, t))
     table = md_table(["measurement", "crun", "torchrun", "torchrun/crun"], rows)
-    return table, lost, series
+    floors = [ln for ln in out.splitlines() if ln.startswith("floor N=")]
+    return table + ([""] + ["- " + f for f in floors] if floors else []), lost, series
 
 
 def parse_store(out):
