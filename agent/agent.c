@@ -816,11 +816,17 @@ static enum node_state on_waiting(struct agent *a)
 
 	rc = rdzv_finish(a->r, AGENT_FINISH_TIMEOUT_MS, &d);
 	if (rc == CRUN_EPEERFAIL) {
-		/* Another node failed after ours finished: the job runs again. */
+		/*
+		 * Another node failed after ours finished: the job runs again, after the same
+		 * restart backoff the failed node waits, so that both rejoin about together. Joining
+		 * at once let an elastic job's next round close without the failed node (min
+		 * reached by this one alone): the job ended before it came back.
+		 */
 		log_warn("%s; joining the next round", d.msg);
 		snprintf(a->at.stop_detail, sizeof(a->at.stop_detail), "%s", d.msg);
 		a->at.stop_wall_ms = crun_wall_ms();
-		return NODE_JOINING;
+		a->at.stop_ev = RDZV_EV_PEER_FAILED;
+		return NODE_RESTARTING;
 	}
 	if (rc < 0 && rdzv_store_gone(rc)) {
 		/*

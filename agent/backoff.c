@@ -62,6 +62,12 @@ int backoff_sleep(uv_loop_t *loop, int64_t ms, const int *signals, int n)
 		s.nsigs++;
 		uv_signal_start(&s.sigs[i], on_signal, signals[i]);
 	}
+	/*
+	 * A timer counts from the loop's cached time, which stands still while the agent blocks
+	 * outside the loop (a rendezvous wait: a node whose workers finished waits there for the
+	 * job's end): without this, a 2 s backoff after a 1.5 s wait ended after 0.5 s.
+	 */
+	uv_update_time(loop);
 	uv_timer_start(&s.timer, on_timer, (uint64_t)ms, 0);
 	uv_run(loop, UV_RUN_DEFAULT);
 	return s.got;

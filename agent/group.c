@@ -203,6 +203,7 @@ static void stop(struct group *g, int sig)
 		kill_groups(g, SIGCONT);
 	}
 	if (g->running > 0 && sig != SIGKILL) {
+		uv_update_time(g->loop); /* called from outside the loop too: the whole grace */
 		uv_timer_start(&g->grace, on_grace, (uint64_t)g->spec->shutdown_timeout_ms, 0);
 	}
 }

@@ -5,10 +5,12 @@
 # machine may be loaded.
 . "$(dirname "$0")/lib.sh"
 
-# round_ms N FILE: the log time of "round N: complete" in FILE, in ms since midnight.
+# round_ms N FILE: the log time of "round N: complete" in FILE, in ms since midnight (the
+# line's stamp is 2026-11-28T11:17:52.123+00:00: the hour follows the T).
 round_ms() {
 	grep -a " round $1: complete" "$2" | head -n1 |
-		awk '{ split($2, t, "[:.]"); print ((t[1] * 60 + t[2]) * 60 + t[3]) * 1000 + t[4] }'
+		awk '{ split(substr($2, index($2, "T") + 1), t, "[:.+]")
+		       printf "%d\n", ((t[1] * 60 + t[2]) * 60 + t[3]) * 1000 + t[4] }'
 }
 
 # gap_at_least A B MS FILE: round B completed at least MS after round A.
@@ -60,6 +62,31 @@ PET_RESTART_BACKOFF=0.4 run_crun 60 "$T/out" "$T/err" --standalone --max-restart
 	"$W" exit-if-restart:0:3
 expect_eq $RC 0 "exit status after one restart"
 expect_grep "restarting in 0.4 s (restart 1 of 1)" "$T/err" "PET_RESTART_BACKOFF"
+
+note "a node whose workers finished waits the backoff too when another node's worker fails"
+# Elastic 1:2, --max-restarts 1, a 2 s backoff. Rank 1 exits 0 at once, so its node is done and
+# waits for the job's end; rank 0 fails 1.5 s later, in attempt 0 only. Both nodes must wait
+# 2 s and meet in round 1: a node that rejoined at once would close round 1 alone (min 1
+# reached), end the job, and leave the failed node to be refused or to run it again alone.
+start_rdzvd
+for i in 0 1; do
+	"$CRUN" --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" \
+		--rdzv-id pf --local-addr 127.0.0.$((i + 2)) --rdzv-conf last_call_timeout=1 \
+		--max-restarts 1 --restart-backoff 2 "$W" exit-if-restart:1:0 exit-if-rank:1:0 \
+		sleep:1500 exit:1 >"$T/pf.$i.out" 2>"$T/pf.$i.err" &
+	eval "PF_$i=$!"
+	track $!
+done
+wait_pid 90 "$PF_0"
+rc0=$RC
+wait_pid 90 "$PF_1"
+expect_eq "$rc0 $RC" "0 0" "both nodes' exit codes"
+for i in 0 1; do
+	expect_grep "restarting in 2.0 s (restart 1 of 1)" "$T/pf.$i.err" "node $i waits the backoff"
+	expect_grep "round 1: complete .* of 2, world size 2," "$T/pf.$i.err" \
+		"node $i in round 1 with both nodes"
+done
+expect_eq "$(cat "$T"/pf.?.err | grep -ac ' round 2: ')" 0 "rounds after round 1"
 
 note "a signal during the wait ends the job at once, with 128+signal"
 "$CRUN" --standalone --max-restarts 1 --restart-backoff 60 "$W" exit:3 >"$T/out" 2>"$T/err" &
