@@ -25,6 +25,29 @@ else
 fi
 trap 'cleanup; rm -rf "$ETCD_DATA"' EXIT
 
+# etcd_certs DIR ADDR: a test PKI for a member serving https at ADDR, in DIR: ca.pem/ca.key,
+# server.pem/server.key (CN and subjectAltName IP ADDR), client.pem/client.key (CN
+# crun-client, clientAuth), cext (the client extensions, for more client certificates).
+# Fails the test when openssl fails (openssl.log shows why).
+etcd_certs() {
+	local d=$1 addr=$2
+	mkdir -p "$d"
+	(cd "$d" && exec >openssl.log 2>&1 && umask 077 &&
+		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=crun-test-ca \
+			-keyout ca.key -out ca.pem &&
+		openssl req -newkey rsa:2048 -nodes -subj "/CN=$addr" -keyout server.key \
+			-out server.csr &&
+		printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$addr" >ext &&
+		openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+			-extfile ext -out server.pem &&
+		openssl req -newkey rsa:2048 -nodes -subj /CN=crun-client -keyout client.key \
+			-out client.csr &&
+		printf 'extendedKeyUsage=clientAuth\n' >cext &&
+		openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+			-extfile cext -out client.pem) || { cat "$d/openssl.log" >&2; fail "openssl"; }
+	chmod 644 "$d/ca.pem" "$d/server.pem" "$d/client.pem"
+}
+
 MEMBERS=0
 declare -a M_ADDR M_CPORT M_PPORT M_PID
 

@@ -33,20 +33,7 @@ t_start=$(now_ms)
 
 # The member's certificate names C's address; the client's is the nodes' and the probe's.
 K=$T/tls
-mkdir -p "$K"
-(cd "$K" && exec >openssl.log 2>&1 && umask 077 &&
-	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=crun-test-ca \
-		-keyout ca.key -out ca.pem &&
-	openssl req -newkey rsa:2048 -nodes -subj "/CN=$C" -keyout server.key -out server.csr &&
-	printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$C" >ext &&
-	openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-		-extfile ext -out server.pem &&
-	openssl req -newkey rsa:2048 -nodes -subj /CN=crun-client -keyout client.key \
-		-out client.csr &&
-	printf 'extendedKeyUsage=clientAuth\n' >cext &&
-	openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-		-extfile cext -out client.pem) || { cat "$K/openssl.log" >&2; fail "openssl"; }
-chmod 644 "$K/ca.pem" "$K/server.pem" "$K/client.pem"
+etcd_certs "$K" "$C"
 TLS=(--tls-ca "$K/ca.pem" --tls-cert "$K/client.pem" --tls-key "$K/client.key")
 export PROBE_CACERT=$K/ca.pem PROBE_CERT=$K/client.pem PROBE_KEY=$K/client.key
 
@@ -102,27 +89,18 @@ done_ok() {
 ddp() {
 	local order=$1 id=$2 pa pb v t0
 	t0=$(now_ms)
+	# The first node of ab and ba is running and waits in the round before the second starts.
 	case $order in
-	ab)
-		node a "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py"
-		pa=$NODE_PID
-		wait_for 60 grep -q "round [0-9]*: joined at position" "$T/$id.a.err"
-		node b "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py"
-		pb=$NODE_PID
-		;;
-	ba)
-		node b "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py"
-		pb=$NODE_PID
-		wait_for 60 grep -q "round [0-9]*: joined at position" "$T/$id.b.err"
-		node a "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py"
-		pa=$NODE_PID
-		;;
-	both)
-		node a "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py"
-		pa=$NODE_PID
-		node b "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py"
-		pb=$NODE_PID
-		;;
+	ab | both) node a "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py" && pa=$NODE_PID ;;
+	ba) node b "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py" && pb=$NODE_PID ;;
+	esac
+	case $order in
+	ab) wait_for 60 grep -q "round [0-9]*: joined at position" "$T/$id.a.err" ;;
+	ba) wait_for 60 grep -q "round [0-9]*: joined at position" "$T/$id.b.err" ;;
+	esac
+	case $order in
+	ab | both) node b "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py" && pb=$NODE_PID ;;
+	ba) node a "$id" --nnodes 2 "$SRC/tests/agent/ddp_order.py" && pa=$NODE_PID ;;
 	esac
 	wait_both "$pa" "$pb"
 	done_ok "$id" "$order"

@@ -11,20 +11,7 @@ command -v openssl >/dev/null 2>&1 || { echo "SKIP: no openssl to make certifica
 
 note "TLS with client certificates"
 C=$T/tls
-mkdir -p "$C"
-(cd "$C" && exec >openssl.log 2>&1 &&
-	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=crun-test-ca \
-		-keyout ca.key -out ca.pem &&
-	openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.21 -keyout server.key \
-		-out server.csr &&
-	printf 'subjectAltName=IP:127.0.0.21\nextendedKeyUsage=serverAuth,clientAuth\n' >ext &&
-	openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-		-extfile ext -out server.pem &&
-	openssl req -newkey rsa:2048 -nodes -subj /CN=crun-client -keyout client.key \
-		-out client.csr &&
-	printf 'extendedKeyUsage=clientAuth\n' >cext &&
-	openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-		-extfile cext -out client.pem) || { cat "$C/openssl.log" >&2; fail "openssl"; }
+etcd_certs "$C" 127.0.0.21
 ETCD_SCHEME=https
 ETCD_EXTRA="--cert-file $C/server.pem --key-file $C/server.key --trusted-ca-file $C/ca.pem
 	--client-cert-auth"
