@@ -339,6 +339,8 @@ def parse_allreduce(out):
             table += [ln, ""]
         if ln.startswith("|"):
             table.append(ln)
+        if ln.startswith("The cross-core columns:") and ("- " + ln) not in table:
+            table += ["", "- " + ln]
         r = [c.strip() for c in ln.strip().strip("|").split("|")] if ln.startswith("| ") else []
         if n is None or len(r) < 10 or num(r[0]) is None or "size" in r[0]:
             continue
@@ -354,6 +356,8 @@ def parse_allreduce(out):
         lw, lc = (num(x) for x in r[8].split("/"))
         s.setdefault("limit, warm cache", []).append((size, lw))
         s.setdefault("limit, cold cache", []).append((size, lc))
+        if len(r) > 13 and num(r[13]):
+            s.setdefault("limit, another core's data", []).append((size, num(r[13])))
     return table, lost, series
 
 

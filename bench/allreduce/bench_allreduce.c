@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* bench/allreduce/bench_allreduce.c: one rank of crun's cpu allreduce benchmark (see run). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <crun/crun.h>
 
@@ -18,7 +21,10 @@
  * together in seconds (CLOCK_PROCESS_CPUTIME_ID over the 5 loops; cpu / seconds is the cores the
  * collective kept busy: on a loaded machine a measure of the work done, not of the share won),
  * then the time per call all ranks spent runnable but waiting for a core (run_delay of
- * /proc/self/schedstat, the same loops): what other tenants' load cost this run. */
+ * /proc/self/schedstat, the same loops): what other tenants' load cost this run, then the
+ * copy and the reduce again, GB/s, with the input another core has just written (rank 1 writes
+ * a shared buffer, rank 0 then reads it: what a rank of a same-host allreduce does with its
+ * peers' data; 0 with one rank). */
 
 static double clock_s(clockid_t id)
 {
@@ -167,6 +173,94 @@ static void limit_free(struct limit_bufs *lb)
 	free(lb->evict);
 }
 
+/*
+ * A buffer rank 1 writes and rank 0 then reads, shared by the ranks of this host (shm_open,
+ * named after the run's store prefix; unlinked once every rank has it). x->p is NULL where it
+ * could not be made: the cross-core columns then read 0. Every rank takes part in the barriers.
+ */
+struct xcore {
+	float *p;
+	size_t len;
+};
+
+static void xcore_open(struct crun_comm *c, const char *prefix, int rank, int size, size_t maxb,
+		       struct xcore *x)
+{
+	char name[128] = "/crun-bench-xcore-";
+	size_t k = strlen(name);
+	int fd = -1;
+
+	x->p = NULL;
+	x->len = maxb;
+	for (const char *q = prefix; *q != '\0' && k + 1 < sizeof(name); q++) {
+		name[k++] = (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') ? *q : '_';
+	}
+	name[k] = '\0';
+	if (size < 2) {
+		return;
+	}
+	if (rank == 0) {
+		fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+		if (fd >= 0 && ftruncate(fd, (off_t)maxb) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	(void)crun_comm_barrier(c); /* made */
+	if (rank == 1) {
+		fd = shm_open(name, O_RDWR, 0);
+	}
+	if (fd >= 0) {
+		void *m = mmap(NULL, maxb, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+		x->p = m == MAP_FAILED ? NULL : m;
+		close(fd);
+	}
+	(void)crun_comm_barrier(c); /* opened */
+	if (rank == 0) {
+		shm_unlink(name);
+	}
+}
+
+#define XCORE_TRIES 5
+
+/*
+ * GB/s of rank 0's copy (out[0]) and two-input reduce (out[1]) of @bytes whose input rank 1 has
+ * just written (in rank 1's cache where it fits), the best of XCORE_TRIES; rank 0 only.
+ */
+static void xcore_measure(struct crun_comm *c, int rank, const struct xcore *x,
+			  const struct limit_bufs *lb, size_t bytes, double out[2])
+{
+	size_t count = bytes / sizeof(float);
+
+	for (int op = 0; op < 2; op++) {
+		double best = 1e30;
+
+		for (int i = 0; i < XCORE_TRIES; i++) {
+			if (rank == 1 && x->p != NULL) {
+				for (size_t k = 0; k < count; k++) {
+					x->p[k] = (float)(k + (size_t)i);
+				}
+			}
+			(void)crun_comm_barrier(c); /* written */
+			if (rank == 0 && x->p != NULL && lb->a != NULL) {
+				double t0 = now(), dt;
+
+				if (op == 0) {
+					memcpy(lb->d, x->p, bytes);
+				} else {
+					reduce2(lb->d, lb->a, x->p, count);
+				}
+				__asm__ volatile("" ::: "memory");
+				dt = now() - t0;
+				best = dt < best ? dt : best;
+			}
+			(void)crun_comm_barrier(c); /* read: the next write may start */
+		}
+		out[op] = best < 1e30 ? (double)bytes / best / 1e9 : 0.0;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct crun_store_opts so = CRUN_STORE_OPTS_INIT;
@@ -177,6 +271,7 @@ int main(int argc, char **argv)
 	size_t minb, maxb;
 	char err[256];
 	struct limit_bufs lb = {0};
+	struct xcore xc = {0};
 	float *buf;
 	int rank, size, rc;
 
@@ -216,10 +311,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(buf, 0, maxb);
+	xcore_open(c, argv[2], rank, size, maxb, &xc);
 	for (size_t b = minb; b <= maxb; b *= 4) {
 		size_t count = b / sizeof(float);
 		int iters = iters_for(b);
 		double best = 1e30, lim[4] = {0}, per[2], every[2 * MAX_RANKS], sum[2] = {0};
+		double xl[2] = {0, 0};
 
 		rc = crun_comm_allreduce(c, buf, buf, count, CRUN_DTYPE_FLOAT32, CRUN_REDOP_SUM); /* warm up */
 		per[0] = clock_s(CLOCK_PROCESS_CPUTIME_ID);
@@ -265,11 +362,17 @@ int main(int argc, char **argv)
 			measure_limit(&lb, b, lim);
 		}
 		rc = crun_comm_barrier(c);
+		if (rc == 0 && size > 1) {
+			xcore_measure(c, rank, &xc, &lb, b, xl);
+		}
 		if (rank == 0 && rc == 0) {
-			printf("%zu %d %.9f %.3f %.3f %.3f %.3f %.9f %.9f\n", b, iters, best, lim[0],
-			       lim[1], lim[2], lim[3], sum[0], sum[1]);
+			printf("%zu %d %.9f %.3f %.3f %.3f %.3f %.9f %.9f %.3f %.3f\n", b, iters, best,
+			       lim[0], lim[1], lim[2], lim[3], sum[0], sum[1], xl[0], xl[1]);
 			fflush(stdout);
 		}
+	}
+	if (xc.p != NULL) {
+		munmap(xc.p, xc.len);
 	}
 	free(buf);
 	limit_free(&lb);
