@@ -282,9 +282,11 @@ int store_server_create(struct uv_loop_s *loop, const struct store_server_opts *
 	uv_tcp_init(loop, &s->listener);
 	uv_timer_init(loop, &s->ks_timer);
 	uv_timer_init(loop, &s->sweep_timer);
-	s->listener.data = s->ks_timer.data = s->sweep_timer.data = s;
+	uv_prepare_init(loop, &s->accept_turn);
+	s->listener.data = s->ks_timer.data = s->sweep_timer.data = s->accept_turn.data = s;
 	s->ks_armed = KS_NO_DEADLINE;
-	s->refs += 3;
+	s->refs += 4;
+	uv_prepare_start(&s->accept_turn, srv_on_accept_turn);
 	rc = uv_tcp_open(&s->listener, fd);
 	if (rc == 0) {
 		fd = -1;
@@ -351,6 +353,7 @@ void store_server_close(struct store_server *s)
 	uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->ks_timer, on_server_handle_closed);
 	uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
+	uv_close((uv_handle_t *)&s->accept_turn, on_server_handle_closed);
 	srv_metrics_close(s, on_server_handle_closed);
 	srv_unix_close(s, on_server_handle_closed);
 	srv_poll_close(s, on_server_handle_closed);

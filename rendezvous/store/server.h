@@ -43,6 +43,7 @@ struct store_server;
 #define STORE_PREAUTH_MAX_FRAME 1024     /* bytes of a crun frame before authentication */
 #define STORE_PREAUTH_MEMORY_SHARE 8     /* pre-auth buffers: 1/8 of the memory budget */
 #define STORE_PREAUTH_LOG_MS 5000        /* one summary line of refusals per this */
+#define STORE_ACCEPTS_PER_TURN 64        /* connections accepted per loop turn; more: the next */
 /*
  * Stored data (docs/reliability.md, "Stored data"): key + value bytes and keys. The store's
  * budget defaults to the memory budget above (max_memory, given or not): the data and the

@@ -536,6 +536,44 @@ static void conn_resume(struct conn *c)
 	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
+/*
+ * Accepting has a budget per loop turn. libuv's listener callback accepts until the backlog is
+ * empty, so a client that connects faster than the store can accept and shed (a TLS store sets
+ * up TLS for each) kept the loop there: no timer, no other connection's handshake, no answer
+ * (a user with no token flooding a TLS store's unix socket stalled it, and the hosting agent
+ * with it). Past STORE_ACCEPTS_PER_TURN a connection is not taken: libuv stops watching that
+ * listener until uv_accept(), which srv_on_accept_turn() calls at the next turn, after the
+ * loop has served everything else that was ready.
+ */
+static void defer_accept(struct store_server *s, uv_stream_t *server)
+{
+	for (int i = 0; i < 2; i++) {
+		if (s->deferred[i] == server) {
+			return;
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (s->deferred[i] == NULL) {
+			s->deferred[i] = server;
+			return;
+		}
+	}
+}
+
+void srv_on_accept_turn(uv_prepare_t *h)
+{
+	struct store_server *s = h->data;
+	uv_stream_t *d[2] = {s->deferred[0], s->deferred[1]};
+
+	s->accepts = 0;
+	s->deferred[0] = s->deferred[1] = NULL;
+	for (int i = 0; i < 2 && !s->closing; i++) {
+		if (d[i] != NULL) {
+			srv_on_connection(d[i], 0);
+		}
+	}
+}
+
 void srv_on_connection(uv_stream_t *server, int status)
 {
 	struct store_server *s = server->data;
@@ -546,9 +584,16 @@ void srv_on_connection(uv_stream_t *server, int status)
 		srv_accept_log(s, status);
 		return;
 	}
+	if (s->accepts >= STORE_ACCEPTS_PER_TURN) {
+		defer_accept(s, server);
+		return;
+	}
+	s->accepts++;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL) {
+		/* Not accepted: tried again next turn (libuv holds the connection meanwhile). */
 		log_warn("store %s: accept: out of memory", s->addr);
+		defer_accept(s, server);
 		return;
 	}
 	c->s = s;

@@ -203,6 +203,9 @@ struct store_server {
 	uv_timer_t ks_timer;      /* the keyspace's next deadline (TTL or wait) */
 	int64_t ks_armed;         /* the deadline ks_timer is set for; KS_NO_DEADLINE: none */
 	uv_timer_t sweep_timer;
+	uv_prepare_t accept_turn; /* each loop turn: a new accept budget, deferred accepts taken */
+	uint32_t accepts;         /* connections accepted in this turn */
+	uv_stream_t *deferred[2]; /* listeners whose next connection waits for the next turn */
 	uv_idle_t poll_idle;      /* active: poll without sleeping until poll_until (server_poll.c) */
 	uint64_t poll_until, poll_ns; /* uv_hrtime() deadline; the window, 0: never poll */
 	unsigned refs; /* open server handles + live connections + 1 until close */
@@ -302,6 +305,8 @@ static inline bool srv_conn_is_unix(const struct conn *c)
 int srv_conn_peername(struct conn *c, struct sockaddr_storage *ss, int *n);
 /** A unix client's name for messages: "unix:uid=U,pid=P". */
 void srv_unix_peer(struct conn *c, char *buf, size_t len);
+/** A unix client's user id (SO_PEERCRED): 0 and *@uid, or -1 when the kernel does not say. */
+int srv_unix_uid(struct conn *c, uid_t *uid);
 
 /* ---- server_wait.c: held waits of connections, the keyspace's clock ---- */
 
@@ -428,6 +433,8 @@ void srv_flush_all(struct store_server *s);
 /** "addr:port" of @c's peer into @buf ("?" when unknown), for messages. */
 void srv_conn_peer(struct conn *c, char *buf, size_t len);
 void srv_on_connection(uv_stream_t *server, int status);
+/** The accept_turn prepare callback: a new accept budget, and the connections deferred. */
+void srv_on_accept_turn(uv_prepare_t *h);
 void srv_on_sweep(uv_timer_t *t);
 
 /* ---- server_limits.c: connection caps, the memory budget, rate-limited log lines ---- */

@@ -7,7 +7,8 @@
  * connections (docs/security.md, "Before authentication"):
  *
  * - are counted per source: all of loopback is one source (any local user can use any of
- *   127/8), an IPv4 source is its /24, an IPv6 source its /64. A source holds at most
+ *   127/8), a user on the unix socket is one (its uid), an IPv4 source is its /24, an IPv6
+ *   source its /64. A source holds at most
  *   STORE_PREAUTH_PER_SOURCE at once; past that its oldest is shed, so a flood that holds
  *   connections open cannot keep a new one (a legitimate client's) from its handshake;
  * - are counted for the store: at most 1/STORE_PREAUTH_SHARE of the connection cap; past
@@ -65,6 +66,20 @@ static bool source_key(struct conn *c, uint8_t key[16], char *name, size_t len)
 	uint8_t *a;
 
 	memset(key, 0, 16);
+	if (srv_conn_is_unix(c)) {
+		uid_t uid;
+
+		/* The socket tells who is calling: each local user is a source of its own, so a
+		 * user's flood sheds its own connections, not root's agent's in their handshake. */
+		if (srv_unix_uid(c, &uid) != 0) {
+			return false;
+		}
+		key[0] = 0xfe; /* fe75::/16 is reserved: no IPv6 peer's /64 */
+		key[1] = 'u';
+		memcpy(key + 4, &uid, sizeof(uid));
+		snprintf(name, len, "unix uid %u", (unsigned)uid);
+		return true;
+	}
 	if (srv_conn_peername(c, &ss, &n) != 0) {
 		return false;
 	}

@@ -279,6 +279,20 @@ int srv_conn_peername(struct conn *c, struct sockaddr_storage *ss, int *n)
 	return 0;
 }
 
+int srv_unix_uid(struct conn *c, uid_t *uid)
+{
+	struct ucred cr;
+	socklen_t n = sizeof(cr);
+	uv_os_fd_t fd;
+
+	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &n) != 0) {
+		return -1;
+	}
+	*uid = cr.uid;
+	return 0;
+}
+
 void srv_unix_peer(struct conn *c, char *buf, size_t len)
 {
 	struct ucred cr;

@@ -12,6 +12,11 @@
 #   guess        64 connections guessing the token: the verdicts per second are limited, and
 #                a right proof is answered no sooner than a wrong one (medians printed);
 #   weak-token   crun-rdzvd refuses a short token file and a low-entropy --token, naming them;
+#   tls-unixflood  a TLS crun-rdzvd whose unix socket the user floods with connections that
+#                start a TLS record (tens of thousands a second): crun status over TCP with
+#                the client certificate answers within 5 s, 3/3, and a root job through the
+#                store (over the same unix socket) exits 0: the store's loop accepts a bounded
+#                number per turn, and each local user is a pre-auth source of its own;
 #   bigframe     a crun frame of 8 MiB before authentication is refused from its header,
 #                named; one of 33 MiB (read as TCPStore) closed at once; 20 token-less TCPStore
 #                SETs of 16 MiB held open do not keep a token holder from storing 16 MiB (3/3).
@@ -162,6 +167,40 @@ if cases $CASE; then
 	[ $ok -eq 5 ] || fail "crun-store with the right token: $ok/5"
 	flood_end rdzvd
 	log_short "$T/rdzvd.err" "$from"
+	kill "$RDZVD_PID"
+fi
+
+CASE=tls-unixflood
+if cases $CASE; then
+	echo "=== $CASE: a TLS crun-rdzvd's unix socket flooded by a user with no token"
+	. "$CRUN_SOURCE_DIR/tests/lib/tls_certs.sh"
+	make_tls_certs "$T/pki" >/dev/null 2>&1 || fail "cannot make the test certificates"
+	TLS=(--tls-ca "$T/pki/ca.pem" --tls-cert "$T/pki/client.pem" --tls-key "$T/pki/client.key")
+	start_store --tls-ca "$T/pki/ca.pem" --tls-cert "$T/pki/server.pem" \
+		--tls-key "$T/pki/server.key"
+	sock=$(ls /run/crun/store-*-"${EP/:/-}".sock 2>/dev/null | head -n1)
+	[ -S "$sock" ] || fail "no unix socket for $EP under /run/crun"
+	FLOOD_S=15
+	as_atk timeout -s KILL $((FLOOD_S + 30)) python3 "$ATTACKER" unixflood "$sock" --conns 400 \
+		--seconds $FLOOD_S --ready-file "$T/atk/uf.ready" >"$T/atk/uf.out" 2>"$T/atk/uf.err" &
+	FLOOD_PID=$!
+	track $FLOOD_PID
+	wait_for 30 test -e "$T/atk/uf.ready"
+	ok=0
+	for i in 1 2 3; do
+		t0=$(date +%s%N)
+		CRUN_STORE_UNIX_SOCKET=off timeout -s KILL 30 "$CRUN" status -e "$EP" "${TLS[@]}" \
+			--timeout 5 >"$T/uf.status" 2>&1 && ok=$((ok + 1))
+		echo "$CASE: crun status over TCP: $(head -c 120 "$T/uf.status"), $((($(date +%s%N) - t0) / 1000000)) ms"
+	done
+	[ $ok -eq 3 ] || fail "crun status over TCP with TLS answered $ok/3 times during the flood"
+	timeout -s KILL 60 "$CRUN" --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d \
+		--rdzv-endpoint "$EP" --rdzv-id uf "${TLS[@]}" /bin/true >"$T/uf.job.out" \
+		2>"$T/uf.job.err"
+	rc=$?
+	[ $rc -eq 0 ] || { tail -n 5 "$T/uf.job.err"; fail "a root job through the store exited $rc during the flood"; }
+	wait_pid $((FLOOD_S + 30)) "$FLOOD_PID"
+	echo "$CASE: flood: $(fig opened "$T/atk/uf.out") connections opened; the job exited $rc"
 	kill "$RDZVD_PID"
 fi
 

@@ -22,6 +22,7 @@ Modes:
            15 MiB of each sent, held S seconds; prints how many the store still held.
 """
 import argparse
+import collections
 import hashlib
 import hmac
 import os
@@ -285,6 +286,36 @@ def mode_flood(a):
     print("held_at_end %d" % held)
 
 
+def mode_unixflood(a):
+    """Connect to the store's unix socket (the endpoint is its path) as fast as possible, each
+    connection sending the start of a TLS record and junk, at most --conns held (the oldest
+    closed): many accepts a second, each costing a TLS store more than it costs us."""
+    held = collections.deque()
+    end = time.monotonic() + a.seconds
+    opened = failed = 0
+    ready = False
+    while time.monotonic() < end:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(2)
+            s.connect(a.endpoint)
+            s.sendall(bytes([0x16, 3, 1, 2, 0]) + os.urandom(100))
+            held.append(s)
+            opened += 1
+        except OSError:
+            failed += 1
+            s.close()
+        while len(held) > a.conns:
+            held.popleft().close()
+        if not ready and opened >= a.conns and a.ready_file:
+            open(a.ready_file, "w").close()
+            ready = True
+    for s in held:
+        s.close()
+    print("opened %d" % opened)
+    print("connect_failed %d" % failed)
+
+
 def mode_bigframe(a):
     """A crun HELLO header declaring --size bytes, then up to 1 MiB of it; the store's answer."""
     ep = addr(a.endpoint)
@@ -343,7 +374,7 @@ def mode_hog(a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["flood", "guess", "right", "bigframe", "hog",
-                                         "bigset"])
+                                         "bigset", "unixflood"])
     ap.add_argument("endpoint")
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10)
@@ -356,7 +387,8 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # room for the flood
     {"flood": mode_flood, "guess": mode_guess, "right": mode_right,
-     "bigframe": mode_bigframe, "hog": mode_hog, "bigset": mode_bigset}[a.mode](a)
+     "bigframe": mode_bigframe, "hog": mode_hog, "bigset": mode_bigset,
+     "unixflood": mode_unixflood}[a.mode](a)
 
 
 if __name__ == "__main__":
