@@ -279,14 +279,23 @@ int srv_conn_peername(struct conn *c, struct sockaddr_storage *ss, int *n)
 	return 0;
 }
 
+/* Who is at the other end of unix connection @c (SO_PEERCRED): 0, or -1 when unknown. */
+static int unix_cred(struct conn *c, struct ucred *cr)
+{
+	socklen_t n = sizeof(*cr);
+	uv_os_fd_t fd;
+
+	return uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+			       getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &n) == 0
+		       ? 0
+		       : -1;
+}
+
 int srv_unix_uid(struct conn *c, uid_t *uid)
 {
 	struct ucred cr;
-	socklen_t n = sizeof(cr);
-	uv_os_fd_t fd;
 
-	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0 ||
-	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &n) != 0) {
+	if (unix_cred(c, &cr) != 0) {
 		return -1;
 	}
 	*uid = cr.uid;
@@ -296,11 +305,8 @@ int srv_unix_uid(struct conn *c, uid_t *uid)
 void srv_unix_peer(struct conn *c, char *buf, size_t len)
 {
 	struct ucred cr;
-	socklen_t n = sizeof(cr);
-	uv_os_fd_t fd;
 
-	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
-	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &n) == 0) {
+	if (unix_cred(c, &cr) == 0) {
 		snprintf(buf, len, "unix:uid=%u,pid=%d", (unsigned)cr.uid, (int)cr.pid);
 	} else {
 		snprintf(buf, len, "unix:?");

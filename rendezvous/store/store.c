@@ -389,8 +389,9 @@ static int value_key(struct crun_store *st, const char *key, const void *val, si
 	return rc < 0 ? rc : one_key(st, key, full);
 }
 
-CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
-				   size_t len, int64_t ttl_ms)
+/* A set, with a ttl (0: none), waiting for the reply or (@piped, where the backend can) not. */
+static int set_one(struct crun_store *st, const char *key, const void *val, size_t len,
+		   int64_t ttl_ms, bool piped)
 {
 	const char *k;
 	int rc;
@@ -402,38 +403,34 @@ CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const
 	if (rc < 0) {
 		return rc;
 	}
+	if (piped && st->ops->set_async != NULL) {
+		return st->ops->set_async(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
+	}
 	return st->ops->set(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
+}
+
+CRUN_EXPORT int crun_store_set_ttl(struct crun_store *st, const char *key, const void *val,
+				   size_t len, int64_t ttl_ms)
+{
+	return set_one(st, key, val, len, ttl_ms, false);
 }
 
 CRUN_EXPORT int crun_store_set(struct crun_store *st, const char *key, const void *val,
 			       size_t len)
 {
-	return crun_store_set_ttl(st, key, val, len, 0);
+	return set_one(st, key, val, len, 0, false);
 }
 
 int store_set_async_ttl(struct crun_store *st, const char *key, const void *val, size_t len,
 			int64_t ttl_ms)
 {
-	const char *k;
-	int rc;
-
-	if (ttl_ms < 0) {
-		return -EINVAL;
-	}
-	rc = value_key(st, key, val, len, &k);
-	if (rc < 0) {
-		return rc;
-	}
-	if (st->ops->set_async == NULL) {
-		return st->ops->set(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
-	}
-	return st->ops->set_async(st->b, k, len ? val : "", len, ttl_ms, st->conf.timeout_ms);
+	return set_one(st, key, val, len, ttl_ms, true);
 }
 
 CRUN_EXPORT int crun_store_set_async(struct crun_store *st, const char *key, const void *val,
 				     size_t len)
 {
-	return store_set_async_ttl(st, key, val, len, 0);
+	return set_one(st, key, val, len, 0, true);
 }
 
 CRUN_EXPORT int crun_store_flush(struct crun_store *st)
