@@ -95,14 +95,26 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
 		   struct crun_diag *d);
 /*
- * store_tcp_open() with @tls (borrowed; NULL or no file named: plain TCP): TLS on the
- * connection (rendezvous/store/tls.h), the token handshake then running inside it; and
- * @unix_socket, the same-host socket setting (store_conf's unix_socket; NULL: the default).
+ * A client waiting for a reply polls its socket without sleeping for up to this long first
+ * (client_tcp_io.c, "The reply spin"); $CRUN_STORE_SPIN_US (store_conf.h) sets it, 0 turns
+ * it off.
  */
-int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
-		       const struct tls_files *tls, const char *unix_socket, int connect_timeout_ms,
-		       struct store_backend **out, const struct store_ops **ops,
-		       struct crun_diag *d);
+#define STORE_SPIN_US_DEFAULT 30
+#define STORE_SPIN_US_MAX 1000
+
+/* How a crun-protocol connection is made and how it waits (all borrowed; zero: defaults). */
+struct store_tcp_link {
+	/* TLS on the connection (rendezvous/store/tls.h), the token handshake then running
+	 * inside it; NULL or no file named: plain TCP. */
+	const struct tls_files *tls;
+	const char *unix_socket; /* the same-host socket setting (store_conf's); NULL: default */
+	int connect_timeout_ms;	 /* <= 0: 30 s */
+	int spin_us;		 /* the reply spin (client_tcp_io.c); 0: the default, < 0: none */
+};
+/* store_tcp_open() with the whole of @l. */
+int store_tcp_open_link(const char *host, int port, const struct token_cred *cred,
+			const struct store_tcp_link *l, struct store_backend **out,
+			const struct store_ops **ops, struct crun_diag *d);
 int store_file_open(const char *path, int connect_timeout_ms, struct store_backend **out,
 		    const struct store_ops **ops, struct crun_diag *d);
 /*

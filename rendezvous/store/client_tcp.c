@@ -995,16 +995,19 @@ int store_tcp_open(const char *host, int port, const struct token_cred *cred,
 		   int connect_timeout_ms, struct store_backend **out, const struct store_ops **ops,
 		   struct crun_diag *d)
 {
-	return store_tcp_open_tls(host, port, cred, NULL, NULL, connect_timeout_ms, out, ops, d);
+	const struct store_tcp_link l = {.connect_timeout_ms = connect_timeout_ms};
+
+	return store_tcp_open_link(host, port, cred, &l, out, ops, d);
 }
 
-int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred,
-		       const struct tls_files *tls, const char *unix_socket, int connect_timeout_ms,
-		       struct store_backend **out, const struct store_ops **ops,
-		       struct crun_diag *d)
+int store_tcp_open_link(const char *host, int port, const struct token_cred *cred,
+			const struct store_tcp_link *l, struct store_backend **out,
+			const struct store_ops **ops, struct crun_diag *d)
 {
+	const struct tls_files *tls = l->tls;
+	const char *unix_socket = l->unix_socket;
 	struct store_backend *b;
-	int rc;
+	int spin_us, rc;
 
 	if (host == NULL || *host == '\0' || port <= 0 || port > 65535) {
 		return diag_set(d, -EINVAL, "store %s:%d: bad address", host ? host : "", port);
@@ -1015,7 +1018,9 @@ int store_tcp_open_tls(const char *host, int port, const struct token_cred *cred
 	}
 	b->fd = -1;
 	b->port = port;
-	b->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 30000;
+	b->connect_timeout_ms = l->connect_timeout_ms > 0 ? l->connect_timeout_ms : 30000;
+	spin_us = l->spin_us == 0 ? STORE_SPIN_US_DEFAULT : l->spin_us;
+	b->spin_ns = spin_us > 0 ? (int64_t)spin_us * 1000 : 0;
 	b->host = strdup(host);
 	b->unix_off = store_unix_off(unix_socket);
 	if (unix_socket != NULL && unix_socket[0] == '/') {

@@ -61,6 +61,9 @@ struct store_backend {
 	const uint8_t *in;     /* the last reply's payload, inside rb until the next read */
 	struct wire_hdr rh;    /* the reply header */
 	uint32_t max_value_len;
+	int64_t spin_ns;       /* the reply spin's window (client_tcp_io.c); 0: none */
+	uint32_t spin_skip;    /* waits left that do not spin, after spins that failed */
+	uint32_t spin_backoff; /* how many the next failed spin skips (doubles, capped) */
 	int rcvtimeo_ms;       /* SO_RCVTIMEO now set on fd; 0: not set yet (blocks forever) */
 	SSL_CTX *tls_ctx;      /* NULL: plain TCP */
 	SSL *ssl;              /* the TLS session on fd (fd is then non-blocking) */

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,63 @@ static ssize_t tls_recv(struct store_backend *b, void *p, size_t n, int64_t dead
  * out early just loops: crun_ms_until() alone decides when the deadline has passed.
  * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
  */
+/*
+ * The reply spin. A client that sleeps until its reply comes pays for two wake-ups a round
+ * trip when it and the server sit on different CPUs: the server's, then its own, each an
+ * interrupt to a CPU that had gone idle. On this project's 2-core guest each costs about
+ * 20 us, and they were most of a request's time: 50-60 us a round trip against 11 us with
+ * both processes pinned to one CPU (bench/store's add, one client, crun-rdzvd on the unix
+ * socket; bench/notes/store_spin.md). So before it sleeps, a client polls its socket without
+ * blocking for up to spin_ns, yielding the CPU at each pass (a runnable server on this CPU
+ * goes first); a reply that comes in that window is read with no wake-up of this process.
+ *
+ * A spin that sees no reply was CPU spent for nothing: the server is far (another host), busy,
+ * or the request is one that waits (WAIT, a barrier). Each such spin makes the next ones
+ * rarer: the waits after it skip the spin 1, 2, 4 ... up to SPIN_BACKOFF_MAX times, and one
+ * reply caught in a spin starts over. With more clients than cores the spins fail (the
+ * server needs the CPU they hold) and stop by themselves; over a network, whose round trip
+ * is longer than the window, likewise. TLS connections do not spin: their reads go through
+ * OpenSSL (tls_recv).
+ *
+ * Returns what recv() gave (> 0), -ECONNRESET, -errno, or -EAGAIN: nothing yet, go to sleep.
+ */
+#define SPIN_BACKOFF_MAX 1024u
+
+static ssize_t recv_spin(struct store_backend *b, void *p, size_t n)
+{
+	int64_t until;
+	ssize_t k;
+
+	if (b->spin_ns == 0) {
+		return -EAGAIN;
+	}
+	if (b->spin_skip > 0) {
+		b->spin_skip--;
+		return -EAGAIN;
+	}
+	until = crun_now_ns() + b->spin_ns;
+	do {
+		k = recv(b->fd, p, n, MSG_DONTWAIT);
+		if (k > 0) {
+			b->spin_backoff = 0;
+			return k;
+		}
+		if (k == 0) {
+			return -ECONNRESET;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			return -errno;
+		}
+		sched_yield();
+	} while (crun_now_ns() < until);
+	b->spin_backoff = b->spin_backoff == 0 ? 1 : b->spin_backoff * 2;
+	if (b->spin_backoff > SPIN_BACKOFF_MAX) {
+		b->spin_backoff = SPIN_BACKOFF_MAX;
+	}
+	b->spin_skip = b->spin_backoff;
+	return -EAGAIN;
+}
+
 static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t deadline)
 {
 	struct timeval tv;
@@ -199,6 +257,10 @@ static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t
 		 * server a wake-up in read() (16% of crun-rdzvd's samples at 10,000 connections,
 		 * bench/notes/scale.md). poll()'s entry only wakes for the events it asked for.
 		 */
+		k = recv_spin(b, p, n);
+		if (k != -EAGAIN) {
+			return k;
+		}
 		if (b->unix_path[0] != '\0' && (k = wait_fd(b->fd, POLLIN, deadline)) < 0) {
 			return k;
 		}

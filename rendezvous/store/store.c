@@ -19,6 +19,7 @@
 #include "src/common/diag.h"
 #include "src/common/net.h"
 #include "src/common/opts.h"
+#include "src/common/parse.h"
 #include "src/common/token.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
@@ -46,6 +47,7 @@ static int open_backend(const struct store_conf *c, const struct token_cred *cre
 {
 	const char *endpoint = c->endpoint;
 	const struct tls_files tls = {c->tls_cert, c->tls_key, c->tls_ca, c->tls_server_name};
+	struct store_tcp_link link = {0};
 	char host[256];
 	const char *hp;
 	int port;
@@ -110,8 +112,18 @@ static int open_backend(const struct store_conf *c, const struct token_cred *cre
 				"%s=%s: expected \"off\" or the absolute path of a store's socket",
 				STORE_UNIX_ENV, c->unix_socket);
 	}
-	return store_tcp_open_tls(host, port, cred, &tls, c->unix_socket, c->connect_timeout_ms,
-				  b, ops, d);
+	link.tls = &tls;
+	link.unix_socket = c->unix_socket;
+	link.connect_timeout_ms = c->connect_timeout_ms;
+	if (c->spin_us != NULL && c->spin_us[0] != '\0') {
+		if (parse_int(c->spin_us, 0, STORE_SPIN_US_MAX, &link.spin_us) < 0) {
+			return diag_set(d, -EINVAL,
+					"%s=%s: expected microseconds in 0..%d (0: no spin)",
+					STORE_SPIN_ENV, c->spin_us, STORE_SPIN_US_MAX);
+		}
+		link.spin_us = link.spin_us == 0 ? -1 : link.spin_us;
+	}
+	return store_tcp_open_link(host, port, cred, &link, b, ops, d);
 }
 
 /* The credential @c names, scoped to c->scope: the token it resolved (named by where it came

@@ -51,6 +51,7 @@ static int copy_settings(struct store_conf *c, const struct store_settings *s)
 	rc |= set_str(&c->etcd_key, s->etcd_key);
 	/* Read here, once, like the etcd settings: workers inherit it with the environment. */
 	rc |= set_str(&c->unix_socket, getenv(STORE_UNIX_ENV));
+	rc |= set_str(&c->spin_us, getenv(STORE_SPIN_ENV));
 	c->insecure = s->insecure;
 	c->connect_timeout_ms = s->connect_timeout_ms;
 	c->timeout_ms = s->timeout_ms;
@@ -181,7 +182,8 @@ void store_conf_finish(struct store_conf *c)
 		      &c->tls_key,     &c->tls_server_name,
 		      &c->etcd_user,   &c->etcd_password_file,
 		      &c->etcd_cacert, &c->etcd_cert,
-		      &c->etcd_key,    &c->unix_socket};
+		      &c->etcd_key,    &c->unix_socket,
+		      &c->spin_us};
 	size_t i;
 
 	token_wipe(c->token);

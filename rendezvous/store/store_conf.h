@@ -52,6 +52,8 @@ enum store_token_policy {
 					   (a store with its own access control: file, etcd) */
 };
 
+#define STORE_SPIN_ENV "CRUN_STORE_SPIN_US" /* the reply spin, microseconds (backend.h) */
+
 struct store_conf {
 	char *endpoint;
 	char *prefix; /* NULL: none */
@@ -70,6 +72,9 @@ struct store_conf {
 	/* Same-host clients over AF_UNIX (rendezvous/store/unix_path.h): $CRUN_STORE_UNIX_SOCKET
 	 * as this process found it; NULL: the default paths, "off": none, else that path. */
 	char *unix_socket;
+	/* The reply spin (rendezvous/store/backend.h): $CRUN_STORE_SPIN_US as this process found
+	 * it; NULL: the default. Workers inherit it. */
+	char *spin_us;
 };
 
 /**
