@@ -153,51 +153,29 @@ PY
 	note "$3: crun status from $1: $(head -c 200 "$T/$3.json")"
 }
 
-# The attacker: no token, no certificate, not root, in namespace A, for SECONDS. hold: 200
-# idle connections, 20 sending random bytes, one a TLS record header claiming 16 KiB then
-# nothing, one a byte at a time. flood: new connections as fast as it can, each sending the
-# start of a TLS record, at most 400 open (the oldest closed). Prints what it did.
-# shellcheck disable=SC2016
-ATTACK='import collections, os, socket, sys, time
-host, port, secs, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-held, sent, refused, end = collections.deque(), 0, 0, time.time() + secs
-def conn():
-    global refused
-    try:
-        if host.startswith("/"):
-            s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(host)
-        else:
-            s = socket.create_connection((host, port), timeout=2)
-        held.append(s); return s
-    except OSError:
-        refused += 1
-def send(s, b):
-    global sent
-    try: s and s.sendall(b); sent += 1
-    except OSError: pass
-if mode == "hold":
-    for i in range(200): conn()
-    for i in range(20): send(conn(), os.urandom(4096))
-    send(conn(), bytes([0x16, 3, 1, 0x40, 0]) + os.urandom(64))
-    slow = conn()
-    while time.time() < end:
-        try: slow and slow.send(os.urandom(1))
-        except OSError: slow = conn()
-        time.sleep(0.1)
-else:
-    n = 0
-    while time.time() < end:
-        send(conn(), bytes([0x16, 3, 1, 2, 0]) + os.urandom(100)); n += 1
-        while len(held) > 400: held.popleft().close()
-    print("attacker: %d connections opened" % n)
-print("attacker (%s): %d held, %d sent bytes, %d refused" % (mode, len(held), sent, refused))'
-# attack HOST SECONDS MODE NAME: the attacker in the background (ATK_PID), output in
-# $T/attack.NAME.out.
+# The attacker: tests/faults/preauth_attacker.py (modes hold, tlsflood, unixflood) run by the
+# user $ATK (no token, no certificate, not root) in namespace A; the source tree is readable by
+# all, as for tests/faults/preauth.sh. Its ready files go to $T/atk, its own directory ($T
+# itself may be passed through, not listed).
+ATTACKER=$SRC/tests/faults/preauth_attacker.py
+chmod 0711 "$T" || fail "chmod 0711 $T"
+install -d -m 0700 -o "$ATK" "$T/atk" || fail "making $T/atk for $ATK"
+# attack MODE ENDPOINT SECONDS NAME [ARG...]: the attacker in the background (ATK_PID), output
+# in $T/attack.NAME.out; its ready file $T/atk/NAME.ready once its connections are open.
 attack() {
-	timeout -s KILL 100 ip netns exec "${TAG}a" runuser -u "$ATK" -- python3 -c "$ATTACK" \
-		"$1" "$PORT" "$2" "$3" >"$T/attack.$4.out" 2>&1 &
+	local mode=$1 ep=$2 secs=$3 name=$4
+	shift 4
+	rm -f "$T/atk/$name.ready"
+	timeout -s KILL 100 ip netns exec "${TAG}a" runuser -u "$ATK" -- python3 "$ATTACKER" \
+		"$mode" "$ep" --seconds "$secs" --ready-file "$T/atk/$name.ready" "$@" \
+		>"$T/attack.$name.out" 2>&1 &
 	ATK_PID=$!
 	track $ATK_PID
+}
+
+# attack_ready NAME: wait until the attacker's connections are open (its ready file).
+attack_ready() {
+	wait_for 30 test -e "$T/atk/$1.ready"
 }
 
 # attack_done NAME: the attacker ended by itself; what it did.
@@ -217,8 +195,8 @@ watched() {
 	pb=$NODE_PID
 	wait_for 60 files_at_least 2 "$T/$id.ready."
 	status "$where" "$ep" "$id"
-	attack "${ep%:*}" 8 hold "$id"
-	sleep 2 # the attacker's connections are open
+	attack hold "$ep" 8 "$id"
+	attack_ready "$id"
 	status "$where" "$ep" "$id"
 	attack_done "$id"
 	touch "$T/$id.go"
@@ -249,7 +227,7 @@ FLAKY='echo "restart=$TORCHELASTIC_RESTART_COUNT rank=$RANK world=$WORLD_SIZE" >
 [ "$TORCHELASTIC_RESTART_COUNT.$RANK" != 0.0 ]'
 elastic() {
 	local id=$1 ep=$2 pa pb
-	[ -z "${4:-}" ] || attack "${ep%:*}" 8 flood "$id"
+	[ -z "${4:-}" ] || attack tlsflood "$ep" 8 "$id" --conns 400
 	node a "$id" "$ep" --nnodes 1:2 --max-restarts 1 --restart-backoff "$3" \
 		/bin/sh -c "$FLAKY" "$T/$id.attempts"
 	pa=$NODE_PID
@@ -325,8 +303,8 @@ unix_flood() {
 	# shellcheck disable=SC2016 # expanded by eval
 	wait_for 30 eval 'ls /run/crun/store-*-"${ep%:*}-${ep##*:}".sock >/dev/null 2>&1'
 	sock=$(ls -t /run/crun/store-*-"${ep%:*}-${ep##*:}".sock | head -n 1)
-	attack "$sock" 12 flood "$id"
-	sleep 2
+	attack unixflood "$sock" 12 "$id" --conns 400
+	attack_ready "$id"
 	# Does the store still answer over TCP, from B, while its unix socket is flooded?
 	# (exit 0, 3 or 4: it answered, the run running, ended or unknown; 5 or 137: no answer)
 	local t0

@@ -20,6 +20,14 @@ Modes:
            store's answer and how soon it came.
   hog      --conns N --seconds S [--ready-file F]: N TCPStore 1.x SETs of a 16 MiB value,
            15 MiB of each sent, held S seconds; prints how many the store still held.
+  unixflood  --conns N --seconds S [--ready-file F] (the endpoint: the store's unix socket):
+           new connections as fast as it can for S seconds, each sending the start of a TLS
+           record, at most N open (the oldest closed); the ready file once N were opened.
+  tlsflood the same over TCP to HOST:PORT (tests/agent/netns_tls.sh).
+  hold     --seconds S [--ready-file F]: 200 idle connections, 20 sending 4 KiB of random
+           bytes, one a TLS record header claiming 16 KiB then nothing, one sending a byte
+           every 0.1 s (reopened when closed) for S seconds; the ready file once all are open
+           (tests/agent/netns_tls.sh, against a TLS store).
 """
 import argparse
 import collections
@@ -286,25 +294,31 @@ def mode_flood(a):
     print("held_at_end %d" % held)
 
 
-def mode_unixflood(a):
-    """Connect to the store's unix socket (the endpoint is its path) as fast as possible, each
-    connection sending the start of a TLS record and junk, at most --conns held (the oldest
-    closed): many accepts a second, each costing a TLS store more than it costs us."""
+TLS_RECORD_START = bytes([0x16, 3, 1, 2, 0])  # a TLS handshake record of 512 bytes: incomplete
+
+
+def record_flood(a, family, target):
+    """Connect to @target as fast as possible until --seconds pass, each connection sending the
+    start of a TLS record and junk, at most --conns held (the oldest closed): many accepts a
+    second, each costing a TLS store more than it costs us. The ready file once --conns were
+    opened."""
     held = collections.deque()
     end = time.monotonic() + a.seconds
     opened = failed = 0
     ready = False
     while time.monotonic() < end:
+        s = None
         try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s = socket.socket(family, socket.SOCK_STREAM)
             s.settimeout(2)
-            s.connect(a.endpoint)
-            s.sendall(bytes([0x16, 3, 1, 2, 0]) + os.urandom(100))
+            s.connect(target)
+            s.sendall(TLS_RECORD_START + os.urandom(100))
             held.append(s)
             opened += 1
         except OSError:
             failed += 1
-            s.close()
+            if s is not None:
+                s.close()
         while len(held) > a.conns:
             held.popleft().close()
         if not ready and opened >= a.conns and a.ready_file:
@@ -314,6 +328,69 @@ def mode_unixflood(a):
         s.close()
     print("opened %d" % opened)
     print("connect_failed %d" % failed)
+
+
+def mode_unixflood(a):
+    """record_flood on the store's unix socket (the endpoint is its path)."""
+    record_flood(a, socket.AF_UNIX, a.endpoint)
+
+
+def mode_tlsflood(a):
+    """record_flood over TCP (the endpoint is HOST:PORT)."""
+    record_flood(a, socket.AF_INET, addr(a.endpoint))
+
+
+def mode_hold(a):
+    """Connections a TLS store must keep or time out before any handshake: 200 idle, 20 that
+    each send 4 KiB of random bytes, one a TLS record header claiming 16 KiB followed by 64
+    bytes, and a slow sender (a byte every 0.1 s, reconnected when the store closes it) until
+    --seconds pass. A connection refused or timed out (2 s) is counted, not retried."""
+    ep = addr(a.endpoint)
+    end = time.monotonic() + a.seconds
+    held = []
+    sends = refused = slow_bytes = 0
+
+    def conn():
+        nonlocal refused
+        try:
+            s = socket.create_connection(ep, timeout=2)
+        except OSError:
+            refused += 1
+            return None
+        held.append(s)
+        return s
+
+    def send(s, data):
+        nonlocal sends
+        try:
+            if s:
+                s.sendall(data)
+                sends += 1
+        except OSError:
+            pass
+
+    for _ in range(200):
+        conn()
+    for _ in range(20):
+        send(conn(), os.urandom(4096))
+    send(conn(), bytes([0x16, 3, 1, 0x40, 0]) + os.urandom(64))
+    slow = conn()
+    if a.ready_file:
+        open(a.ready_file, "w").close()
+    while time.monotonic() < end:
+        try:
+            if slow:
+                slow.send(os.urandom(1))
+                slow_bytes += 1
+        except OSError:
+            slow = conn()
+        time.sleep(0.1)
+    for s in held:
+        s.close()
+    print("held %d" % len(held))
+    print("sends %d" % sends)
+    print("slow_bytes %d" % slow_bytes)
+    print("refused %d" % refused)
 
 
 def mode_bigframe(a):
@@ -374,7 +451,7 @@ def mode_hog(a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["flood", "guess", "right", "bigframe", "hog",
-                                         "bigset", "unixflood"])
+                                         "bigset", "unixflood", "tlsflood", "hold"])
     ap.add_argument("endpoint")
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10)
@@ -388,7 +465,7 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # room for the flood
     {"flood": mode_flood, "guess": mode_guess, "right": mode_right,
      "bigframe": mode_bigframe, "hog": mode_hog, "bigset": mode_bigset,
-     "unixflood": mode_unixflood}[a.mode](a)
+     "unixflood": mode_unixflood, "tlsflood": mode_tlsflood, "hold": mode_hold}[a.mode](a)
 
 
 if __name__ == "__main__":
