@@ -74,14 +74,15 @@ REASONS = [
      "round trips (HELLO, AUTH with the token, add, wait: `strace -f -c` counted 401 sendto "
      "for 100 connections), TCPStore's none for authentication; at 100 connections over 50 "
      "processes that is latency the scheduler dominates, at 1,000 crun wins."),
-    ("store", r"^add 1 client\(s\), crun over TCP",
-     "one sample on a loaded box: the 19:22 row (0.91x) was one run each; 5 alternating runs "
-     "right after (`bench/store/run BUILD --ops add --clients 1,8 --repeat 5 --seconds 1 "
-     "--throughput-only`, 2026-11-27, load average 10) gave crun over TCP 9,930 ops/s against "
-     "TCPStore's 7,681 (its runs 5,208-17,537), 1.29x. The round trip is at its floor: "
-     "`strace -c` counts 3 server system calls an add (epoll_wait, read, write: 2,099, 2,098, "
-     "2,097 for 2,095 adds) and 2 client (sendto, recvfrom), one wake-up each way; the store's "
-     "unix socket (crun's default on the same host) gave 11,997 (1.56x) in the same run."),
+    ("store", r"^add 1 client\(s\)",
+     "a one-client row is one round trip an add, and on this 2-vCPU guest most of a round "
+     "trip is two cross-CPU wake-ups (51-65 us free, 11 us with client and server pinned to "
+     "one CPU). Since 2026-11-28 crun's client polls up to 30 us for a quick reply before it "
+     "sleeps (bench/notes/store_spin.md): on a quiet machine add, 1 client, went from 14,686 "
+     "ops/s (1.42x) to 46,000-61,000 (3.2-3.7x), over TCP from 13,218 (1.27x) to 39,000-46,000. "
+     "On a loaded machine the CPUs do not go idle, wake-ups are cheap for both sides, and the "
+     "row is the run queue's (one run each): `bench/store/run BUILD --ops add --clients 1 "
+     "--repeat 5 --seconds 1 --throughput-only` decides it."),
     ("store", r"^add 8 client\(s\) p99",
      "one sample on a loaded box: the 19:22 row (4,075 us against 2,058) was one run each; in "
      "5 alternating runs right after (same command as the row above, load average 10) crun's "
