@@ -6,11 +6,7 @@
 # record, whole, where `crun status` reads it back (finished, exit 3). Skipped without strace.
 . "$(dirname "$0")/lib.sh"
 
-command -v strace >/dev/null || { echo "strace not installed: skipping"; exit 77; }
-if ! strace -f -qq -o /dev/null true 2>/dev/null; then
-	echo "strace cannot trace here (ptrace refused): skipping"
-	exit 77
-fi
+need_strace
 
 note "a standalone job under strace: no flush on the launch path"
 # LeakSanitizer cannot run under ptrace (it aborts at exit): off for this one run of an ASan

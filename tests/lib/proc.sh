@@ -9,6 +9,15 @@ note() {
 	echo "--- $*" >&2
 }
 
+# need_strace: skip the test (exit 77) unless strace is installed and may trace here.
+need_strace() {
+	command -v strace >/dev/null || { echo "strace not installed: skipping"; exit 77; }
+	if ! strace -f -qq -o /dev/null true 2>/dev/null; then
+		echo "strace cannot trace here (ptrace refused): skipping"
+		exit 77
+	fi
+}
+
 # track PID: remember a background process so cleanup kills it.
 track() {
 	PIDS="$PIDS $1"

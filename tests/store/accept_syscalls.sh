@@ -26,11 +26,7 @@ fail() {
 	exit 1
 }
 
-command -v strace >/dev/null || { echo "strace not installed: skipping"; exit 77; }
-if ! strace -f -qq -o /dev/null true 2>/dev/null; then
-	echo "strace cannot trace here (ptrace refused): skipping"
-	exit 77
-fi
+need_strace
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-accept-test.XXXXXX")
 trap 'kill_tracked; rm -rf "$T"' EXIT
 token_file "$T/token"

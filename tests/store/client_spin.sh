@@ -24,11 +24,7 @@ fail() {
 }
 
 [ -x "$CLIENT" ] || { echo "FAIL: $CLIENT not built" >&2; exit 1; }
-command -v strace >/dev/null || { echo "strace not installed: skipping"; exit 77; }
-if ! strace -f -qq -o /dev/null true 2>/dev/null; then
-	echo "strace cannot trace here (ptrace refused): skipping"
-	exit 77
-fi
+need_strace
 T=$(mktemp -d "${TMPDIR:-/tmp}/crun-spin-test.XXXXXX")
 trap 'kill_tracked; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 token_file "$T/token"
