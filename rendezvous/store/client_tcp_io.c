@@ -249,6 +249,10 @@ static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t
 			}
 			b->rcvtimeo_ms = left;
 		}
+		k = recv_spin(b, p, n); /* a quick reply is read here, with no sleep */
+		if (k != -EAGAIN) {
+			return k;
+		}
 		/*
 		 * AF_UNIX: wait in poll(POLLIN), not in recv(). A reader blocked in a unix
 		 * socket's recv() sleeps on a wait entry that every wake-up of the socket rouses,
@@ -257,10 +261,6 @@ static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t
 		 * server a wake-up in read() (16% of crun-rdzvd's samples at 10,000 connections,
 		 * bench/notes/scale.md). poll()'s entry only wakes for the events it asked for.
 		 */
-		k = recv_spin(b, p, n);
-		if (k != -EAGAIN) {
-			return k;
-		}
 		if (b->unix_path[0] != '\0' && (k = wait_fd(b->fd, POLLIN, deadline)) < 0) {
 			return k;
 		}
