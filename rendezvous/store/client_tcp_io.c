@@ -163,14 +163,6 @@ static ssize_t tls_recv(struct store_backend *b, void *p, size_t n, int64_t dead
 }
 
 /*
- * One blocking recv into @p that returns no later than @deadline: the socket is blocking
- * (sends use MSG_DONTWAIT) and SO_RCVTIMEO bounds each recv. The timeout is set only when the
- * cached one would outlast the deadline or is far shorter than it, so a run of operations
- * with the same timeout costs one recv per reply instead of poll + recv. A recv that times
- * out early just loops: crun_ms_until() alone decides when the deadline has passed.
- * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
- */
-/*
  * The reply spin. A client that sleeps until its reply comes pays for two wake-ups a round
  * trip when it and the server sit on different CPUs: the server's, then its own, each an
  * interrupt to a CPU that had gone idle. On this project's 2-core guest each costs about
@@ -227,6 +219,14 @@ static ssize_t recv_spin(struct store_backend *b, void *p, size_t n)
 	return -EAGAIN;
 }
 
+/*
+ * One blocking recv into @p that returns no later than @deadline: the socket is blocking
+ * (sends use MSG_DONTWAIT) and SO_RCVTIMEO bounds each recv. The timeout is set only when the
+ * cached one would outlast the deadline or is far shorter than it, so a run of operations
+ * with the same timeout costs one recv per reply instead of poll + recv. A recv that times
+ * out early just loops: crun_ms_until() alone decides when the deadline has passed.
+ * Returns the bytes read (> 0), -ETIMEDOUT, -ECONNRESET (peer closed) or -errno.
+ */
 static ssize_t recv_deadline(struct store_backend *b, void *p, size_t n, int64_t deadline)
 {
 	struct timeval tv;
