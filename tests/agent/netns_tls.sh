@@ -301,6 +301,10 @@ unix_flood() {
 	# alone, leaving A a closed job (exit 1, as torchrun's ERROR_CLOSED): the elastic rules,
 	# not the flood, deciding the case.
 	local CONF=${CONF/last_call_timeout=1,/last_call_timeout=30,}
+	case $CONF in
+	*last_call_timeout=30,*) ;;
+	*) fail "$id: CONF ($CONF) has no last_call_timeout=1, to lengthen" ;;
+	esac
 	if [ "$who" = agent ]; then
 		node a "$id" "$ep" --nnodes 1:2 --max-restarts 1 --restart-backoff 2 \
 			/bin/sh -c "$FLAKY" "$T/$id.attempts"

@@ -84,7 +84,7 @@ done
 unset CRUN_STORE_UNIX_SOCKET
 
 note "CRUN_STORE_SPIN_US=abc: refused, naming the variable"
-CRUN_STORE_SPIN_US=abc "$CLIENT" "$ENDPOINT" "$T/token" fast 1 >"$T/client.out" 2>"$T/client.err" &&
+CRUN_STORE_SPIN_US=abc timeout -s KILL 60 "$CLIENT" "$ENDPOINT" "$T/token" fast 1 >"$T/client.out" 2>"$T/client.err" &&
 	fail "CRUN_STORE_SPIN_US=abc was accepted"
 grep -q 'CRUN_STORE_SPIN_US=abc: expected microseconds in 0..1000' "$T/client.err" ||
 	fail "CRUN_STORE_SPIN_US=abc: no message naming it: $(cat "$T/client.err")"
