@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* agent/spawn.c: worker environment and argv, the pre-exec shim, the process-group guard. */
+/* agent/spawn.c: worker environment and argv, and the process-group guard. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,13 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
-#include <sched.h>
-#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -372,184 +367,6 @@ int spawn_worker_argv(const struct job_spec *spec, int local_rank, char ***argv)
 		}
 	}
 	*argv = v;
-	return 0;
-}
-
-/* ---- spawning a worker ---- */
-
-#ifndef P_PIDFD
-#define P_PIDFD 3 /* <linux/wait.h>; glibc 2.36 does not export it */
-#endif
-
-/*
- * The child's stack. The child gets a copy of the agent's memory (no CLONE_VM), so the next
- * spawn may reuse the agent's copy at once, while earlier children are still on their way to
- * exec.
- */
-#define SPAWN_STACK (256u * 1024u)
-static void *spawn_stack;
-
-struct child_args {
-	const struct spawn_proc *p;
-	sigset_t oldmask;
-	pid_t agent;
-};
-
-/* The open-file limit workers get (spawn_keep_nofile()); applied between clone and exec. */
-static struct rlimit worker_nofile;
-static bool worker_nofile_kept;
-
-/* "crun: worker: cannot run PROG: WHY\n" in one write, so the line arrives whole. */
-static void child_say(const char *prog, const char *why)
-{
-	struct iovec iov[5] = {
-		{(void *)"crun: worker: cannot run ", 25},
-		{(void *)prog, strlen(prog)},
-		{(void *)": ", 2},
-		{(void *)why, strlen(why)},
-		{(void *)"\n", 1},
-	};
-
-	if (writev(STDERR_FILENO, iov, 5) < 0) {
-		return;
-	}
-}
-
-/*
- * The child between clone and exec. It runs on a copy of the agent's memory, taken while other
- * agent threads may hold locks (malloc's among them), so it only makes system calls and reads
- * what @arg points at: no allocation, no stdio.
- */
-static int child_main(void *arg)
-{
-	const struct child_args *ca = arg;
-	const struct spawn_proc *p = ca->p;
-	struct sigaction sa;
-	sigset_t none;
-	int sig, e;
-
-	/* Handlers belong to the agent: every signal back to its default, then unblock. */
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = SIG_DFL;
-	for (sig = 1; sig < NSIG; sig++) {
-		if (sig != SIGKILL && sig != SIGSTOP) {
-			sigaction(sig, &sa, NULL);
-		}
-	}
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	/* Its own session and process group: the agent signals -pid to reach its children too. */
-	if (setsid() < 0) {
-		_exit(127);
-	}
-	/* Die with the agent (however it dies); the guard takes care of this process's children. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != ca->agent) {
-		_exit(127);
-	}
-	if (dup2(p->stdin_fd, STDIN_FILENO) < 0 || dup2(p->stdout_fd, STDOUT_FILENO) < 0 ||
-	    dup2(p->stderr_fd, STDERR_FILENO) < 0) {
-		_exit(127);
-	}
-	/* The agent's own stdin (--stdin) is passed as 0 itself: dup2 left its flags alone. */
-	if (p->stdin_fd == STDIN_FILENO && fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
-		_exit(127);
-	}
-	/*
-	 * Whatever the agent inherited without O_CLOEXEC (its parent's descriptors) stays out of
-	 * the worker: it gets stdin, stdout and stderr only, as torchrun's workers do.
-	 */
-	close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
-	/* The limit the agent was given, not the one it raised for its store. */
-	if (worker_nofile_kept && setrlimit(RLIMIT_NOFILE, &worker_nofile) < 0) {
-		_exit(127);
-	}
-	execvpe(p->argv[0], p->argv, p->envp);
-	e = errno;
-	child_say(p->argv[0], strerror(e));
-	_exit(e == ENOENT ? 127 : 126);
-}
-
-int spawn_keep_nofile(void)
-{
-	if (getrlimit(RLIMIT_NOFILE, &worker_nofile) < 0) {
-		return -errno;
-	}
-	worker_nofile_kept = true;
-	return 0;
-}
-
-int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd)
-{
-	struct child_args ca = {.p = p, .agent = getpid()};
-	sigset_t all;
-	pid_t child;
-	int fd, e;
-
-	if (spawn_stack == NULL) {
-		void *st = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
-				MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-
-		if (st == MAP_FAILED) {
-			return -errno;
-		}
-		spawn_stack = st;
-	}
-	/* No handler of the agent may run in the child while it shares the agent's memory. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &ca.oldmask);
-	/*
-	 * Not CLONE_VM|CLONE_VFORK: that would put the agent to sleep until this child has been
-	 * scheduled, run its set-up and exec'd, so eight workers would exec one after another.
-	 * A copy-on-write child costs a copy of the agent's small page tables instead, and the
-	 * agent starts the next worker at once; the children exec in parallel on every core. An
-	 * exec failure still ends the child with 127 or 126 and a line on its stderr, which the
-	 * agent sees through the pidfd and the pipe like any worker's exit.
-	 */
-	child = clone(child_main, (char *)spawn_stack + SPAWN_STACK, SIGCHLD, &ca);
-	e = errno;
-	pthread_sigmask(SIG_SETMASK, &ca.oldmask, NULL);
-	if (child < 0) {
-		return -e;
-	}
-	/* Only this process reaps its workers, so the pid cannot be reused before this. */
-	fd = pidfd_open(child, 0);
-	if (fd < 0) {
-		e = errno;
-		kill(child, SIGKILL);
-		while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
-		}
-		return -e;
-	}
-	*pid = child;
-	*pidfd = fd;
-	return 0;
-}
-
-int spawn_reap(int pidfd, bool *exited, int *exit_status, int *term_signal)
-{
-	siginfo_t si;
-
-	memset(&si, 0, sizeof(si));
-	*exited = false;
-	while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) != 0) {
-		if (errno == EAGAIN) {
-			return 0; /* a non-blocking pidfd (libuv's poll sets O_NONBLOCK): not yet */
-		}
-		if (errno != EINTR) {
-			return -errno;
-		}
-	}
-	if (si.si_pid == 0) {
-		return 0; /* not yet */
-	}
-	*exited = true;
-	*exit_status = 0;
-	*term_signal = 0;
-	if (si.si_code == CLD_EXITED) {
-		*exit_status = si.si_status;
-	} else {
-		*term_signal = si.si_status;
-	}
 	return 0;
 }
 

@@ -66,14 +66,16 @@ struct spawn_proc {
 };
 
 /**
- * Start a worker without a second exec: a copy-on-write clone() runs a few system calls in the
- * child (default signal dispositions, setsid(), PR_SET_PDEATHSIG(SIGKILL) and a check that the
- * agent is still its parent, stdio, close-on-exec for every other descriptor) and execs the
- * program. The caller does not wait for the exec, so the workers of a group exec in parallel.
- * A program that cannot be exec'd prints "crun: worker: cannot run ..." on its stderr and
- * exits 127 (ENOENT) or 126, as a shell would. Call from the agent's main thread only: the
- * death signal follows the thread that forked. Returns 0 with *pid and *pidfd (owned: close it
- * after spawn_reap() said the worker exited), or -errno (nothing started).
+ * Start a worker without a second exec: a clone() that shares the agent's memory until it execs
+ * (agent/spawn_proc.c) runs a few system calls in the child (default signal dispositions,
+ * setsid(), PR_SET_PDEATHSIG(SIGKILL) and a check that the agent is still its parent, stdio,
+ * close-on-exec for every other descriptor, the open-file limit) and execs the program. @p is
+ * copied for the child: the caller may free it on return. The caller does not wait for the
+ * exec, so the workers of a group exec in parallel. A program that cannot be exec'd prints
+ * "crun: worker: cannot run ..." on its stderr and exits 127 (ENOENT) or 126, as a shell
+ * would. Call from the agent's main thread only (spawn_reap() too): the death signal follows
+ * the thread that forked. Returns 0 with *pid and *pidfd (owned: close it after spawn_reap()
+ * said the worker exited), or -errno (nothing started).
  */
 int spawn_process(const struct spawn_proc *p, pid_t *pid, int *pidfd);
 

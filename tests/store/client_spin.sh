@@ -6,8 +6,8 @@
 # CRUN_STORE_SPIN_US=0 turns that off; a bad value is refused with a message naming the
 # variable; and a client whose replies do not come within the window (each wait here lasts
 # 30 ms) stops spinning by itself: of 40 waits that slept, at most 10 spun first (the back-off
-# skips 1, 2, 4, ... waits after each spin that saw nothing: 6 spins for 40 waits). Skipped
-# without strace.
+# skips 1, 2, 4, ... waits after each spin that saw nothing: 6 spins for 40 waits). A client
+# over TLS does not spin. Skipped without strace.
 set -u
 BUILD=${CRUN_BUILD_DIR:?}
 SRC=${CRUN_SOURCE_DIR:?}
@@ -82,6 +82,25 @@ for via in unix tcp; do
 	[ "$n" -le 10 ] || fail "$via: $n waits spun before sleeping, expected at most 10 (back-off)"
 done
 unset CRUN_STORE_UNIX_SOCKET
+
+note "TLS: the client never spins (a record may arrive in pieces; the TLS library reads)"
+. "$SRC/tests/lib/tls_certs.sh"
+make_tls_certs "$T/pki" || fail "making the test certificates"
+"$RDZVD" --listen 127.0.0.1:0 -q --tls-cert "$T/pki/server.pem" --tls-key "$T/pki/server.key" \
+	>"$T/tls.out" 2>"$T/tls.err" &
+track $!
+wait_for 20 grep -q ':[0-9][0-9]*$' "$T/tls.out"
+TLS_ENDPOINT=$(head -n1 "$T/tls.out")
+PLAIN_ENDPOINT=$ENDPOINT
+ENDPOINT=$TLS_ENDPOINT
+export CRUN_STORE_TLS_CA=$T/pki/ca.pem
+CRUN_STORE_SPIN_US=1000 traced tls fast 200
+unset CRUN_STORE_TLS_CA
+ENDPOINT=$PLAIN_ENDPOINT
+n=$(spins tls)
+[ "$n" -eq 0 ] || fail "TLS: $n non-blocking reads of the socket for 200 adds (no spin expected)"
+grep -c 'recvfrom\|poll(' "$T"/tls.trace.* | grep -qv ':0$' ||
+	fail "TLS: the trace shows no read of the socket at all (nothing was checked)"
 
 note "CRUN_STORE_SPIN_US=abc: refused, naming the variable"
 CRUN_STORE_SPIN_US=abc timeout -s KILL 60 "$CLIENT" "$ENDPOINT" "$T/token" fast 1 >"$T/client.out" 2>"$T/client.err" &&

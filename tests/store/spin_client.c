@@ -9,6 +9,7 @@
  *                                              second handle (another thread) sets MS after
  *                                              the one before
  *
+ * With CRUN_STORE_TLS_CA set, it speaks TLS, verifying the store against that CA.
  * Exits 0 when every operation succeeded, else 1 with the store's message.
  */
 #include <pthread.h>
@@ -33,6 +34,7 @@ static struct crun_store *open_store(void)
 	o.endpoint = endpoint;
 	o.token_file = token_file;
 	o.prefix = prefix;
+	o.tls_ca = getenv("CRUN_STORE_TLS_CA"); /* NULL: plain TCP */
 	o.connect_timeout_ms = 20000;
 	o.timeout_ms = 20000;
 	if (crun_store_open(&o, &st, err, sizeof(err)) != 0) {

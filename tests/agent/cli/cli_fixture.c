@@ -15,22 +15,13 @@
 #include <unistd.h>
 
 #include "tests/agent/cli/cli_fixture.h"
+#include "tests/lib/cmocka_files.h"
 
 extern char **environ;
 
 /* A scratch folder with a .py file, a plain script, a non-executable file and an executable. */
 char tmpdir[64];
 char py_file[128], noexec_file[128], exec_file[128], plain_script[128], exec_py[128];
-
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-	assert_int_equal(chmod(path, mode), 0);
-}
 
 /* Drop every PET_* variable so the caller's environment cannot steer the tests. */
 void clear_pet_env(void)
@@ -72,11 +63,11 @@ int group_setup(void **state)
 	snprintf(exec_file, sizeof(exec_file), "%s/worker", tmpdir);
 	snprintf(plain_script, sizeof(plain_script), "%s/script", tmpdir);
 	snprintf(exec_py, sizeof(exec_py), "%s/tool.py", tmpdir);
-	write_file(py_file, "print('hi')\n", 0644);
-	write_file(noexec_file, "#!/bin/sh\nexit 0\n", 0644);
-	write_file(exec_file, "#!/bin/sh\nexit 0\n", 0755);
-	write_file(plain_script, "print('plain')\n", 0644);
-	write_file(exec_py, "#!/bin/sh\nexit 0\n", 0755);
+	test_write_file(py_file, "print('hi')\n", 0644);
+	test_write_file(noexec_file, "#!/bin/sh\nexit 0\n", 0644);
+	test_write_file(exec_file, "#!/bin/sh\nexit 0\n", 0755);
+	test_write_file(plain_script, "print('plain')\n", 0644);
+	test_write_file(exec_py, "#!/bin/sh\nexit 0\n", 0755);
 	clear_pet_env();
 	return 0;
 }
