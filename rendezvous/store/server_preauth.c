@@ -377,7 +377,15 @@ void srv_preauth_ts_served(struct conn *c)
 {
 	struct conn *v;
 
-	if (!c->pre) {
+	if (c->ts_silent) {
+		/*
+		 * Paired as a silent one while its first request was still unread (two clients'
+		 * sockets accepted in one turn): it is a served one, and the silent socket it
+		 * stood in for is paired below.
+		 */
+		c->ts_silent = false;
+		c->peer->ts_silent--;
+	} else if (!c->pre) {
 		return;
 	}
 	srv_preauth_end(c);

@@ -100,6 +100,13 @@ client idle
 wait "$IDLE_CPU" || fail "idle_cpu"
 kill "$PID"
 
+# Two clients' four sockets accepted before either main socket's first request is read: a main
+# socket not yet read must not be paired as the other's silent one (that left both callback
+# sockets unpaired, closed at the deadline, and torch 1.x spinning: CI, 2026-11-28).
+start --tcpstore-run r1
+client interleaved
+kill "$PID"
+
 # Without --tcpstore-run: refused, and said so.
 start
 client refused

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
 # against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
-# alive, idle, idle_cpu SECONDS, stress N ROUNDS, ns (the namespace), v2 (the 2.x protocol on a raw socket), hostile KIND, refused.
+# alive, idle, idle_cpu SECONDS, interleaved, stress N ROUNDS, ns (the namespace), v2 (the 2.x
+# protocol on a raw socket), hostile KIND, refused.
 import datetime
 import multiprocessing
 import socket
@@ -252,6 +253,31 @@ def hostile(kind):
     print("hostile %s: closed" % kind)
 
 
+def interleaved():
+    # Two PyTorch 1.x clients starting together, by hand: the main sockets of A and B, then
+    # their callback sockets (which never send), all accepted before either main's first
+    # request is read. A main socket not yet read is not a silent one: pairing it as the
+    # callback of the other left both callback sockets unpaired, closed at the handshake
+    # deadline (5 s), and torch 1.x's callback thread then spun a core. Both must be kept.
+    a1, b1, a2, b2 = [socket.create_connection(("127.0.0.1", PORT)) for _ in range(4)]
+    time.sleep(0.5)  # all four accepted, in this order
+    for c in (a1, b1):
+        c.sendall(bytes([6]))  # 1.x GETNUMKEYS
+        i64(c)
+    time.sleep(7)  # past the deadline and the sweep after it
+    for name, c in (("A", a2), ("B", b2)):
+        c.setblocking(False)
+        try:
+            data = c.recv(1, socket.MSG_PEEK)
+            raise AssertionError("%s's silent socket was closed (read %r)" % (name, data))
+        except BlockingIOError:
+            pass
+    for c in (a1, b1):
+        c.sendall(bytes([6]))
+        i64(c)
+    print("interleaved: ok (both silent sockets kept)")
+
+
 def refused():
     c = socket.create_connection(("127.0.0.1", PORT))
     c.sendall(bytes([6]))
@@ -268,6 +294,8 @@ if __name__ == "__main__":
         barrier(int(sys.argv[3]))
     elif mode == "idle":
         idle()
+    elif mode == "interleaved":
+        interleaved()
     elif mode == "stress":
         stress(int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "idle_cpu":
