@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "agent/spawn.h"
+#include "src/common/fs.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3 /* <linux/wait.h>; glibc 2.36 does not export it */
@@ -132,7 +133,7 @@ struct child_block {
 	int fd[3];	     /* the worker's 0, 1, 2 */
 	char **argv, **envp; /* copies, in this block */
 	char **sh_argv;	     /* room for "/bin/sh PATH ARGS..." (a script without #!) */
-	const char *path;    /* the agent's PATH, copied, or "/bin:/usr/bin" */
+	const char *path;    /* the agent's PATH, copied, or FS_DEFAULT_PATH */
 	char *buf;	     /* room for one PATH directory plus the program name */
 	size_t buf_len;
 	bool set_nofile;
@@ -201,7 +202,7 @@ static struct child_block *block_new(const struct spawn_proc *p)
 	char **ptrs, *strs, *map;
 
 	if (path == NULL) {
-		path = "/bin:/usr/bin"; /* execvp()'s default */
+		path = FS_DEFAULT_PATH;
 	}
 	sargv = vec_size(p->argv, &nargv);
 	senv = vec_size(p->envp, &nenv);

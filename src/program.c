@@ -12,6 +12,7 @@
 #include <crun/error.h>
 
 #include "src/cli_parser.h" /* opt_show(), cli_set_str() */
+#include "src/common/fs.h"
 #include "src/program.h"
 
 /* 0 if @path is an executable regular file, else -ENOENT, -EISDIR or -EACCES. */
@@ -49,7 +50,7 @@ static int find_exec(const char *name, char **out)
 		return rc;
 	}
 	if (path == NULL) {
-		path = "/usr/local/bin:/bin:/usr/bin"; /* glibc's execvp default */
+		path = FS_DEFAULT_PATH;
 	}
 	for (dir = path;; dir = colon + 1) {
 		colon = strchr(dir, ':');

@@ -10,6 +10,12 @@
 
 #include "src/common/diag.h"
 
+/*
+ * The directories searched for a program named without a '/' when PATH is unset: the command
+ * line's check (src/program.c) and the workers' exec (agent/spawn_proc.c) search the same.
+ */
+#define FS_DEFAULT_PATH "/usr/local/bin:/bin:/usr/bin"
+
 /** Create @path and its missing parents with @mode (existing ones are fine). 0 or -errno. */
 int fs_mkdir_p(const char *path, mode_t mode);
 /**

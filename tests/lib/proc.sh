@@ -123,17 +123,20 @@ wait_ok() {
 	fail "$what exited $RC"
 }
 
-# start_rdzvd [ADDR] [NETNS]: a store daemon (RDZVD) listening on ADDR (127.0.0.1), port 0,
-# inside network namespace NETNS when one is given; sets ENDPOINT and RDZVD_PID.
+# start_rdzvd [ADDR] [NETNS] [OPTION...]: a store daemon (RDZVD) listening on ADDR (127.0.0.1),
+# port 0, inside network namespace NETNS when one is given (""), with the daemon's OPTIONs
+# (--tls-cert FILE ...); sets ENDPOINT and RDZVD_PID.
 start_rdzvd() {
 	local addr=${1:-127.0.0.1} ns=${2:-}
+	shift $(($# < 2 ? $# : 2))
 	# The child truncates rdzvd.out itself, maybe after we would have read the last daemon's
 	# endpoint from it: remove it first, and wait for a whole HOST:PORT line.
 	rm -f "$T/rdzvd.out"
 	if [ -n "$ns" ]; then
-		ip netns exec "$ns" "$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+		ip netns exec "$ns" "$RDZVD" --listen "$addr:0" -q "$@" >"$T/rdzvd.out" \
+			2>"$T/rdzvd.err" &
 	else
-		"$RDZVD" --listen "$addr:0" -q >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
+		"$RDZVD" --listen "$addr:0" -q "$@" >"$T/rdzvd.out" 2>"$T/rdzvd.err" &
 	fi
 	RDZVD_PID=$!
 	track $RDZVD_PID

@@ -86,13 +86,8 @@ unset CRUN_STORE_UNIX_SOCKET
 note "TLS: the client never spins (a record may arrive in pieces; the TLS library reads)"
 . "$SRC/tests/lib/tls_certs.sh"
 make_tls_certs "$T/pki" || fail "making the test certificates"
-"$RDZVD" --listen 127.0.0.1:0 -q --tls-cert "$T/pki/server.pem" --tls-key "$T/pki/server.key" \
-	>"$T/tls.out" 2>"$T/tls.err" &
-track $!
-wait_for 20 grep -q ':[0-9][0-9]*$' "$T/tls.out"
-TLS_ENDPOINT=$(head -n1 "$T/tls.out")
 PLAIN_ENDPOINT=$ENDPOINT
-ENDPOINT=$TLS_ENDPOINT
+start_rdzvd 127.0.0.1 "" --tls-cert "$T/pki/server.pem" --tls-key "$T/pki/server.key"
 export CRUN_STORE_TLS_CA=$T/pki/ca.pem
 CRUN_STORE_SPIN_US=1000 traced tls fast 200
 unset CRUN_STORE_TLS_CA

@@ -104,7 +104,7 @@ kill "$PID"
 # socket not yet read must not be paired as the other's silent one (that left both callback
 # sockets unpaired, closed at the deadline, and torch 1.x spinning: CI, 2026-11-28).
 start --tcpstore-run r1
-client interleaved
+client interleaved "$PID"
 kill "$PID"
 
 # Without --tcpstore-run: refused, and said so.

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 # tests/store/tcpstore_client.py: PyTorch's own TCPStore client (and hand-made 2.x requests)
 # against crun's store. Usage: tcpstore_client.py PORT MODE; MODE is one of ops, barrier N,
-# alive, idle, idle_cpu SECONDS, interleaved, stress N ROUNDS, ns (the namespace), v2 (the 2.x
+# alive, idle, idle_cpu SECONDS, interleaved SERVER_PID, stress N ROUNDS, ns (the namespace), v2 (the 2.x
 # protocol on a raw socket), hostile KIND, refused.
 import datetime
 import multiprocessing
+import os
 import socket
 import struct
 import sys
@@ -253,14 +254,29 @@ def hostile(kind):
     print("hostile %s: closed" % kind)
 
 
-def interleaved():
+def sockets_of(pid):
+    """How many sockets process pid holds (its /proc/PID/fd)."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("socket:")
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def interleaved(server_pid):
     # Two PyTorch 1.x clients starting together, by hand: the main sockets of A and B, then
     # their callback sockets (which never send), all accepted before either main's first
     # request is read. A main socket not yet read is not a silent one: pairing it as the
     # callback of the other left both callback sockets unpaired, closed at the handshake
     # deadline (5 s), and torch 1.x's callback thread then spun a core. Both must be kept.
+    before = sockets_of(server_pid)
     a1, b1, a2, b2 = [socket.create_connection(("127.0.0.1", PORT)) for _ in range(4)]
-    time.sleep(0.5)  # all four accepted, in this order
+    deadline = time.monotonic() + 10
+    while sockets_of(server_pid) < before + 4:  # all four accepted, in this order
+        assert time.monotonic() < deadline, "the store did not accept 4 connections in 10 s"
+        time.sleep(0.01)
     for c in (a1, b1):
         c.sendall(bytes([6]))  # 1.x GETNUMKEYS
         i64(c)
@@ -295,7 +311,7 @@ if __name__ == "__main__":
     elif mode == "idle":
         idle()
     elif mode == "interleaved":
-        interleaved()
+        interleaved(int(sys.argv[3]))
     elif mode == "stress":
         stress(int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "idle_cpu":
