@@ -40,11 +40,18 @@ REASONS = [
      "the CPU each pass, 2026-11-28) cut the server's sleeps from 15,000-24,000 to 100-5,000 a "
      "run but did not win the row: in the whole bench (4 runs alternating, load 1.8-2.6) "
      "crun's set 1 read 31,650-33,331 ops/s with it against 32,520-42,601 without, set 8 "
-     "47,414-48,457 against 55,681-58,099, so it is off by default. What is left is the client's: "
-     "`perf stat` of 8 clients, 36.9 us of client CPU a set against crun's server, 21.6-23.9 "
-     "against PyTorch's, the same 5 sendto a set, and `perf record` shows 5x the loopback "
-     "receive path in the clients against crun's server (tcp_v4_rcv 0.53% against 0.10%): "
-     "their sends leave as more, smaller segments (bench/notes/tcpstore.md)."),
+     "47,414-48,457 against 55,681-58,099, so it is off by default. What decides the row is the "
+     "scheduler: each wake-up of crun's server preempts the client that sent the set (the "
+     "kernel's wake-up preemption; the clients switch 0.23-0.31 times a set against 0.01 on "
+     "PyTorch's server, which is busy and seldom woken, and pay 36.9 us of CPU a set against "
+     "21.6-23.9). Shown 2026-11-28 by running crun-rdzvd as SCHED_BATCH (`chrt -b 0`: its "
+     "wake-ups preempt nobody): set 8 read 289,483 ops/s against TCPStore's 234,661 (won, "
+     "1.23x) where the same bench right after read 102,965 against 237,972. Not made the "
+     "default: in `bench/store/run --quick` the same day the closed-loop 8-client rows, whose "
+     "clients wait for the reply and need the server at once, lost 17-25% with it (add 8 "
+     "121,184 against 151,451 ops/s, over TCP 78,392 against 99,413; blocking get 8 109,503 "
+     "against 145,377), while set 8 over TCP rose from 385,453 to 953,825 "
+     "(bench/notes/tcpstore.md)."),
     ("tcpstore", r"^(add|barrier), 1 clients",
      "one request in flight, so the row is two loopback wake-ups per request, paid alike by "
      "both servers (PyTorch's client sends the command byte alone, then the rest, so either "
