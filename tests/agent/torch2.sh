@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # tests/agent/torch2.sh: what torchrun 2.x users meet, end to end with real workers (issue 19):
 # ranks failing at once are all listed; --duplicate-stdout-filters writes filtered_stdout.log;
-# TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE prefixes the console; --stand is --standalone.
+# TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE prefixes the console; --stand is --standalone;
+# --monitor-interval 0 stops at once, a longer one lists a rank that fails later.
 . "$(dirname "$0")/lib.sh"
 
 # Ranks 0 and 1 meet at a file barrier, then exit at the same moment with codes 3 and 4; rank 2
@@ -35,6 +36,27 @@ for i in 1 2 3 4 5; do
 done
 [ "$both" -ge 1 ] || fail "no run of five listed both ranks that failed at once"
 note "$both of 5 runs listed both failed ranks"
+
+note "--monitor-interval 0 stops the others at once; a window lists a rank failing after the first"
+# Rank 0 fails at once; rank 1 would fail on its own 3 s later. With no window the stop's SIGTERM
+# ends rank 1 first (not listed: stopped by crun); with a 20 s window rank 1 fails on its own and
+# is listed. The job ends after rank 1's exit either way, so neither run depends on timing.
+for win in 0 20; do
+	B=$T/barrier_w$win
+	mkdir -p "$B"
+	run_crun 60 "$T/outw$win" "$T/errw$win" --nproc-per-node 2 --monitor-interval "$win" \
+		"$W" touch:"$B"/r%r wait-file:"$B"/r0 wait-file:"$B"/r1 exit-if-rank:0:3 sleep:3000 exit:4
+	expect_eq "$RC" 3 "exit status with --monitor-interval $win"
+	grep -Eq '^  (first)? +[0-9T:.-]+Z +[^ ]+ +0 +0 exit 3 ' "$T/errw$win" ||
+		{ cat "$T/errw$win" >&2; fail "--monitor-interval $win: rank 0's exit 3 not listed"; }
+	if [ "$win" = 0 ]; then
+		grep -Eq '^  (first)? +[0-9T:.-]+Z +[^ ]+ +1 +1 ' "$T/errw$win" &&
+			{ cat "$T/errw$win" >&2; fail "--monitor-interval 0: rank 1, stopped by crun, listed"; }
+	else
+		grep -Eq '^  (first)? +[0-9T:.-]+Z +[^ ]+ +1 +1 exit 4 ' "$T/errw$win" ||
+			{ cat "$T/errw$win" >&2; fail "--monitor-interval 20: rank 1's own exit 4 not listed"; }
+	fi
+done
 
 note "a rank killed by a signal at once with another's exit is listed with the signal"
 B=$T/barrier_sig
