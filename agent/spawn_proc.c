@@ -16,8 +16,10 @@
  * - The child writes nothing of the agent's. It runs on the forking thread's TLS, where libc's
  *   wrappers would store errno on a failure (under the feet of that thread, between one of its
  *   system calls and its look at errno), so it makes its system calls directly and calls no
- *   libc function but strerrordesc_np(), a table lookup. The compiler's sanitizers are off in
- *   its code, whose checks keep their state in that TLS too.
+ *   libc function but strerrordesc_np(), a table lookup, through a pointer the agent took (a
+ *   call through the PLT would have the dynamic linker bind it lazily, on that thread's data,
+ *   the first time). The compiler's sanitizers are off in its code, whose checks keep their
+ *   state in that TLS too.
  * On a machine without a direct system call here, the child is a copy-on-write clone and the
  * same code goes through syscall().
  */
@@ -138,6 +140,9 @@ struct child_block {
 	size_t buf_len;
 	bool set_nofile;
 	uint64_t nofile[2];
+	/* strerrordesc_np(), its address taken here: the child calls no PLT entry, whose first
+	 * call would run the dynamic linker's lazy binding on the agent's thread data. */
+	const char *(*errdesc)(int);
 };
 
 static struct child_block *blocks;
@@ -236,6 +241,7 @@ static struct child_block *block_new(const struct spawn_proc *p)
 	b->set_nofile = worker_nofile_kept;
 	b->nofile[0] = worker_nofile.cur;
 	b->nofile[1] = worker_nofile.max;
+	b->errdesc = strerrordesc_np;
 	return b;
 }
 
@@ -270,9 +276,9 @@ CHILD_CODE __attribute__((noreturn)) static void child_exit(int code)
 }
 
 /* "crun: worker: cannot run PROG: WHY\n" on the worker's stderr in one write; then exit. */
-CHILD_CODE __attribute__((noreturn)) static void child_fail(const char *prog, int err)
+CHILD_CODE __attribute__((noreturn)) static void child_fail(const struct child_block *b, int err)
 {
-	const char *why = strerrordesc_np(err);
+	const char *prog = b->argv[0], *why = b->errdesc(err);
 	struct iovec iov[5] = {
 		{(void *)"crun: worker: cannot run ", 25},
 		{(void *)prog, child_strlen(prog)},
@@ -396,7 +402,7 @@ CHILD_CODE static int child_main(void *arg)
 		child_exit(127);
 	}
 	rc = child_exec_path(b);
-	child_fail(b->argv[0], (int)-rc);
+	child_fail(b, (int)-rc);
 }
 
 /* ---- the agent's side ---- */
