@@ -40,7 +40,8 @@ note "$both of 5 runs listed both failed ranks"
 note "--monitor-interval 0 stops the others at once; a window lists a rank failing after the first"
 # Rank 0 fails at once; rank 1 would fail on its own 3 s later. With no window the stop's SIGTERM
 # ends rank 1 first (not listed: stopped by crun); with a 20 s window rank 1 fails on its own and
-# is listed. The job ends after rank 1's exit either way, so neither run depends on timing.
+# is listed. Neither waits on timing: no window stops rank 1 seconds early, and a window ends
+# as soon as every worker has ended.
 for win in 0 20; do
 	B=$T/barrier_w$win
 	mkdir -p "$B"
